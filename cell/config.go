@@ -1,0 +1,137 @@
+// Package cell composes a lockcell replica process: the replica (Raft and
+// the state machine), the master that serves on the leader, and the client
+// port speaking the wire protocol over TCP and yamux. It also starts a
+// whole five-replica development cell in one process.
+package cell
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// Peer is one member of the cell.
+type Peer struct {
+	// ID is the member's Raft server id.
+	ID string
+	// ClientAddr is where clients reach the member (host:port).
+	ClientAddr string
+	// RaftAddr is where the other members reach its Raft transport.
+	RaftAddr string
+}
+
+// Config configures one replica process.
+type Config struct {
+	// Cell is the cell name; the namespace is /ls/<Cell>.
+	Cell string
+	// Self is this replica's id; it must be one of Peers.
+	Self string
+	// Peers lists every member, this one included, identically on all.
+	Peers []Peer
+	// Dir is this replica's data folder.
+	Dir string
+	// LeaseTTL is the session lease (default 12 s).
+	LeaseTTL time.Duration
+	// DefaultLockDelay is the lock-delay of handles that ask for none
+	// (default and maximum 1 min).
+	DefaultLockDelay time.Duration
+	// Timings are the Raft timings (zero values take defaults).
+	Timings replica.Timings
+	// Logger receives structured logs.
+	Logger *slog.Logger
+}
+
+// Validate reports the first problem with the configuration.
+func (c *Config) Validate() error {
+	if err := wire.ValidCellName(c.Cell); err != nil {
+		return err
+	}
+	if len(c.Peers) == 0 {
+		return fmt.Errorf("cell: no peers configured")
+	}
+	ids, addrs := map[string]bool{}, map[string]bool{}
+	self := false
+	for _, p := range c.Peers {
+		if p.ID == "" || p.ClientAddr == "" || p.RaftAddr == "" {
+			return fmt.Errorf("cell: peer %+v needs an id, a client address and a raft address", p)
+		}
+		if ids[p.ID] {
+			return fmt.Errorf("cell: peer id %q appears twice", p.ID)
+		}
+		for _, a := range []string{p.ClientAddr, p.RaftAddr} {
+			if addrs[a] {
+				return fmt.Errorf("cell: address %s appears twice", a)
+			}
+			addrs[a] = true
+		}
+		ids[p.ID] = true
+		self = self || p.ID == c.Self
+	}
+	if !self {
+		return fmt.Errorf("cell: this replica's id %q is not among the peers", c.Self)
+	}
+	if c.Dir == "" {
+		return fmt.Errorf("cell: no data folder")
+	}
+	return nil
+}
+
+func (c *Config) self() Peer {
+	for _, p := range c.Peers {
+		if p.ID == c.Self {
+			return p
+		}
+	}
+	return Peer{}
+}
+
+// ParsePeers reads the --peers syntax: comma-separated
+// "id=clientaddr/raftaddr" items, e.g. "1=127.0.0.1:7001/127.0.0.1:7101".
+func ParsePeers(s string) ([]Peer, error) {
+	var out []Peer
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		id, addrs, ok := strings.Cut(item, "=")
+		client, raft, ok2 := strings.Cut(addrs, "/")
+		if !ok || !ok2 || id == "" || client == "" || raft == "" {
+			return nil, fmt.Errorf("cell: peer %q is not id=clientaddr/raftaddr", item)
+		}
+		out = append(out, Peer{ID: id, ClientAddr: client, RaftAddr: raft})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cell: no peers in %q", s)
+	}
+	return out, nil
+}
+
+// FormatPeers is the inverse of ParsePeers.
+func FormatPeers(ps []Peer) string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(p.ID + "=" + p.ClientAddr + "/" + p.RaftAddr)
+	}
+	return b.String()
+}
+
+// LoopbackPeers returns n peers on 127.0.0.1 with ids 1..n, client ports
+// from clientBase and Raft ports from raftBase.
+func LoopbackPeers(n, clientBase, raftBase int) []Peer {
+	ps := make([]Peer, n)
+	for i := range ps {
+		ps[i] = Peer{ID: strconv.Itoa(i + 1),
+			ClientAddr: "127.0.0.1:" + strconv.Itoa(clientBase+i),
+			RaftAddr:   "127.0.0.1:" + strconv.Itoa(raftBase+i)}
+	}
+	return ps
+}

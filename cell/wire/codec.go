@@ -1,0 +1,104 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// MaxFrameSize bounds one encoded message on the wire (etcd's default
+// request limit). A peer announcing a bigger frame is misbehaving: the
+// reader fails with CodeTooLarge before allocating anything.
+const MaxFrameSize = 1536 * 1024
+
+// MaxContents is the largest file contents the cell stores (SPEC 2).
+const MaxContents = 256 * 1024
+
+// A frame is a 4-byte big-endian length followed by that many bytes of one
+// msgpack value.
+const frameHeader = 4
+
+var encPool = sync.Pool{New: func() any {
+	var b bytes.Buffer
+	enc := msgpack.NewEncoder(&b)
+	enc.UseCompactInts(true)
+	return &encoder{buf: &b, enc: enc}
+}}
+
+type encoder struct {
+	buf *bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+// WriteMessage encodes the values as consecutive frames and writes them with
+// a single Write, so a header and its body travel together. Encoders are
+// pooled: a call allocates nothing on the steady path beyond the write.
+func WriteMessage(w io.Writer, vals ...any) error {
+	e := encPool.Get().(*encoder)
+	defer func() {
+		if e.buf.Cap() <= 2*MaxFrameSize {
+			e.buf.Reset()
+			encPool.Put(e)
+		}
+	}()
+	e.buf.Reset()
+	for _, v := range vals {
+		start := e.buf.Len()
+		e.buf.Write([]byte{0, 0, 0, 0})
+		if err := e.enc.Encode(v); err != nil {
+			return fmt.Errorf("wire: encode %T: %w", v, err)
+		}
+		n := e.buf.Len() - start - frameHeader
+		if n > MaxFrameSize {
+			return Errorf(CodeTooLarge, "message of %d bytes exceeds the frame limit of %d", n, MaxFrameSize)
+		}
+		binary.BigEndian.PutUint32(e.buf.Bytes()[start:], uint32(n))
+	}
+	_, err := w.Write(e.buf.Bytes())
+	return err
+}
+
+// ReadFrame reads one frame into a freshly allocated, length-checked
+// buffer. The length is checked before any allocation.
+func ReadFrame(r io.Reader) ([]byte, error) {
+	var hdr [frameHeader]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxFrameSize {
+		return nil, Errorf(CodeTooLarge, "frame of %d bytes exceeds the limit of %d", n, MaxFrameSize)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// Decode decodes one frame's bytes into v, which must be a pointer to a
+// concrete struct type of this package: never an interface or a map, so a
+// hostile length prefix inside the frame cannot drive an allocation larger
+// than the frame itself.
+func Decode(b []byte, v any) error {
+	if err := msgpack.Unmarshal(b, v); err != nil {
+		return Errorf(CodeBadRequest, "malformed %T: %v", v, err)
+	}
+	return nil
+}
+
+// ReadMessage reads one frame and decodes it into v (see Decode).
+func ReadMessage(r io.Reader, v any) error {
+	b, err := ReadFrame(r)
+	if err != nil {
+		return err
+	}
+	return Decode(b, v)
+}

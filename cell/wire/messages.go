@@ -1,0 +1,304 @@
+package wire
+
+// RPCMultiplex is the first byte a client writes on a new TCP connection to
+// the client port: the rest of the connection is a yamux session carrying
+// one stream per call. Other values are reserved for future protocols.
+const RPCMultiplex byte = 'L'
+
+// Method names a call. Numbers are append-only.
+type Method uint8
+
+// The methods of the client↔master protocol (Chubby's calls, plus session
+// management and cell status).
+const (
+	MethodCreateSession      Method = 1
+	MethodKeepAlive          Method = 2
+	MethodCloseSession       Method = 3
+	MethodOpen               Method = 4
+	MethodClose              Method = 5
+	MethodGetContentsAndStat Method = 6
+	MethodGetStat            Method = 7
+	MethodReadDir            Method = 8
+	MethodSetContents        Method = 9
+	MethodDelete             Method = 10
+	MethodAcquire            Method = 11
+	MethodRelease            Method = 12
+	MethodCancelAcquire      Method = 13
+	MethodCellStatus         Method = 14
+)
+
+var methodNames = map[Method]string{
+	MethodCreateSession: "CreateSession", MethodKeepAlive: "KeepAlive", MethodCloseSession: "CloseSession",
+	MethodOpen: "Open", MethodClose: "Close", MethodGetContentsAndStat: "GetContentsAndStat",
+	MethodGetStat: "GetStat", MethodReadDir: "ReadDir", MethodSetContents: "SetContents",
+	MethodDelete: "Delete", MethodAcquire: "Acquire", MethodRelease: "Release",
+	MethodCancelAcquire: "CancelAcquire", MethodCellStatus: "CellStatus",
+}
+
+// String names the method for logs and errors.
+func (m Method) String() string {
+	if s, ok := methodNames[m]; ok {
+		return s
+	}
+	return "Method(" + itoa(uint64(m)) + ")"
+}
+
+// Mutating reports whether the method changes replicated state and so must
+// carry a request id (Header.Seq) that the cell de-duplicates.
+func (m Method) Mutating() bool {
+	switch m {
+	case MethodOpen, MethodClose, MethodSetContents, MethodDelete, MethodAcquire, MethodRelease, MethodCancelAcquire:
+		return true
+	}
+	return false
+}
+
+// Header opens every request. Session names the calling session (many
+// sessions may share a connection); Epoch is the master epoch the caller
+// expects (0 only on CreateSession, KeepAlive and CellStatus, which learn
+// it); Seq is the request id within the session for mutating calls, and Ack
+// tells the cell that every Seq at or below it has completed, so their
+// de-duplication entries may be dropped.
+type Header struct {
+	Method  Method `msgpack:"m"`
+	Session uint64 `msgpack:"s,omitempty"`
+	Epoch   uint64 `msgpack:"e,omitempty"`
+	Seq     uint64 `msgpack:"q,omitempty"`
+	Ack     uint64 `msgpack:"a,omitempty"`
+}
+
+// Status opens every response. Leader is the client address of the current
+// master when this replica is not it (empty when unknown); Epoch is the
+// master's current epoch, so a caller told CodeBadEpoch can learn the new one.
+type Status struct {
+	Code   Code   `msgpack:"c"`
+	Msg    string `msgpack:"g,omitempty"`
+	Leader string `msgpack:"l,omitempty"`
+	Epoch  uint64 `msgpack:"e,omitempty"`
+}
+
+// Err converts a Status into an error (nil for CodeOK).
+func (s *Status) Err() error {
+	if s.Code == CodeOK {
+		return nil
+	}
+	return &Error{Code: s.Code, Msg: s.Msg}
+}
+
+// Open flags. Read and Write say what the handle may do; Create creates the
+// node when missing; Excl with Create fails with CodeExists when it exists;
+// Directory creates (or insists on) a directory; Ephemeral creates an
+// ephemeral node that dies with its creating session.
+const (
+	OpenRead      uint32 = 1 << 0
+	OpenWrite     uint32 = 1 << 1
+	OpenCreate    uint32 = 1 << 2
+	OpenExcl      uint32 = 1 << 3
+	OpenDirectory uint32 = 1 << 4
+	OpenEphemeral uint32 = 1 << 5
+	openAll              = OpenRead | OpenWrite | OpenCreate | OpenExcl | OpenDirectory | OpenEphemeral
+)
+
+// ValidOpenFlags reports whether f names only known flags.
+func ValidOpenFlags(f uint32) bool { return f&^openAll == 0 }
+
+// Lock modes.
+const (
+	LockFree      uint8 = 0
+	LockExclusive uint8 = 1
+	LockShared    uint8 = 2
+)
+
+// Stat is the metadata of a node (SPEC section 2). Generations are Raft log
+// indexes of the entry that last changed them, so they only ever grow, also
+// across delete and re-create of a name.
+type Stat struct {
+	Instance    uint64 `msgpack:"i"`
+	ContentGen  uint64 `msgpack:"cg"`
+	LockGen     uint64 `msgpack:"lg"`
+	ACLGen      uint64 `msgpack:"ag"`
+	Checksum    uint64 `msgpack:"ck"`
+	Size        uint64 `msgpack:"sz"`
+	CTime       int64  `msgpack:"ct"` // Unix nanoseconds
+	MTime       int64  `msgpack:"mt"` // Unix nanoseconds
+	Dir         bool   `msgpack:"d,omitempty"`
+	Ephemeral   bool   `msgpack:"ep,omitempty"`
+	ReadACL     string `msgpack:"ra,omitempty"`
+	WriteACL    string `msgpack:"wa,omitempty"`
+	ChangeACL   string `msgpack:"ca,omitempty"`
+	LockMode    uint8  `msgpack:"lm,omitempty"`
+	LockHolders uint32 `msgpack:"lh,omitempty"`
+}
+
+// Event kinds delivered on KeepAlive replies.
+const (
+	EventMasterFailover uint8 = 1
+	EventInvalidate     uint8 = 2
+	EventLockAcquired   uint8 = 3
+	EventHandleInvalid  uint8 = 4
+)
+
+// Event is one push from the master to a session, carried on a KeepAlive
+// reply and acknowledged by the next KeepAlive (KeepAliveRequest.AckEvent).
+type Event struct {
+	Seq    uint64 `msgpack:"q"`
+	Kind   uint8  `msgpack:"k"`
+	Path   string `msgpack:"p,omitempty"`
+	Handle uint64 `msgpack:"h,omitempty"`
+	Gen    uint64 `msgpack:"g,omitempty"`
+}
+
+// CreateSessionRequest asks for a new session. ClientName is for operators.
+type CreateSessionRequest struct {
+	ClientName string `msgpack:"n,omitempty"`
+}
+
+// CreateSessionResponse names the new session and its first lease.
+type CreateSessionResponse struct {
+	Session uint64 `msgpack:"s"`
+	Epoch   uint64 `msgpack:"e"`
+	// LeaseMillis is the lease remaining when the master replied.
+	LeaseMillis int64 `msgpack:"l"`
+}
+
+// KeepAliveRequest extends the session named in the header. AckEvent
+// acknowledges every event with a Seq at or below it.
+type KeepAliveRequest struct {
+	AckEvent uint64 `msgpack:"a,omitempty"`
+}
+
+// KeepAliveResponse grants the lease. The master held the call for
+// HeldMillis and, when it replied, the lease had LeaseMillis to run; a
+// client that sent the call at local time T may assume its lease runs until
+// T + HeldMillis + LeaseMillis, less its drift margin.
+type KeepAliveResponse struct {
+	Epoch       uint64  `msgpack:"e"`
+	HeldMillis  int64   `msgpack:"h"`
+	LeaseMillis int64   `msgpack:"l"`
+	Events      []Event `msgpack:"v,omitempty"`
+}
+
+// CloseSessionRequest ends the session in the header cleanly: its locks
+// are released without lock-delay and its ephemeral nodes deleted.
+type CloseSessionRequest struct{}
+
+// OpenRequest opens (and with OpenCreate, creates) the node at Path.
+// Contents are the initial contents of a created file. LockDelayMillis is
+// the lock-delay this handle asks for when its session fails while it holds
+// the lock (0 means the cell default).
+type OpenRequest struct {
+	Path            string `msgpack:"p"`
+	Flags           uint32 `msgpack:"f"`
+	Contents        []byte `msgpack:"c,omitempty"`
+	LockDelayMillis int64  `msgpack:"ld,omitempty"`
+	EventMask       uint32 `msgpack:"em,omitempty"`
+}
+
+// OpenResponse names the handle.
+type OpenResponse struct {
+	Handle  uint64 `msgpack:"h"`
+	Created bool   `msgpack:"c,omitempty"`
+	Stat    Stat   `msgpack:"s"`
+}
+
+// HandleRequest is the request of every call that names only a handle:
+// Close, GetContentsAndStat, GetStat, ReadDir, Delete, Release.
+type HandleRequest struct {
+	Handle uint64 `msgpack:"h"`
+}
+
+// Empty is the response of calls that return nothing but their status.
+type Empty struct{}
+
+// ContentsResponse carries a file's contents and stat.
+type ContentsResponse struct {
+	Contents []byte `msgpack:"c"`
+	Stat     Stat   `msgpack:"s"`
+}
+
+// StatResponse carries a node's stat.
+type StatResponse struct {
+	Stat Stat `msgpack:"s"`
+}
+
+// DirEntry is one child in a listing.
+type DirEntry struct {
+	Name string `msgpack:"n"`
+	Dir  bool   `msgpack:"d,omitempty"`
+}
+
+// ReadDirResponse lists a directory's children in name order.
+type ReadDirResponse struct {
+	Entries []DirEntry `msgpack:"e"`
+}
+
+// SetContentsRequest replaces a file's contents. With HasIfGeneration the
+// write happens only if the file's content generation equals IfGeneration.
+type SetContentsRequest struct {
+	Handle          uint64 `msgpack:"h"`
+	Contents        []byte `msgpack:"c"`
+	IfGeneration    uint64 `msgpack:"g,omitempty"`
+	HasIfGeneration bool   `msgpack:"i,omitempty"`
+}
+
+// AcquireRequest takes the handle's lock in Mode. With Wait the call queues
+// in FIFO order until the lock is granted or the call is cancelled; without,
+// it fails at once with CodeLockHeld.
+type AcquireRequest struct {
+	Handle uint64 `msgpack:"h"`
+	Mode   uint8  `msgpack:"m"`
+	Wait   bool   `msgpack:"w,omitempty"`
+}
+
+// AcquireResponse reports the lock generation the grant produced.
+type AcquireResponse struct {
+	LockGen uint64 `msgpack:"g"`
+}
+
+// CancelAcquireRequest withdraws the blocking Acquire that carried request
+// id WaitSeq on Handle: it leaves the queue, or, if it was granted after the
+// caller gave up, the lock is released.
+type CancelAcquireRequest struct {
+	Handle  uint64 `msgpack:"h"`
+	WaitSeq uint64 `msgpack:"w"`
+}
+
+// CellStatusRequest asks any replica about the cell.
+type CellStatusRequest struct{}
+
+// ReplicaStatus describes one replica as the answering replica sees it.
+type ReplicaStatus struct {
+	ID         string `msgpack:"i"`
+	ClientAddr string `msgpack:"c"`
+	RaftAddr   string `msgpack:"r"`
+	Master     bool   `msgpack:"m,omitempty"`
+}
+
+// CellStatusResponse describes the cell from the answering replica.
+type CellStatusResponse struct {
+	Cell         string          `msgpack:"n"`
+	Self         string          `msgpack:"s"`
+	State        string          `msgpack:"st"`
+	Master       string          `msgpack:"m,omitempty"`
+	Epoch        uint64          `msgpack:"e"`
+	Term         uint64          `msgpack:"t"`
+	CommitIndex  uint64          `msgpack:"ci"`
+	AppliedIndex uint64          `msgpack:"ai"`
+	Sessions     uint64          `msgpack:"ss"`
+	Nodes        uint64          `msgpack:"nn"`
+	Replicas     []ReplicaStatus `msgpack:"r"`
+}
+
+func itoa(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[i:])
+}

@@ -1,0 +1,375 @@
+// Package client is the library Go programs link to use a lockcell cell:
+// a Client holds one session with the cell's master (discovered from the
+// replica list and followed across fail-overs), and Handles behave like
+// os.File for the cell's files and directories, which double as
+// reader/writer locks.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"lockcell/cell/wire"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Cell is the cell name; names look like /ls/<Cell>/...
+	Cell string
+	// Replicas are the client addresses of the cell's replicas.
+	Replicas []string
+	// ClientName identifies this client to operators (default: none).
+	ClientName string
+	// RetryTimeout bounds how long a call keeps looking for a master
+	// (fail-over, no quorum) before it fails with ErrNoMaster. Default 30 s.
+	RetryTimeout time.Duration
+	// DialTimeout bounds one TCP connect. Default 2 s.
+	DialTimeout time.Duration
+	// GracePeriod is how long a session in jeopardy keeps hunting for a
+	// master before it is declared expired (SPEC 4). Default 45 s.
+	GracePeriod time.Duration
+	// Logger receives the library's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if err := wire.ValidCellName(c.Cell); err != nil {
+		return err
+	}
+	if len(c.Replicas) == 0 {
+		return errors.New("lockcell: no replica addresses configured")
+	}
+	if c.RetryTimeout <= 0 {
+		c.RetryTimeout = 30 * time.Second
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 2 * time.Second
+	}
+	if c.GracePeriod <= 0 {
+		c.GracePeriod = 45 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Client is a session with a cell. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	conns    map[string]*conn
+	master   string // address of the replica believed to be master
+	next     int    // rotation over Replicas when no master is known
+	epoch    uint64
+	session  uint64
+	seq      uint64
+	inflight map[uint64]struct{}
+	expired  bool
+	closed   bool
+
+	events    chan Event
+	eventsMu  sync.Mutex
+	eventsOff bool
+	sess      *sessionState
+	stop      chan struct{}
+	base      context.Context // cancelled by Close; parent of background calls
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// Dial connects to the cell, finds its master and creates a session. The
+// session is kept alive in the background until Close.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, inflight: map[uint64]struct{}{},
+		events: make(chan Event, 256), stop: make(chan struct{})}
+	c.base, c.cancel = context.WithCancel(context.Background())
+	var resp wire.CreateSessionResponse
+	sent := time.Now()
+	if err := c.call(ctx, wire.MethodCreateSession, false, &wire.CreateSessionRequest{ClientName: cfg.ClientName}, &resp); err != nil {
+		c.cancel()
+		c.closeConns()
+		return nil, opErr("dial", "", err)
+	}
+	c.mu.Lock()
+	c.session, c.epoch = resp.Session, resp.Epoch
+	c.mu.Unlock()
+	c.sess = newSessionState(sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
+	c.wg.Add(1)
+	go c.keepAliveLoop()
+	return c, nil
+}
+
+// Session returns the session id.
+func (c *Client) Session() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session
+}
+
+// Cell returns the cell name.
+func (c *Client) Cell() string { return c.cfg.Cell }
+
+// Master returns the address of the replica the client believes is master.
+func (c *Client) Master() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.master
+}
+
+// Close ends the session cleanly (its locks are released at once, without
+// lock-delay, and its ephemeral nodes deleted) and closes the connections.
+// Handles fail with ErrClosed afterwards.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	expired := c.expired
+	c.mu.Unlock()
+	var err error
+	if !expired {
+		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RetryTimeout, 5*time.Second))
+		err = c.call(ctx, wire.MethodCloseSession, false, &wire.CloseSessionRequest{}, &wire.Empty{})
+		cancel()
+		if errors.Is(err, ErrSessionExpired) {
+			err = nil
+		}
+	}
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stop)
+	c.cancel()
+	c.wg.Wait()
+	c.closeConns()
+	c.eventsMu.Lock()
+	c.eventsOff = true
+	close(c.events)
+	c.eventsMu.Unlock()
+	return opErr("close session", "", err)
+}
+
+func (c *Client) closeConns() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for a, cn := range c.conns {
+		cn.close()
+		delete(c.conns, a)
+	}
+}
+
+// beginSeq allocates the request id of a mutating call.
+func (c *Client) beginSeq() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	c.inflight[c.seq] = struct{}{}
+	return c.seq
+}
+
+func (c *Client) endSeq(q uint64) {
+	c.mu.Lock()
+	delete(c.inflight, q)
+	c.mu.Unlock()
+}
+
+// ackLocked is the highest request id at or below which every call has
+// completed: the cell may forget their de-duplication entries.
+func (c *Client) ackLocked() uint64 {
+	ack := c.seq
+	for q := range c.inflight {
+		ack = min(ack, q-1)
+	}
+	return ack
+}
+
+// call runs one call against the master, following redirects and retrying
+// across a master change until it gets an answer or RetryTimeout passes.
+// Mutating calls carry one request id for all their tries, so the cell
+// applies them at most once.
+func (c *Client) call(ctx context.Context, m wire.Method, mutating bool, req, resp any) error {
+	var seq uint64
+	if mutating {
+		seq = c.beginSeq()
+		defer c.endSeq(seq)
+	}
+	return c.callSeq(ctx, m, seq, req, resp)
+}
+
+func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, resp any) error {
+	deadline := time.Now().Add(c.cfg.RetryTimeout)
+	backoff := 10 * time.Millisecond
+	var lastErr error
+	for {
+		if err := c.usable(m); err != nil {
+			return err
+		}
+		retryNow := false
+		cn, err := c.masterConn(ctx)
+		if err == nil {
+			c.mu.Lock()
+			h := wire.Header{Method: m, Session: c.session, Epoch: c.epoch, Seq: seq, Ack: c.ackLocked()}
+			c.mu.Unlock()
+			var st wire.Status
+			st, err = cn.call(ctx, &h, req, resp)
+			if err == nil {
+				switch st.Code {
+				case wire.CodeOK:
+					return nil
+				case wire.CodeNotMaster:
+					retryNow = c.redirect(cn.addr, st.Leader)
+				case wire.CodeBadEpoch:
+					c.noteEpoch(st.Epoch)
+					retryNow = true
+				case wire.CodeUnavailable:
+				case wire.CodeSessionExpired:
+					if m != wire.MethodCloseSession {
+						c.markExpired()
+					}
+					return st.Err()
+				default:
+					return st.Err()
+				}
+				err = st.Err()
+			} else if ctx.Err() != nil {
+				return ctx.Err()
+			} else if !errors.Is(err, errTransport) {
+				return err
+			} else {
+				c.dropConn(cn)
+			}
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s: last error: %v", ErrNoMaster, m, lastErr)
+		}
+		if retryNow {
+			continue
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-c.stop:
+			t.Stop()
+			return ErrClosed
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+func (c *Client) usable(m wire.Method) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return ErrClosed
+	case c.expired:
+		return wire.Errorf(wire.CodeSessionExpired, "session %d has expired", c.session)
+	}
+	return nil
+}
+
+// masterConn returns a connection to the believed master, or to the next
+// replica in rotation when no master is known.
+func (c *Client) masterConn(ctx context.Context) (*conn, error) {
+	c.mu.Lock()
+	addr := c.master
+	if addr == "" {
+		addr = c.cfg.Replicas[c.next%len(c.cfg.Replicas)]
+		c.next++
+		c.master = addr
+	}
+	if cn := c.conns[addr]; cn != nil && cn.alive() {
+		c.mu.Unlock()
+		return cn, nil
+	}
+	c.mu.Unlock()
+	cn, err := dial(ctx, addr, c.cfg.DialTimeout)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if c.master == addr {
+			c.master = ""
+		}
+		return nil, fmt.Errorf("%w: dial %s: %v", errTransport, addr, err)
+	}
+	if c.closed {
+		cn.close()
+		return nil, ErrClosed
+	}
+	if old := c.conns[addr]; old != nil && old.alive() {
+		cn.close()
+		return old, nil
+	}
+	c.conns[addr] = cn
+	return cn, nil
+}
+
+// redirect follows a NotMaster answer. It reports whether to retry at once
+// (a new master is named) rather than back off (no master is known).
+func (c *Client) redirect(from, leader string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if leader != "" && leader != from {
+		c.master = leader
+		return true
+	}
+	if c.master == from {
+		c.master = ""
+	}
+	return false
+}
+
+func (c *Client) dropConn(cn *conn) {
+	cn.close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conns[cn.addr] == cn {
+		delete(c.conns, cn.addr)
+	}
+	if c.master == cn.addr {
+		c.master = ""
+	}
+}
+
+// noteEpoch adopts a new master epoch; the application hears of the
+// fail-over.
+func (c *Client) noteEpoch(epoch uint64) {
+	c.mu.Lock()
+	changed := epoch != 0 && epoch != c.epoch
+	old := c.epoch
+	if changed {
+		c.epoch = epoch
+	}
+	c.mu.Unlock()
+	if changed && old != 0 {
+		c.emit(Event{Kind: MasterFailover, Epoch: epoch})
+	}
+}
+
+func (c *Client) markExpired() {
+	c.mu.Lock()
+	was := c.expired
+	c.expired = true
+	c.mu.Unlock()
+	if !was {
+		c.emit(Event{Kind: Expired})
+	}
+}

@@ -1,0 +1,105 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"lockcell/cell/wire"
+)
+
+// conn is one TCP connection to one replica, multiplexed with yamux: every
+// call opens its own stream, so calls never queue behind a parked
+// KeepAlive and cancelling one call closes only its stream.
+type conn struct {
+	addr string
+	mux  *yamux.Session
+}
+
+func muxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	// A dead or paused replica is noticed within about 4 s.
+	c.KeepAliveInterval = 2 * time.Second
+	c.ConnectionWriteTimeout = 2 * time.Second
+	c.StreamCloseTimeout = 30 * time.Second
+	c.LogOutput = io.Discard
+	return c
+}
+
+func dial(ctx context.Context, addr string, timeout time.Duration) (*conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	tc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if tcp, ok := tc.(*net.TCPConn); ok {
+		tcp.SetNoDelay(true)
+	}
+	tc.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := tc.Write([]byte{wire.RPCMultiplex}); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	tc.SetWriteDeadline(time.Time{})
+	mux, err := yamux.Client(tc, muxConfig())
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return &conn{addr: addr, mux: mux}, nil
+}
+
+func (c *conn) alive() bool { return !c.mux.IsClosed() }
+
+func (c *conn) close() { c.mux.Close() }
+
+// errTransport marks a failure of the connection rather than an answer.
+var errTransport = errors.New("transport")
+
+// call runs one request on a fresh stream. A transport failure is wrapped
+// with errTransport; an answer, good or bad, comes back as the Status.
+func (c *conn) call(ctx context.Context, h *wire.Header, req, resp any) (wire.Status, error) {
+	var st wire.Status
+	s, err := c.mux.OpenStream()
+	if err != nil {
+		return st, fmt.Errorf("%w: open stream to %s: %v", errTransport, c.addr, err)
+	}
+	defer s.Close()
+	stop := context.AfterFunc(ctx, func() {
+		s.Close() // tells the master to abandon a parked call
+		s.SetReadDeadline(time.Now())
+	})
+	defer stop()
+	if err := wire.WriteMessage(s, h, req); err != nil {
+		var we *wire.Error
+		if errors.As(err, &we) {
+			return st, we // too large: the caller's fault, not the link's
+		}
+		return st, ctxOr(ctx, fmt.Errorf("%w: send to %s: %v", errTransport, c.addr, err))
+	}
+	if err := wire.ReadMessage(s, &st); err != nil {
+		return st, ctxOr(ctx, fmt.Errorf("%w: receive from %s: %v", errTransport, c.addr, err))
+	}
+	body, err := wire.ReadFrame(s)
+	if err != nil {
+		return st, ctxOr(ctx, fmt.Errorf("%w: receive from %s: %v", errTransport, c.addr, err))
+	}
+	if st.Code == wire.CodeOK && resp != nil {
+		if err := wire.Decode(body, resp); err != nil {
+			return st, fmt.Errorf("%w: %s sent a malformed reply: %v", errTransport, c.addr, err)
+		}
+	}
+	return st, nil
+}
+
+func ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}

@@ -1,0 +1,61 @@
+package client
+
+import (
+	"errors"
+
+	"lockcell/cell/wire"
+)
+
+// Typed errors. Every error a Client or Handle returns matches one of these
+// under errors.Is when it has a known kind.
+var (
+	ErrNotFound           = wire.ErrNotFound
+	ErrExists             = wire.ErrExists
+	ErrPermission         = wire.ErrPermission
+	ErrGenerationMismatch = wire.ErrGenerationMismatch
+	ErrLockHeld           = wire.ErrLockHeld
+	ErrNotHeld            = wire.ErrNotHeld
+	ErrSessionExpired     = wire.ErrSessionExpired
+	ErrUnknownSession     = wire.ErrUnknownSession
+	ErrInvalidName        = wire.ErrInvalidName
+	ErrTooLarge           = wire.ErrTooLarge
+	ErrHandleInvalid      = wire.ErrHandleInvalid
+	ErrNotEmpty           = wire.ErrNotEmpty
+	ErrNotDir             = wire.ErrNotDir
+	ErrIsDir              = wire.ErrIsDir
+	ErrLockDelay          = wire.ErrLockDelay
+	ErrEpochChanged       = wire.ErrBadEpoch
+	ErrBadRequest         = wire.ErrBadRequest
+	ErrCanceled           = wire.ErrCanceled
+
+	// ErrNoMaster means no master answered within Config.RetryTimeout: the
+	// cell has lost its quorum, or none of its replicas is reachable.
+	ErrNoMaster = errors.New("lockcell: no master reachable (the cell has no quorum or cannot be reached)")
+	// ErrClosed means the Client or Handle was closed by the application.
+	ErrClosed = errors.New("lockcell: closed")
+)
+
+// OpError records the operation and the name that failed, like
+// io/fs.PathError; Unwrap gives the typed cause.
+type OpError struct {
+	Op   string
+	Path string
+	Err  error
+}
+
+func (e *OpError) Error() string {
+	if e.Path == "" {
+		return e.Op + ": " + e.Err.Error()
+	}
+	return e.Op + " " + e.Path + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+func opErr(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &OpError{Op: op, Path: path, Err: err}
+}

@@ -1,0 +1,298 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"lockcell/cell/wire"
+)
+
+// OpenMode says what a handle may do and how Open treats a missing node.
+type OpenMode uint32
+
+// Open modes; combine with |.
+const (
+	// Read lets the handle read contents, stats and listings.
+	Read OpenMode = OpenMode(wire.OpenRead)
+	// Write lets the handle write contents, delete the node and take its lock.
+	Write OpenMode = OpenMode(wire.OpenWrite)
+	// Create creates the node when it does not exist (its parent must).
+	Create OpenMode = OpenMode(wire.OpenCreate)
+	// Excl with Create fails with ErrExists when the node exists.
+	Excl OpenMode = OpenMode(wire.OpenExcl)
+	// Directory creates, or insists on, a directory.
+	Directory OpenMode = OpenMode(wire.OpenDirectory)
+	// Ephemeral with Create makes a node that is deleted when no session
+	// holds it open (files) or when empty (directories), and a file that
+	// dies with its creating session.
+	Ephemeral OpenMode = OpenMode(wire.OpenEphemeral)
+)
+
+// LockMode is a reader/writer lock mode.
+type LockMode uint8
+
+// Lock modes.
+const (
+	// Exclusive: one holder.
+	Exclusive LockMode = LockMode(wire.LockExclusive)
+	// Shared: any number of holders.
+	Shared LockMode = LockMode(wire.LockShared)
+)
+
+func (m LockMode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	}
+	return "free"
+}
+
+// OpenOption adjusts an Open.
+type OpenOption func(*wire.OpenRequest)
+
+// WithContents sets the initial contents of a file that Open creates.
+func WithContents(b []byte) OpenOption {
+	return func(r *wire.OpenRequest) { r.Contents = b }
+}
+
+// WithLockDelay sets the lock-delay applied when this handle's session
+// fails while it holds the lock (at most one minute; default one minute).
+func WithLockDelay(d time.Duration) OpenOption {
+	return func(r *wire.OpenRequest) { r.LockDelayMillis = d.Milliseconds() }
+}
+
+// Stat is a node's metadata (SPEC 2). Generations only grow: ContentGen on
+// every SetContents, LockGen each time the lock goes from free to held,
+// Instance each time the name is created.
+type Stat struct {
+	Instance    uint64
+	ContentGen  uint64
+	LockGen     uint64
+	ACLGen      uint64
+	Checksum    uint64
+	Size        uint64
+	CTime       time.Time
+	MTime       time.Time
+	Dir         bool
+	Ephemeral   bool
+	ReadACL     string
+	WriteACL    string
+	ChangeACL   string
+	LockMode    LockMode
+	LockHolders int
+}
+
+func statFrom(s wire.Stat) Stat {
+	return Stat{Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
+		Checksum: s.Checksum, Size: s.Size, CTime: time.Unix(0, s.CTime), MTime: time.Unix(0, s.MTime),
+		Dir: s.Dir, Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
+		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders)}
+}
+
+// DirEntry is one child of a directory.
+type DirEntry struct {
+	Name string
+	Dir  bool
+}
+
+// Handle is an open file or directory. After Close every method but Name
+// fails with ErrClosed. A Handle is safe for concurrent use.
+type Handle struct {
+	c    *Client
+	id   uint64
+	path string
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Open opens the node at name with the given mode. With Create it creates
+// a missing node; its parent directory must exist.
+func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...OpenOption) (*Handle, error) {
+	if err := wire.ValidateName(c.cfg.Cell, name); err != nil {
+		return nil, opErr("open", name, err)
+	}
+	req := wire.OpenRequest{Path: name, Flags: uint32(mode)}
+	for _, o := range opts {
+		o(&req)
+	}
+	if len(req.Contents) > wire.MaxContents {
+		return nil, opErr("open", name, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed %d", len(req.Contents), wire.MaxContents))
+	}
+	var resp wire.OpenResponse
+	if err := c.call(ctx, wire.MethodOpen, true, &req, &resp); err != nil {
+		return nil, opErr("open", name, err)
+	}
+	return &Handle{c: c, id: resp.Handle, path: name}, nil
+}
+
+// Name returns the name the handle was opened with.
+func (h *Handle) Name() string { return h.path }
+
+func (h *Handle) check() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any) error {
+	if err := h.check(); err != nil {
+		return opErr(op, h.path, err)
+	}
+	return opErr(op, h.path, h.c.call(ctx, m, m.Mutating(), req, resp))
+}
+
+// GetContentsAndStat reads a file's contents and metadata. The read is
+// linearizable: it reflects every write that completed before it began.
+func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
+	var resp wire.ContentsResponse
+	if err := h.do(ctx, "read", wire.MethodGetContentsAndStat, &wire.HandleRequest{Handle: h.id}, &resp); err != nil {
+		return nil, Stat{}, err
+	}
+	return resp.Contents, statFrom(resp.Stat), nil
+}
+
+// GetStat reads the node's metadata.
+func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
+	var resp wire.StatResponse
+	if err := h.do(ctx, "stat", wire.MethodGetStat, &wire.HandleRequest{Handle: h.id}, &resp); err != nil {
+		return Stat{}, err
+	}
+	return statFrom(resp.Stat), nil
+}
+
+// ReadDir lists a directory's children in name order.
+func (h *Handle) ReadDir(ctx context.Context) ([]DirEntry, error) {
+	var resp wire.ReadDirResponse
+	if err := h.do(ctx, "readdir", wire.MethodReadDir, &wire.HandleRequest{Handle: h.id}, &resp); err != nil {
+		return nil, err
+	}
+	out := make([]DirEntry, len(resp.Entries))
+	for i, e := range resp.Entries {
+		out[i] = DirEntry{Name: e.Name, Dir: e.Dir}
+	}
+	return out, nil
+}
+
+// SetOption adjusts a SetContents.
+type SetOption func(*wire.SetContentsRequest)
+
+// IfGeneration makes SetContents a compare-and-swap: it writes only if the
+// file's content generation is still gen, and otherwise fails with
+// ErrGenerationMismatch, changing nothing.
+func IfGeneration(gen uint64) SetOption {
+	return func(r *wire.SetContentsRequest) { r.IfGeneration, r.HasIfGeneration = gen, true }
+}
+
+// SetContents replaces a file's contents (at most 256 KiB) atomically.
+func (h *Handle) SetContents(ctx context.Context, data []byte, opts ...SetOption) error {
+	_, err := h.SetContentsAndStat(ctx, data, opts...)
+	return err
+}
+
+// SetContentsAndStat is SetContents that also returns the file's new
+// metadata (its new content generation, for the next compare-and-swap).
+func (h *Handle) SetContentsAndStat(ctx context.Context, data []byte, opts ...SetOption) (Stat, error) {
+	if len(data) > wire.MaxContents {
+		return Stat{}, opErr("write", h.path, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed %d", len(data), wire.MaxContents))
+	}
+	req := wire.SetContentsRequest{Handle: h.id, Contents: data}
+	for _, o := range opts {
+		o(&req)
+	}
+	if req.Contents == nil {
+		req.Contents = []byte{}
+	}
+	var resp wire.StatResponse
+	if err := h.do(ctx, "write", wire.MethodSetContents, &req, &resp); err != nil {
+		return Stat{}, err
+	}
+	return statFrom(resp.Stat), nil
+}
+
+// Delete deletes the node (a directory must be empty). The handle stays
+// open but every further call on it fails with ErrHandleInvalid.
+func (h *Handle) Delete(ctx context.Context) error {
+	return h.do(ctx, "delete", wire.MethodDelete, &wire.HandleRequest{Handle: h.id}, &wire.Empty{})
+}
+
+// TryAcquire takes the lock in mode if it can right now. It returns false
+// (and a nil error) when the lock is held in a conflicting mode.
+func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
+	var resp wire.AcquireResponse
+	err := h.do(ctx, "lock", wire.MethodAcquire, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode)}, &resp)
+	if errors.Is(err, ErrLockHeld) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Acquire takes the lock in mode, waiting in FIFO order behind earlier
+// requests until it is granted or ctx ends. When ctx ends first the wait
+// is withdrawn at the master (and a grant that raced the cancel undone).
+func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
+	if err := h.check(); err != nil {
+		return opErr("lock", h.path, err)
+	}
+	c := h.c
+	seq := c.beginSeq()
+	defer c.endSeq(seq)
+	var resp wire.AcquireResponse
+	// A blocking acquire may wait far longer than RetryTimeout; only the
+	// search for a master is bounded, so loop on ErrNoMaster while ctx lives.
+	for {
+		err := c.callSeq(ctx, wire.MethodAcquire, seq, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode), Wait: true}, &resp)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			cctx, cancel := context.WithTimeout(c.base, min(c.cfg.RetryTimeout, 10*time.Second))
+			cerr := c.call(cctx, wire.MethodCancelAcquire, true, &wire.CancelAcquireRequest{Handle: h.id, WaitSeq: seq}, &wire.Empty{})
+			cancel()
+			if cerr != nil && !errors.Is(cerr, ErrHandleInvalid) && !errors.Is(cerr, ErrClosed) {
+				c.log.Warn("lockcell: could not withdraw an abandoned lock wait", "path", h.path, "err", cerr)
+			}
+			return opErr("lock", h.path, ctx.Err())
+		}
+		if errors.Is(err, ErrCanceled) && ctx.Err() == nil {
+			// The master abandoned the wait without our asking (its
+			// connection to us broke): queue again under the same id.
+			continue
+		}
+		if !errors.Is(err, ErrNoMaster) {
+			return opErr("lock", h.path, err)
+		}
+	}
+}
+
+// Release releases the lock this handle holds; the next waiters get it in
+// the same replicated step.
+func (h *Handle) Release(ctx context.Context) error {
+	return h.do(ctx, "unlock", wire.MethodRelease, &wire.HandleRequest{Handle: h.id}, &wire.Empty{})
+}
+
+// Close closes the handle, releasing any lock it holds (without
+// lock-delay). It is idempotent.
+func (h *Handle) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(h.c.base, h.c.cfg.RetryTimeout)
+	defer cancel()
+	err := h.c.call(ctx, wire.MethodClose, true, &wire.HandleRequest{Handle: h.id}, &wire.Empty{})
+	if errors.Is(err, ErrHandleInvalid) {
+		err = nil // already gone (node deleted or session closed)
+	}
+	return opErr("close", h.path, err)
+}

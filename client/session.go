@@ -1,0 +1,201 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"lockcell/cell/wire"
+)
+
+// EventKind names a session or handle event.
+type EventKind int
+
+// Session events (SPEC 4, 7).
+const (
+	// Jeopardy: the local lease ran out without a KeepAlive reply; the
+	// session may or may not survive. Calls block until Safe or Expired.
+	Jeopardy EventKind = iota + 1
+	// Safe: a KeepAlive succeeded during the grace period; the session and
+	// its handles and locks survived.
+	Safe
+	// Expired: the grace period ended, or the master declared the session
+	// over. Every call fails with ErrSessionExpired.
+	Expired
+	// MasterFailover: a new master took over (a new epoch).
+	MasterFailover
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Jeopardy:
+		return "jeopardy"
+	case Safe:
+		return "safe"
+	case Expired:
+		return "expired"
+	case MasterFailover:
+		return "master-failover"
+	}
+	return "event"
+}
+
+// Event is one notification to the application.
+type Event struct {
+	Kind  EventKind
+	Epoch uint64
+	Time  time.Time
+}
+
+// Events delivers session events in order. The channel is closed by Close.
+// Slow readers lose events beyond a buffer of 256 rather than stall the
+// session.
+func (c *Client) Events() <-chan Event { return c.events }
+
+func (c *Client) emit(e Event) {
+	e.Time = time.Now()
+	c.eventsMu.Lock()
+	defer c.eventsMu.Unlock()
+	if c.eventsOff {
+		return
+	}
+	select {
+	case c.events <- e:
+	default:
+		c.log.Warn("lockcell: event dropped, the application is not reading Events()", "event", e.Kind)
+	}
+}
+
+// driftMargin is subtracted from every lease the master grants: the
+// client's clock may run up to 1% faster than the master's, plus a fixed
+// allowance for scheduling delay.
+func driftMargin(d time.Duration) time.Duration { return d/100 + 20*time.Millisecond }
+
+// sessionState is the client's view of its lease.
+type sessionState struct {
+	mu       sync.Mutex
+	leaseEnd time.Time // local, conservative
+	jeopardy bool
+	ackEvent uint64
+	leaseTTL time.Duration
+}
+
+func newSessionState(end time.Time, ttlMillis int64) *sessionState {
+	ttl := time.Duration(ttlMillis) * time.Millisecond
+	return &sessionState{leaseEnd: end.Add(-driftMargin(ttl)), leaseTTL: ttl}
+}
+
+// keepAliveLoop keeps exactly one KeepAlive outstanding. The local lease
+// is measured from when each call was sent, so it never outlasts the
+// master's. When it runs out the session is in jeopardy; when the grace
+// period runs out too, it has expired.
+func (c *Client) keepAliveLoop() {
+	defer c.wg.Done()
+	s := c.sess
+	for {
+		s.mu.Lock()
+		deadline := s.leaseEnd
+		inJeopardy := s.jeopardy
+		if inJeopardy {
+			deadline = s.leaseEnd.Add(c.cfg.GracePeriod)
+		}
+		ack := s.ackEvent
+		s.mu.Unlock()
+
+		ctx, cancel := context.WithDeadline(c.base, deadline)
+		sent := time.Now()
+		var resp wire.KeepAliveResponse
+		err := c.keepAliveCall(ctx, &wire.KeepAliveRequest{AckEvent: ack}, &resp)
+		cancel()
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		switch {
+		case err == nil:
+			lease := time.Duration(resp.HeldMillis+resp.LeaseMillis) * time.Millisecond
+			s.mu.Lock()
+			s.leaseEnd = sent.Add(lease - driftMargin(lease))
+			wasJeopardy := s.jeopardy
+			s.jeopardy = false
+			for _, ev := range resp.Events {
+				s.ackEvent = max(s.ackEvent, ev.Seq)
+			}
+			s.mu.Unlock()
+			c.noteEpoch(resp.Epoch)
+			if wasJeopardy {
+				c.emit(Event{Kind: Safe, Epoch: resp.Epoch})
+			}
+		case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrUnknownSession):
+			c.markExpired()
+			return
+		case errors.Is(err, context.DeadlineExceeded):
+			if inJeopardy {
+				c.markExpired()
+				return
+			}
+			s.mu.Lock()
+			s.jeopardy = true
+			s.mu.Unlock()
+			c.emit(Event{Kind: Jeopardy})
+		default:
+			// Closed, or an unexpected answer: back off briefly.
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// keepAliveCall is callSeq without the RetryTimeout budget: the session's
+// own deadline (lease end, then grace end) bounds the search for a master.
+func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, resp *wire.KeepAliveResponse) error {
+	backoff := 10 * time.Millisecond
+	for {
+		c.mu.Lock()
+		closed, expired := c.closed, c.expired
+		session, epoch := c.session, c.epoch
+		c.mu.Unlock()
+		if closed {
+			return ErrClosed
+		}
+		if expired {
+			return ErrSessionExpired
+		}
+		cn, err := c.masterConn(ctx)
+		retryNow := false
+		if err == nil {
+			var st wire.Status
+			st, err = cn.call(ctx, &wire.Header{Method: wire.MethodKeepAlive, Session: session, Epoch: epoch}, req, resp)
+			if err == nil {
+				switch st.Code {
+				case wire.CodeOK:
+					return nil
+				case wire.CodeNotMaster:
+					retryNow = c.redirect(cn.addr, st.Leader)
+				case wire.CodeUnavailable:
+				default:
+					return st.Err()
+				}
+			} else if errors.Is(err, errTransport) {
+				c.dropConn(cn)
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if retryNow {
+			continue
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}

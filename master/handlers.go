@@ -1,0 +1,176 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenResponse, error) {
+	if err := wire.ValidateName(c.cfg.Cell, req.Path); err != nil {
+		return nil, err
+	}
+	if !wire.ValidOpenFlags(req.Flags) {
+		return nil, wire.Errorf(wire.CodeBadRequest, "unknown open flags %#x", req.Flags)
+	}
+	if len(req.Contents) > wire.MaxContents {
+		return nil, wire.Errorf(wire.CodeTooLarge, "%s: contents of %d bytes exceed the limit of %d", req.Path, len(req.Contents), wire.MaxContents)
+	}
+	if req.Flags&wire.OpenCreate == 0 && (req.Flags&(wire.OpenExcl|wire.OpenEphemeral) != 0 || len(req.Contents) > 0) {
+		return nil, wire.Errorf(wire.CodeBadRequest, "%s: exclusive, ephemeral and initial contents need the create flag", req.Path)
+	}
+	delay := time.Duration(req.LockDelayMillis) * time.Millisecond
+	switch {
+	case delay < 0 || delay > MaxLockDelay:
+		return nil, wire.Errorf(wire.CodeBadRequest, "lock-delay %v is outside 0..%v", delay, MaxLockDelay)
+	case delay == 0:
+		delay = c.cfg.DefaultLockDelay
+	}
+	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdOpen, Path: req.Path, Flags: req.Flags,
+		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask})
+	if err != nil {
+		return nil, err
+	}
+	return &wire.OpenResponse{Handle: res.Handle, Created: res.Created, Stat: toStat(res.Stat)}, nil
+}
+
+func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*wire.StatResponse, error) {
+	if len(req.Contents) > wire.MaxContents {
+		return nil, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed the limit of %d", len(req.Contents), wire.MaxContents)
+	}
+	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdSetContents, Handle: req.Handle,
+		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration})
+	if err != nil {
+		return nil, err
+	}
+	return &wire.StatResponse{Stat: toStat(res.Stat)}, nil
+}
+
+func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, error) {
+	switch c.h.Method {
+	case wire.MethodClose:
+		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdClose, Handle: req.Handle})
+		return &wire.Empty{}, err
+	case wire.MethodDelete:
+		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdDelete, Handle: req.Handle})
+		return &wire.Empty{}, err
+	case wire.MethodRelease:
+		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdRelease, Handle: req.Handle})
+		return &wire.Empty{}, err
+	}
+	if err := c.verifyRead(ctx); err != nil {
+		return nil, err
+	}
+	switch c.h.Method {
+	case wire.MethodReadDir:
+		ents, err := c.fsm.ReadDir(c.h.Session, req.Handle)
+		if err != nil {
+			return nil, err
+		}
+		out := &wire.ReadDirResponse{Entries: make([]wire.DirEntry, len(ents))}
+		for i, e := range ents {
+			out.Entries[i] = wire.DirEntry{Name: e.Name, Dir: e.Dir}
+		}
+		return out, nil
+	case wire.MethodGetStat:
+		v, err := c.fsm.LookupHandle(c.h.Session, req.Handle)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.StatResponse{Stat: toStat(v.Stat)}, nil
+	default: // GetContentsAndStat
+		v, err := c.fsm.LookupHandle(c.h.Session, req.Handle)
+		if err != nil {
+			return nil, err
+		}
+		if v.Stat.Dir {
+			return nil, wire.Errorf(wire.CodeIsDir, "%s is a directory", v.Handle.Path)
+		}
+		return &wire.ContentsResponse{Contents: v.Contents, Stat: toStat(v.Stat)}, nil
+	}
+}
+
+// acquire takes a lock. A blocking acquire queues in the replicated FIFO
+// and parks here until the state machine hands it the lock (in the entry
+// that released it), the node goes away, or the caller gives up; giving up
+// withdraws the wait through Raft, undoing a grant that raced the cancel.
+func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.AcquireResponse, error) {
+	if req.Mode != wire.LockExclusive && req.Mode != wire.LockShared {
+		return nil, wire.Errorf(wire.CodeBadRequest, "unknown lock mode %d", req.Mode)
+	}
+	var woke chan struct{}
+	key := waitKey{req.Handle, c.h.Seq}
+	if req.Wait {
+		woke = make(chan struct{}, 1)
+		c.mu.Lock()
+		c.waits[key] = woke
+		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			delete(c.waits, key)
+			c.mu.Unlock()
+		}()
+	}
+	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdAcquire, Handle: req.Handle, Mode: req.Mode, Wait: req.Wait})
+	if err != nil {
+		return nil, err
+	}
+	if res.Granted {
+		return &wire.AcquireResponse{LockGen: res.LockGen}, nil
+	}
+	// Queued (now, or by an earlier try of this request id at another master).
+	for {
+		state, gen, err := c.fsm.LockWait(c.h.Session, req.Handle, c.h.Seq)
+		if err != nil {
+			return nil, err
+		}
+		switch state {
+		case replica.WaitGranted:
+			return &wire.AcquireResponse{LockGen: gen}, nil
+		case replica.WaitGone:
+			return nil, wire.Errorf(wire.CodeCanceled, "the wait for the lock was withdrawn")
+		}
+		select {
+		case <-woke:
+		case <-c.stop:
+			// Leave the wait queued: the client retries this request id at
+			// the new master, which finds it queued (or granted).
+			return nil, errStopped
+		case <-ctx.Done():
+			c.withdraw(req.Handle, c.h.Seq)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// withdraw removes an abandoned wait (or undoes its grant) through Raft.
+func (c *call) withdraw(handle, seq uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.cons.Apply(ctx, &replica.Command{Type: replica.CmdCancelWait, Session: c.h.Session,
+		Handle: handle, WaitSeq: seq, Time: c.now()})
+	if err == nil {
+		err = resultErr(res)
+	}
+	var re *replica.Error
+	if err != nil && !(errors.As(err, &re) && re.Kind == replica.KindHandleInvalid) {
+		c.log.Warn("withdrawing an abandoned lock wait failed; the client retries it", "handle", handle, "seq", seq, "err", err)
+	}
+}
+
+func (c *call) cancelAcquire(ctx context.Context, req *wire.CancelAcquireRequest) (*wire.Empty, error) {
+	_, err := c.apply(ctx, &replica.Command{Type: replica.CmdCancelWait, Handle: req.Handle, WaitSeq: req.WaitSeq})
+	return &wire.Empty{}, err
+}
+
+func toStat(s replica.Stat) wire.Stat {
+	return wire.Stat{
+		Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
+		Checksum: s.Checksum, Size: s.Size, CTime: s.CTime, MTime: s.MTime, Dir: s.Dir,
+		Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
+		LockMode: s.LockMode, LockHolders: s.LockHolders,
+	}
+}

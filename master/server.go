@@ -1,0 +1,330 @@
+// Package master is the behaviour of the elected leader: it serves the
+// client calls, keeps session leases in memory, wakes blocked acquires when
+// the replicated state hands them a lock, and turns every change of state
+// into a replicated command. A Server exists on every replica but serves
+// only between Start (on winning leadership) and Stop (on losing it).
+package master
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// Consensus is what the master needs from its replica: proposing commands
+// and confirming leadership. Declared here, where it is used.
+type Consensus interface {
+	// Apply proposes cmd and returns its result once applied locally.
+	Apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error)
+	// VerifyLeader confirms leadership with a quorum right now.
+	VerifyLeader(ctx context.Context) error
+}
+
+// Config configures the master behaviour of a cell.
+type Config struct {
+	// Cell is the cell name: names served are /ls/<Cell>/...
+	Cell string
+	// LeaseTTL is the session lease a KeepAlive grants (default 12 s).
+	LeaseTTL time.Duration
+	// DefaultLockDelay applies to handles that ask for none (default 1 min).
+	DefaultLockDelay time.Duration
+	// Logger receives the master's logs.
+	Logger *slog.Logger
+	// Now is the wall clock (tests may scale it); default time.Now.
+	Now func() time.Time
+}
+
+// MaxLockDelay is the longest lock-delay a handle may ask for (SPEC 5).
+const MaxLockDelay = time.Minute
+
+func (c *Config) setDefaults() {
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 12 * time.Second
+	}
+	if c.DefaultLockDelay <= 0 {
+		c.DefaultLockDelay = time.Minute
+	}
+	c.DefaultLockDelay = min(c.DefaultLockDelay, MaxLockDelay)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Server is the master side of the client protocol on one replica.
+type Server struct {
+	cfg  Config
+	cons Consensus
+	fsm  *replica.FSM
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	serving bool
+	epoch   uint64
+	stop    chan struct{} // closed by Stop; a fresh one per term of service
+	leases  map[uint64]*lease
+	waits   map[waitKey]chan struct{}
+	delays  map[string]*time.Timer
+	wg      sync.WaitGroup
+}
+
+type waitKey struct{ handle, seq uint64 }
+
+// New returns a master for the replica's state machine. It installs itself
+// as the FSM's observer.
+func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
+	cfg.setDefaults()
+	s := &Server{cfg: cfg, cons: cons, fsm: fsm, log: cfg.Logger,
+		leases: map[uint64]*lease{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{}}
+	fsm.SetObserver(s.observe)
+	return s
+}
+
+// Serving reports whether this master serves calls, and at which epoch.
+func (s *Server) Serving() (bool, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serving, s.epoch
+}
+
+// Start makes this replica's master serve, after it won leadership: it
+// takes a new epoch through Raft (which is also the post-election barrier:
+// once it is applied, every earlier entry is), grants every session a full
+// lease from now (no old master can have granted more, SPEC 7), and re-arms
+// the hand-off of locks waiting out a lock-delay.
+func (s *Server) Start(ctx context.Context) error {
+	res, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdEpoch, Time: s.now()})
+	if err != nil {
+		return fmt.Errorf("master: take epoch: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving {
+		return nil
+	}
+	s.epoch = res.Epoch
+	s.stop = make(chan struct{})
+	end := s.cfg.Now().Add(s.cfg.LeaseTTL)
+	for _, id := range s.fsm.SessionIDs() {
+		s.leases[id] = newLease(end)
+	}
+	for path, until := range s.fsm.LockDelays() {
+		s.armDelayLocked(path, until)
+	}
+	s.serving = true
+	s.wg.Add(1)
+	go s.expireLoop(s.stop)
+	s.log.Info("master serving", "epoch", s.epoch, "sessions", len(s.leases))
+	return nil
+}
+
+// Stop ends service: parked KeepAlives and blocked acquires return
+// NotMaster (clients follow to the new master), leases and timers are
+// forgotten. It waits for the master's own goroutines.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	if !s.serving {
+		s.mu.Unlock()
+		return
+	}
+	s.serving = false
+	close(s.stop)
+	s.leases = map[uint64]*lease{}
+	for p, t := range s.delays {
+		t.Stop()
+		delete(s.delays, p)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.log.Info("master stopped", "epoch", s.epoch)
+}
+
+func (s *Server) now() int64 { return s.cfg.Now().UnixNano() }
+
+// observe runs on raft's apply goroutine for every applied entry with
+// changes. It only flips in-memory state and never blocks.
+func (s *Server) observe(index uint64, changes []replica.Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range changes {
+		switch c.Kind {
+		case replica.ChangeLockGranted, replica.ChangeWaitEnded:
+			if ch, ok := s.waits[waitKey{c.Handle, c.Seq}]; ok {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		case replica.ChangeSessionCreated:
+			if s.serving {
+				if _, ok := s.leases[c.Session]; !ok {
+					s.leases[c.Session] = newLease(s.cfg.Now().Add(s.cfg.LeaseTTL))
+				}
+			}
+		case replica.ChangeSessionClosed:
+			if l, ok := s.leases[c.Session]; ok {
+				l.closed = true
+				l.wakeLocked()
+				delete(s.leases, c.Session)
+			}
+		case replica.ChangeLockDelay:
+			if s.serving {
+				s.armDelayLocked(c.Path, c.Time)
+			}
+		}
+	}
+}
+
+// armDelayLocked schedules a Grant command for when the lock-delay on path
+// ends, so queued waiters get the lock without polling.
+func (s *Server) armDelayLocked(path string, until int64) {
+	if t, ok := s.delays[path]; ok {
+		t.Stop()
+	}
+	d := time.Duration(until - s.now())
+	stop := s.stop
+	s.delays[path] = time.AfterFunc(max(d, 0)+time.Millisecond, func() {
+		s.mu.Lock()
+		if !s.serving || s.stop != stop {
+			s.mu.Unlock()
+			return
+		}
+		delete(s.delays, path)
+		s.wg.Add(1)
+		s.mu.Unlock()
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdGrant, Path: path, Time: s.now()}); err != nil {
+			s.log.Warn("lock-delay hand-off failed", "path", path, "err", err)
+		}
+	})
+}
+
+// checkServing admits a call: this master serves, and the caller expects
+// its epoch (KeepAlive and CreateSession learn the epoch instead).
+func (s *Server) checkServing(h *wire.Header) (uint64, <-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.serving {
+		return 0, nil, wire.ErrNotMaster
+	}
+	switch h.Method {
+	case wire.MethodCreateSession, wire.MethodKeepAlive, wire.MethodCellStatus:
+	default:
+		if h.Epoch != s.epoch {
+			return s.epoch, nil, wire.Errorf(wire.CodeBadEpoch, "call for epoch %d, master is at epoch %d", h.Epoch, s.epoch)
+		}
+	}
+	return s.epoch, s.stop, nil
+}
+
+// Dispatch decodes the body of one call and runs its handler. It returns
+// the response value and, on failure, a *wire.Error; the epoch is the
+// master's, for the caller's Status.
+func (s *Server) Dispatch(ctx context.Context, h *wire.Header, body []byte) (any, uint64, error) {
+	epoch, stop, err := s.checkServing(h)
+	if err != nil {
+		return nil, epoch, err
+	}
+	c := &call{Server: s, h: h, epoch: epoch, stop: stop}
+	resp, err := c.dispatch(ctx, body)
+	return resp, epoch, toWire(err)
+}
+
+// call is one request in flight.
+type call struct {
+	*Server
+	h     *wire.Header
+	epoch uint64
+	stop  <-chan struct{}
+}
+
+func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
+	switch c.h.Method {
+	case wire.MethodCreateSession:
+		var req wire.CreateSessionRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.createSession(ctx, &req)
+	case wire.MethodKeepAlive:
+		var req wire.KeepAliveRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.keepAlive(ctx, &req)
+	case wire.MethodCloseSession:
+		return c.closeSession(ctx)
+	case wire.MethodOpen:
+		var req wire.OpenRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.open(ctx, &req)
+	case wire.MethodSetContents:
+		var req wire.SetContentsRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.setContents(ctx, &req)
+	case wire.MethodAcquire:
+		var req wire.AcquireRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.acquire(ctx, &req)
+	case wire.MethodCancelAcquire:
+		var req wire.CancelAcquireRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.cancelAcquire(ctx, &req)
+	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
+		wire.MethodDelete, wire.MethodRelease:
+		var req wire.HandleRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.handleCall(ctx, &req)
+	}
+	return nil, wire.Errorf(wire.CodeBadRequest, "unknown method %d", c.h.Method)
+}
+
+// apply proposes a command carrying the call's request id and returns the
+// state machine's result, or its error.
+func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error) {
+	cmd.Time = c.now()
+	cmd.Session = c.h.Session
+	if c.h.Method.Mutating() {
+		if c.h.Seq == 0 {
+			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a request id (header seq)", c.h.Method)
+		}
+		cmd.Seq, cmd.Ack = c.h.Seq, c.h.Ack
+	}
+	res, err := c.cons.Apply(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return res, resultErr(res)
+}
+
+// verifyRead makes a read linearizable: the session is live and this
+// replica is still the leader right now (a quorum confirms), so every write
+// acknowledged before the read began is in the local state machine.
+func (c *call) verifyRead(ctx context.Context) error {
+	if err := c.cons.VerifyLeader(ctx); err != nil {
+		return err
+	}
+	if !c.fsm.SessionExists(c.h.Session) {
+		return wire.Errorf(wire.CodeSessionExpired, "session %d does not exist or has expired", c.h.Session)
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// lease is a session's lease in master memory. Extensions are never
+// written through Raft (SPEC 4); a new master grants every session a full
+// lease instead.
+type lease struct {
+	end    time.Time
+	wake   chan struct{} // wakes the parked KeepAlive (events, close)
+	closed bool
+	events []wire.Event
+}
+
+func newLease(end time.Time) *lease { return &lease{end: end, wake: make(chan struct{}, 1)} }
+
+func (l *lease) wakeLocked() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest) (*wire.CreateSessionResponse, error) {
+	if len(req.ClientName) > 256 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "client name of %d bytes exceeds 256", len(req.ClientName))
+	}
+	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdCreateSession, Client: req.ClientName})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	l, ok := c.leases[res.Session]
+	if !ok && c.serving {
+		l = newLease(c.cfg.Now().Add(c.cfg.LeaseTTL))
+		c.leases[res.Session] = l
+	}
+	c.mu.Unlock()
+	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds()}, nil
+}
+
+// keepAlive is the long poll of SPEC 4. The master extends the lease when
+// the call arrives and parks it until a quarter of the lease is left (or an
+// event is queued for the session), then extends it again and replies. The
+// reply says how long the call was held and how much lease remains, so the
+// client can compute a lease end that never exceeds the master's.
+func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire.KeepAliveResponse, error) {
+	arrived := c.cfg.Now()
+	c.mu.Lock()
+	l, ok := c.leases[c.h.Session]
+	if !ok {
+		c.mu.Unlock()
+		if c.h.Session == 0 || !c.fsm.SessionExists(c.h.Session) {
+			_, _, _, applied := c.fsm.Counts()
+			if c.h.Session == 0 || c.h.Session > applied {
+				return nil, wire.Errorf(wire.CodeUnknownSession, "session %d was never created in this cell", c.h.Session)
+			}
+			return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", c.h.Session)
+		}
+		// Created just now and not yet seen by the observer: give it a lease.
+		c.mu.Lock()
+		if l, ok = c.leases[c.h.Session]; !ok {
+			l = newLease(arrived.Add(c.cfg.LeaseTTL))
+			c.leases[c.h.Session] = l
+		}
+	}
+	if l.end.Before(arrived) {
+		c.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", c.h.Session)
+	}
+	// The previous lease end bounds how long the call may be held: reply
+	// with a quarter of the lease to spare so the next call arrives in time.
+	holdUntil := l.end.Add(-c.cfg.LeaseTTL / 4)
+	if e := arrived.Add(c.cfg.LeaseTTL); e.After(l.end) {
+		l.end = e
+	}
+	l.events = dropAcked(l.events, req.AckEvent)
+	if c.h.Epoch != c.epoch {
+		// The client last spoke to another master: tell it (SPEC 7 step 4).
+		l.events = append(l.events, wire.Event{Seq: uint64(arrived.UnixNano()), Kind: wire.EventMasterFailover})
+	}
+	pending := len(l.events) > 0
+	c.mu.Unlock()
+
+	if !pending {
+		if d := holdUntil.Sub(arrived); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-l.wake:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-c.stop:
+				t.Stop()
+				return nil, errStopped
+			}
+			t.Stop()
+		}
+	}
+	replied := c.cfg.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.closed {
+		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", c.h.Session)
+	}
+	if e := replied.Add(c.cfg.LeaseTTL); e.After(l.end) {
+		l.end = e
+	}
+	return &wire.KeepAliveResponse{
+		Epoch:       c.epoch,
+		HeldMillis:  replied.Sub(arrived).Milliseconds(),
+		LeaseMillis: l.end.Sub(replied).Milliseconds(),
+		Events:      append([]wire.Event(nil), l.events...),
+	}, nil
+}
+
+func dropAcked(evs []wire.Event, ack uint64) []wire.Event {
+	out := evs[:0]
+	for _, e := range evs {
+		if e.Seq > ack {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
+	res, err := c.cons.Apply(ctx, &replica.Command{Type: replica.CmdCloseSession, Session: c.h.Session, Time: c.now()})
+	if err != nil {
+		return nil, err
+	}
+	return &wire.Empty{}, resultErr(res)
+}
+
+// expireLoop expires sessions whose lease ran out, through Raft, so every
+// replica releases their locks and deletes their ephemeral nodes (SPEC 4).
+func (s *Server) expireLoop(stop <-chan struct{}) {
+	defer s.wg.Done()
+	tick := time.NewTicker(max(s.cfg.LeaseTTL/20, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		now := s.cfg.Now()
+		var expired []uint64
+		s.mu.Lock()
+		for id, l := range s.leases {
+			if l.end.Before(now) && !l.closed {
+				expired = append(expired, id)
+			}
+		}
+		s.mu.Unlock()
+		for _, id := range expired {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			res, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdCloseSession, Session: id, Expired: true, Time: s.now()})
+			cancel()
+			switch {
+			case err != nil:
+				s.log.Warn("session expiry not applied; will retry", "session", id, "err", err)
+			case res.Err != nil:
+				s.mu.Lock()
+				delete(s.leases, id)
+				s.mu.Unlock()
+			default:
+				s.log.Info("session expired", "session", id)
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}
+}

@@ -1,0 +1,124 @@
+package replica
+
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// CmdType is the first field of every replicated command. Numbers are
+// append-only: a log written by one version is replayed by the next.
+type CmdType uint8
+
+// The replicated commands.
+const (
+	CmdEpoch         CmdType = 1  // a new master takes the next epoch; also its post-election barrier
+	CmdCreateSession CmdType = 2  // a session is born; its id is the entry's index
+	CmdCloseSession  CmdType = 3  // a session ends, cleanly or by expiry (Expired)
+	CmdOpen          CmdType = 4  // a handle is opened, creating the node when asked
+	CmdClose         CmdType = 5  // a handle is closed
+	CmdSetContents   CmdType = 6  // a file's contents are replaced
+	CmdDelete        CmdType = 7  // a node is deleted
+	CmdAcquire       CmdType = 8  // a lock is taken, or the handle queues for it
+	CmdRelease       CmdType = 9  // a lock is released and handed to the next waiters
+	CmdCancelWait    CmdType = 10 // a blocking acquire is withdrawn (or its late grant undone)
+	CmdGrant         CmdType = 11 // re-run hand-off of a lock whose lock-delay has passed
+)
+
+func (t CmdType) String() string {
+	switch t {
+	case CmdEpoch:
+		return "Epoch"
+	case CmdCreateSession:
+		return "CreateSession"
+	case CmdCloseSession:
+		return "CloseSession"
+	case CmdOpen:
+		return "Open"
+	case CmdClose:
+		return "Close"
+	case CmdSetContents:
+		return "SetContents"
+	case CmdDelete:
+		return "Delete"
+	case CmdAcquire:
+		return "Acquire"
+	case CmdRelease:
+		return "Release"
+	case CmdCancelWait:
+		return "CancelWait"
+	case CmdGrant:
+		return "Grant"
+	}
+	return fmt.Sprintf("CmdType(%d)", uint8(t))
+}
+
+// commandVersion is the first byte of every encoded command. A replica that
+// meets a version it does not know stops rather than diverge.
+const commandVersion byte = 1
+
+// MaxCommandSize bounds an encoded command before it is proposed: contents
+// are at most 256 KiB, and a command is never allowed to grow a Raft entry
+// past what every replica and snapshot can carry.
+const MaxCommandSize = 512 * 1024
+
+// Command is one replicated state change. It is a single flat struct (not
+// one type per command) so that decoding goes into one concrete type; which
+// fields matter depends on Type. Everything apply needs, including the
+// proposing master's wall-clock time, travels inside the command, so apply
+// is deterministic.
+type Command struct {
+	Type CmdType `msgpack:"t"`
+	// Time is the proposing master's wall clock, Unix nanoseconds.
+	Time int64 `msgpack:"tm"`
+	// Session, Seq and Ack form the request id (SPEC 11): Seq is unique per
+	// session; Ack says every Seq at or below it has completed.
+	Session uint64 `msgpack:"s,omitempty"`
+	Seq     uint64 `msgpack:"q,omitempty"`
+	Ack     uint64 `msgpack:"a,omitempty"`
+
+	Path      string `msgpack:"p,omitempty"`
+	Handle    uint64 `msgpack:"h,omitempty"`
+	Flags     uint32 `msgpack:"f,omitempty"`
+	Contents  []byte `msgpack:"c,omitempty"`
+	IfGen     uint64 `msgpack:"ig,omitempty"`
+	HasIfGen  bool   `msgpack:"hi,omitempty"`
+	Mode      uint8  `msgpack:"m,omitempty"`
+	Wait      bool   `msgpack:"w,omitempty"`
+	WaitSeq   uint64 `msgpack:"ws,omitempty"`
+	LockDelay int64  `msgpack:"ld,omitempty"` // nanoseconds
+	EventMask uint32 `msgpack:"em,omitempty"`
+	Expired   bool   `msgpack:"x,omitempty"`
+	Principal string `msgpack:"pr,omitempty"`
+	Client    string `msgpack:"cl,omitempty"`
+}
+
+// Encode returns the versioned bytes of c, or ErrTooLarge when they exceed
+// MaxCommandSize.
+func (c *Command) Encode() ([]byte, error) {
+	b, err := msgpack.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("replica: encode %s: %w", c.Type, err)
+	}
+	if len(b)+1 > MaxCommandSize {
+		return nil, fmt.Errorf("%w: %s command of %d bytes exceeds %d", ErrTooLarge, c.Type, len(b)+1, MaxCommandSize)
+	}
+	out := make([]byte, 0, len(b)+1)
+	out = append(out, commandVersion)
+	return append(out, b...), nil
+}
+
+// DecodeCommand parses bytes written by Encode into a concrete Command.
+func DecodeCommand(b []byte) (*Command, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("replica: empty command")
+	}
+	if b[0] != commandVersion {
+		return nil, fmt.Errorf("replica: command version %d is not %d", b[0], commandVersion)
+	}
+	var c Command
+	if err := msgpack.Unmarshal(b[1:], &c); err != nil {
+		return nil, fmt.Errorf("replica: decode command: %w", err)
+	}
+	return &c, nil
+}

@@ -1,0 +1,64 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an error the state machine returns as a value in a
+// Result. Numbers are stored in snapshots (the de-duplication table), so
+// they are append-only.
+type Kind uint8
+
+// The kinds of state-machine errors.
+const (
+	KindNone Kind = iota
+	KindNotFound
+	KindExists
+	KindNotDir
+	KindIsDir
+	KindNotEmpty
+	KindGenerationMismatch
+	KindLockHeld
+	KindNotHeld
+	KindHandleInvalid
+	KindSessionExpired
+	KindDuplicate
+	KindBadRequest
+	KindLockDelay
+	KindPermission
+	KindCanceled
+)
+
+// Error is a state-machine error: deterministic, stored in the request
+// de-duplication table, and mapped to a wire code by the master.
+type Error struct {
+	Kind Kind   `msgpack:"k"`
+	Msg  string `msgpack:"m,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Is matches another *Error of the same kind.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Kind == e.Kind
+}
+
+func errf(k Kind, format string, args ...any) *Error {
+	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Errors of the replica itself (not of the state machine).
+var (
+	// ErrNotLeader means this replica cannot propose: the command was not
+	// applied.
+	ErrNotLeader = errors.New("replica: not the leader")
+	// ErrUnknownOutcome means leadership was lost while the command was in
+	// flight: it may still commit. Retry with the same request id.
+	ErrUnknownOutcome = errors.New("replica: leadership lost, outcome unknown")
+	// ErrTooLarge means the encoded command exceeds MaxCommandSize.
+	ErrTooLarge = errors.New("replica: command too large")
+	// ErrClosed means the replica has shut down.
+	ErrClosed = errors.New("replica: closed")
+)

@@ -1,0 +1,807 @@
+package replica
+
+import (
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Open flags as the state machine understands them. They equal the wire
+// flags bit for bit; the master passes them through.
+const (
+	FlagRead      uint32 = 1 << 0
+	FlagWrite     uint32 = 1 << 1
+	FlagCreate    uint32 = 1 << 2
+	FlagExcl      uint32 = 1 << 3
+	FlagDirectory uint32 = 1 << 4
+	FlagEphemeral uint32 = 1 << 5
+)
+
+// Lock modes.
+const (
+	LockFree      uint8 = 0
+	LockExclusive uint8 = 1
+	LockShared    uint8 = 2
+)
+
+// maxDedupPerSession bounds the request de-duplication table of one
+// session. A well-behaved client acknowledges completed requests long
+// before; past the bound the oldest results are forgotten (a retry of one
+// then gets KindDuplicate rather than a second application).
+const maxDedupPerSession = 4096
+
+// Node is one file or directory. Generations are Raft indexes, so they grow
+// across delete and re-create of a name and across masters.
+type Node struct {
+	Path      string `msgpack:"p"`
+	Dir       bool   `msgpack:"d,omitempty"`
+	Ephemeral bool   `msgpack:"e,omitempty"`
+	// Owner is the session that created an ephemeral node.
+	Owner      uint64 `msgpack:"o,omitempty"`
+	Contents   []byte `msgpack:"c,omitempty"`
+	Instance   uint64 `msgpack:"i"`
+	ContentGen uint64 `msgpack:"cg"`
+	LockGen    uint64 `msgpack:"lg,omitempty"`
+	ACLGen     uint64 `msgpack:"ag,omitempty"`
+	Checksum   uint64 `msgpack:"ck,omitempty"`
+	CTime      int64  `msgpack:"ct"`
+	MTime      int64  `msgpack:"mt"`
+	ReadACL    string `msgpack:"ra,omitempty"`
+	WriteACL   string `msgpack:"wa,omitempty"`
+	ChangeACL  string `msgpack:"ca,omitempty"`
+	LockMode   uint8  `msgpack:"lm,omitempty"`
+	// Holders hold the lock, in grant order.
+	Holders []Holder `msgpack:"lh,omitempty"`
+	// Waiters queue for the lock in FIFO order.
+	Waiters []Waiter `msgpack:"lw,omitempty"`
+	// LockDelayUntil (Unix ns) is when the lock may next be granted after a
+	// holder's session failed while holding it.
+	LockDelayUntil int64 `msgpack:"ld,omitempty"`
+
+	children    map[string]bool // child name -> is directory; rebuilt on restore
+	openHandles int             // handles open on this instance; rebuilt on restore
+}
+
+// Holder is one holder of a lock. WaitSeq is the request id of the blocking
+// Acquire that was granted (0 for an immediate grant), so a cancelled wait
+// can undo exactly its own grant.
+type Holder struct {
+	Handle  uint64 `msgpack:"h"`
+	Session uint64 `msgpack:"s"`
+	WaitSeq uint64 `msgpack:"w,omitempty"`
+}
+
+// Waiter is one queued blocking Acquire.
+type Waiter struct {
+	Handle  uint64 `msgpack:"h"`
+	Session uint64 `msgpack:"s"`
+	Seq     uint64 `msgpack:"q"`
+	Mode    uint8  `msgpack:"m"`
+}
+
+// Session is a client session as replicated. Its lease lives only in the
+// master's memory (SPEC 4).
+type Session struct {
+	ID        uint64 `msgpack:"id"`
+	Client    string `msgpack:"c,omitempty"`
+	Principal string `msgpack:"p,omitempty"`
+	Created   int64  `msgpack:"t"`
+	// AckSeq: every request id at or below it has completed.
+	AckSeq uint64 `msgpack:"a,omitempty"`
+	// Results de-duplicates retried requests: request id -> first result.
+	Results map[uint64]*Result `msgpack:"r,omitempty"`
+
+	handles map[uint64]bool // rebuilt on restore
+}
+
+// Handle is an open handle. It names the node instance it was opened on,
+// so it goes invalid when the node is deleted or re-created.
+type Handle struct {
+	ID        uint64 `msgpack:"id"`
+	Session   uint64 `msgpack:"s"`
+	Path      string `msgpack:"p"`
+	Instance  uint64 `msgpack:"i"`
+	Flags     uint32 `msgpack:"f"`
+	LockDelay int64  `msgpack:"ld,omitempty"`
+	EventMask uint32 `msgpack:"em,omitempty"`
+}
+
+// Stat is a node's metadata as of the moment it was read.
+type Stat struct {
+	Instance, ContentGen, LockGen, ACLGen, Checksum, Size uint64
+	CTime, MTime                                          int64
+	Dir, Ephemeral                                        bool
+	ReadACL, WriteACL, ChangeACL                          string
+	LockMode                                              uint8
+	LockHolders                                           uint32
+}
+
+// Result is what applying a command produced. Err carries a state-machine
+// error as a value (raft's ApplyFuture.Response); the other fields depend on
+// the command.
+type Result struct {
+	Err     *Error `msgpack:"e,omitempty"`
+	Epoch   uint64 `msgpack:"ep,omitempty"`
+	Session uint64 `msgpack:"s,omitempty"`
+	Handle  uint64 `msgpack:"h,omitempty"`
+	Created bool   `msgpack:"c,omitempty"`
+	Granted bool   `msgpack:"g,omitempty"`
+	Queued  bool   `msgpack:"q,omitempty"`
+	LockGen uint64 `msgpack:"lg,omitempty"`
+	Stat    Stat   `msgpack:"st,omitempty"`
+}
+
+// ChangeKind says what a Change reports.
+type ChangeKind uint8
+
+// Kinds of change the state machine reports to its observer.
+const (
+	ChangeLockGranted    ChangeKind = iota + 1 // Handle was granted the lock on Path by its wait Seq (0: immediately)
+	ChangeWaitEnded                            // Handle's wait Seq on Path ended without a grant
+	ChangeNode                                 // Path's contents, stat or existence changed
+	ChangeSessionCreated                       // Session was created
+	ChangeSessionClosed                        // Session was closed or expired
+	ChangeLockDelay                            // Path is under lock-delay until Time with waiters queued
+)
+
+// Change is one effect of an applied command, for the master's in-memory
+// machinery (waking blocked acquires, invalidating caches).
+type Change struct {
+	Kind    ChangeKind
+	Path    string
+	Handle  uint64
+	Session uint64
+	Seq     uint64
+	Time    int64
+}
+
+// Observer receives the changes of each applied entry, in log order, on
+// raft's apply goroutine. It must not block and must not call back into the
+// FSM's write side.
+type Observer func(index uint64, changes []Change)
+
+// FSM is the replicated state machine: the namespace, sessions, handles,
+// locks and the request de-duplication table. Reads from the master go
+// through its read methods, which take a shared lock.
+type FSM struct {
+	log *slog.Logger
+
+	mu       sync.RWMutex
+	cell     string
+	epoch    uint64
+	nodes    map[string]*Node
+	sessions map[uint64]*Session
+	handles  map[uint64]*Handle
+	applied  uint64
+	observer Observer
+
+	changes []Change // scratch, used under mu by apply
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// NewFSM returns the state machine of an empty cell: just the root
+// directory /ls/<cell>.
+func NewFSM(cell string, logger *slog.Logger) *FSM {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	f := &FSM{log: logger, cell: cell}
+	f.reset()
+	return f
+}
+
+func (f *FSM) reset() {
+	root := "/ls/" + f.cell
+	f.epoch = 0
+	f.nodes = map[string]*Node{root: {Path: root, Dir: true, children: map[string]bool{}}}
+	f.sessions = map[uint64]*Session{}
+	f.handles = map[uint64]*Handle{}
+}
+
+// Root returns the name of the cell's root directory.
+func (f *FSM) Root() string { return "/ls/" + f.cell }
+
+// SetObserver installs the observer of applied changes (nil removes it).
+func (f *FSM) SetObserver(o Observer) {
+	f.mu.Lock()
+	f.observer = o
+	f.mu.Unlock()
+}
+
+// Apply applies one committed Raft entry. It returns a *Result; state
+// errors are values inside it, never panics, except for an entry this
+// version cannot decode, where stopping beats diverging.
+func (f *FSM) Apply(l *raft.Log) any {
+	cmd, err := DecodeCommand(l.Data)
+	if err != nil {
+		panic(fmt.Sprintf("lockcell replica: cannot apply entry %d: %v", l.Index, err))
+	}
+	f.mu.Lock()
+	f.changes = f.changes[:0]
+	res := f.applyDedup(l.Index, cmd)
+	f.applied = l.Index
+	obs := f.observer
+	var changes []Change
+	if obs != nil && len(f.changes) > 0 {
+		changes = append([]Change(nil), f.changes...)
+	}
+	f.mu.Unlock()
+	if changes != nil {
+		obs(l.Index, changes)
+	}
+	return res
+}
+
+func (f *FSM) applyDedup(index uint64, c *Command) *Result {
+	if c.Session == 0 || c.Seq == 0 {
+		return f.apply(index, c)
+	}
+	s := f.sessions[c.Session]
+	if s == nil {
+		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
+	}
+	if c.Ack > s.AckSeq {
+		for q := range s.Results {
+			if q <= c.Ack {
+				delete(s.Results, q)
+			}
+		}
+		s.AckSeq = c.Ack
+	}
+	if c.Seq <= s.AckSeq {
+		return &Result{Err: errf(KindDuplicate, "request %d of session %d already completed", c.Seq, c.Session)}
+	}
+	if r, ok := s.Results[c.Seq]; ok {
+		return r
+	}
+	r := f.apply(index, c)
+	if f.sessions[c.Session] == s { // CloseSession removes it
+		if s.Results == nil {
+			s.Results = map[uint64]*Result{}
+		}
+		if len(s.Results) >= maxDedupPerSession {
+			oldest := ^uint64(0)
+			for q := range s.Results {
+				oldest = min(oldest, q)
+			}
+			delete(s.Results, oldest)
+			s.AckSeq = max(s.AckSeq, oldest)
+		}
+		s.Results[c.Seq] = r
+	}
+	return r
+}
+
+func (f *FSM) apply(index uint64, c *Command) *Result {
+	switch c.Type {
+	case CmdEpoch:
+		f.epoch++
+		return &Result{Epoch: f.epoch}
+	case CmdCreateSession:
+		f.sessions[index] = &Session{ID: index, Client: c.Client, Principal: c.Principal, Created: c.Time, handles: map[uint64]bool{}}
+		f.note(Change{Kind: ChangeSessionCreated, Session: index})
+		return &Result{Session: index}
+	case CmdCloseSession:
+		return f.closeSession(index, c)
+	case CmdOpen:
+		return f.open(index, c)
+	case CmdClose:
+		h, err := f.ownHandle(c)
+		if err != nil {
+			return &Result{Err: err}
+		}
+		f.closeHandle(index, h, false, c.Time)
+		return &Result{}
+	case CmdSetContents:
+		return f.setContents(index, c)
+	case CmdDelete:
+		return f.delete(index, c)
+	case CmdAcquire:
+		return f.acquire(index, c)
+	case CmdRelease:
+		h, n, err := f.liveHandle(c)
+		if err != nil {
+			return &Result{Err: err}
+		}
+		if !n.removeHolder(h.ID) {
+			return &Result{Err: errf(KindNotHeld, "%s: this handle does not hold the lock", n.Path)}
+		}
+		f.afterRelease(index, n, c.Time)
+		return &Result{}
+	case CmdCancelWait:
+		return f.cancelWait(index, c)
+	case CmdGrant:
+		if n := f.nodes[c.Path]; n != nil {
+			f.grantWaiters(index, n, c.Time)
+		}
+		return &Result{}
+	}
+	panic(fmt.Sprintf("lockcell replica: unknown command type %d at index %d", c.Type, index))
+}
+
+func (f *FSM) note(c Change) { f.changes = append(f.changes, c) }
+
+// ownHandle finds the handle named by c and checks it belongs to c's session.
+func (f *FSM) ownHandle(c *Command) (*Handle, *Error) {
+	h := f.handles[c.Handle]
+	if h == nil || h.Session != c.Session {
+		return nil, errf(KindHandleInvalid, "handle %d is not open in session %d", c.Handle, c.Session)
+	}
+	return h, nil
+}
+
+// liveHandle is ownHandle plus: the handle's node instance still exists.
+func (f *FSM) liveHandle(c *Command) (*Handle, *Node, *Error) {
+	h, err := f.ownHandle(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := f.nodes[h.Path]
+	if n == nil || n.Instance != h.Instance {
+		return nil, nil, errf(KindHandleInvalid, "%s: the node this handle opened was deleted", h.Path)
+	}
+	return h, n, nil
+}
+
+func (f *FSM) open(index uint64, c *Command) *Result {
+	s := f.sessions[c.Session]
+	if s == nil {
+		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
+	}
+	n := f.nodes[c.Path]
+	created := false
+	if n == nil {
+		if c.Flags&FlagCreate == 0 {
+			return &Result{Err: errf(KindNotFound, "%s does not exist", c.Path)}
+		}
+		parentPath := parentOf(c.Path)
+		parent := f.nodes[parentPath]
+		if parent == nil {
+			return &Result{Err: errf(KindNotFound, "%s: parent directory %s does not exist", c.Path, parentPath)}
+		}
+		if !parent.Dir {
+			return &Result{Err: errf(KindNotDir, "%s: parent %s is a file", c.Path, parentPath)}
+		}
+		dir := c.Flags&FlagDirectory != 0
+		if dir && len(c.Contents) > 0 {
+			return &Result{Err: errf(KindBadRequest, "%s: a directory has no contents", c.Path)}
+		}
+		n = &Node{
+			Path: c.Path, Dir: dir, Ephemeral: c.Flags&FlagEphemeral != 0,
+			Contents: c.Contents, Instance: index, ContentGen: index, ACLGen: index,
+			Checksum: checksum(c.Contents), CTime: c.Time, MTime: c.Time,
+			ReadACL: parent.ReadACL, WriteACL: parent.WriteACL, ChangeACL: parent.ChangeACL,
+		}
+		if n.Ephemeral {
+			n.Owner = c.Session
+		}
+		if dir {
+			n.children = map[string]bool{}
+		}
+		f.nodes[c.Path] = n
+		parent.children[baseOf(c.Path)] = dir
+		created = true
+		f.note(Change{Kind: ChangeNode, Path: c.Path})
+		f.note(Change{Kind: ChangeNode, Path: parentPath})
+	} else if c.Flags&FlagCreate != 0 {
+		if c.Flags&FlagExcl != 0 {
+			return &Result{Err: errf(KindExists, "%s already exists", c.Path)}
+		}
+		if want := c.Flags&FlagDirectory != 0; want != n.Dir {
+			return &Result{Err: errf(KindExists, "%s already exists as a %s", c.Path, kindName(n.Dir))}
+		}
+	} else if c.Flags&FlagDirectory != 0 && !n.Dir {
+		return &Result{Err: errf(KindNotDir, "%s is a file", c.Path)}
+	}
+	h := &Handle{ID: index, Session: c.Session, Path: c.Path, Instance: n.Instance,
+		Flags: c.Flags, LockDelay: c.LockDelay, EventMask: c.EventMask}
+	f.handles[index] = h
+	s.handles[index] = true
+	n.openHandles++
+	return &Result{Handle: index, Created: created, Stat: n.stat()}
+}
+
+func (f *FSM) setContents(index uint64, c *Command) *Result {
+	h, n, err := f.liveHandle(c)
+	if err != nil {
+		return &Result{Err: err}
+	}
+	if n.Dir {
+		return &Result{Err: errf(KindIsDir, "%s is a directory", n.Path)}
+	}
+	if h.Flags&FlagWrite == 0 {
+		return &Result{Err: errf(KindPermission, "%s: handle was not opened for writing", n.Path)}
+	}
+	if c.HasIfGen && n.ContentGen != c.IfGen {
+		return &Result{Err: errf(KindGenerationMismatch, "%s: content generation is %d, not %d", n.Path, n.ContentGen, c.IfGen)}
+	}
+	n.Contents = c.Contents
+	n.ContentGen = index
+	n.Checksum = checksum(c.Contents)
+	n.MTime = c.Time
+	f.note(Change{Kind: ChangeNode, Path: n.Path})
+	return &Result{Stat: n.stat()}
+}
+
+func (f *FSM) delete(index uint64, c *Command) *Result {
+	h, n, err := f.liveHandle(c)
+	if err != nil {
+		return &Result{Err: err}
+	}
+	if h.Flags&FlagWrite == 0 {
+		return &Result{Err: errf(KindPermission, "%s: handle was not opened for writing", n.Path)}
+	}
+	if n.Path == f.Root() {
+		return &Result{Err: errf(KindBadRequest, "%s: the cell root cannot be deleted", n.Path)}
+	}
+	if n.Dir && len(n.children) > 0 {
+		return &Result{Err: errf(KindNotEmpty, "%s has %d children", n.Path, len(n.children))}
+	}
+	f.removeNode(index, n, c.Time)
+	return &Result{}
+}
+
+// removeNode deletes n (a file or an empty directory): its waiters are told
+// their wait ended, its handles go invalid (they name a dead instance), and
+// an ephemeral parent left empty goes too.
+func (f *FSM) removeNode(index uint64, n *Node, now int64) {
+	for _, w := range n.Waiters {
+		f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: w.Handle, Session: w.Session, Seq: w.Seq})
+	}
+	n.Waiters, n.Holders = nil, nil
+	delete(f.nodes, n.Path)
+	f.note(Change{Kind: ChangeNode, Path: n.Path})
+	parentPath := parentOf(n.Path)
+	parent := f.nodes[parentPath]
+	if parent == nil {
+		return
+	}
+	delete(parent.children, baseOf(n.Path))
+	parent.MTime = now
+	f.note(Change{Kind: ChangeNode, Path: parentPath})
+	if parent.Ephemeral && len(parent.children) == 0 && parent.openHandles == 0 {
+		f.removeNode(index, parent, now)
+	}
+}
+
+func (f *FSM) acquire(index uint64, c *Command) *Result {
+	h, n, err := f.liveHandle(c)
+	if err != nil {
+		return &Result{Err: err}
+	}
+	if c.Mode != LockExclusive && c.Mode != LockShared {
+		return &Result{Err: errf(KindBadRequest, "unknown lock mode %d", c.Mode)}
+	}
+	if h.Flags&FlagWrite == 0 {
+		return &Result{Err: errf(KindPermission, "%s: taking a lock needs a handle opened for writing", n.Path)}
+	}
+	for _, ho := range n.Holders {
+		if ho.Handle == h.ID {
+			if n.LockMode == c.Mode {
+				return &Result{Granted: true, LockGen: n.LockGen}
+			}
+			return &Result{Err: errf(KindLockHeld, "%s: this handle already holds the lock in %s mode", n.Path, modeName(n.LockMode))}
+		}
+	}
+	for _, w := range n.Waiters {
+		if w.Handle == h.ID {
+			return &Result{Err: errf(KindLockHeld, "%s: this handle is already waiting for the lock", n.Path)}
+		}
+	}
+	delayed := n.LockDelayUntil > c.Time
+	free := n.LockMode == LockFree
+	shareable := n.LockMode == LockShared && c.Mode == LockShared && len(n.Waiters) == 0
+	if !delayed && (free || shareable) {
+		f.grant(index, n, h.ID, h.Session, 0, c.Mode)
+		return &Result{Granted: true, LockGen: n.LockGen}
+	}
+	if c.Wait {
+		n.Waiters = append(n.Waiters, Waiter{Handle: h.ID, Session: h.Session, Seq: c.Seq, Mode: c.Mode})
+		if delayed && free {
+			f.note(Change{Kind: ChangeLockDelay, Path: n.Path, Time: n.LockDelayUntil})
+		}
+		return &Result{Queued: true}
+	}
+	if delayed && free {
+		return &Result{Err: errf(KindLockDelay, "%s: lock is free but under lock-delay for %.1fs", n.Path, float64(n.LockDelayUntil-c.Time)/1e9)}
+	}
+	return &Result{Err: errf(KindLockHeld, "%s: held in %s mode by %d holder(s)", n.Path, modeName(n.LockMode), len(n.Holders))}
+}
+
+func (f *FSM) grant(index uint64, n *Node, handle, session, waitSeq uint64, mode uint8) {
+	if n.LockMode == LockFree {
+		n.LockGen = index
+		n.LockMode = mode
+	}
+	n.Holders = append(n.Holders, Holder{Handle: handle, Session: session, WaitSeq: waitSeq})
+	f.note(Change{Kind: ChangeLockGranted, Path: n.Path, Handle: handle, Session: session, Seq: waitSeq})
+	f.note(Change{Kind: ChangeNode, Path: n.Path})
+}
+
+func (n *Node) removeHolder(handle uint64) bool {
+	for i, ho := range n.Holders {
+		if ho.Handle == handle {
+			n.Holders = append(n.Holders[:i:i], n.Holders[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// afterRelease frees the lock when its last holder left and hands it on,
+// in the same entry, to the next waiter (or run of shared waiters).
+func (f *FSM) afterRelease(index uint64, n *Node, now int64) {
+	if len(n.Holders) == 0 {
+		n.LockMode = LockFree
+	}
+	f.note(Change{Kind: ChangeNode, Path: n.Path})
+	f.grantWaiters(index, n, now)
+}
+
+func (f *FSM) grantWaiters(index uint64, n *Node, now int64) {
+	for len(n.Waiters) > 0 {
+		w := n.Waiters[0]
+		if n.LockDelayUntil > now {
+			if n.LockMode == LockFree {
+				f.note(Change{Kind: ChangeLockDelay, Path: n.Path, Time: n.LockDelayUntil})
+			}
+			return
+		}
+		if !(n.LockMode == LockFree || n.LockMode == LockShared && w.Mode == LockShared) {
+			return
+		}
+		n.Waiters = n.Waiters[1:]
+		f.grant(index, n, w.Handle, w.Session, w.Seq, w.Mode)
+		if w.Mode == LockExclusive {
+			return
+		}
+	}
+}
+
+func (f *FSM) cancelWait(index uint64, c *Command) *Result {
+	h, n, err := f.liveHandle(c)
+	if err != nil {
+		return &Result{Err: err}
+	}
+	for i, w := range n.Waiters {
+		if w.Handle == h.ID && w.Seq == c.WaitSeq {
+			n.Waiters = append(n.Waiters[:i:i], n.Waiters[i+1:]...)
+			f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: h.ID, Session: h.Session, Seq: c.WaitSeq})
+			// A queue head leaving may unblock shared waiters behind it.
+			f.grantWaiters(index, n, c.Time)
+			return &Result{}
+		}
+	}
+	for _, ho := range n.Holders {
+		if ho.Handle == h.ID && ho.WaitSeq == c.WaitSeq && c.WaitSeq != 0 {
+			n.removeHolder(h.ID)
+			f.afterRelease(index, n, c.Time)
+			return &Result{}
+		}
+	}
+	return &Result{}
+}
+
+// closeHandle releases what the handle holds and forgets it. failed says
+// the handle's session failed (expired): a lock it held then stays free of
+// other holders for the handle's lock-delay.
+func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
+	delete(f.handles, h.ID)
+	if s := f.sessions[h.Session]; s != nil {
+		delete(s.handles, h.ID)
+	}
+	n := f.nodes[h.Path]
+	if n == nil || n.Instance != h.Instance {
+		return
+	}
+	n.openHandles--
+	for i, w := range n.Waiters {
+		if w.Handle == h.ID {
+			n.Waiters = append(n.Waiters[:i:i], n.Waiters[i+1:]...)
+			f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: h.ID, Session: h.Session, Seq: w.Seq})
+			break
+		}
+	}
+	if n.removeHolder(h.ID) {
+		if failed && h.LockDelay > 0 && len(n.Holders) == 0 {
+			n.LockDelayUntil = max(n.LockDelayUntil, now+h.LockDelay)
+		}
+		f.afterRelease(index, n, now)
+	} else if len(n.Holders) == 0 && n.LockMode == LockFree {
+		f.grantWaiters(index, n, now) // the departed waiter may have headed the queue
+	}
+	if n.Ephemeral && n.openHandles == 0 && (!n.Dir || len(n.children) == 0) {
+		f.removeNode(index, n, now)
+	}
+}
+
+func (f *FSM) closeSession(index uint64, c *Command) *Result {
+	s := f.sessions[c.Session]
+	if s == nil {
+		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
+	}
+	for _, id := range sortedKeys(s.handles) {
+		if h := f.handles[id]; h != nil {
+			f.closeHandle(index, h, c.Expired, c.Time)
+		}
+	}
+	// Ephemeral files die with their creating session even if others still
+	// hold them open; deepest first so ephemeral directories empty out.
+	var owned []*Node
+	for _, n := range f.nodes {
+		if n.Ephemeral && n.Owner == s.ID {
+			owned = append(owned, n)
+		}
+	}
+	sort.Slice(owned, func(i, j int) bool { return owned[i].Path > owned[j].Path })
+	for _, n := range owned {
+		if f.nodes[n.Path] == n && (!n.Dir || len(n.children) == 0) {
+			f.removeNode(index, n, c.Time)
+		}
+	}
+	delete(f.sessions, s.ID)
+	f.note(Change{Kind: ChangeSessionClosed, Session: s.ID})
+	return &Result{}
+}
+
+func (n *Node) stat() Stat {
+	return Stat{
+		Instance: n.Instance, ContentGen: n.ContentGen, LockGen: n.LockGen, ACLGen: n.ACLGen,
+		Checksum: n.Checksum, Size: uint64(len(n.Contents)), CTime: n.CTime, MTime: n.MTime,
+		Dir: n.Dir, Ephemeral: n.Ephemeral, ReadACL: n.ReadACL, WriteACL: n.WriteACL, ChangeACL: n.ChangeACL,
+		LockMode: n.LockMode, LockHolders: uint32(len(n.Holders)),
+	}
+}
+
+func checksum(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+func parentOf(p string) string { return p[:strings.LastIndexByte(p, '/')] }
+func baseOf(p string) string   { return p[strings.LastIndexByte(p, '/')+1:] }
+
+func kindName(dir bool) string {
+	if dir {
+		return "directory"
+	}
+	return "file"
+}
+
+func modeName(m uint8) string {
+	switch m {
+	case LockExclusive:
+		return "exclusive"
+	case LockShared:
+		return "shared"
+	}
+	return "free"
+}
+
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	ks := make([]uint64, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}
+
+// snapshotImage is the persisted form of the state machine.
+type snapshotImage struct {
+	Version  uint8      `msgpack:"v"`
+	Cell     string     `msgpack:"c"`
+	Epoch    uint64     `msgpack:"e"`
+	Applied  uint64     `msgpack:"a"`
+	Nodes    []*Node    `msgpack:"n"`
+	Sessions []*Session `msgpack:"s"`
+	Handles  []*Handle  `msgpack:"h"`
+}
+
+const snapshotVersion = 1
+
+type fsmSnapshot struct{ data []byte }
+
+// Snapshot encodes the whole state under the read lock. Contents slices are
+// never mutated in place, so encoding is the only copy; apply waits for it.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	img := snapshotImage{Version: snapshotVersion, Cell: f.cell, Epoch: f.epoch, Applied: f.applied}
+	for _, p := range sortedStrings(f.nodes) {
+		img.Nodes = append(img.Nodes, f.nodes[p])
+	}
+	for _, id := range sortedKeys(f.sessions) {
+		img.Sessions = append(img.Sessions, f.sessions[id])
+	}
+	for _, id := range sortedKeys(f.handles) {
+		img.Handles = append(img.Handles, f.handles[id])
+	}
+	b, err := msgpack.Marshal(&img)
+	if err != nil {
+		return nil, fmt.Errorf("replica: encode snapshot: %w", err)
+	}
+	return &fsmSnapshot{data: b}, nil
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+// Restore replaces the whole state with a snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var img snapshotImage
+	if err := msgpack.NewDecoder(rc).Decode(&img); err != nil {
+		return fmt.Errorf("replica: decode snapshot: %w", err)
+	}
+	if img.Version != snapshotVersion {
+		return fmt.Errorf("replica: snapshot version %d is not %d", img.Version, snapshotVersion)
+	}
+	if img.Cell != f.cell {
+		return fmt.Errorf("replica: snapshot of cell %q restored into cell %q", img.Cell, f.cell)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.epoch, f.applied = img.Epoch, img.Applied
+	f.nodes = make(map[string]*Node, len(img.Nodes))
+	f.sessions = make(map[uint64]*Session, len(img.Sessions))
+	f.handles = make(map[uint64]*Handle, len(img.Handles))
+	for _, n := range img.Nodes {
+		if n.Dir {
+			n.children = map[string]bool{}
+		}
+		f.nodes[n.Path] = n
+	}
+	for _, n := range img.Nodes {
+		if p := f.nodes[parentOfSafe(n.Path)]; p != nil && n.Path != f.Root() {
+			p.children[baseOf(n.Path)] = n.Dir
+		}
+	}
+	for _, s := range img.Sessions {
+		s.handles = map[uint64]bool{}
+		f.sessions[s.ID] = s
+	}
+	for _, h := range img.Handles {
+		f.handles[h.ID] = h
+		if s := f.sessions[h.Session]; s != nil {
+			s.handles[h.ID] = true
+		}
+		if n := f.nodes[h.Path]; n != nil && n.Instance == h.Instance {
+			n.openHandles++
+		}
+	}
+	return nil
+}
+
+func parentOfSafe(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+func sortedStrings[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

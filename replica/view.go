@@ -1,0 +1,120 @@
+package replica
+
+import "sort"
+
+// HandleView is what a read needs to know about an open handle and its
+// node, copied out under the FSM's read lock. Contents alias the stored
+// slice, which is never mutated in place.
+type HandleView struct {
+	Handle   Handle
+	Contents []byte
+	Stat     Stat
+}
+
+// DirEntry is one child in a directory listing.
+type DirEntry struct {
+	Name string
+	Dir  bool
+}
+
+// LookupHandle returns the handle and a copy of its node's state, or a
+// KindHandleInvalid error when the handle is not open in session or its
+// node instance is gone.
+func (f *FSM) LookupHandle(session, handle uint64) (HandleView, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
+	if err != nil {
+		return HandleView{}, err
+	}
+	return HandleView{Handle: *h, Contents: n.Contents, Stat: n.stat()}, nil
+}
+
+// ReadDir lists the children of the directory the handle names, in name
+// order.
+func (f *FSM) ReadDir(session, handle uint64) ([]DirEntry, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
+	if err != nil {
+		return nil, err
+	}
+	if !n.Dir {
+		return nil, errf(KindNotDir, "%s is a file", n.Path)
+	}
+	out := make([]DirEntry, 0, len(n.children))
+	for name, dir := range n.children {
+		out = append(out, DirEntry{Name: name, Dir: dir})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// WaitState says where a blocking Acquire (handle, wait seq) stands.
+type WaitState uint8
+
+// Where a blocking acquire stands.
+const (
+	WaitGone    WaitState = iota // neither queued nor holding by that wait
+	WaitQueued                   // still in the queue
+	WaitGranted                  // holds the lock (by that wait or otherwise)
+)
+
+// LockWait reports whether the handle holds the lock or still waits with
+// request id seq, and the node's lock generation.
+func (f *FSM) LockWait(session, handle, seq uint64) (WaitState, uint64, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
+	if err != nil {
+		return WaitGone, 0, err
+	}
+	for _, ho := range n.Holders {
+		if ho.Handle == h.ID {
+			return WaitGranted, n.LockGen, nil
+		}
+	}
+	for _, w := range n.Waiters {
+		if w.Handle == h.ID && w.Seq == seq {
+			return WaitQueued, n.LockGen, nil
+		}
+	}
+	return WaitGone, n.LockGen, nil
+}
+
+// SessionExists reports whether the session is live in the replicated state.
+func (f *FSM) SessionExists(id uint64) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.sessions[id] != nil
+}
+
+// SessionIDs lists every live session, in id order.
+func (f *FSM) SessionIDs() []uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return sortedKeys(f.sessions)
+}
+
+// LockDelays lists the nodes whose lock is free but under lock-delay with
+// waiters queued, with the delay's end (Unix ns): a new master re-arms a
+// hand-off for each.
+func (f *FSM) LockDelays() map[string]int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := map[string]int64{}
+	for p, n := range f.nodes {
+		if n.LockMode == LockFree && len(n.Waiters) > 0 && n.LockDelayUntil > 0 {
+			out[p] = n.LockDelayUntil
+		}
+	}
+	return out
+}
+
+// Counts returns the epoch, the number of live sessions and of nodes, and
+// the index of the last applied entry.
+func (f *FSM) Counts() (epoch uint64, sessions, nodes int, applied uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.epoch, len(f.sessions), len(f.nodes), f.applied
+}
