@@ -84,13 +84,15 @@ type Stat struct {
 	ChangeACL   string
 	LockMode    LockMode
 	LockHolders int
+	// LockWaiters counts blocked Acquire calls queued for the lock.
+	LockWaiters int
 }
 
 func statFrom(s wire.Stat) Stat {
 	return Stat{Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
 		Checksum: s.Checksum, Size: s.Size, CTime: time.Unix(0, s.CTime), MTime: time.Unix(0, s.MTime),
 		Dir: s.Dir, Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
-		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders)}
+		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders), LockWaiters: int(s.LockWaiters)}
 }
 
 // DirEntry is one child of a directory.

@@ -120,7 +120,7 @@ type Stat struct {
 	Dir, Ephemeral                                        bool
 	ReadACL, WriteACL, ChangeACL                          string
 	LockMode                                              uint8
-	LockHolders                                           uint32
+	LockHolders, LockWaiters                              uint32
 }
 
 // Result is what applying a command produced. Err carries a state-machine
@@ -657,7 +657,7 @@ func (n *Node) stat() Stat {
 		Instance: n.Instance, ContentGen: n.ContentGen, LockGen: n.LockGen, ACLGen: n.ACLGen,
 		Checksum: n.Checksum, Size: uint64(len(n.Contents)), CTime: n.CTime, MTime: n.MTime,
 		Dir: n.Dir, Ephemeral: n.Ephemeral, ReadACL: n.ReadACL, WriteACL: n.WriteACL, ChangeACL: n.ChangeACL,
-		LockMode: n.LockMode, LockHolders: uint32(len(n.Holders)),
+		LockMode: n.LockMode, LockHolders: uint32(len(n.Holders)), LockWaiters: uint32(len(n.Waiters)),
 	}
 }
 

@@ -128,6 +128,7 @@ type Stat struct {
 	ChangeACL   string `msgpack:"ca,omitempty"`
 	LockMode    uint8  `msgpack:"lm,omitempty"`
 	LockHolders uint32 `msgpack:"lh,omitempty"`
+	LockWaiters uint32 `msgpack:"lw,omitempty"`
 }
 
 // Event kinds delivered on KeepAlive replies.

@@ -1,0 +1,56 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"lockcell/cell/wire"
+)
+
+// ReplicaStatus describes one member as the answering replica sees it.
+type ReplicaStatus struct {
+	ID         string `json:"id"`
+	ClientAddr string `json:"client_addr"`
+	RaftAddr   string `json:"raft_addr"`
+	Master     bool   `json:"master"`
+}
+
+// CellStatus is one replica's view of the cell.
+type CellStatus struct {
+	Cell         string          `json:"cell"`
+	Self         string          `json:"self"`
+	State        string          `json:"state"`
+	Master       string          `json:"master"`
+	Epoch        uint64          `json:"epoch"`
+	Term         uint64          `json:"term"`
+	CommitIndex  uint64          `json:"commit_index"`
+	AppliedIndex uint64          `json:"applied_index"`
+	Sessions     uint64          `json:"sessions"`
+	Nodes        uint64          `json:"nodes"`
+	Replicas     []ReplicaStatus `json:"replicas"`
+}
+
+// QueryStatus asks the replica at addr, master or not, for its view of the
+// cell. It needs no session.
+func QueryStatus(ctx context.Context, addr string) (*CellStatus, error) {
+	cn, err := dial(ctx, addr, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	defer cn.close()
+	var resp wire.CellStatusResponse
+	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{}, &resp)
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	if err := st.Err(); err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	out := &CellStatus{Cell: resp.Cell, Self: resp.Self, State: resp.State, Master: resp.Master, Epoch: resp.Epoch,
+		Term: resp.Term, CommitIndex: resp.CommitIndex, AppliedIndex: resp.AppliedIndex, Sessions: resp.Sessions, Nodes: resp.Nodes}
+	for _, r := range resp.Replicas {
+		out.Replicas = append(out.Replicas, ReplicaStatus(r))
+	}
+	return out, nil
+}
