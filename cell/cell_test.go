@@ -449,3 +449,14 @@ func TestBadInputIsTypedAndHarmless(t *testing.T) {
 		t.Fatalf("after bad input: %q %v", data, err)
 	}
 }
+
+// Every replica of a running cell writes its Raft log with fsync on
+// (SPEC 11: badger's default is off).
+func TestReplicasSyncWrites(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{})
+	for i := range 3 {
+		if !c.Server(i).Replica().Store().SyncWrites() {
+			t.Fatalf("replica %d runs badger without SyncWrites", i)
+		}
+	}
+}
