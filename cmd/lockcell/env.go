@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/cell/wire"
+	"lockcell/client"
+)
+
+// env is what the verbs share during one run: the streams, the global
+// options and a client dialed on first use (usage errors and bad names
+// never touch the network).
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	flagsParsed bool // Before ran: the fields below are set
+	cell        string
+	replicas    []string
+	timeout     time.Duration
+	json        bool
+	verbose     bool
+
+	// ctx carries the --timeout deadline, counted from when the options
+	// were parsed, so that it bounds the whole command.
+	ctx    context.Context
+	cancel context.CancelFunc
+	cl     *client.Client
+}
+
+// setup reads the global options (the App's Before hook).
+func (e *env) setup(c *cli.Context) error {
+	e.json = c.Bool("json")
+	e.verbose = c.Bool("verbose")
+	e.flagsParsed = true
+	e.cell = c.String("cell")
+	if err := wire.ValidCellName(e.cell); err != nil {
+		return usageErrorf(c, "--cell: %s", errText(err))
+	}
+	for _, r := range strings.Split(c.String("replicas"), ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			e.replicas = append(e.replicas, r)
+		}
+	}
+	if len(e.replicas) == 0 {
+		return usageErrorf(c, "--replicas: no replica addresses given")
+	}
+	e.timeout = c.Duration("timeout")
+	if e.timeout <= 0 {
+		return usageErrorf(c, "--timeout must be positive, got %v", e.timeout)
+	}
+	e.ctx, e.cancel = context.WithTimeout(c.Context, e.timeout)
+	return nil
+}
+
+// client returns the session with the cell, dialing it on first use.
+func (e *env) client() (*client.Client, error) {
+	if e.cl != nil {
+		return e.cl, nil
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if e.verbose {
+		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	cl, err := client.Dial(e.ctx, client.Config{Cell: e.cell, Replicas: e.replicas, ClientName: "lockcell-cli",
+		RetryTimeout: e.timeout, DialTimeout: min(e.timeout, 2*time.Second), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	e.cl = cl
+	return cl, nil
+}
+
+// close ends the session (releasing anything this run held) and the
+// deadline.
+func (e *env) close() {
+	if e.cl != nil {
+		if err := e.cl.Close(); err != nil && e.verbose {
+			fmt.Fprintf(e.stderr, "lockcell: %v\n", err)
+		}
+		e.cl = nil
+	}
+	if e.cancel != nil {
+		e.cancel()
+	}
+}
+
+// root is the name of the cell's root directory.
+func (e *env) root() string { return "/ls/" + e.cell }
+
+// name turns a command-line name into a full, valid node name: names not
+// starting with / are relative to the cell root, and trailing slashes (as
+// ls prints after directories) are dropped. It validates locally so a bad
+// name fails before any dialing, with the rule it breaks.
+func (e *env) name(op, arg string) (string, error) {
+	n := arg
+	if !strings.HasPrefix(n, "/") {
+		n = e.root() + "/" + n
+	}
+	if t := strings.TrimRight(n, "/"); t != "" {
+		n = t
+	}
+	if err := wire.ValidateName(e.cell, n); err != nil {
+		return "", &opError{op: op, path: arg, err: err}
+	}
+	return n, nil
+}
+
+// opError is a failed verb: its message names the operation and the path.
+type opError struct {
+	op   string
+	path string
+	err  error
+	hint string // what to do about it, when there is an obvious answer
+}
+
+func (o *opError) Error() string {
+	path := o.path
+	// The client names the node it was working on, which for mkdir -p or
+	// put's parent creation can be an ancestor of the name given.
+	var ce *client.OpError
+	if errors.As(o.err, &ce) && ce.Path != "" {
+		path = ce.Path
+	}
+	detail := errText(o.err)
+	// The cell's details often start with the name again.
+	detail = strings.Replace(detail, ": "+path+": ", ": ", 1)
+	if strings.ContainsFunc(path, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		path = strconv.Quote(path)
+	}
+	msg := o.op + " " + path + ": " + detail
+	if o.hint != "" {
+		msg += " (" + o.hint + ")"
+	}
+	return msg
+}
+
+func (o *opError) Unwrap() error { return o.err }
+
+// fail wraps err (when not nil) as a failure of op on path.
+func fail(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var oe *opError
+	if errors.As(err, &oe) {
+		return err
+	}
+	return &opError{op: op, path: path, err: err}
+}
+
+// errText describes err for people: the kind and the cell's detail, without
+// the client's own op/path prefix (opError supplies those) or repeated
+// "lockcell:" prefixes.
+func errText(err error) string {
+	var we *wire.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out (raise --timeout)"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.As(err, &we):
+		if we.Msg == "" {
+			return we.Code.String()
+		}
+		return we.Code.String() + ": " + we.Msg
+	}
+	var ce *client.OpError
+	if errors.As(err, &ce) {
+		err = ce.Err
+	}
+	return strings.TrimPrefix(err.Error(), "lockcell: ")
+}
+
+// codeNames are the stable machine names of error kinds in JSON output.
+var codeNames = map[wire.Code]string{
+	wire.CodeNotMaster: "not_master", wire.CodeBadEpoch: "bad_epoch", wire.CodeSessionExpired: "session_expired",
+	wire.CodeNotFound: "not_found", wire.CodeExists: "exists", wire.CodePermission: "permission",
+	wire.CodeGenerationMismatch: "generation_mismatch", wire.CodeLockHeld: "lock_held", wire.CodeNotHeld: "not_held",
+	wire.CodeInvalidName: "invalid_name", wire.CodeTooLarge: "too_large", wire.CodeHandleInvalid: "handle_invalid",
+	wire.CodeNotEmpty: "not_empty", wire.CodeNotDir: "not_dir", wire.CodeBadRequest: "bad_request",
+	wire.CodeInternal: "internal", wire.CodeLockDelay: "lock_delay", wire.CodeDuplicate: "duplicate",
+	wire.CodeUnavailable: "unavailable", wire.CodeUnknownSession: "unknown_session", wire.CodeTooMany: "too_many",
+	wire.CodeCanceled: "canceled", wire.CodeIsDir: "is_dir",
+}
+
+// errorCode is the machine name of err's kind.
+func errorCode(err error) string {
+	var we *wire.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, client.ErrNoMaster):
+		return "no_master"
+	case errors.Is(err, client.ErrClosed):
+		return "closed"
+	case errors.As(err, &we):
+		if s, ok := codeNames[we.Code]; ok {
+			return s
+		}
+	}
+	return "error"
+}
+
+// printError reports err on stderr, as JSON under --json.
+func (e *env) printError(err error, code string) {
+	if e.json {
+		b, _ := json.Marshal(struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}{err.Error(), code})
+		fmt.Fprintf(e.stderr, "%s\n", b)
+		return
+	}
+	fmt.Fprintf(e.stderr, "lockcell: %v\n", err)
+}
+
+// printJSON writes v as the command's one JSON document.
+func (e *env) printJSON(v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// statJSON is the JSON form of a node's metadata.
+type statJSON struct {
+	Name        string  `json:"name"`
+	Instance    uint64  `json:"instance"`
+	ContentGen  uint64  `json:"content_generation"`
+	LockGen     uint64  `json:"lock_generation"`
+	ACLGen      uint64  `json:"acl_generation"`
+	Checksum    string  `json:"checksum"`
+	Size        uint64  `json:"size"`
+	CTime       string  `json:"ctime"`
+	MTime       string  `json:"mtime"`
+	Ephemeral   bool    `json:"ephemeral"`
+	Dir         bool    `json:"dir"`
+	ACL         aclJSON `json:"acl"`
+	LockMode    string  `json:"lock_mode"`
+	LockHolders int     `json:"lock_holders"`
+}
+
+type aclJSON struct {
+	Read   string `json:"read"`
+	Write  string `json:"write"`
+	Change string `json:"change"`
+}
+
+func toStatJSON(name string, st client.Stat) statJSON {
+	return statJSON{Name: name, Instance: st.Instance, ContentGen: st.ContentGen, LockGen: st.LockGen,
+		ACLGen: st.ACLGen, Checksum: checksumHex(st.Checksum), Size: st.Size,
+		CTime: timeText(st.CTime), MTime: timeText(st.MTime), Ephemeral: st.Ephemeral, Dir: st.Dir,
+		ACL:      aclJSON{Read: st.ReadACL, Write: st.WriteACL, Change: st.ChangeACL},
+		LockMode: st.LockMode.String(), LockHolders: st.LockHolders}
+}
+
+func checksumHex(c uint64) string { return fmt.Sprintf("%016x", c) }
+
+// timeText prints times in UTC so output does not depend on where the
+// operator sits.
+func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

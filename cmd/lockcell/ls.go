@@ -1,0 +1,189 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/cell/wire"
+	"lockcell/client"
+)
+
+// lsCommand lists a directory.
+func lsCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "ls",
+		Usage:     "list a directory (default: the cell root)",
+		ArgsUsage: "[NAME]",
+		Description: "Prints one child a line, directories with a trailing /. A file is listed as itself. " +
+			"With -l each line is MODE SIZE GENERATION MTIME NAME, where MODE is d (directory) or -, " +
+			"then e (ephemeral) or -, then the lock: x (exclusive), s (shared) or - (free); " +
+			"GENERATION is the content generation.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "long form: mode, size, generation, mtime"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, 1); err != nil {
+				return err
+			}
+			name := e.root()
+			if c.NArg() == 1 {
+				var err error
+				if name, err = e.name("ls", c.Args().First()); err != nil {
+					return err
+				}
+			}
+			ents, err := e.list(name, c.Bool("long"))
+			if err != nil {
+				return fail("ls", name, err)
+			}
+			if e.json {
+				out := struct {
+					Name    string    `json:"name"`
+					Entries []lsEntry `json:"entries"`
+				}{name, ents}
+				return e.printJSON(out)
+			}
+			return e.printList(ents, c.Bool("long"))
+		},
+	}
+}
+
+// lsEntry is one line of ls; Stat only with -l.
+type lsEntry struct {
+	Name string    `json:"name"`
+	Dir  bool      `json:"dir"`
+	Stat *statJSON `json:"stat,omitempty"`
+
+	st client.Stat
+}
+
+// lsWorkers bounds the stat calls ls -l runs at once: one round trip per
+// child in sequence would make big directories slow, but an unbounded
+// burst would flood the master.
+const lsWorkers = 8
+
+// list returns the children of name (or name itself when it is a file),
+// with their stats when long.
+func (e *env) list(name string, long bool) ([]lsEntry, error) {
+	cl, err := e.client()
+	if err != nil {
+		return nil, err
+	}
+	h, err := cl.Open(e.ctx, name, client.Read)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	dents, err := h.ReadDir(e.ctx)
+	if errors.Is(err, client.ErrNotDir) {
+		// Like ls(1): a file lists as itself.
+		ent := lsEntry{Name: wire.Base(name)}
+		if long {
+			if ent.st, err = h.GetStat(e.ctx); err != nil {
+				return nil, err
+			}
+			sj := toStatJSON(name, ent.st)
+			ent.Stat = &sj
+		}
+		return []lsEntry{ent}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ents := make([]lsEntry, len(dents))
+	for i, d := range dents {
+		ents[i] = lsEntry{Name: d.Name, Dir: d.Dir}
+	}
+	if !long {
+		return ents, nil
+	}
+	errs := make([]error, len(ents))
+	gone := make([]bool, len(ents))
+	sem := make(chan struct{}, lsWorkers)
+	var wg sync.WaitGroup
+	for i := range ents {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			child := name + "/" + ents[i].Name
+			st, err := e.stat(child)
+			switch {
+			case errors.Is(err, client.ErrNotFound):
+				gone[i] = true // deleted since ReadDir: not there any more
+			case err != nil:
+				errs[i] = err
+			default:
+				sj := toStatJSON(child, st)
+				ents[i].st, ents[i].Stat = st, &sj
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := ents[:0]
+	for i, ent := range ents {
+		if !gone[i] {
+			out = append(out, ent)
+		}
+	}
+	return out, nil
+}
+
+// printList prints ls's human output.
+func (e *env) printList(ents []lsEntry, long bool) error {
+	if !long {
+		for _, ent := range ents {
+			if _, err := fmt.Fprintln(e.stdout, displayName(ent)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Right-aligned numbers, like ls(1); widths from this listing.
+	var wSize, wGen, wTime int
+	for _, ent := range ents {
+		wSize = max(wSize, len(fmt.Sprint(ent.st.Size)))
+		wGen = max(wGen, len(fmt.Sprint(ent.st.ContentGen)))
+		wTime = max(wTime, len(timeText(ent.st.MTime)))
+	}
+	for _, ent := range ents {
+		st := ent.st
+		if _, err := fmt.Fprintf(e.stdout, "%s  %*d  %*d  %-*s  %s\n", modeText(st), wSize, st.Size, wGen, st.ContentGen,
+			wTime, timeText(st.MTime), displayName(ent)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func displayName(ent lsEntry) string {
+	if ent.Dir {
+		return ent.Name + "/"
+	}
+	return ent.Name
+}
+
+// modeText is ls -l's MODE column.
+func modeText(st client.Stat) string {
+	m := []byte("---")
+	if st.Dir {
+		m[0] = 'd'
+	}
+	if st.Ephemeral {
+		m[1] = 'e'
+	}
+	switch st.LockMode {
+	case client.Exclusive:
+		m[2] = 'x'
+	case client.Shared:
+		m[2] = 's'
+	}
+	return string(m)
+}

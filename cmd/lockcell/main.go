@@ -1,0 +1,206 @@
+// Command lockcell is the operator CLI of a lockcell cell: shell-like verbs
+// (put, cat, stat, ls, mkdir, rm) on the cell's namespace (SPEC 10).
+//
+// Exit codes: 0 ok, 1 error (the cell or the client refused or failed; the
+// message names the operation and the path), 2 usage error. With --json
+// every verb prints one JSON document on stdout, and errors are printed as
+// {"error": "...", "code": "..."} on stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Defaults of the global flags: they match what `lockcelld dev` starts.
+const (
+	defaultCell     = "local"
+	defaultReplicas = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005"
+	defaultTimeout  = 30 * time.Second
+)
+
+// Exit codes (SPEC 10).
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
+
+// run runs one command line and returns its exit code. It builds a fresh
+// App each call and never calls os.Exit, so tests (and a future interactive
+// shell) can call it repeatedly with their own streams.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	defer e.close()
+	err := newApp(e).RunContext(context.Background(), args)
+	if err == nil {
+		return exitOK
+	}
+	if !e.flagsParsed {
+		// The global flags did not parse, so Before never ran: honour a
+		// --json the operator asked for anyway, so scripts still get JSON.
+		e.json = wantsJSON(args)
+	}
+	var ue *usageError
+	var ec cli.ExitCoder
+	switch {
+	case errors.As(err, &ue):
+		e.printError(err, "usage")
+		if !e.json {
+			fmt.Fprintf(stderr, "Run '%s' for usage.\n", ue.helpCommand())
+		}
+		return exitUsage
+	case errors.As(err, &ec):
+		// Only urfave/cli itself makes ExitCoders (e.g. "No help topic for
+		// 'x'"): they are all mistakes on the command line.
+		e.printError(err, "usage")
+		return exitUsage
+	default:
+		e.printError(err, errorCode(err))
+		return exitError
+	}
+}
+
+// newApp builds the command tree bound to e.
+func newApp(e *env) *cli.App {
+	app := &cli.App{
+		Name:      "lockcell",
+		Usage:     "operate a lockcell cell",
+		UsageText: "lockcell [global options] command [command options] [arguments...]",
+		Description: "Names are relative to the cell root (cfg/flag means /ls/<cell>/cfg/flag) " +
+			"unless they start with /. Options go before the arguments they apply to: " +
+			"global options before the command, command options before its arguments.",
+		Reader:    e.stdin,
+		Writer:    e.stdout,
+		ErrWriter: e.stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "cell", Value: defaultCell, EnvVars: []string{"LOCKCELL_CELL"},
+				Usage: "cell name; names are relative to /ls/<cell>"},
+			&cli.StringFlag{Name: "replicas", Value: defaultReplicas, EnvVars: []string{"LOCKCELL_REPLICAS"},
+				Usage: "comma-separated client addresses of the cell's replicas"},
+			&cli.DurationFlag{Name: "timeout", Value: defaultTimeout,
+				Usage: "overall deadline for the command, including finding the master"},
+			&cli.BoolFlag{Name: "json", Usage: "machine output: one JSON document per command; errors as JSON on stderr"},
+			&cli.BoolFlag{Name: "verbose", Usage: "show the client library's logs on stderr"},
+		},
+		Commands: []*cli.Command{
+			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), rmCommand(e),
+		},
+		Before: e.setup,
+		// Without a verb, or with an unknown one, urfave/cli would fall back
+		// to its help action and exit 0 or 3; both are usage errors here.
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usageErrorf(c, "unknown command %q", c.Args().First())
+			}
+			return usageErrorf(c, "no command given")
+		},
+		OnUsageError: onUsageError,
+		// The default handler calls os.Exit for ExitCoder errors; run
+		// decides the exit code itself.
+		ExitErrHandler: func(*cli.Context, error) {},
+	}
+	for _, cmd := range app.Commands {
+		cmd.OnUsageError = onUsageError
+	}
+	return app
+}
+
+// usageError is a mistake on the command line: exit code 2.
+type usageError struct {
+	cmd string // the command's full name, e.g. "lockcell put"
+	msg string
+}
+
+func (u *usageError) Error() string {
+	if u.cmd == "" {
+		return u.msg
+	}
+	return strings.TrimPrefix(u.cmd, "lockcell ") + ": " + u.msg
+}
+
+func (u *usageError) helpCommand() string {
+	if u.cmd == "" {
+		return "lockcell --help"
+	}
+	return u.cmd + " --help"
+}
+
+// usageErrorf builds a usage error for the command c runs.
+func usageErrorf(c *cli.Context, format string, args ...any) error {
+	u := &usageError{msg: fmt.Sprintf(format, args...)}
+	// The root command is named after the app; its errors need no prefix.
+	if c != nil && c.Command != nil && c.Command.Name != "" && c.Command.HelpName != c.App.Name {
+		u.cmd = c.Command.HelpName
+	}
+	return u
+}
+
+// onUsageError turns flag parsing errors into usage errors (instead of
+// urfave/cli's "Incorrect Usage" plus the whole help on stdout).
+func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
+	const undefined = "flag provided but not defined: -"
+	if msg := err.Error(); isSubcommand && strings.HasPrefix(msg, undefined) {
+		name, _, _ := strings.Cut(strings.TrimLeft(strings.TrimPrefix(msg, undefined), "-"), "=")
+		for _, f := range c.App.Flags {
+			for _, n := range f.Names() {
+				if n == name {
+					return usageErrorf(c, "%v (--%s is a global option: put it before the command)", err, name)
+				}
+			}
+		}
+	}
+	return usageErrorf(c, "%v", err)
+}
+
+// wantArgs checks the number of positional arguments of a verb.
+func wantArgs(c *cli.Context, min, max int) error {
+	n := c.NArg()
+	if n >= min && (max < 0 || n <= max) {
+		return nil
+	}
+	var want string
+	switch {
+	case min == max:
+		want = fmt.Sprintf("exactly %d", min)
+	case max < 0:
+		want = fmt.Sprintf("at least %d", min)
+	default:
+		want = fmt.Sprintf("%d to %d", min, max)
+	}
+	hint := ""
+	if n > max && max >= 0 {
+		// Go's flag parsing stops at the first argument, so a flag typed
+		// after the arguments arrives here as an extra argument.
+		for _, a := range c.Args().Slice()[max:] {
+			if len(a) > 1 && strings.HasPrefix(a, "-") {
+				hint = fmt.Sprintf(" (options such as %s must come before the arguments)", a)
+				break
+			}
+		}
+	}
+	return usageErrorf(c, "want %s argument(s) (%s), got %d%s", want, c.Command.ArgsUsage, n, hint)
+}
+
+// wantsJSON reports whether args ask for --json. It is only a fallback for
+// when the global options failed to parse.
+func wantsJSON(args []string) bool {
+	for _, a := range args[min(1, len(args)):] {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/cell/wire"
+	"lockcell/client"
+)
+
+// mkdirCommand creates directories.
+func mkdirCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "mkdir",
+		Usage:     "create directories",
+		ArgsUsage: "NAME...",
+		Description: "Fails if a directory exists already or its parent is missing, unless -p. " +
+			"Stops at the first failure. With --json prints {\"dirs\": [names]}.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "parents", Aliases: []string{"p"},
+				Usage: "create missing parents; an existing directory is not an error"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 1, -1); err != nil {
+				return err
+			}
+			names, err := e.names("mkdir", c.Args().Slice())
+			if err != nil {
+				return err
+			}
+			for _, name := range names {
+				if c.Bool("parents") {
+					err = e.mkdirAll(name)
+				} else {
+					err = e.mkdir(name)
+				}
+				if err != nil {
+					return fail("mkdir", name, err)
+				}
+			}
+			if e.json {
+				return e.printJSON(struct {
+					Dirs []string `json:"dirs"`
+				}{names})
+			}
+			return nil
+		},
+	}
+}
+
+// names resolves every name before anything is done, so one bad name
+// leaves the cell untouched.
+func (e *env) names(op string, args []string) ([]string, error) {
+	out := make([]string, len(args))
+	for i, a := range args {
+		n, err := e.name(op, a)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// mkdir creates one directory; it must not exist and its parent must.
+func (e *env) mkdir(name string) error {
+	cl, err := e.client()
+	if err != nil {
+		return err
+	}
+	h, err := cl.Open(e.ctx, name, client.Read|client.Create|client.Excl|client.Directory)
+	if err != nil {
+		return err
+	}
+	h.Close()
+	return nil
+}
+
+// mkdirAll is mkdir -p: it creates name and its missing ancestors. It
+// tries name first and climbs only on not-found, so existing trees cost
+// one call.
+func (e *env) mkdirAll(name string) error {
+	cl, err := e.client()
+	if err != nil {
+		return err
+	}
+	const mode = client.Read | client.Create | client.Directory
+	h, err := cl.Open(e.ctx, name, mode)
+	if errors.Is(err, client.ErrNotFound) && name != e.root() {
+		if err := e.mkdirAll(wire.Parent(name)); err != nil {
+			return err
+		}
+		h, err = cl.Open(e.ctx, name, mode)
+	}
+	if err != nil {
+		return err
+	}
+	h.Close()
+	return nil
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/cell/wire"
+	"lockcell/client"
+)
+
+// putCommand writes a file's contents, creating the file (and by default
+// its missing parent directories) when needed.
+func putCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "put",
+		Usage:     "write a file's contents (VALUE - reads stdin)",
+		ArgsUsage: "NAME VALUE",
+		Description: "Creates the file, and its missing parent directories, when needed. " +
+			"With --if-generation N the write is a compare-and-swap: it happens only if the " +
+			"file exists and its content generation is still N, and otherwise changes nothing.",
+		Flags: []cli.Flag{
+			&cli.Uint64Flag{Name: "if-generation", Usage: "write only if the content generation is still `N`"},
+			&cli.BoolFlag{Name: "no-parents", Usage: "fail instead of creating missing parent directories"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 2, 2); err != nil {
+				return err
+			}
+			name, err := e.name("put", c.Args().Get(0))
+			if err != nil {
+				return err
+			}
+			data, err := e.value(c.Args().Get(1))
+			if err != nil {
+				return fail("put", name, err)
+			}
+			var opts []client.SetOption
+			mode := client.Read | client.Write | client.Create
+			cas := c.IsSet("if-generation")
+			if cas {
+				opts = append(opts, client.IfGeneration(c.Uint64("if-generation")))
+				// A file that does not exist has no generation to match:
+				// creating it first would leave an empty file behind a
+				// failed compare-and-swap.
+				mode &^= client.Create
+			}
+			st, err := e.put(name, data, mode, !cas && !c.Bool("no-parents"), opts)
+			if err != nil {
+				return fail("put", name, err)
+			}
+			if e.json {
+				return e.printJSON(toStatJSON(name, st))
+			}
+			return nil
+		},
+	}
+}
+
+// value is put's VALUE argument: "-" means stdin, read up to the contents
+// limit so a runaway pipe cannot exhaust memory.
+func (e *env) value(arg string) ([]byte, error) {
+	if arg != "-" {
+		return []byte(arg), nil
+	}
+	data, err := io.ReadAll(io.LimitReader(e.stdin, wire.MaxContents+1))
+	if err != nil {
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	if len(data) > wire.MaxContents {
+		return nil, wire.Errorf(wire.CodeTooLarge, "stdin holds more than the %d-byte limit", wire.MaxContents)
+	}
+	return data, nil
+}
+
+// put opens (maybe creating) name and writes data, returning the new stat.
+func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, opts []client.SetOption) (client.Stat, error) {
+	cl, err := e.client()
+	if err != nil {
+		return client.Stat{}, err
+	}
+	h, err := cl.Open(e.ctx, name, mode)
+	if parents && errors.Is(err, client.ErrNotFound) {
+		// With Create, not-found can only mean a missing parent. Trying
+		// the open first keeps the common case (parents exist) to one call.
+		if err = e.mkdirAll(wire.Parent(name)); err != nil {
+			return client.Stat{}, err
+		}
+		h, err = cl.Open(e.ctx, name, mode)
+	}
+	if err != nil {
+		return client.Stat{}, err
+	}
+	defer h.Close()
+	return h.SetContentsAndStat(e.ctx, data, opts...)
+}

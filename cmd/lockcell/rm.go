@@ -1,0 +1,87 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/client"
+)
+
+// rmCommand deletes files and directories.
+func rmCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "rm",
+		Usage:     "delete files and empty directories",
+		ArgsUsage: "NAME...",
+		Description: "A directory must be empty unless -r. Stops at the first failure. " +
+			"With --json prints {\"removed\": [names]}.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "recursive", Aliases: []string{"r", "R"},
+				Usage: "delete directories and everything under them"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 1, -1); err != nil {
+				return err
+			}
+			names, err := e.names("rm", c.Args().Slice())
+			if err != nil {
+				return err
+			}
+			recursive := c.Bool("recursive")
+			for _, name := range names {
+				if recursive && name == e.root() {
+					// The cell would refuse to delete the root only after
+					// everything under it was gone.
+					return &opError{op: "rm", path: name, err: errors.New("refusing to remove the whole cell")}
+				}
+			}
+			removed := []string{}
+			for _, name := range names {
+				if err := e.remove(name, recursive); err != nil {
+					oe := &opError{op: "rm", path: name, err: err}
+					if errors.Is(err, client.ErrNotEmpty) && !recursive {
+						oe.hint = "use rm -r to delete it with its contents"
+					}
+					return oe
+				}
+				removed = append(removed, name)
+			}
+			if e.json {
+				return e.printJSON(struct {
+					Removed []string `json:"removed"`
+				}{removed})
+			}
+			return nil
+		},
+	}
+}
+
+// remove deletes name, and with recursive everything under it first
+// (depth first: the cell deletes only empty directories).
+func (e *env) remove(name string, recursive bool) error {
+	cl, err := e.client()
+	if err != nil {
+		return err
+	}
+	h, err := cl.Open(e.ctx, name, client.Read|client.Write)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if recursive {
+		ents, err := h.ReadDir(e.ctx)
+		switch {
+		case errors.Is(err, client.ErrNotDir): // a file: nothing under it
+		case err != nil:
+			return err
+		}
+		for _, ent := range ents {
+			// A child someone else deleted meanwhile is as good as ours.
+			if err := e.remove(name+"/"+ent.Name, true); err != nil && !errors.Is(err, client.ErrNotFound) {
+				return err
+			}
+		}
+	}
+	return h.Delete(e.ctx)
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/client"
+)
+
+// statCommand prints all of a node's metadata.
+func statCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "stat",
+		Usage:     "print a file's or directory's metadata",
+		ArgsUsage: "NAME",
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 1, 1); err != nil {
+				return err
+			}
+			name, err := e.name("stat", c.Args().First())
+			if err != nil {
+				return err
+			}
+			st, err := e.stat(name)
+			if err != nil {
+				return fail("stat", name, err)
+			}
+			if e.json {
+				return e.printJSON(toStatJSON(name, st))
+			}
+			return e.printFields(statFields(name, st))
+		},
+	}
+}
+
+// stat returns a node's metadata.
+func (e *env) stat(name string) (client.Stat, error) {
+	cl, err := e.client()
+	if err != nil {
+		return client.Stat{}, err
+	}
+	h, err := cl.Open(e.ctx, name, client.Read)
+	if err != nil {
+		return client.Stat{}, err
+	}
+	defer h.Close()
+	return h.GetStat(e.ctx)
+}
+
+// field is one "key: value" line of stat's output.
+type field struct{ key, value string }
+
+func statFields(name string, st client.Stat) []field {
+	kind := "file"
+	if st.Dir {
+		kind = "directory"
+	}
+	acl := func(s string) string {
+		if s == "" {
+			return "(none)"
+		}
+		return s
+	}
+	return []field{
+		{"name", name},
+		{"type", kind},
+		{"instance", fmt.Sprint(st.Instance)},
+		{"content generation", fmt.Sprint(st.ContentGen)},
+		{"lock generation", fmt.Sprint(st.LockGen)},
+		{"acl generation", fmt.Sprint(st.ACLGen)},
+		{"checksum", checksumHex(st.Checksum)},
+		{"size", fmt.Sprint(st.Size)},
+		{"ctime", timeText(st.CTime)},
+		{"mtime", timeText(st.MTime)},
+		{"ephemeral", fmt.Sprint(st.Ephemeral)},
+		{"read acl", acl(st.ReadACL)},
+		{"write acl", acl(st.WriteACL)},
+		{"change acl", acl(st.ChangeACL)},
+		{"lock mode", st.LockMode.String()},
+		{"lock holders", fmt.Sprint(st.LockHolders)},
+	}
+}
+
+// printFields prints aligned "key: value" lines, values in one column.
+func (e *env) printFields(fs []field) error {
+	width := 0
+	for _, f := range fs {
+		width = max(width, len(f.key))
+	}
+	var b strings.Builder
+	for _, f := range fs {
+		fmt.Fprintf(&b, "%-*s %s\n", width+1, f.key+":", f.value)
+	}
+	_, err := fmt.Fprint(e.stdout, b.String())
+	return err
+}
