@@ -374,7 +374,7 @@ func (w *hclogWriter) Write(p []byte) (int, error) {
 			level = slog.LevelDebug
 		}
 		if i := strings.Index(line, "] "); i >= 0 {
-			line = line[i+2:]
+			line = strings.TrimSpace(line[i+2:])
 		}
 		w.l.Log(context.Background(), level, line)
 	}

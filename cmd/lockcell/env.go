@@ -248,6 +248,7 @@ type statJSON struct {
 	ACL         aclJSON `json:"acl"`
 	LockMode    string  `json:"lock_mode"`
 	LockHolders int     `json:"lock_holders"`
+	LockWaiters int     `json:"lock_waiters"`
 }
 
 type aclJSON struct {
@@ -261,7 +262,7 @@ func toStatJSON(name string, st client.Stat) statJSON {
 		ACLGen: st.ACLGen, Checksum: checksumHex(st.Checksum), Size: st.Size,
 		CTime: timeText(st.CTime), MTime: timeText(st.MTime), Ephemeral: st.Ephemeral, Dir: st.Dir,
 		ACL:      aclJSON{Read: st.ReadACL, Write: st.WriteACL, Change: st.ChangeACL},
-		LockMode: st.LockMode.String(), LockHolders: st.LockHolders}
+		LockMode: st.LockMode.String(), LockHolders: st.LockHolders, LockWaiters: st.LockWaiters}
 }
 
 func checksumHex(c uint64) string { return fmt.Sprintf("%016x", c) }

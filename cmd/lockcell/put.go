@@ -81,18 +81,33 @@ func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, 
 	if err != nil {
 		return client.Stat{}, err
 	}
-	h, err := cl.Open(e.ctx, name, mode)
+	open := func() (*client.Handle, bool, error) {
+		if mode&client.Create != 0 {
+			// Create with the contents in one replicated step, so no reader
+			// ever sees the new file empty; fall back to a write if it exists.
+			h, err := cl.Open(e.ctx, name, mode|client.Excl, client.WithContents(data))
+			if !errors.Is(err, client.ErrExists) {
+				return h, err == nil, err
+			}
+		}
+		h, err := cl.Open(e.ctx, name, mode&^client.Create)
+		return h, false, err
+	}
+	h, created, err := open()
 	if parents && errors.Is(err, client.ErrNotFound) {
 		// With Create, not-found can only mean a missing parent. Trying
 		// the open first keeps the common case (parents exist) to one call.
 		if err = e.mkdirAll(wire.Parent(name)); err != nil {
 			return client.Stat{}, err
 		}
-		h, err = cl.Open(e.ctx, name, mode)
+		h, created, err = open()
 	}
 	if err != nil {
 		return client.Stat{}, err
 	}
 	defer h.Close()
+	if created {
+		return h.GetStat(e.ctx)
+	}
 	return h.SetContentsAndStat(e.ctx, data, opts...)
 }

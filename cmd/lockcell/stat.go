@@ -80,6 +80,7 @@ func statFields(name string, st client.Stat) []field {
 		{"change acl", acl(st.ChangeACL)},
 		{"lock mode", st.LockMode.String()},
 		{"lock holders", fmt.Sprint(st.LockHolders)},
+		{"lock waiters", fmt.Sprint(st.LockWaiters)},
 	}
 }
 
