@@ -243,12 +243,25 @@ func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 	if err := h.check(); err != nil {
 		return opErr("lock", h.path, err)
 	}
+	for {
+		err := h.acquireOnce(ctx, mode)
+		if errors.Is(err, ErrCanceled) && ctx.Err() == nil {
+			// The master withdrew the wait without our asking (its stream
+			// to us broke): queue again under a new request id.
+			continue
+		}
+		return opErr("lock", h.path, err)
+	}
+}
+
+// acquireOnce queues once, under one request id, and waits. A blocking
+// acquire may wait far longer than RetryTimeout; only the search for a
+// master is bounded, so it loops on ErrNoMaster while ctx lives.
+func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) error {
 	c := h.c
 	seq := c.beginSeq()
 	defer c.endSeq(seq)
 	var resp wire.AcquireResponse
-	// A blocking acquire may wait far longer than RetryTimeout; only the
-	// search for a master is bounded, so loop on ErrNoMaster while ctx lives.
 	for {
 		err := c.callSeq(ctx, wire.MethodAcquire, seq, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode), Wait: true}, &resp)
 		if err == nil {
@@ -261,15 +274,10 @@ func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 			if cerr != nil && !errors.Is(cerr, ErrHandleInvalid) && !errors.Is(cerr, ErrClosed) {
 				c.log.Warn("lockcell: could not withdraw an abandoned lock wait", "path", h.path, "err", cerr)
 			}
-			return opErr("lock", h.path, ctx.Err())
-		}
-		if errors.Is(err, ErrCanceled) && ctx.Err() == nil {
-			// The master abandoned the wait without our asking (its
-			// connection to us broke): queue again under the same id.
-			continue
+			return ctx.Err()
 		}
 		if !errors.Is(err, ErrNoMaster) {
-			return opErr("lock", h.path, err)
+			return err
 		}
 	}
 }
