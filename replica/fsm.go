@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -96,7 +97,8 @@ type Session struct {
 	// AckSeq: every request id at or below it has completed.
 	AckSeq uint64 `msgpack:"a,omitempty"`
 	// Results de-duplicates retried requests: request id -> first result.
-	Results map[uint64]*Result `msgpack:"r,omitempty"`
+	// Snapshots carry it as a sorted list (Go maps encode in random order).
+	Results map[uint64]*Result `msgpack:"-"`
 
 	handles map[uint64]bool // rebuilt on restore
 }
@@ -497,7 +499,12 @@ func (f *FSM) acquire(index uint64, c *Command) *Result {
 		}
 	}
 	delayed := n.LockDelayUntil > c.Time
-	free := n.LockMode == LockFree
+	if !delayed && n.LockMode == LockFree && len(n.Waiters) > 0 {
+		// A lock-delay ran out and its hand-off (CmdGrant) has not been
+		// applied yet: the queue goes first, no barging.
+		f.grantWaiters(index, n, c.Time)
+	}
+	free := n.LockMode == LockFree && len(n.Waiters) == 0
 	shareable := n.LockMode == LockShared && c.Mode == LockShared && len(n.Waiters) == 0
 	if !delayed && (free || shareable) {
 		f.grant(index, n, h.ID, h.Session, 0, c.Mode)
@@ -505,15 +512,15 @@ func (f *FSM) acquire(index uint64, c *Command) *Result {
 	}
 	if c.Wait {
 		n.Waiters = append(n.Waiters, Waiter{Handle: h.ID, Session: h.Session, Seq: c.Seq, Mode: c.Mode})
-		if delayed && free {
+		if delayed && n.LockMode == LockFree {
 			f.note(Change{Kind: ChangeLockDelay, Path: n.Path, Time: n.LockDelayUntil})
 		}
 		return &Result{Queued: true}
 	}
-	if delayed && free {
+	if delayed && n.LockMode == LockFree {
 		return &Result{Err: errf(KindLockDelay, "%s: lock is free but under lock-delay for %.1fs", n.Path, float64(n.LockDelayUntil-c.Time)/1e9)}
 	}
-	return &Result{Err: errf(KindLockHeld, "%s: held in %s mode by %d holder(s)", n.Path, modeName(n.LockMode), len(n.Holders))}
+	return &Result{Err: errf(KindLockHeld, "%s: held in %s mode by %d holder(s), %d waiting", n.Path, modeName(n.LockMode), len(n.Holders), len(n.Waiters))}
 }
 
 func (f *FSM) grant(index uint64, n *Node, handle, session, waitSeq uint64, mode uint8) {
@@ -615,8 +622,10 @@ func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
 			n.LockDelayUntil = max(n.LockDelayUntil, now+h.LockDelay)
 		}
 		f.afterRelease(index, n, now)
-	} else if len(n.Holders) == 0 && n.LockMode == LockFree {
-		f.grantWaiters(index, n, now) // the departed waiter may have headed the queue
+	} else {
+		// The departed waiter may have headed the queue (say, an exclusive
+		// waiter ahead of shared ones while the lock is held shared).
+		f.grantWaiters(index, n, now)
 	}
 	if n.Ephemeral && n.openHandles == 0 && (!n.Dir || len(n.children) == 0) {
 		f.removeNode(index, n, now)
@@ -705,6 +714,14 @@ type snapshotImage struct {
 	Nodes    []*Node    `msgpack:"n"`
 	Sessions []*Session `msgpack:"s"`
 	Handles  []*Handle  `msgpack:"h"`
+	// Results are the sessions' de-duplication tables, by (session, seq).
+	Results []sessionResult `msgpack:"r"`
+}
+
+type sessionResult struct {
+	Session uint64  `msgpack:"s"`
+	Seq     uint64  `msgpack:"q"`
+	Result  *Result `msgpack:"r"`
 }
 
 const snapshotVersion = 1
@@ -721,12 +738,20 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		img.Nodes = append(img.Nodes, f.nodes[p])
 	}
 	for _, id := range sortedKeys(f.sessions) {
-		img.Sessions = append(img.Sessions, f.sessions[id])
+		sess := f.sessions[id]
+		img.Sessions = append(img.Sessions, sess)
+		for _, q := range sortedKeys(sess.Results) {
+			img.Results = append(img.Results, sessionResult{Session: id, Seq: q, Result: sess.Results[q]})
+		}
 	}
 	for _, id := range sortedKeys(f.handles) {
 		img.Handles = append(img.Handles, f.handles[id])
 	}
-	b, err := msgpack.Marshal(&img)
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true) // identical states give identical bytes
+	err := enc.Encode(&img)
+	b := buf.Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("replica: encode snapshot: %w", err)
 	}
@@ -776,6 +801,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, s := range img.Sessions {
 		s.handles = map[uint64]bool{}
 		f.sessions[s.ID] = s
+	}
+	for _, r := range img.Results {
+		if s := f.sessions[r.Session]; s != nil {
+			if s.Results == nil {
+				s.Results = map[uint64]*Result{}
+			}
+			s.Results[r.Seq] = r.Result
+		}
 	}
 	for _, h := range img.Handles {
 		f.handles[h.ID] = h
