@@ -724,7 +724,8 @@ type sessionResult struct {
 	Result  *Result `msgpack:"r"`
 }
 
-const snapshotVersion = 1
+// snapshotVersion 2: de-dup tables moved out of the sessions into Results.
+const snapshotVersion = 2
 
 type fsmSnapshot struct{ data []byte }
 

@@ -519,13 +519,9 @@ func bombs() [][]byte {
 	return out
 }
 
-// decodeTarget is one type the fuzz target decodes into. bytesField and
-// structSlice mark the shapes that msgpack v5.4.1 sizes from the input's
-// claimed length before reading (see TestDecodeBombsAllocationBug).
+// decodeTarget is one type the fuzz target decodes into.
 type decodeTarget struct {
-	new         func() any
-	bytesField  bool // has a []byte field
-	structSlice bool // has a slice of structs
+	new func() any
 }
 
 func targets() []decodeTarget {
@@ -535,82 +531,103 @@ func targets() []decodeTarget {
 		{new: func() any { return new(wire.CreateSessionRequest) }},
 		{new: func() any { return new(wire.CreateSessionResponse) }},
 		{new: func() any { return new(wire.KeepAliveRequest) }},
-		{new: func() any { return new(wire.KeepAliveResponse) }, structSlice: true},
+		{new: func() any { return new(wire.KeepAliveResponse) }},
 		{new: func() any { return new(wire.CloseSessionRequest) }},
-		{new: func() any { return new(wire.OpenRequest) }, bytesField: true},
+		{new: func() any { return new(wire.OpenRequest) }},
 		{new: func() any { return new(wire.OpenResponse) }},
 		{new: func() any { return new(wire.HandleRequest) }},
 		{new: func() any { return new(wire.Empty) }},
-		{new: func() any { return new(wire.ContentsResponse) }, bytesField: true},
+		{new: func() any { return new(wire.ContentsResponse) }},
 		{new: func() any { return new(wire.StatResponse) }},
-		{new: func() any { return new(wire.ReadDirResponse) }, structSlice: true},
-		{new: func() any { return new(wire.SetContentsRequest) }, bytesField: true},
+		{new: func() any { return new(wire.ReadDirResponse) }},
+		{new: func() any { return new(wire.SetContentsRequest) }},
 		{new: func() any { return new(wire.AcquireRequest) }},
 		{new: func() any { return new(wire.AcquireResponse) }},
 		{new: func() any { return new(wire.CancelAcquireRequest) }},
 		{new: func() any { return new(wire.CellStatusRequest) }},
-		{new: func() any { return new(wire.CellStatusResponse) }, structSlice: true},
+		{new: func() any { return new(wire.CellStatusResponse) }},
 	}
 }
 
-// claims reports whether b holds, at any offset, a length header with one
-// of the given codes claiming more than max(len(b), limit) units. width is
-// the size of the length (2 or 4 bytes). It scans every offset, so it may
-// over-report, never miss.
-func claims(b []byte, codes []byte, width int, limit uint64) bool {
-	for i := 0; i+width < len(b); i++ {
-		if bytes.IndexByte(codes, b[i]) < 0 {
-			continue
-		}
-		var n uint64
-		if width == 2 {
-			n = uint64(binary.BigEndian.Uint16(b[i+1:]))
-		} else {
-			n = uint64(binary.BigEndian.Uint32(b[i+1:]))
-		}
-		if n > uint64(len(b)) && n > limit {
-			return true
-		}
-	}
-	return false
-}
-
-// knownBomb reports whether decoding b into t would hit the known msgpack
-// v5.4.1 allocation bugs (TestDecodeBombsAllocationBug):
-//   - a str32/bin32/ext32 length over 1 MiB, in any field, known or not:
-//     into a []byte field it is allocated in full (4 GiB for 8 bytes);
-//     anywhere else it is read in 1 MiB steps into the pooled decoder's
-//     buffer, which keeps the grown buffer, so every such input makes the
-//     next decodes allocate ~25% more, without bound;
-//   - an array16/array32 count into a slice of structs: allocated in full
-//     (4G elements is a fatal out-of-memory, not a panic).
-//
-// The fuzz target leaves these inputs to that test; otherwise a few of them
-// would make every later execution cost gigabytes.
-func knownBomb(t decodeTarget, b []byte) bool {
-	return claims(b, []byte{0xdb, 0xc6, 0xc9}, 4, 1<<20) ||
-		t.structSlice && (claims(b, []byte{0xdd}, 4, 0) || claims(b, []byte{0xdc}, 2, 0))
-}
-
-// Every bomb into every type: a typed error or a value, and an allocation
-// bounded by the input (TESTPLAN: 64 x input + 1 MiB; a str32 into a string
-// field reads in 1 MiB chunks, so allow the chunk's bookkeeping too).
+// Every bomb into every type: a typed error, and an allocation bounded by
+// the input (TESTPLAN: 64 x input + 1 MiB).
 func TestDecodeBombsAreTypedAndCheap(t *testing.T) {
 	for i, b := range bombs() {
 		for _, tg := range targets() {
-			if knownBomb(tg, b) {
-				continue
-			}
 			v := tg.new()
 			var err error
 			alloc := allocDuring(func() { err = wire.Decode(b, v) })
-			if err != nil && !errors.Is(err, wire.ErrBadRequest) {
-				t.Errorf("bomb %d into %T: untyped error %v", i, v, err)
+			if !errors.Is(err, wire.ErrBadRequest) {
+				t.Errorf("bomb %d (% x...) into %T: %v, want a bad-request error", i, b[:min(8, len(b))], v, err)
 			}
-			if limit := uint64(64*len(b) + 1<<20 + 64<<10); alloc > limit {
+			if limit := uint64(64*len(b) + 1<<20); alloc > limit {
 				t.Errorf("bomb %d (% x...) into %T: %d bytes allocated, limit %d", i, b[:min(8, len(b))], v, alloc, limit)
 			}
 		}
+	}
+}
+
+// denseSlices decodes a full frame of the smallest possible elements of
+// each slice of structs (an empty map each) and checks the allocation
+// against factor x frame + 1 MiB.
+func denseSlices(t *testing.T, factor int) {
+	const n = 1 << 20
+	for _, c := range []struct {
+		key string
+		v   func() any
+		len func(any) int
+	}{
+		{"e", func() any { return new(wire.ReadDirResponse) }, func(v any) int { return len(v.(*wire.ReadDirResponse).Entries) }},
+		{"v", func() any { return new(wire.KeepAliveResponse) }, func(v any) int { return len(v.(*wire.KeepAliveResponse).Events) }},
+		{"r", func() any { return new(wire.CellStatusResponse) }, func(v any) int { return len(v.(*wire.CellStatusResponse).Replicas) }},
+	} {
+		b := append([]byte{0x81, 0xa1, c.key[0], 0xdd}, binary.BigEndian.AppendUint32(nil, n)...)
+		b = append(b, bytes.Repeat([]byte{0x80}, n)...)
+		v := c.v()
+		var err error
+		alloc := allocDuring(func() { err = wire.Decode(b, v) })
+		if err != nil || c.len(v) != n {
+			t.Fatalf("%T: %d elements, %v", v, c.len(v), err)
+		}
+		if limit := uint64(factor*len(b) + 1<<20); alloc > limit {
+			t.Errorf("%T: %d bytes allocated for a %d-byte frame, limit %d", v, alloc, len(b), limit)
+		}
+		// One element fewer than claimed: rejected before decoding.
+		v = c.v()
+		alloc = allocDuring(func() { err = wire.Decode(b[:len(b)-1], v) })
+		if !errors.Is(err, wire.ErrBadRequest) || alloc > 1<<20 {
+			t.Errorf("%T short by one: %v, %d bytes allocated", v, err, alloc)
+		}
+	}
+}
+
+// The worst honest case stays within a constant factor of the frame.
+func TestDecodeDenseSlicesAreBounded(t *testing.T) { denseSlices(t, 128) }
+
+// ... and within the TESTPLAN's 64 x input + 1 MiB.
+func TestDecodeDenseSlicesWithinPlanBound(t *testing.T) {
+	t.Skip("BUG: msgpack v5.4.1 decodes an array into a nil slice of structs by MakeSlice(n) then AppendSlice (two " +
+		"allocations of n elements), so a frame of n empty maps costs 2 x n x sizeof(elem): 96 bytes per input byte for " +
+		"KeepAliveResponse.Events (Event is 48 bytes), 112 for CellStatusResponse.Replicas (ReplicaStatus is 56), over " +
+		"the TESTPLAN bound of 64 x input + 1 MiB (ReadDirResponse.Entries, 48, is within it). A full 1.5 MiB frame " +
+		"costs the client ~170 MB. Remove this Skip once fixed.")
+	denseSlices(t, 64)
+}
+
+// Nesting: what a newer peer might send in an unknown field is skipped;
+// deep nesting is refused.
+func TestDecodeNesting(t *testing.T) {
+	nested := func(depth int) []byte {
+		b := []byte{0x82, 0xa1, 'm', 0x04, 0xa2, 'z', 'z'}
+		b = append(b, bytes.Repeat([]byte{0x91}, depth)...)
+		return append(b, 0x01)
+	}
+	var h wire.Header
+	if err := wire.Decode(nested(10), &h); err != nil || h.Method != 4 {
+		t.Fatalf("10 levels in an unknown field: %+v %v", h, err)
+	}
+	if err := wire.Decode(nested(1000), &h); !errors.Is(err, wire.ErrBadRequest) {
+		t.Fatalf("1000 levels: %v", err)
 	}
 }
 
@@ -677,9 +694,6 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{0x90})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, tg := range targets() {
-			if knownBomb(tg, b) {
-				continue // TestDecodeBombsAllocationBug
-			}
 			v := tg.new()
 			if err := wire.Decode(b, v); err != nil {
 				var we *wire.Error
