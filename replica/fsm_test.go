@@ -1519,9 +1519,9 @@ func TestFSMRestoreRejectsBadSnapshots(t *testing.T) {
 }
 
 // A snapshot written before the de-duplication tables moved out of the
-// sessions (commit 5c64d20; still snapshot version 1) must either restore
-// with its tables or be refused, never silently lose them: a retried
-// request would be applied twice.
+// sessions (commit 5c64d20; snapshot version 1) must either restore with
+// its tables or be refused, never silently lose them: a retried request
+// would be applied twice.
 func TestFSMRestoreOfEarlierSnapshotLayoutKeepsResults(t *testing.T) {
 	type oldSession struct {
 		ID        uint64             `msgpack:"id"`
