@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/cell/wire/bound"
 )
 
 // CmdType is the first field of every replicated command. Numbers are
@@ -115,6 +117,9 @@ func DecodeCommand(b []byte) (*Command, error) {
 	}
 	if b[0] != commandVersion {
 		return nil, fmt.Errorf("replica: command version %d is not %d", b[0], commandVersion)
+	}
+	if err := bound.Check(b[1:]); err != nil {
+		return nil, fmt.Errorf("replica: malformed command: %w", err)
 	}
 	var c Command
 	if err := msgpack.Unmarshal(b[1:], &c); err != nil {

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/cell/wire/bound"
 )
 
 // MaxFrameSize bounds one encoded message on the wire (etcd's default
@@ -86,10 +88,10 @@ func ReadFrame(r io.Reader) ([]byte, error) {
 // Decode decodes one frame's bytes into v, which must be a pointer to a
 // concrete struct type of this package (never an interface or a map). Every
 // length inside the frame is first checked against the frame's own size
-// (checkBounds), so a hostile length prefix cannot drive an allocation
+// (bound.Check), so a hostile length prefix cannot drive an allocation
 // larger than the frame.
 func Decode(b []byte, v any) error {
-	if err := checkBounds(b); err != nil {
+	if err := bound.Check(b); err != nil {
 		return Errorf(CodeBadRequest, "malformed %T: %v", v, err)
 	}
 	if err := msgpack.Unmarshal(b, v); err != nil {

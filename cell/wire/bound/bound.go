@@ -1,20 +1,33 @@
-package wire
+// Package bound checks untrusted msgpack bytes before they are decoded.
+// msgpack v5.4.1 allocates a claimed str/bin/array size before it notices
+// the input is short (8 hostile bytes can cost 4 GiB even when decoding
+// into typed fields), so every decoder of bytes that crossed a trust
+// boundary runs Check first. It is a leaf: the wire codec and the replica's
+// log decoder both use it.
+package bound
 
 import (
 	"encoding/binary"
 	"fmt"
 )
 
-// maxDepth bounds msgpack nesting in untrusted frames.
-const maxDepth = 32
+// MaxDepth bounds msgpack nesting.
+const MaxDepth = 32
 
-// checkBounds walks the single msgpack value that must fill b and rejects
-// any length or count that claims more than the bytes left in b, any
-// nesting deeper than maxDepth, and trailing bytes. msgpack v5 allocates a
-// str/bin/array of the claimed size before it notices the input is short
-// (8 hostile bytes can cost 4 GiB), so Decode runs this first: after it, no
-// allocation can exceed the frame itself by more than a small factor.
-func checkBounds(b []byte) error {
+// MinArrayElem is the fewest bytes, on average, an element of an array of
+// more than 16 elements may take. lockcell's
+// messages put only structs (maps with at least one required field) and
+// strings in arrays, and msgpack allocates two slices of the claimed count
+// of elements, so a floor of two bytes each keeps a dense array's
+// allocation within a small multiple of the input.
+const MinArrayElem = 2
+
+// Check walks the single msgpack value that must fill b and rejects any
+// length or count that claims more than the bytes left in b, any array
+// whose elements would average under MinArrayElem bytes, nesting deeper
+// than MaxDepth, and trailing bytes. After it, decoding b into concrete
+// types allocates at most a small multiple of len(b).
+func Check(b []byte) error {
 	n, err := skipValue(b, 0, 0)
 	if err != nil {
 		return err
@@ -52,8 +65,8 @@ func uintAt(b []byte, i, size int) (int, error) {
 
 // skipValue returns the offset just past the value starting at i.
 func skipValue(b []byte, i, depth int) (int, error) {
-	if depth > maxDepth {
-		return 0, fmt.Errorf("nesting deeper than %d", maxDepth)
+	if depth > MaxDepth {
+		return 0, fmt.Errorf("nesting deeper than %d", MaxDepth)
 	}
 	if err := need(b, i, 1); err != nil {
 		return 0, err
@@ -66,7 +79,7 @@ func skipValue(b []byte, i, depth int) (int, error) {
 	case c >= 0x80 && c <= 0x8f:
 		return skipN(b, i, 2*int(c&0x0f), depth)
 	case c >= 0x90 && c <= 0x9f:
-		return skipN(b, i, int(c&0x0f), depth)
+		return skipArray(b, i, int(c&0x0f), depth)
 	case c >= 0xa0 && c <= 0xbf:
 		n := int(c & 0x1f)
 		return i + n, need(b, i, n)
@@ -109,11 +122,33 @@ func skipValue(b []byte, i, depth int) (int, error) {
 			return 0, err
 		}
 		if c >= 0xde {
-			n *= 2
+			return skipN(b, i+size, 2*n, depth)
 		}
-		return skipN(b, i+size, n, depth)
+		return skipArray(b, i+size, n, depth)
 	}
 	return 0, fmt.Errorf("invalid msgpack type byte %#x at offset %d", c, i-1)
+}
+
+// smallArray is the element count below which the MinArrayElem floor does
+// not apply: such arrays cost little whatever their elements, and a newer
+// peer may send small arrays of tiny values in fields we skip.
+const smallArray = 16
+
+// skipArray skips an array of n elements; past smallArray elements they
+// must average at least MinArrayElem bytes.
+func skipArray(b []byte, i, n, depth int) (int, error) {
+	if n <= smallArray {
+		return skipN(b, i, n, depth)
+	}
+	if err := need(b, i, n*MinArrayElem); err != nil {
+		return 0, fmt.Errorf("array of %d elements: %w", n, err)
+	}
+	start := i
+	i, err := skipN(b, i, n, depth)
+	if err == nil && i-start < n*MinArrayElem {
+		err = fmt.Errorf("array at offset %d averages under %d bytes per element", start, MinArrayElem)
+	}
+	return i, err
 }
 
 // skipN skips n values; each takes at least one byte, so a count larger
