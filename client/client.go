@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -32,6 +33,9 @@ type Config struct {
 	// GracePeriod is how long a session in jeopardy keeps hunting for a
 	// master before it is declared expired (SPEC 4). Default 45 s.
 	GracePeriod time.Duration
+	// Dialer opens the TCP connection to a replica (default net.Dialer).
+	// Proxies and fault-injection tests substitute their own.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives the library's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -255,6 +259,9 @@ func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, re
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
+			// Calls are bounded by RetryTimeout even in jeopardy: the
+			// caller hears "no master" and may retry; the session itself
+			// keeps hunting until the grace period ends.
 			return fmt.Errorf("%w: %s: last error: %v", ErrNoMaster, m, lastErr)
 		}
 		if retryNow {
@@ -301,7 +308,7 @@ func (c *Client) masterConn(ctx context.Context) (*conn, error) {
 		return cn, nil
 	}
 	c.mu.Unlock()
-	cn, err := dial(ctx, addr, c.cfg.DialTimeout)
+	cn, err := dial(ctx, c.cfg.Dialer, addr, c.cfg.DialTimeout)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {

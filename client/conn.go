@@ -31,9 +31,13 @@ func muxConfig() *yamux.Config {
 	return c
 }
 
-func dial(ctx context.Context, addr string, timeout time.Duration) (*conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	tc, err := d.DialContext(ctx, "tcp", addr)
+func dial(ctx context.Context, dialer func(context.Context, string, string) (net.Conn, error), addr string, timeout time.Duration) (*conn, error) {
+	if dialer == nil {
+		dialer = (&net.Dialer{}).DialContext
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tc, err := dialer(dctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

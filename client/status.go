@@ -34,7 +34,7 @@ type CellStatus struct {
 // QueryStatus asks the replica at addr, master or not, for its view of the
 // cell. It needs no session.
 func QueryStatus(ctx context.Context, addr string) (*CellStatus, error) {
-	cn, err := dial(ctx, addr, 2*time.Second)
+	cn, err := dial(ctx, nil, addr, 2*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("status of %s: %w", addr, err)
 	}

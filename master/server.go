@@ -23,6 +23,12 @@ type Consensus interface {
 	Apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error)
 	// VerifyLeader confirms leadership with a quorum right now.
 	VerifyLeader(ctx context.Context) error
+	// IsLeader reports, without a network round, whether Raft still
+	// believes this replica leads. A leader that lost contact with a quorum
+	// stops believing it within the leader lease, before any successor can
+	// be elected, so checking it before granting a lease extension keeps
+	// a deposed master from extending leases.
+	IsLeader() bool
 }
 
 // Config configures the master behaviour of a cell.
@@ -68,6 +74,12 @@ type Server struct {
 	mu      sync.Mutex
 	serving bool
 	epoch   uint64
+	// recovering: after a fail-over the master accepts only KeepAlives
+	// until every session has acknowledged its fail-over event or expired
+	// (SPEC 7 steps 3-5). pendingAck holds the sessions still to answer.
+	recovering bool
+	pendingAck map[uint64]bool
+	eventSeq   uint64 // last event sequence issued; epoch<<40 | counter
 	stop    chan struct{} // closed by Stop; a fresh one per term of service
 	leases  map[uint64]*lease
 	waits   map[waitKey]chan struct{}
@@ -110,19 +122,55 @@ func (s *Server) Start(ctx context.Context) error {
 		return nil
 	}
 	s.epoch = res.Epoch
+	s.eventSeq = s.epoch << 40
 	s.stop = make(chan struct{})
 	end := s.cfg.Now().Add(s.cfg.LeaseTTL)
+	s.pendingAck = map[uint64]bool{}
 	for _, id := range s.fsm.SessionIDs() {
-		s.leases[id] = newLease(end)
+		l := newLease(end)
+		l.events = append(l.events, wire.Event{Seq: s.nextEventLocked(), Kind: wire.EventMasterFailover})
+		l.failoverSeq = l.events[0].Seq
+		s.leases[id] = l
+		s.pendingAck[id] = true
 	}
+	s.recovering = len(s.pendingAck) > 0
 	for path, until := range s.fsm.LockDelays() {
 		s.armDelayLocked(path, until)
 	}
 	s.serving = true
 	s.wg.Add(1)
 	go s.expireLoop(s.stop)
-	s.log.Info("master serving", "epoch", s.epoch, "sessions", len(s.leases))
+	s.log.Info("master serving", "epoch", s.epoch, "sessions", len(s.leases), "recovering", s.recovering)
 	return nil
+}
+
+// nextEventLocked issues an event sequence number. Numbers grow across
+// masters (the epoch is in the high bits), so a client's acknowledgement
+// of an old master's events never covers a new master's.
+func (s *Server) nextEventLocked() uint64 {
+	s.eventSeq++
+	return s.eventSeq
+}
+
+// ackedLocked records that a session is done with the fail-over (it
+// acknowledged its event, or it ended); the last one ends recovery.
+func (s *Server) ackedLocked(session uint64) {
+	if !s.recovering || !s.pendingAck[session] {
+		return
+	}
+	delete(s.pendingAck, session)
+	if len(s.pendingAck) == 0 {
+		s.recovering = false
+		s.log.Info("fail-over complete: every session acknowledged or expired", "epoch", s.epoch)
+	}
+}
+
+// Recovering reports whether the master is still in its KeepAlive-only
+// fail-over phase, and how many sessions it waits for.
+func (s *Server) Recovering() (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recovering, len(s.pendingAck)
 }
 
 // Stop ends service: parked KeepAlives and blocked acquires return
@@ -135,6 +183,7 @@ func (s *Server) Stop() {
 		return
 	}
 	s.serving = false
+	s.recovering, s.pendingAck = false, nil
 	close(s.stop)
 	s.leases = map[uint64]*lease{}
 	for p, t := range s.delays {
@@ -169,6 +218,7 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 				}
 			}
 		case replica.ChangeSessionClosed:
+			s.ackedLocked(c.Session)
 			if l, ok := s.leases[c.Session]; ok {
 				l.closed = true
 				l.wakeLocked()
@@ -215,6 +265,10 @@ func (s *Server) checkServing(h *wire.Header) (uint64, <-chan struct{}, error) {
 	defer s.mu.Unlock()
 	if !s.serving {
 		return 0, nil, wire.ErrNotMaster
+	}
+	if s.recovering && h.Method != wire.MethodKeepAlive && h.Method != wire.MethodCloseSession {
+		return s.epoch, nil, wire.Errorf(wire.CodeUnavailable,
+			"master of epoch %d is recovering from a fail-over: waiting for %d session(s) to acknowledge", s.epoch, len(s.pendingAck))
 	}
 	switch h.Method {
 	case wire.MethodCreateSession, wire.MethodKeepAlive, wire.MethodCellStatus:

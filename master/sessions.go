@@ -16,6 +16,9 @@ type lease struct {
 	wake   chan struct{} // wakes the parked KeepAlive (events, close)
 	closed bool
 	events []wire.Event
+	// failoverSeq is the sequence of this master's fail-over event for the
+	// session (0 if it had none).
+	failoverSeq uint64
 }
 
 func newLease(end time.Time) *lease { return &lease{end: end, wake: make(chan struct{}, 1)} }
@@ -56,6 +59,9 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 	l, ok := c.leases[c.h.Session]
 	if !ok {
 		c.mu.Unlock()
+		if !c.cons.IsLeader() {
+			return nil, errStopped
+		}
 		if c.h.Session == 0 || !c.fsm.SessionExists(c.h.Session) {
 			_, _, _, applied := c.fsm.Counts()
 			if c.h.Session == 0 || c.h.Session > applied {
@@ -81,9 +87,13 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		l.end = e
 	}
 	l.events = dropAcked(l.events, req.AckEvent)
-	if c.h.Epoch != c.epoch {
-		// The client last spoke to another master: tell it (SPEC 7 step 4).
-		l.events = append(l.events, wire.Event{Seq: uint64(arrived.UnixNano()), Kind: wire.EventMasterFailover})
+	if l.failoverSeq != 0 && req.AckEvent >= l.failoverSeq {
+		c.ackedLocked(c.h.Session)
+	}
+	if c.h.Epoch != c.epoch && len(l.events) == 0 {
+		// The client last spoke to another master and has no fail-over
+		// event queued: tell it (SPEC 7 step 4), so it flushes its cache.
+		l.events = append(l.events, wire.Event{Seq: c.nextEventLocked(), Kind: wire.EventMasterFailover})
 	}
 	pending := len(l.events) > 0
 	c.mu.Unlock()
@@ -103,6 +113,9 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 			}
 			t.Stop()
 		}
+	}
+	if !c.cons.IsLeader() {
+		return nil, errStopped // never extend a lease once deposed
 	}
 	replied := c.cfg.Now()
 	c.mu.Lock()
