@@ -79,12 +79,12 @@ type Server struct {
 	// (SPEC 7 steps 3-5). pendingAck holds the sessions still to answer.
 	recovering bool
 	pendingAck map[uint64]bool
-	eventSeq   uint64 // last event sequence issued; epoch<<40 | counter
-	stop    chan struct{} // closed by Stop; a fresh one per term of service
-	leases  map[uint64]*lease
-	waits   map[waitKey]chan struct{}
-	delays  map[string]*time.Timer
-	wg      sync.WaitGroup
+	eventSeq   uint64        // last event sequence issued; epoch<<40 | counter
+	stop       chan struct{} // closed by Stop; a fresh one per term of service
+	leases     map[uint64]*lease
+	waits      map[waitKey]chan struct{}
+	delays     map[string]*time.Timer
+	wg         sync.WaitGroup
 }
 
 type waitKey struct{ handle, seq uint64 }
