@@ -90,6 +90,9 @@ func (s *Server) ClientAddr() string { return s.ln.Addr().String() }
 // Replica returns the replica (for tests and status).
 func (s *Server) Replica() *replica.Replica { return s.rep }
 
+// Master returns this replica's master (serving or not).
+func (s *Server) Master() *Master { return s.master }
+
 // IsMaster reports whether this replica's master serves, and its epoch.
 func (s *Server) IsMaster() (bool, uint64) { return s.master.Serving() }
 

@@ -86,13 +86,20 @@ type Stat struct {
 	LockHolders int
 	// LockWaiters counts blocked Acquire calls queued for the lock.
 	LockWaiters int
+	// LockDelayUntil is when a lock freed by a failed holder's session may
+	// be taken again (zero if no lock-delay was ever imposed).
+	LockDelayUntil time.Time
 }
 
 func statFrom(s wire.Stat) Stat {
-	return Stat{Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
+	st := Stat{Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
 		Checksum: s.Checksum, Size: s.Size, CTime: time.Unix(0, s.CTime), MTime: time.Unix(0, s.MTime),
 		Dir: s.Dir, Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
 		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders), LockWaiters: int(s.LockWaiters)}
+	if s.LockDelayUntil != 0 {
+		st.LockDelayUntil = time.Unix(0, s.LockDelayUntil)
+	}
+	return st
 }
 
 // DirEntry is one child of a directory.

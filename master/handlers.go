@@ -172,5 +172,6 @@ func toStat(s replica.Stat) wire.Stat {
 		Checksum: s.Checksum, Size: s.Size, CTime: s.CTime, MTime: s.MTime, Dir: s.Dir,
 		Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
 		LockMode: s.LockMode, LockHolders: s.LockHolders, LockWaiters: s.LockWaiters,
+		LockDelayUntil: s.LockDelayUntil,
 	}
 }

@@ -123,6 +123,7 @@ type Stat struct {
 	ReadACL, WriteACL, ChangeACL                          string
 	LockMode                                              uint8
 	LockHolders, LockWaiters                              uint32
+	LockDelayUntil                                        int64
 }
 
 // Result is what applying a command produced. Err carries a state-machine
@@ -667,6 +668,7 @@ func (n *Node) stat() Stat {
 		Checksum: n.Checksum, Size: uint64(len(n.Contents)), CTime: n.CTime, MTime: n.MTime,
 		Dir: n.Dir, Ephemeral: n.Ephemeral, ReadACL: n.ReadACL, WriteACL: n.WriteACL, ChangeACL: n.ChangeACL,
 		LockMode: n.LockMode, LockHolders: uint32(len(n.Holders)), LockWaiters: uint32(len(n.Waiters)),
+		LockDelayUntil: n.LockDelayUntil,
 	}
 }
 

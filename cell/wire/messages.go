@@ -129,6 +129,9 @@ type Stat struct {
 	LockMode    uint8  `msgpack:"lm,omitempty"`
 	LockHolders uint32 `msgpack:"lh,omitempty"`
 	LockWaiters uint32 `msgpack:"lw,omitempty"`
+	// LockDelayUntil (Unix ns) is when a lock freed by a failed holder may
+	// be taken again; 0 when no lock-delay was ever imposed.
+	LockDelayUntil int64 `msgpack:"ld,omitempty"`
 }
 
 // Event kinds delivered on KeepAlive replies.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -81,6 +82,7 @@ func statFields(name string, st client.Stat) []field {
 		{"lock mode", st.LockMode.String()},
 		{"lock holders", fmt.Sprint(st.LockHolders)},
 		{"lock waiters", fmt.Sprint(st.LockWaiters)},
+		{"lock-delay until", lockDelayText(st.LockDelayUntil)},
 	}
 }
 
@@ -96,4 +98,12 @@ func (e *env) printFields(fs []field) error {
 	}
 	_, err := fmt.Fprint(e.stdout, b.String())
 	return err
+}
+
+// lockDelayText shows when a lock-delay ends, or that none applies.
+func lockDelayText(t time.Time) string {
+	if t.IsZero() || time.Now().After(t) {
+		return "none"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
