@@ -27,6 +27,8 @@ var (
 	ErrEpochChanged       = wire.ErrBadEpoch
 	ErrBadRequest         = wire.ErrBadRequest
 	ErrCanceled           = wire.ErrCanceled
+	ErrStaleSequencer     = wire.ErrStaleSequencer
+	ErrBadSequencer       = wire.ErrBadSequencer
 
 	// ErrNoMaster means no master answered within Config.RetryTimeout: the
 	// cell has lost its quorum, or none of its replicas is reachable.

@@ -117,6 +117,18 @@ type Handle struct {
 
 	mu     sync.Mutex
 	closed bool
+	seq    []byte // attached by SetSequencer
+}
+
+func (h *Handle) sequencer() []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seq
+}
+
+// request is the HandleRequest of this handle, carrying its sequencer.
+func (h *Handle) request() *wire.HandleRequest {
+	return &wire.HandleRequest{Handle: h.id, Sequencer: h.sequencer()}
 }
 
 // Open opens the node at name with the given mode. With Create it creates
@@ -162,7 +174,7 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 // linearizable: it reflects every write that completed before it began.
 func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
 	var resp wire.ContentsResponse
-	if err := h.do(ctx, "read", wire.MethodGetContentsAndStat, &wire.HandleRequest{Handle: h.id}, &resp); err != nil {
+	if err := h.do(ctx, "read", wire.MethodGetContentsAndStat, h.request(), &resp); err != nil {
 		return nil, Stat{}, err
 	}
 	return resp.Contents, statFrom(resp.Stat), nil
@@ -171,7 +183,7 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
 // GetStat reads the node's metadata.
 func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 	var resp wire.StatResponse
-	if err := h.do(ctx, "stat", wire.MethodGetStat, &wire.HandleRequest{Handle: h.id}, &resp); err != nil {
+	if err := h.do(ctx, "stat", wire.MethodGetStat, h.request(), &resp); err != nil {
 		return Stat{}, err
 	}
 	return statFrom(resp.Stat), nil
@@ -180,7 +192,7 @@ func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 // ReadDir lists a directory's children in name order.
 func (h *Handle) ReadDir(ctx context.Context) ([]DirEntry, error) {
 	var resp wire.ReadDirResponse
-	if err := h.do(ctx, "readdir", wire.MethodReadDir, &wire.HandleRequest{Handle: h.id}, &resp); err != nil {
+	if err := h.do(ctx, "readdir", wire.MethodReadDir, h.request(), &resp); err != nil {
 		return nil, err
 	}
 	out := make([]DirEntry, len(resp.Entries))
@@ -212,7 +224,7 @@ func (h *Handle) SetContentsAndStat(ctx context.Context, data []byte, opts ...Se
 	if len(data) > wire.MaxContents {
 		return Stat{}, opErr("write", h.path, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed %d", len(data), wire.MaxContents))
 	}
-	req := wire.SetContentsRequest{Handle: h.id, Contents: data}
+	req := wire.SetContentsRequest{Handle: h.id, Contents: data, Sequencer: h.sequencer()}
 	for _, o := range opts {
 		o(&req)
 	}
@@ -229,7 +241,7 @@ func (h *Handle) SetContentsAndStat(ctx context.Context, data []byte, opts ...Se
 // Delete deletes the node (a directory must be empty). The handle stays
 // open but every further call on it fails with ErrHandleInvalid.
 func (h *Handle) Delete(ctx context.Context) error {
-	return h.do(ctx, "delete", wire.MethodDelete, &wire.HandleRequest{Handle: h.id}, &wire.Empty{})
+	return h.do(ctx, "delete", wire.MethodDelete, h.request(), &wire.Empty{})
 }
 
 // TryAcquire takes the lock in mode if it can right now. It returns false
@@ -292,7 +304,7 @@ func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) error {
 // Release releases the lock this handle holds; the next waiters get it in
 // the same replicated step.
 func (h *Handle) Release(ctx context.Context) error {
-	return h.do(ctx, "unlock", wire.MethodRelease, &wire.HandleRequest{Handle: h.id}, &wire.Empty{})
+	return h.do(ctx, "unlock", wire.MethodRelease, h.request(), &wire.Empty{})
 }
 
 // Close closes the handle, releasing any lock it holds (without

@@ -24,6 +24,7 @@ var kindCodes = map[replica.Kind]wire.Code{
 	replica.KindLockDelay:          wire.CodeLockDelay,
 	replica.KindPermission:         wire.CodePermission,
 	replica.KindCanceled:           wire.CodeCanceled,
+	replica.KindStaleSequencer:     wire.CodeStaleSequencer,
 }
 
 // toWire converts any error a handler meets into a typed wire error, so

@@ -7,6 +7,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/sequencer"
 )
 
 func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenResponse, error) {
@@ -41,8 +42,12 @@ func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*
 	if len(req.Contents) > wire.MaxContents {
 		return nil, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed the limit of %d", len(req.Contents), wire.MaxContents)
 	}
+	fence, err := c.fence(req.Sequencer)
+	if err != nil {
+		return nil, err
+	}
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdSetContents, Handle: req.Handle,
-		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration})
+		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration, Fence: fence})
 	if err != nil {
 		return nil, err
 	}
@@ -50,12 +55,17 @@ func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*
 }
 
 func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, error) {
+	fence, err := c.fence(req.Sequencer)
+	if err != nil {
+		return nil, err
+	}
 	switch c.h.Method {
 	case wire.MethodClose:
+		// Closing is always allowed: a stale holder must be able to let go.
 		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdClose, Handle: req.Handle})
 		return &wire.Empty{}, err
 	case wire.MethodDelete:
-		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdDelete, Handle: req.Handle})
+		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdDelete, Handle: req.Handle, Fence: fence})
 		return &wire.Empty{}, err
 	case wire.MethodRelease:
 		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdRelease, Handle: req.Handle})
@@ -64,7 +74,20 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
 	}
+	if fence != nil {
+		if ok, reason := c.fsm.FenceValid(fence); !ok {
+			return nil, wire.Errorf(wire.CodeStaleSequencer, "%s", reason)
+		}
+	}
 	switch c.h.Method {
+	case wire.MethodGetSequencer:
+		held, err := c.fsm.HeldLock(c.h.Session, req.Handle)
+		if err != nil {
+			return nil, err
+		}
+		seq := sequencer.Sign(c.fsm.CellKey(), sequencer.Sequencer{Cell: c.cfg.Cell, Path: held.Path,
+			Mode: sequencer.Mode(held.Mode), Generation: held.Generation})
+		return &wire.SequencerResponse{Sequencer: seq}, nil
 	case wire.MethodReadDir:
 		ents, err := c.fsm.ReadDir(c.h.Session, req.Handle)
 		if err != nil {
@@ -174,4 +197,43 @@ func toStat(s replica.Stat) wire.Stat {
 		LockMode: s.LockMode, LockHolders: s.LockHolders, LockWaiters: s.LockWaiters,
 		LockDelayUntil: s.LockDelayUntil,
 	}
+}
+
+// fence verifies a sequencer attached to a handle call (signature, cell)
+// and turns it into the claim the state machine checks atomically.
+func (c *call) fence(seq []byte) (*replica.Fence, error) {
+	if len(seq) == 0 {
+		return nil, nil
+	}
+	s, err := c.verifySequencer(seq)
+	if err != nil {
+		return nil, err
+	}
+	return &replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}, nil
+}
+
+func (c *call) verifySequencer(seq []byte) (sequencer.Sequencer, error) {
+	s, err := sequencer.Verify(c.fsm.CellKey(), seq)
+	if err != nil {
+		return s, wire.Errorf(wire.CodeBadSequencer, "%v", err)
+	}
+	if s.Cell != c.cfg.Cell {
+		return s, wire.Errorf(wire.CodeBadSequencer, "sequencer of cell %q, this is cell %q", s.Cell, c.cfg.Cell)
+	}
+	return s, nil
+}
+
+// checkSequencer answers whether a sequencer is still valid: signed by
+// this cell, and its lock held at that generation in that mode right now
+// (a linearizable read).
+func (c *call) checkSequencer(ctx context.Context, req *wire.CheckSequencerRequest) (*wire.CheckSequencerResponse, error) {
+	s, err := c.verifySequencer(req.Sequencer)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.verifyRead(ctx); err != nil {
+		return nil, err
+	}
+	ok, reason := c.fsm.FenceValid(&replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation})
+	return &wire.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
 }

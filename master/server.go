@@ -7,6 +7,7 @@ package master
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -115,6 +116,17 @@ func (s *Server) Start(ctx context.Context) error {
 	res, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdEpoch, Time: s.now()})
 	if err != nil {
 		return fmt.Errorf("master: take epoch: %w", err)
+	}
+	if len(s.fsm.CellKey()) == 0 {
+		// The first master of a cell draws its secret sequencer key; the
+		// state machine keeps the first one ever applied.
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return fmt.Errorf("master: draw cell key: %w", err)
+		}
+		if _, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdCellKey, Contents: key, Time: s.now()}); err != nil {
+			return fmt.Errorf("master: store cell key: %w", err)
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -341,8 +353,14 @@ func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
 			return nil, err
 		}
 		return c.cancelAcquire(ctx, &req)
+	case wire.MethodCheckSequencer:
+		var req wire.CheckSequencerRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.checkSequencer(ctx, &req)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
-		wire.MethodDelete, wire.MethodRelease:
+		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		var req wire.HandleRequest
 		if err := wire.Decode(body, &req); err != nil {
 			return nil, err

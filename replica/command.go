@@ -25,6 +25,7 @@ const (
 	CmdRelease       CmdType = 9  // a lock is released and handed to the next waiters
 	CmdCancelWait    CmdType = 10 // a blocking acquire is withdrawn (or its late grant undone)
 	CmdGrant         CmdType = 11 // re-run hand-off of a lock whose lock-delay has passed
+	CmdCellKey       CmdType = 12 // the first master stores the cell's secret sequencer key
 )
 
 func (t CmdType) String() string {
@@ -51,6 +52,8 @@ func (t CmdType) String() string {
 		return "CancelWait"
 	case CmdGrant:
 		return "Grant"
+	case CmdCellKey:
+		return "CellKey"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }
@@ -93,6 +96,16 @@ type Command struct {
 	Expired   bool   `msgpack:"x,omitempty"`
 	Principal string `msgpack:"pr,omitempty"`
 	Client    string `msgpack:"cl,omitempty"`
+	// Fence, when set, makes the command apply only if the lock it names
+	// is still held at that generation in that mode (SetSequencer).
+	Fence *Fence `msgpack:"fc,omitempty"`
+}
+
+// Fence is a sequencer's claim, checked atomically with a command.
+type Fence struct {
+	Path       string `msgpack:"p"`
+	Mode       uint8  `msgpack:"m"`
+	Generation uint64 `msgpack:"g"`
 }
 
 // Encode returns the versioned bytes of c, or ErrTooLarge when they exceed

@@ -28,6 +28,7 @@ const (
 	KindLockDelay
 	KindPermission
 	KindCanceled
+	KindStaleSequencer
 )
 
 // Error is a state-machine error: deterministic, stored in the request

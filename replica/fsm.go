@@ -183,6 +183,7 @@ type FSM struct {
 	sessions map[uint64]*Session
 	handles  map[uint64]*Handle
 	applied  uint64
+	cellKey  []byte
 	observer Observer
 
 	changes []Change // scratch, used under mu by apply
@@ -245,6 +246,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 
 func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 	if c.Session == 0 || c.Seq == 0 {
+		if err := f.checkFence(c.Fence); err != nil {
+			return &Result{Err: err}
+		}
 		return f.apply(index, c)
 	}
 	s := f.sessions[c.Session]
@@ -265,7 +269,12 @@ func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 	if r, ok := s.Results[c.Seq]; ok {
 		return r
 	}
-	r := f.apply(index, c)
+	var r *Result
+	if err := f.checkFence(c.Fence); err != nil {
+		r = &Result{Err: err}
+	} else {
+		r = f.apply(index, c)
+	}
 	if f.sessions[c.Session] == s { // CloseSession removes it
 		if s.Results == nil {
 			s.Results = map[uint64]*Result{}
@@ -321,6 +330,11 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return &Result{}
 	case CmdCancelWait:
 		return f.cancelWait(index, c)
+	case CmdCellKey:
+		if len(f.cellKey) == 0 && len(c.Contents) >= 16 {
+			f.cellKey = append([]byte(nil), c.Contents...)
+		}
+		return &Result{}
 	case CmdGrant:
 		if n := f.nodes[c.Path]; n != nil {
 			f.grantWaiters(index, n, c.Time)
@@ -331,6 +345,34 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 }
 
 func (f *FSM) note(c Change) { f.changes = append(f.changes, c) }
+
+// checkFence reports whether a sequencer's lock is still held as claimed.
+func (f *FSM) checkFence(fc *Fence) *Error {
+	if fc == nil {
+		return nil
+	}
+	if reason := f.fenceReason(fc); reason != "" {
+		return errf(KindStaleSequencer, "%s", reason)
+	}
+	return nil
+}
+
+// fenceReason is "" when the lock fc names is held at fc's generation in
+// fc's mode, else why not.
+func (f *FSM) fenceReason(fc *Fence) string {
+	n := f.nodes[fc.Path]
+	switch {
+	case n == nil:
+		return fmt.Sprintf("%s no longer exists", fc.Path)
+	case len(n.Holders) == 0:
+		return fmt.Sprintf("%s is no longer locked", fc.Path)
+	case n.LockGen != fc.Generation:
+		return fmt.Sprintf("%s is locked at generation %d, not %d", fc.Path, n.LockGen, fc.Generation)
+	case n.LockMode != fc.Mode:
+		return fmt.Sprintf("%s is locked %s, not %s", fc.Path, modeName(n.LockMode), modeName(fc.Mode))
+	}
+	return ""
+}
 
 // ownHandle finds the handle named by c and checks it belongs to c's session.
 func (f *FSM) ownHandle(c *Command) (*Handle, *Error) {
@@ -716,6 +758,8 @@ type snapshotImage struct {
 	Nodes    []*Node    `msgpack:"n"`
 	Sessions []*Session `msgpack:"s"`
 	Handles  []*Handle  `msgpack:"h"`
+	// Key is the cell's secret sequencer key.
+	Key []byte `msgpack:"k,omitempty"`
 	// Results are the sessions' de-duplication tables, by (session, seq).
 	Results []sessionResult `msgpack:"r"`
 }
@@ -736,7 +780,7 @@ type fsmSnapshot struct{ data []byte }
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	img := snapshotImage{Version: snapshotVersion, Cell: f.cell, Epoch: f.epoch, Applied: f.applied}
+	img := snapshotImage{Version: snapshotVersion, Cell: f.cell, Epoch: f.epoch, Applied: f.applied, Key: f.cellKey}
 	for _, p := range sortedStrings(f.nodes) {
 		img.Nodes = append(img.Nodes, f.nodes[p])
 	}
@@ -786,7 +830,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.epoch, f.applied = img.Epoch, img.Applied
+	f.epoch, f.applied, f.cellKey = img.Epoch, img.Applied, img.Key
 	f.nodes = make(map[string]*Node, len(img.Nodes))
 	f.sessions = make(map[uint64]*Session, len(img.Sessions))
 	f.handles = make(map[uint64]*Handle, len(img.Handles))

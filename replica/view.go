@@ -118,3 +118,37 @@ func (f *FSM) Counts() (epoch uint64, sessions, nodes int, applied uint64) {
 	defer f.mu.RUnlock()
 	return f.epoch, len(f.sessions), len(f.nodes), f.applied
 }
+
+// CellKey returns the cell's secret sequencer key (nil until the first
+// master stored one).
+func (f *FSM) CellKey() []byte {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.cellKey
+}
+
+// FenceValid reports whether the lock fc names is held at fc's generation
+// in fc's mode ("" reason) or why not.
+func (f *FSM) FenceValid(fc *Fence) (bool, string) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	r := f.fenceReason(fc)
+	return r == "", r
+}
+
+// HeldLock returns the lock the handle holds: its path, mode and
+// generation; an error of KindNotHeld when it holds none.
+func (f *FSM) HeldLock(session, handle uint64) (Fence, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
+	if err != nil {
+		return Fence{}, err
+	}
+	for _, ho := range n.Holders {
+		if ho.Handle == h.ID {
+			return Fence{Path: n.Path, Mode: n.LockMode, Generation: n.LockGen}, nil
+		}
+	}
+	return Fence{}, errf(KindNotHeld, "%s: this handle does not hold the lock", n.Path)
+}

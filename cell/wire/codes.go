@@ -39,6 +39,8 @@ const (
 	CodeTooMany            Code = 21 // a per-connection or per-session limit was reached
 	CodeCanceled           Code = 22 // the call was cancelled before it took effect
 	CodeIsDir              Code = 23 // a file operation (contents) on a directory
+	CodeStaleSequencer     Code = 24 // the sequencer's lock is no longer held at that generation and mode
+	CodeBadSequencer       Code = 25 // the sequencer is malformed, forged, or of another cell
 )
 
 var codeNames = map[Code]string{
@@ -50,7 +52,7 @@ var codeNames = map[Code]string{
 	CodeNotDir: "not a directory", CodeBadRequest: "bad request", CodeInternal: "internal error",
 	CodeLockDelay: "lock under lock-delay", CodeDuplicate: "duplicate request", CodeUnavailable: "master unavailable",
 	CodeUnknownSession: "unknown session", CodeTooMany: "limit reached", CodeCanceled: "canceled",
-	CodeIsDir: "is a directory",
+	CodeIsDir: "is a directory", CodeStaleSequencer: "stale sequencer", CodeBadSequencer: "bad sequencer",
 }
 
 // String names the code for people.
@@ -87,6 +89,8 @@ var (
 	ErrUnknownSession     = &Error{Code: CodeUnknownSession}
 	ErrTooMany            = &Error{Code: CodeTooMany}
 	ErrCanceled           = &Error{Code: CodeCanceled}
+	ErrStaleSequencer     = &Error{Code: CodeStaleSequencer}
+	ErrBadSequencer       = &Error{Code: CodeBadSequencer}
 )
 
 // Error is a typed protocol error. Two Errors match under errors.Is when

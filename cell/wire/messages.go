@@ -25,6 +25,8 @@ const (
 	MethodRelease            Method = 12
 	MethodCancelAcquire      Method = 13
 	MethodCellStatus         Method = 14
+	MethodGetSequencer       Method = 15
+	MethodCheckSequencer     Method = 16
 )
 
 var methodNames = map[Method]string{
@@ -33,6 +35,7 @@ var methodNames = map[Method]string{
 	MethodGetStat: "GetStat", MethodReadDir: "ReadDir", MethodSetContents: "SetContents",
 	MethodDelete: "Delete", MethodAcquire: "Acquire", MethodRelease: "Release",
 	MethodCancelAcquire: "CancelAcquire", MethodCellStatus: "CellStatus",
+	MethodGetSequencer: "GetSequencer", MethodCheckSequencer: "CheckSequencer",
 }
 
 // String names the method for logs and errors.
@@ -206,9 +209,29 @@ type OpenResponse struct {
 }
 
 // HandleRequest is the request of every call that names only a handle:
-// Close, GetContentsAndStat, GetStat, ReadDir, Delete, Release.
+// Close, GetContentsAndStat, GetStat, ReadDir, Delete, Release,
+// GetSequencer. Sequencer, when set (SetSequencer), makes the call fail
+// with CodeStaleSequencer unless that sequencer is still valid; for
+// mutating calls the check is atomic with the change.
 type HandleRequest struct {
-	Handle uint64 `msgpack:"h"`
+	Handle    uint64 `msgpack:"h"`
+	Sequencer []byte `msgpack:"sq,omitempty"`
+}
+
+// SequencerResponse carries a signed sequencer (GetSequencer).
+type SequencerResponse struct {
+	Sequencer []byte `msgpack:"s"`
+}
+
+// CheckSequencerRequest asks whether a sequencer is still valid.
+type CheckSequencerRequest struct {
+	Sequencer []byte `msgpack:"s"`
+}
+
+// CheckSequencerResponse says whether it is, and if not why.
+type CheckSequencerResponse struct {
+	Valid  bool   `msgpack:"v"`
+	Reason string `msgpack:"r,omitempty"`
 }
 
 // Empty is the response of calls that return nothing but their status.
@@ -243,6 +266,7 @@ type SetContentsRequest struct {
 	Contents        []byte `msgpack:"c"`
 	IfGeneration    uint64 `msgpack:"g,omitempty"`
 	HasIfGeneration bool   `msgpack:"i,omitempty"`
+	Sequencer       []byte `msgpack:"sq,omitempty"`
 }
 
 // AcquireRequest takes the handle's lock in Mode. With Wait the call queues
