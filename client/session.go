@@ -15,7 +15,9 @@ type EventKind int
 // Session events (SPEC 4, 7).
 const (
 	// Jeopardy: the local lease ran out without a KeepAlive reply; the
-	// session may or may not survive. Calls block until Safe or Expired.
+	// session may or may not survive. Calls keep trying for up to
+	// Config.RetryTimeout each; the session hunts for a master until the
+	// grace period ends.
 	Jeopardy EventKind = iota + 1
 	// Safe: a KeepAlive succeeded during the grace period; the session and
 	// its handles and locks survived.
@@ -104,9 +106,8 @@ func (c *Client) keepAliveLoop() {
 		s.mu.Unlock()
 
 		ctx, cancel := context.WithDeadline(c.base, deadline)
-		sent := time.Now()
 		var resp wire.KeepAliveResponse
-		err := c.keepAliveCall(ctx, &wire.KeepAliveRequest{AckEvent: ack}, &resp)
+		sent, err := c.keepAliveCall(ctx, &wire.KeepAliveRequest{AckEvent: ack}, &resp)
 		cancel()
 		select {
 		case <-c.stop:
@@ -153,7 +154,9 @@ func (c *Client) keepAliveLoop() {
 
 // keepAliveCall is callSeq without the RetryTimeout budget: the session's
 // own deadline (lease end, then grace end) bounds the search for a master.
-func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, resp *wire.KeepAliveResponse) error {
+// It returns when the try that succeeded was sent: the lease is measured
+// from there, not from the first try of a long search.
+func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, resp *wire.KeepAliveResponse) (time.Time, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		c.mu.Lock()
@@ -161,32 +164,33 @@ func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, 
 		session, epoch := c.session, c.epoch
 		c.mu.Unlock()
 		if closed {
-			return ErrClosed
+			return time.Time{}, ErrClosed
 		}
 		if expired {
-			return ErrSessionExpired
+			return time.Time{}, ErrSessionExpired
 		}
 		cn, err := c.masterConn(ctx)
 		retryNow := false
 		if err == nil {
 			var st wire.Status
+			sent := time.Now()
 			st, err = cn.call(ctx, &wire.Header{Method: wire.MethodKeepAlive, Session: session, Epoch: epoch}, req, resp)
 			if err == nil {
 				switch st.Code {
 				case wire.CodeOK:
-					return nil
+					return sent, nil
 				case wire.CodeNotMaster:
 					retryNow = c.redirect(cn.addr, st.Leader)
 				case wire.CodeUnavailable:
 				default:
-					return st.Err()
+					return time.Time{}, st.Err()
 				}
 			} else if errors.Is(err, errTransport) {
 				c.dropConn(cn)
 			}
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		}
 		if retryNow {
 			continue
@@ -194,7 +198,7 @@ func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, 
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
