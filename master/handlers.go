@@ -71,6 +71,14 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdRelease, Handle: req.Handle})
 		return &wire.Empty{}, err
 	}
+	// Register as a cacher before reading, so a write that starts after
+	// this point invalidates what we are about to return.
+	cacheable := false
+	if req.Cache && c.h.Method != wire.MethodGetSequencer {
+		if name, ok := c.fsm.HandlePath(c.h.Session, req.Handle); ok {
+			cacheable = c.registerCacher(c.h.Session, name)
+		}
+	}
 	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
 	}
@@ -93,7 +101,7 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		if err != nil {
 			return nil, err
 		}
-		out := &wire.ReadDirResponse{Entries: make([]wire.DirEntry, len(ents))}
+		out := &wire.ReadDirResponse{Entries: make([]wire.DirEntry, len(ents)), Cacheable: cacheable}
 		for i, e := range ents {
 			out.Entries[i] = wire.DirEntry{Name: e.Name, Dir: e.Dir}
 		}
@@ -103,7 +111,7 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		if err != nil {
 			return nil, err
 		}
-		return &wire.StatResponse{Stat: toStat(v.Stat)}, nil
+		return &wire.StatResponse{Stat: toStat(v.Stat), Cacheable: cacheable}, nil
 	default: // GetContentsAndStat
 		v, err := c.fsm.LookupHandle(c.h.Session, req.Handle)
 		if err != nil {
@@ -112,7 +120,7 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		if v.Stat.Dir {
 			return nil, wire.Errorf(wire.CodeIsDir, "%s is a directory", v.Handle.Path)
 		}
-		return &wire.ContentsResponse{Contents: v.Contents, Stat: toStat(v.Stat)}, nil
+		return &wire.ContentsResponse{Contents: v.Contents, Stat: toStat(v.Stat), Cacheable: cacheable}, nil
 	}
 }
 
@@ -173,7 +181,7 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 func (c *call) withdraw(handle, seq uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := c.cons.Apply(ctx, &replica.Command{Type: replica.CmdCancelWait, Session: c.h.Session,
+	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Type: replica.CmdCancelWait, Session: c.h.Session,
 		Handle: handle, WaitSeq: seq, Time: c.now()})
 	if err == nil {
 		err = resultErr(res)

@@ -80,12 +80,17 @@ type Server struct {
 	// (SPEC 7 steps 3-5). pendingAck holds the sessions still to answer.
 	recovering bool
 	pendingAck map[uint64]bool
-	eventSeq   uint64        // last event sequence issued; epoch<<40 | counter
-	stop       chan struct{} // closed by Stop; a fresh one per term of service
-	leases     map[uint64]*lease
-	waits      map[waitKey]chan struct{}
-	delays     map[string]*time.Timer
-	wg         sync.WaitGroup
+	eventSeq   uint64 // last event sequence issued; epoch<<40 | counter
+	// cachers: name -> sessions that may have cached it; busy: names with
+	// a write in flight (uncacheable). See invalidate.go.
+	cachers       map[string]map[uint64]bool
+	busy          map[string]int
+	invalidations uint64
+	stop          chan struct{} // closed by Stop; a fresh one per term of service
+	leases        map[uint64]*lease
+	waits         map[waitKey]chan struct{}
+	delays        map[string]*time.Timer
+	wg            sync.WaitGroup
 }
 
 type waitKey struct{ handle, seq uint64 }
@@ -95,7 +100,8 @@ type waitKey struct{ handle, seq uint64 }
 func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, cons: cons, fsm: fsm, log: cfg.Logger,
-		leases: map[uint64]*lease{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{}}
+		leases: map[uint64]*lease{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{},
+		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}}
 	fsm.SetObserver(s.observe)
 	return s
 }
@@ -198,6 +204,7 @@ func (s *Server) Stop() {
 	s.recovering, s.pendingAck = false, nil
 	close(s.stop)
 	s.leases = map[uint64]*lease{}
+	s.cachers = map[string]map[uint64]bool{}
 	for p, t := range s.delays {
 		t.Stop()
 		delete(s.delays, p)
@@ -234,6 +241,8 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 			if l, ok := s.leases[c.Session]; ok {
 				l.closed = true
 				l.wakeLocked()
+				l.signalAckLocked()
+				s.forgetCacherLocked(c.Session, l)
 				delete(s.leases, c.Session)
 			}
 		case replica.ChangeLockDelay:
@@ -264,7 +273,7 @@ func (s *Server) armDelayLocked(path string, until int64) {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdGrant, Path: path, Time: s.now()}); err != nil {
+		if _, err := s.applyInvalidating(ctx, stop, &replica.Command{Type: replica.CmdGrant, Path: path, Time: s.now()}); err != nil {
 			s.log.Warn("lock-delay hand-off failed", "path", path, "err", err)
 		}
 	})
@@ -381,7 +390,7 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 		}
 		cmd.Seq, cmd.Ack = c.h.Seq, c.h.Ack
 	}
-	res, err := c.cons.Apply(ctx, cmd)
+	res, err := c.applyInvalidating(ctx, c.stop, cmd)
 	if err != nil {
 		return nil, err
 	}

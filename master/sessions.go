@@ -19,9 +19,23 @@ type lease struct {
 	// failoverSeq is the sequence of this master's fail-over event for the
 	// session (0 if it had none).
 	failoverSeq uint64
+	// acked is the highest event sequence the session acknowledged;
+	// ackCh is closed (and replaced) whenever acked grows or the lease ends.
+	acked uint64
+	ackCh chan struct{}
+	// cached lists the names the session may have cached.
+	cached map[string]bool
 }
 
-func newLease(end time.Time) *lease { return &lease{end: end, wake: make(chan struct{}, 1)} }
+func newLease(end time.Time) *lease {
+	return &lease{end: end, wake: make(chan struct{}, 1), ackCh: make(chan struct{})}
+}
+
+// signalAckLocked wakes writers waiting for this session's acknowledgement.
+func (l *lease) signalAckLocked() {
+	close(l.ackCh)
+	l.ackCh = make(chan struct{})
+}
 
 func (l *lease) wakeLocked() {
 	select {
@@ -87,6 +101,10 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		l.end = e
 	}
 	l.events = dropAcked(l.events, req.AckEvent)
+	if req.AckEvent > l.acked {
+		l.acked = req.AckEvent
+		l.signalAckLocked()
+	}
 	if l.failoverSeq != 0 && req.AckEvent >= l.failoverSeq {
 		c.ackedLocked(c.h.Session)
 	}
@@ -145,7 +163,7 @@ func dropAcked(evs []wire.Event, ack uint64) []wire.Event {
 }
 
 func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
-	res, err := c.cons.Apply(ctx, &replica.Command{Type: replica.CmdCloseSession, Session: c.h.Session, Time: c.now()})
+	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Type: replica.CmdCloseSession, Session: c.h.Session, Time: c.now()})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +193,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		s.mu.Unlock()
 		for _, id := range expired {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdCloseSession, Session: id, Expired: true, Time: s.now()})
+			res, err := s.applyInvalidating(ctx, stop, &replica.Command{Type: replica.CmdCloseSession, Session: id, Expired: true, Time: s.now()})
 			cancel()
 			switch {
 			case err != nil:

@@ -152,3 +152,77 @@ func (f *FSM) HeldLock(session, handle uint64) (Fence, error) {
 	}
 	return Fence{}, errf(KindNotHeld, "%s: this handle does not hold the lock", n.Path)
 }
+
+// AffectedPaths returns every name whose contents, stat, listing or
+// existence applying cmd now could change: a superset, computed before the
+// command is proposed, so the master can invalidate caches of those names
+// first (SPEC 6). The answer is sorted and free of duplicates.
+func (f *FSM) AffectedPaths(cmd *Command) []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	set := map[string]bool{}
+	addNode := func(p string) {
+		// A node, the listing of its parent, and, where removing it could
+		// empty an ephemeral parent, that parent's parent, and so on.
+		set[p] = true
+		for {
+			parent := parentOfSafe(p)
+			if parent == "" {
+				return
+			}
+			set[parent] = true
+			n := f.nodes[parent]
+			if n == nil || !n.Ephemeral {
+				return
+			}
+			p = parent
+		}
+	}
+	handlePath := func(id uint64) {
+		if h := f.handles[id]; h != nil {
+			addNode(h.Path)
+		}
+	}
+	switch cmd.Type {
+	case CmdOpen:
+		if f.nodes[cmd.Path] == nil && cmd.Flags&FlagCreate != 0 {
+			addNode(cmd.Path)
+		}
+	case CmdSetContents, CmdAcquire, CmdRelease, CmdCancelWait:
+		if h := f.handles[cmd.Handle]; h != nil {
+			set[h.Path] = true
+		}
+	case CmdDelete, CmdClose:
+		handlePath(cmd.Handle)
+	case CmdGrant:
+		set[cmd.Path] = true
+	case CmdCloseSession:
+		if s := f.sessions[cmd.Session]; s != nil {
+			for id := range s.handles {
+				handlePath(id)
+			}
+			for p, n := range f.nodes {
+				if n.Ephemeral && n.Owner == s.ID {
+					addNode(p)
+				}
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// HandlePath returns the name a live handle of session names.
+func (f *FSM) HandlePath(session, handle uint64) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	h := f.handles[handle]
+	if h == nil || h.Session != session {
+		return "", false
+	}
+	return h.Path, true
+}

@@ -216,6 +216,9 @@ type OpenResponse struct {
 type HandleRequest struct {
 	Handle    uint64 `msgpack:"h"`
 	Sequencer []byte `msgpack:"sq,omitempty"`
+	// Cache says the caller will cache the answer: the master then sends
+	// it an invalidation before any write that would make it stale.
+	Cache bool `msgpack:"c,omitempty"`
 }
 
 // SequencerResponse carries a signed sequencer (GetSequencer).
@@ -241,11 +244,15 @@ type Empty struct{}
 type ContentsResponse struct {
 	Contents []byte `msgpack:"c"`
 	Stat     Stat   `msgpack:"s"`
+	// Cacheable: the caller may cache the answer (it asked to, and no
+	// write of the node was in progress).
+	Cacheable bool `msgpack:"k,omitempty"`
 }
 
 // StatResponse carries a node's stat.
 type StatResponse struct {
-	Stat Stat `msgpack:"s"`
+	Stat      Stat `msgpack:"s"`
+	Cacheable bool `msgpack:"k,omitempty"`
 }
 
 // DirEntry is one child in a listing.
@@ -256,7 +263,8 @@ type DirEntry struct {
 
 // ReadDirResponse lists a directory's children in name order.
 type ReadDirResponse struct {
-	Entries []DirEntry `msgpack:"e"`
+	Entries   []DirEntry `msgpack:"e"`
+	Cacheable bool       `msgpack:"k,omitempty"`
 }
 
 // SetContentsRequest replaces a file's contents. With HasIfGeneration the
