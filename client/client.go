@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"lockcell/cache"
 	"lockcell/cell/wire"
 )
 
@@ -33,6 +34,11 @@ type Config struct {
 	// GracePeriod is how long a session in jeopardy keeps hunting for a
 	// master before it is declared expired (SPEC 4). Default 45 s.
 	GracePeriod time.Duration
+	// CacheBytes bounds the cache of contents, stats and listings
+	// (default 32 MiB). DisableCache turns the cache off for every handle;
+	// WithoutCache turns it off for one.
+	CacheBytes   int64
+	DisableCache bool
 	// Dialer opens the TCP connection to a replica (default net.Dialer).
 	// Proxies and fault-injection tests substitute their own.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -59,6 +65,9 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.CacheBytes <= 0 {
+		c.CacheBytes = 32 << 20
+	}
 	return nil
 }
 
@@ -77,6 +86,10 @@ type Client struct {
 	inflight map[uint64]struct{}
 	expired  bool
 	closed   bool
+
+	// cache holds what reads returned, kept fresh by invalidations on
+	// KeepAlive replies; nil with Config.DisableCache.
+	cache *cache.Cache[cached]
 
 	events    chan Event
 	eventsMu  sync.Mutex
@@ -97,6 +110,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, inflight: map[uint64]struct{}{},
 		events: make(chan Event, 256), stop: make(chan struct{})}
 	c.base, c.cancel = context.WithCancel(context.Background())
+	if !cfg.DisableCache {
+		c.cache = cache.New(cache.Config{MaxBytes: cfg.CacheBytes}, cachedSize)
+	}
 	var resp wire.CreateSessionResponse
 	sent := time.Now()
 	if err := c.call(ctx, wire.MethodCreateSession, false, &wire.CreateSessionRequest{ClientName: cfg.ClientName}, &resp); err != nil {
@@ -366,9 +382,29 @@ func (c *Client) noteEpoch(epoch uint64) {
 		c.epoch = epoch
 	}
 	c.mu.Unlock()
+	if changed {
+		// A new master knows nothing of what we cached: invalidations
+		// may have been lost with the old one (SPEC 6, 7).
+		c.purgeCache()
+	}
 	if changed && old != 0 {
 		c.emit(Event{Kind: MasterFailover, Epoch: epoch})
 	}
+}
+
+func (c *Client) purgeCache() {
+	if c.cache != nil {
+		c.cache.Purge()
+	}
+}
+
+// CacheStats reports the client cache's hits, misses, invalidations,
+// evictions and size (all zero with Config.DisableCache).
+func (c *Client) CacheStats() cache.Stats {
+	if c.cache == nil {
+		return cache.Stats{}
+	}
+	return c.cache.Stats()
 }
 
 func (c *Client) markExpired() {
@@ -376,6 +412,9 @@ func (c *Client) markExpired() {
 	was := c.expired
 	c.expired = true
 	c.mu.Unlock()
+	if c.cache != nil {
+		c.cache.Disable()
+	}
 	if !was {
 		c.emit(Event{Kind: Expired})
 	}

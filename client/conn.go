@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -62,12 +63,21 @@ func (c *conn) alive() bool { return !c.mux.IsClosed() }
 
 func (c *conn) close() { c.mux.Close() }
 
+// callsSent counts every call put on the wire by any Client in this
+// process (CallsSent).
+var callsSent atomic.Uint64
+
+// CallsSent returns how many calls this process's clients have put on the
+// wire, KeepAlives included: tests use it to prove a cached read made none.
+func CallsSent() uint64 { return callsSent.Load() }
+
 // errTransport marks a failure of the connection rather than an answer.
 var errTransport = errors.New("transport")
 
 // call runs one request on a fresh stream. A transport failure is wrapped
 // with errTransport; an answer, good or bad, comes back as the Status.
 func (c *conn) call(ctx context.Context, h *wire.Header, req, resp any) (wire.Status, error) {
+	callsSent.Add(1)
 	var st wire.Status
 	s, err := c.mux.OpenStream()
 	if err != nil {

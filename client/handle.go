@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"lockcell/cache"
 	"lockcell/cell/wire"
 )
 
@@ -52,17 +53,28 @@ func (m LockMode) String() string {
 }
 
 // OpenOption adjusts an Open.
-type OpenOption func(*wire.OpenRequest)
+type OpenOption func(*openOptions)
+
+type openOptions struct {
+	req     wire.OpenRequest
+	noCache bool
+}
 
 // WithContents sets the initial contents of a file that Open creates.
 func WithContents(b []byte) OpenOption {
-	return func(r *wire.OpenRequest) { r.Contents = b }
+	return func(o *openOptions) { o.req.Contents = b }
 }
 
 // WithLockDelay sets the lock-delay applied when this handle's session
 // fails while it holds the lock (at most one minute; default one minute).
 func WithLockDelay(d time.Duration) OpenOption {
-	return func(r *wire.OpenRequest) { r.LockDelayMillis = d.Milliseconds() }
+	return func(o *openOptions) { o.req.LockDelayMillis = d.Milliseconds() }
+}
+
+// WithoutCache makes every read on the handle go to the master instead of
+// the client's cache.
+func WithoutCache() OpenOption {
+	return func(o *openOptions) { o.noCache = true }
 }
 
 // Stat is a node's metadata (SPEC 2). Generations only grow: ContentGen on
@@ -115,6 +127,8 @@ type Handle struct {
 	id   uint64
 	path string
 
+	noCache bool // WithoutCache, or the client has no cache
+
 	mu     sync.Mutex
 	closed bool
 	seq    []byte // attached by SetSequencer
@@ -137,10 +151,11 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 	if err := wire.ValidateName(c.cfg.Cell, name); err != nil {
 		return nil, opErr("open", name, err)
 	}
-	req := wire.OpenRequest{Path: name, Flags: uint32(mode)}
-	for _, o := range opts {
-		o(&req)
+	o := openOptions{req: wire.OpenRequest{Path: name, Flags: uint32(mode)}}
+	for _, opt := range opts {
+		opt(&o)
 	}
+	req := o.req
 	if len(req.Contents) > wire.MaxContents {
 		return nil, opErr("open", name, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed %d", len(req.Contents), wire.MaxContents))
 	}
@@ -148,7 +163,7 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 	if err := c.call(ctx, wire.MethodOpen, true, &req, &resp); err != nil {
 		return nil, opErr("open", name, err)
 	}
-	return &Handle{c: c, id: resp.Handle, path: name}, nil
+	return &Handle{c: c, id: resp.Handle, path: name, noCache: o.noCache || c.cache == nil}, nil
 }
 
 // Name returns the name the handle was opened with.
@@ -173,27 +188,78 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 // GetContentsAndStat reads a file's contents and metadata. The read is
 // linearizable: it reflects every write that completed before it began.
 func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
+	if err := h.check(); err != nil {
+		return nil, Stat{}, opErr("read", h.path, err)
+	}
+	key, useCache := h.cacheKey(kindContents)
+	if useCache {
+		if v, ok := h.c.cache.Get(key); ok {
+			return append([]byte(nil), v.contents...), statFrom(v.stat), nil
+		}
+	}
+	req := h.request()
+	var tok cache.Token
+	if useCache {
+		tok, req.Cache = h.c.cache.Token(h.path), true
+	}
 	var resp wire.ContentsResponse
-	if err := h.do(ctx, "read", wire.MethodGetContentsAndStat, h.request(), &resp); err != nil {
+	if err := h.do(ctx, "read", wire.MethodGetContentsAndStat, req, &resp); err != nil {
 		return nil, Stat{}, err
+	}
+	if useCache && resp.Cacheable {
+		h.c.cache.PutIf(key, cached{contents: resp.Contents, stat: resp.Stat}, tok)
+		return append([]byte(nil), resp.Contents...), statFrom(resp.Stat), nil
 	}
 	return resp.Contents, statFrom(resp.Stat), nil
 }
 
 // GetStat reads the node's metadata.
 func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
+	if err := h.check(); err != nil {
+		return Stat{}, opErr("stat", h.path, err)
+	}
+	key, useCache := h.cacheKey(kindStat)
+	if useCache {
+		if v, ok := h.c.cache.Get(key); ok {
+			return statFrom(v.stat), nil
+		}
+	}
+	req := h.request()
+	var tok cache.Token
+	if useCache {
+		tok, req.Cache = h.c.cache.Token(h.path), true
+	}
 	var resp wire.StatResponse
-	if err := h.do(ctx, "stat", wire.MethodGetStat, h.request(), &resp); err != nil {
+	if err := h.do(ctx, "stat", wire.MethodGetStat, req, &resp); err != nil {
 		return Stat{}, err
+	}
+	if useCache && resp.Cacheable {
+		h.c.cache.PutIf(key, cached{stat: resp.Stat}, tok)
 	}
 	return statFrom(resp.Stat), nil
 }
 
 // ReadDir lists a directory's children in name order.
 func (h *Handle) ReadDir(ctx context.Context) ([]DirEntry, error) {
+	if err := h.check(); err != nil {
+		return nil, opErr("readdir", h.path, err)
+	}
+	key, useCache := h.cacheKey(kindDir)
 	var resp wire.ReadDirResponse
-	if err := h.do(ctx, "readdir", wire.MethodReadDir, h.request(), &resp); err != nil {
-		return nil, err
+	if v, ok := h.c.cacheGet(key, useCache); ok {
+		resp.Entries = v.entries
+	} else {
+		req := h.request()
+		var tok cache.Token
+		if useCache {
+			tok, req.Cache = h.c.cache.Token(h.path), true
+		}
+		if err := h.do(ctx, "readdir", wire.MethodReadDir, req, &resp); err != nil {
+			return nil, err
+		}
+		if useCache && resp.Cacheable {
+			h.c.cache.PutIf(key, cached{entries: resp.Entries}, tok)
+		}
 	}
 	out := make([]DirEntry, len(resp.Entries))
 	for i, e := range resp.Entries {
@@ -324,4 +390,43 @@ func (h *Handle) Close() error {
 		err = nil // already gone (node deleted or session closed)
 	}
 	return opErr("close", h.path, err)
+}
+
+// Cache kinds: what is cached under a name.
+const (
+	kindContents uint8 = 1 // contents and stat
+	kindStat     uint8 = 2 // stat only
+	kindDir      uint8 = 3 // directory listing
+)
+
+// cached is one cache entry.
+type cached struct {
+	contents []byte
+	stat     wire.Stat
+	entries  []wire.DirEntry
+}
+
+func cachedSize(v cached) int64 {
+	n := int64(len(v.contents)) + 128
+	for _, e := range v.entries {
+		n += int64(len(e.Name)) + 24
+	}
+	return n
+}
+
+// cacheKey says whether this handle's read of kind may use the cache: not
+// with caching off, and not with a sequencer attached (the master must
+// check it on every call).
+func (h *Handle) cacheKey(kind uint8) (cache.Key, bool) {
+	if h.noCache || len(h.sequencer()) > 0 {
+		return cache.Key{}, false
+	}
+	return cache.Key{Name: h.path, Kind: kind}, true
+}
+
+func (c *Client) cacheGet(key cache.Key, use bool) (cached, bool) {
+	if !use {
+		return cached{}, false
+	}
+	return c.cache.Get(key)
 }

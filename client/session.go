@@ -121,11 +121,28 @@ func (c *Client) keepAliveLoop() {
 			s.leaseEnd = sent.Add(lease - driftMargin(lease))
 			wasJeopardy := s.jeopardy
 			s.jeopardy = false
+			s.mu.Unlock()
+			// Apply every event before acknowledging any: the master
+			// completes a write once we have acknowledged its invalidation.
+			for _, ev := range resp.Events {
+				switch ev.Kind {
+				case wire.EventInvalidate:
+					if c.cache != nil {
+						c.cache.Invalidate(ev.Path)
+					}
+				case wire.EventMasterFailover:
+					c.purgeCache()
+				}
+			}
+			c.noteEpoch(resp.Epoch)
+			if wasJeopardy && c.cache != nil {
+				c.cache.Enable()
+			}
+			s.mu.Lock()
 			for _, ev := range resp.Events {
 				s.ackEvent = max(s.ackEvent, ev.Seq)
 			}
 			s.mu.Unlock()
-			c.noteEpoch(resp.Epoch)
 			if wasJeopardy {
 				c.emit(Event{Kind: Safe, Epoch: resp.Epoch})
 			}
@@ -140,6 +157,11 @@ func (c *Client) keepAliveLoop() {
 			s.mu.Lock()
 			s.jeopardy = true
 			s.mu.Unlock()
+			// The master may no longer wait for our acknowledgements: our
+			// cache can no longer be trusted (SPEC 4).
+			if c.cache != nil {
+				c.cache.Disable()
+			}
 			c.emit(Event{Kind: Jeopardy})
 		default:
 			// Closed, or an unexpected answer: back off briefly.
