@@ -30,6 +30,9 @@ type env struct {
 	timeout     time.Duration
 	json        bool
 	verbose     bool
+	// grace is the session's grace period after its lease runs out
+	// (client.Config.GracePeriod); zero means the library's default.
+	grace time.Duration
 
 	// ctx carries the --timeout deadline, counted from when the options
 	// were parsed, so that it bounds the whole command.
@@ -73,7 +76,7 @@ func (e *env) client() (*client.Client, error) {
 		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cl, err := client.Dial(e.ctx, client.Config{Cell: e.cell, Replicas: e.replicas, ClientName: "lockcell-cli",
-		RetryTimeout: e.timeout, DialTimeout: min(e.timeout, 2*time.Second), Logger: log})
+		RetryTimeout: e.timeout, DialTimeout: min(e.timeout, 2*time.Second), GracePeriod: e.grace, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -116,10 +119,11 @@ func (e *env) name(op, arg string) (string, error) {
 	return n, nil
 }
 
-// opError is a failed verb: its message names the operation and the path.
+// opError is a failed verb: its message names the operation and the path
+// (when it has one).
 type opError struct {
 	op   string
-	path string
+	path string // empty for operations on no node (seq check)
 	err  error
 	hint string // what to do about it, when there is an obvious answer
 }
@@ -138,7 +142,10 @@ func (o *opError) Error() string {
 	if strings.ContainsFunc(path, func(r rune) bool { return r <= ' ' || r > '~' }) {
 		path = strconv.Quote(path)
 	}
-	msg := o.op + " " + path + ": " + detail
+	msg := o.op + ": " + detail
+	if path != "" {
+		msg = o.op + " " + path + ": " + detail
+	}
 	if o.hint != "" {
 		msg += " (" + o.hint + ")"
 	}
@@ -192,6 +199,7 @@ var codeNames = map[wire.Code]string{
 	wire.CodeInternal: "internal", wire.CodeLockDelay: "lock_delay", wire.CodeDuplicate: "duplicate",
 	wire.CodeUnavailable: "unavailable", wire.CodeUnknownSession: "unknown_session", wire.CodeTooMany: "too_many",
 	wire.CodeCanceled: "canceled", wire.CodeIsDir: "is_dir",
+	wire.CodeStaleSequencer: "stale_sequencer", wire.CodeBadSequencer: "bad_sequencer",
 }
 
 // errorCode is the machine name of err's kind.

@@ -1,10 +1,12 @@
 // Command lockcell is the operator CLI of a lockcell cell: shell-like verbs
-// (put, cat, stat, ls, mkdir, rm) on the cell's namespace (SPEC 10).
+// (put, cat, stat, ls, mkdir, rm) on the cell's namespace, lock (hold a lock
+// while a command runs) and seq (inspect and check sequencers) (SPEC 10).
 //
 // Exit codes: 0 ok, 1 error (the cell or the client refused or failed; the
-// message names the operation and the path), 2 usage error. With --json
-// every verb prints one JSON document on stdout, and errors are printed as
-// {"error": "...", "code": "..."} on stderr.
+// message names the operation and the path), 2 usage error; lock exits with
+// its command's status. With --json every verb prints one JSON document on
+// stdout (lock prints nothing: stdout is its command's), and errors are
+// printed as {"error": "...", "code": "..."} on stderr.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -37,11 +40,20 @@ func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
 
 // run runs one command line and returns its exit code. It builds a fresh
 // App each call and never calls os.Exit, so tests (and a future interactive
-// shell) can call it repeatedly with their own streams.
+// shell) can call it repeatedly, even concurrently, with their own streams.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// urfave/cli writes package globals (its help flag and help command)
+	// while it sets a command line up, so runs take turns until their
+	// verb starts: a lock's command may run alongside other runs.
+	cliMu.Lock()
+	unlock := sync.OnceFunc(cliMu.Unlock)
+	defer unlock()
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
 	defer e.close()
-	err := newApp(e).RunContext(context.Background(), args)
+	app := newApp(e)
+	startActions(app.Commands, unlock)
+	app.Action = startAction(app.Action, unlock)
+	err := app.RunContext(context.Background(), args)
 	if err == nil {
 		return exitOK
 	}
@@ -52,7 +64,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	var ue *usageError
 	var ec cli.ExitCoder
+	var xs *exitStatus
 	switch {
+	case errors.As(err, &xs):
+		if xs.err != nil {
+			e.printError(xs.err, xs.kind)
+		}
+		return xs.code
 	case errors.As(err, &ue):
 		e.printError(err, "usage")
 		if !e.json {
@@ -78,7 +96,8 @@ func newApp(e *env) *cli.App {
 		UsageText: "lockcell [global options] command [command options] [arguments...]",
 		Description: "Names are relative to the cell root (cfg/flag means /ls/<cell>/cfg/flag) " +
 			"unless they start with /. Options go before the arguments they apply to: " +
-			"global options before the command, command options before its arguments.",
+			"global options before the command, command options before its arguments.\n\n" +
+			"Exit codes: 0 ok, 1 error, 2 usage error; lock exits with its command's status.",
 		Reader:    e.stdin,
 		Writer:    e.stdout,
 		ErrWriter: e.stderr,
@@ -88,12 +107,13 @@ func newApp(e *env) *cli.App {
 			&cli.StringFlag{Name: "replicas", Value: defaultReplicas, EnvVars: []string{"LOCKCELL_REPLICAS"},
 				Usage: "comma-separated client addresses of the cell's replicas"},
 			&cli.DurationFlag{Name: "timeout", Value: defaultTimeout,
-				Usage: "overall deadline for the command, including finding the master"},
+				Usage: "overall deadline for the command, including finding the master (for lock: for getting the lock, not for running its command)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine output: one JSON document per command; errors as JSON on stderr"},
 			&cli.BoolFlag{Name: "verbose", Usage: "show the client library's logs on stderr"},
 		},
 		Commands: []*cli.Command{
 			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), rmCommand(e),
+			lockCommand(e), seqCommand(e),
 		},
 		Before: e.setup,
 		// Without a verb, or with an unknown one, urfave/cli would fall back
@@ -109,11 +129,56 @@ func newApp(e *env) *cli.App {
 		// decides the exit code itself.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
-	for _, cmd := range app.Commands {
-		cmd.OnUsageError = onUsageError
-	}
+	setOnUsageError(app.Commands)
 	return app
 }
+
+// cliMu serializes run's use of urfave/cli up to the start of the verb.
+var cliMu sync.Mutex
+
+// startActions makes the actions of cmds (and their subcommands) call
+// started first.
+func startActions(cmds []*cli.Command, started func()) {
+	for _, cmd := range cmds {
+		cmd.Action = startAction(cmd.Action, started)
+		startActions(cmd.Subcommands, started)
+	}
+}
+
+func startAction(a cli.ActionFunc, started func()) cli.ActionFunc {
+	if a == nil {
+		return nil
+	}
+	return func(c *cli.Context) error {
+		started()
+		return a(c)
+	}
+}
+
+func setOnUsageError(cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		cmd.OnUsageError = onUsageError
+		setOnUsageError(cmd.Subcommands)
+	}
+}
+
+// exitStatus ends run with a given exit code: lock passes on its command's
+// status this way. err, when set, is reported (as kind under --json) like
+// any other error; without it run prints nothing.
+type exitStatus struct {
+	code int
+	kind string
+	err  error
+}
+
+func (x *exitStatus) Error() string {
+	if x.err == nil {
+		return fmt.Sprintf("exit status %d", x.code)
+	}
+	return x.err.Error()
+}
+
+func (x *exitStatus) Unwrap() error { return x.err }
 
 // usageError is a mistake on the command line: exit code 2.
 type usageError struct {

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/cell/wire"
+	"lockcell/client"
+	"lockcell/sequencer"
+)
+
+const (
+	// lockEnv names, in the command's environment, the lock it runs under.
+	lockEnv = "LOCKCELL_LOCK"
+	// killAfter is how long a command stopped for a lost lock has between
+	// SIGTERM and SIGKILL.
+	killAfter = 3 * time.Second
+	// waitDelay bounds how long lock waits, once the command has exited,
+	// for processes it left behind to close the pipes it shares with them
+	// (only when lockcell's streams are not plain files, as in tests).
+	waitDelay = 2 * time.Second
+	// maxLockDelay is the longest lock-delay the cell accepts (SPEC 5).
+	maxLockDelay = time.Minute
+	// defaultGrace is the client library's grace period (SPEC 4).
+	defaultGrace = 45 * time.Second
+)
+
+// lockCommand runs a command while holding a lock.
+func lockCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "lock",
+		Usage:     "hold a lock while a command runs",
+		ArgsUsage: "NAME -- CMD [ARGS...]",
+		Description: "Opens NAME (creating it and its missing parents when needed), takes its lock, " +
+			"and runs CMD with $" + seqEnv + " (the lock's sequencer, for seq check and for resource " +
+			"servers to fence with) and $" + lockEnv + " (the lock's full name) added to its environment " +
+			"and lockcell's stdin, stdout and stderr. When CMD exits the lock is released and lockcell " +
+			"exits with CMD's status (128+N if signal N killed it; 127 if CMD is not found, 126 if it " +
+			"cannot be run). SIGINT, SIGTERM and SIGHUP are passed on to CMD.\n\n" +
+			"Without --try lock waits for the lock, up to --timeout (which bounds getting the lock, " +
+			"not CMD). If the session is in jeopardy while CMD runs lockcell warns on stderr; if it " +
+			"expires, the lock is lost: CMD is sent SIGTERM (SIGKILL " + killAfter.String() + " later) and " +
+			"lockcell exits 1. Unless stdin is a terminal CMD runs in its own process group, and " +
+			"signals reach the whole group.",
+		// NAME is free text: "lock help -- CMD" must not show help.
+		HideHelpCommand: true,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "shared", Usage: "take the lock in shared (reader) mode instead of exclusive"},
+			&cli.BoolFlag{Name: "try", Usage: "fail (exit 1) at once if the lock is held instead of waiting"},
+			&cli.DurationFlag{Name: "lock-delay", DefaultText: "the cell's",
+				Usage: "if this session fails while holding the lock, others cannot take it for `D` (1ms to 1m)"},
+			// For tests: a session that cannot reach the cell expires
+			// after its lease plus this.
+			&cli.DurationFlag{Name: "grace", Value: defaultGrace, Hidden: true,
+				Usage: "how long a session in jeopardy keeps looking for the cell before it expires"},
+		},
+		Action: e.lock,
+	}
+}
+
+// lockArgs splits lock's arguments into NAME and CMD [ARGS...].
+func lockArgs(c *cli.Context) (string, []string, error) {
+	args := c.Args().Slice()
+	dash := slices.Index(args, "--")
+	switch {
+	case dash < 0:
+		return "", nil, usageErrorf(c, "no -- before the command (want %s)", c.Command.ArgsUsage)
+	case dash == 0:
+		return "", nil, usageErrorf(c, "no NAME before -- (want %s)", c.Command.ArgsUsage)
+	case dash > 1:
+		hint := ""
+		for _, a := range args[1:dash] {
+			if len(a) > 1 && strings.HasPrefix(a, "-") {
+				hint = fmt.Sprintf(" (options such as %s must come before NAME)", a)
+				break
+			}
+		}
+		return "", nil, usageErrorf(c, "want one NAME before --, got %d%s", dash, hint)
+	case dash == len(args)-1:
+		return "", nil, usageErrorf(c, "no command after -- (want %s)", c.Command.ArgsUsage)
+	}
+	return args[0], args[dash+1:], nil
+}
+
+// lock is lock's Action.
+func (e *env) lock(c *cli.Context) error {
+	arg, argv, err := lockArgs(c)
+	if err != nil {
+		return err
+	}
+	mode := client.Exclusive
+	if c.Bool("shared") {
+		mode = client.Shared
+	}
+	var opts []client.OpenOption
+	if c.IsSet("lock-delay") {
+		// The wire protocol reads 0 ms as "the cell's default", so the
+		// shortest delay one can ask for is 1 ms.
+		d := c.Duration("lock-delay")
+		if d < time.Millisecond || d > maxLockDelay {
+			return usageErrorf(c, "--lock-delay must be from 1ms to %v, got %v", maxLockDelay, d)
+		}
+		opts = append(opts, client.WithLockDelay(d))
+	}
+	if e.grace = c.Duration("grace"); e.grace <= 0 {
+		return usageErrorf(c, "--grace must be positive, got %v", e.grace)
+	}
+	name, err := e.name("lock", arg)
+	if err != nil {
+		return err
+	}
+	// Look CMD up before touching the cell: a typo must not take the lock.
+	// (exec.Command checks only names without a slash.)
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return cannotRun(name, err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if cmd.Err != nil {
+		return cannotRun(name, cmd.Err)
+	}
+	l := &locker{e: e, name: name}
+	l.sharedStreams()
+	defer l.finish()
+
+	// Signals are caught from the start: one that arrives while lockcell
+	// is still getting the lock gives up the wait, and one that arrives
+	// while CMD runs is passed on to CMD.
+	sigc := make(chan os.Signal, 4)
+	for _, sig := range forwardedSignals {
+		// An ignored signal (nohup, or & in a script) stays ignored, by
+		// lockcell and by CMD, which inherits that.
+		if !signal.Ignored(sig) {
+			signal.Notify(sigc, sig)
+		}
+	}
+	defer signal.Stop(sigc)
+
+	// A signal cancels everything getting the lock involves, dialing
+	// and creating parents included.
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	e.ctx = ctx
+	got := make(chan error, 1)
+	go func() { got <- l.acquire(mode, c.Bool("try"), opts) }()
+	select {
+	case err = <-got:
+	case sig := <-sigc:
+		cancel()
+		<-got // the wait is withdrawn; closing the session drops any lock
+		return &exitStatus{code: 128 + signalNumber(sig), kind: "interrupted",
+			err: fmt.Errorf("lock %s: interrupted by %v while getting the lock", name, sig)}
+	}
+	if err != nil {
+		return err
+	}
+	if e.verbose {
+		if s, err := sequencer.Parse(l.seq); err == nil {
+			l.warnf("holding %s (%s, lock generation %d)", name, s.Mode, s.Generation)
+		}
+	}
+
+	cmd.Env = append(os.Environ(), seqEnv+"="+sequencer.EncodeText(l.seq), lockEnv+"="+name)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	cmd.WaitDelay = waitDelay
+	ch := newChild(cmd, e.stdin)
+	if l.isLost() {
+		return l.lostError("the lock was lost before the command started; it was not run")
+	}
+	if err := cmd.Start(); err != nil {
+		return cannotRun(name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait() // the status is in cmd.ProcessState
+		close(done)
+	}()
+
+	lost := l.lost
+	stopped := false
+	var kill <-chan time.Time
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case sig := <-sigc:
+			ch.signal(sig)
+		case <-lost:
+			lost, stopped = nil, true
+			l.warnf("lock %s lost: the session expired; stopping the command (SIGTERM, SIGKILL in %v)", name, killAfter)
+			ch.signal(syscall.SIGTERM)
+			kill = time.After(killAfter)
+		case <-kill:
+			ch.signal(syscall.SIGKILL)
+		}
+	}
+	if stopped {
+		return l.lostError("the lock was lost while the command ran; the command was stopped")
+	}
+	if cmd.ProcessState == nil {
+		return fail("lock", name, errors.New("lost track of the command"))
+	}
+	code := exitCode(cmd.ProcessState)
+	if err := l.release(); err != nil {
+		if errors.Is(err, client.ErrSessionExpired) || l.isLost() {
+			// The lock went before the command ended, even if the
+			// Expired event had not arrived yet.
+			return l.lostError("the lock was lost before the command ended")
+		}
+		// The session's end releases the lock anyway: the command's
+		// status is still the answer.
+		l.warnf("%v", fail("unlock", name, err))
+	}
+	if code != exitOK {
+		return &exitStatus{code: code}
+	}
+	return nil
+}
+
+// cannotRun reports a command that could not be started the way shells do:
+// exit 127 when it is not found, 126 when it cannot be executed.
+func cannotRun(name string, err error) error {
+	code := 126
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		code = 127
+	}
+	return &exitStatus{code: code, kind: "cannot_run", err: fmt.Errorf("lock %s: %w", name, err)}
+}
+
+// locker is the state of one lock run.
+type locker struct {
+	e    *env
+	name string
+	h    *client.Handle
+	seq  []byte
+
+	lost      chan struct{} // closed when the session expires
+	watchDone chan struct{} // closed when the event watcher ends
+}
+
+// sharedStreams makes lockcell's own stderr messages safe to interleave
+// with the command's output: when the streams are not files, exec copies
+// the command's output into them from its own goroutines.
+func (l *locker) sharedStreams() {
+	e := l.e
+	if _, ok := e.stderr.(*os.File); ok {
+		return
+	}
+	sw := &syncWriter{w: e.stderr}
+	if sameWriter(e.stdout, e.stderr) {
+		e.stdout = sw
+	}
+	e.stderr = sw
+}
+
+func sameWriter(a, b io.Writer) bool {
+	return reflect.TypeOf(a) == reflect.TypeOf(b) && reflect.TypeOf(a).Comparable() && a == b
+}
+
+// syncWriter serializes writes to a writer shared by goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// warnf prints a message of lockcell's own on stderr.
+func (l *locker) warnf(format string, args ...any) {
+	fmt.Fprintf(l.e.stderr, "lockcell: "+format+"\n", args...)
+}
+
+// acquire dials, starts watching the session, opens the lock's node
+// (creating it and its parents as put does), takes the lock and gets its
+// sequencer.
+func (l *locker) acquire(mode client.LockMode, try bool, opts []client.OpenOption) error {
+	e, ctx := l.e, l.e.ctx
+	cl, err := e.client()
+	if err != nil {
+		return fail("lock", l.name, err)
+	}
+	l.watch(cl)
+	const open = client.Read | client.Write | client.Create
+	h, err := cl.Open(ctx, l.name, open, opts...)
+	if errors.Is(err, client.ErrNotFound) {
+		// With Create, not-found can only mean a missing parent.
+		if err = e.mkdirAll(wire.Parent(l.name)); err == nil {
+			h, err = cl.Open(ctx, l.name, open, opts...)
+		}
+	}
+	if err != nil {
+		return fail("lock", l.name, err)
+	}
+	l.h = h
+	if try {
+		ok, err := h.TryAcquire(ctx, mode)
+		if err != nil {
+			return fail("lock", l.name, err)
+		}
+		if !ok {
+			return &opError{op: "lock", path: l.name, err: client.ErrLockHeld,
+				hint: "another session holds it; --try does not wait"}
+		}
+	} else if err := h.Acquire(ctx, mode); err != nil {
+		return fail("lock", l.name, err)
+	}
+	if l.seq, err = h.GetSequencer(ctx); err != nil {
+		return fail("lock", l.name, err)
+	}
+	return nil
+}
+
+// watch reads the session's events until the client is closed: the
+// library drops events nobody reads, and Expired is how lock learns that
+// its lock is gone.
+func (l *locker) watch(cl *client.Client) {
+	l.lost, l.watchDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(l.watchDone)
+		expired := false
+		for ev := range cl.Events() {
+			switch ev.Kind {
+			case client.Jeopardy:
+				l.warnf("warning: session in jeopardy: no answer from the cell within the lease; " +
+					"the lock may be lost, and the command is stopped if the session expires")
+			case client.Safe:
+				l.warnf("session safe again: the lock is still held")
+			case client.Expired:
+				if !expired {
+					expired = true
+					close(l.lost)
+				}
+			case client.MasterFailover:
+				if l.e.verbose {
+					l.warnf("the cell has a new master (epoch %d); the lock is still held", ev.Epoch)
+				}
+			}
+		}
+	}()
+}
+
+func (l *locker) isLost() bool {
+	if l.lost == nil {
+		return false
+	}
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *locker) lostError(hint string) error {
+	return &opError{op: "lock", path: l.name, err: client.ErrSessionExpired, hint: hint}
+}
+
+// release gives the lock up, with a deadline of its own: --timeout bounds
+// getting the lock, and the command may have run far longer.
+func (l *locker) release() error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.e.timeout)
+	defer cancel()
+	return l.h.Release(ctx)
+}
+
+// finish ends the session (which releases whatever is still held) and
+// waits for the event watcher, so nothing writes to stderr after lock
+// returns.
+func (l *locker) finish() {
+	l.e.close()
+	if l.watchDone != nil {
+		<-l.watchDone
+	}
+}
