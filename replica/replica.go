@@ -257,8 +257,20 @@ func (r *Replica) Apply(ctx context.Context, cmd *Command) (*Result, error) {
 		timeout = max(time.Until(dl), time.Millisecond)
 	}
 	f := r.raft.Apply(b, timeout)
-	if err := f.Error(); err != nil {
-		return nil, mapRaftErr(err)
+	// raft v1.8 can leave a future unanswered forever when it shuts down
+	// with applied entries still queued for the FSM (hashicorp/raft#498),
+	// so never wait on it alone.
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return nil, mapRaftErr(err)
+		}
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+	case <-r.done:
+		return nil, fmt.Errorf("%w: shut down with the command in flight", ErrClosed)
 	}
 	res, ok := f.Response().(*Result)
 	if !ok {
