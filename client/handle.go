@@ -71,6 +71,25 @@ func WithLockDelay(d time.Duration) OpenOption {
 	return func(o *openOptions) { o.req.LockDelayMillis = d.Milliseconds() }
 }
 
+// EventMask selects the handle events a handle asks for (WithEvents).
+type EventMask uint32
+
+// Handle event selectors; combine with |.
+const (
+	OnContentsModified EventMask = EventMask(wire.MaskContentsModified)
+	OnChildAdded       EventMask = EventMask(wire.MaskChildAdded)
+	OnChildRemoved     EventMask = EventMask(wire.MaskChildRemoved)
+	OnLockAcquired     EventMask = EventMask(wire.MaskLockAcquired)
+	OnConflictingLock  EventMask = EventMask(wire.MaskConflictingLock)
+	OnHandleInvalid    EventMask = EventMask(wire.MaskHandleInvalid)
+)
+
+// WithEvents asks for handle events on Client.Events() while the handle
+// is open: they arrive on the next KeepAlive reply after the change.
+func WithEvents(m EventMask) OpenOption {
+	return func(o *openOptions) { o.req.EventMask = uint32(m) }
+}
+
 // WithoutCache makes every read on the handle go to the master instead of
 // the client's cache.
 func WithoutCache() OpenOption {

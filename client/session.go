@@ -27,6 +27,22 @@ const (
 	Expired
 	// MasterFailover: a new master took over (a new epoch).
 	MasterFailover
+
+	// Handle events, delivered only for handles opened WithEvents asking
+	// for them. Event.Path names the node, Event.Child the child.
+
+	// ContentsModified: the file's contents were replaced.
+	ContentsModified
+	// ChildAdded: a child was created in the directory.
+	ChildAdded
+	// ChildRemoved: a child was deleted from the directory.
+	ChildRemoved
+	// LockAcquired: the node's lock was granted (to anyone).
+	LockAcquired
+	// ConflictingLock: another handle asked for the lock while it was held.
+	ConflictingLock
+	// HandleInvalid: the node was deleted; handles on it are invalid.
+	HandleInvalid
 )
 
 func (k EventKind) String() string {
@@ -39,6 +55,18 @@ func (k EventKind) String() string {
 		return "expired"
 	case MasterFailover:
 		return "master-failover"
+	case ContentsModified:
+		return "contents-modified"
+	case ChildAdded:
+		return "child-added"
+	case ChildRemoved:
+		return "child-removed"
+	case LockAcquired:
+		return "lock-acquired"
+	case ConflictingLock:
+		return "conflicting-lock"
+	case HandleInvalid:
+		return "handle-invalid"
 	}
 	return "event"
 }
@@ -48,6 +76,15 @@ type Event struct {
 	Kind  EventKind
 	Epoch uint64
 	Time  time.Time
+	// Path and Child describe handle events.
+	Path  string
+	Child string
+}
+
+// handleEventKinds maps wire event kinds to handle events.
+var handleEventKinds = map[uint8]EventKind{
+	wire.EventContents: ContentsModified, wire.EventChildAdded: ChildAdded, wire.EventChildRemoved: ChildRemoved,
+	wire.EventLockAcquired: LockAcquired, wire.EventLockConflict: ConflictingLock, wire.EventHandleInvalid: HandleInvalid,
 }
 
 // Events delivers session events in order. The channel is closed by Close.
@@ -132,6 +169,10 @@ func (c *Client) keepAliveLoop() {
 					}
 				case wire.EventMasterFailover:
 					c.purgeCache()
+				default:
+					if k, ok := handleEventKinds[ev.Kind]; ok {
+						c.emit(Event{Kind: k, Path: ev.Path, Child: ev.Child})
+					}
 				}
 			}
 			c.noteEpoch(resp.Epoch)

@@ -14,6 +14,10 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	if err := wire.ValidateName(c.cfg.Cell, req.Path); err != nil {
 		return nil, err
 	}
+	if req.EventMask&^(wire.MaskContentsModified|wire.MaskChildAdded|wire.MaskChildRemoved|
+		wire.MaskLockAcquired|wire.MaskConflictingLock|wire.MaskHandleInvalid) != 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "unknown event mask bits %#x", req.EventMask)
+	}
 	if !wire.ValidOpenFlags(req.Flags) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "unknown open flags %#x", req.Flags)
 	}

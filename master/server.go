@@ -219,8 +219,18 @@ func (s *Server) now() int64 { return s.cfg.Now().UnixNano() }
 // observe runs on raft's apply goroutine for every applied entry with
 // changes. It only flips in-memory state and never blocks.
 func (s *Server) observe(index uint64, changes []replica.Change) {
+	notes := s.handleEvents(changes)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.serving {
+		for _, n := range notes {
+			if l := s.leases[n.session]; l != nil && !l.closed {
+				n.ev.Seq = s.nextEventLocked()
+				l.events = append(l.events, n.ev)
+				l.wakeLocked()
+			}
+		}
+	}
 	for _, c := range changes {
 		switch c.Kind {
 		case replica.ChangeLockGranted, replica.ChangeWaitEnded:
@@ -408,4 +418,43 @@ func (c *call) verifyRead(ctx context.Context) error {
 		return wire.Errorf(wire.CodeSessionExpired, "session %d does not exist or has expired", c.h.Session)
 	}
 	return nil
+}
+
+type sessionEvent struct {
+	session uint64
+	ev      wire.Event
+}
+
+// eventOf maps a state change to the event kind and mask bit handles ask
+// for, if any.
+var eventOf = map[replica.ChangeKind]struct {
+	kind uint8
+	mask uint32
+}{
+	replica.ChangeContents:     {wire.EventContents, wire.MaskContentsModified},
+	replica.ChangeChildAdded:   {wire.EventChildAdded, wire.MaskChildAdded},
+	replica.ChangeChildRemoved: {wire.EventChildRemoved, wire.MaskChildRemoved},
+	replica.ChangeDeleted:      {wire.EventHandleInvalid, wire.MaskHandleInvalid},
+	replica.ChangeLockGranted:  {wire.EventLockAcquired, wire.MaskLockAcquired},
+	replica.ChangeLockConflict: {wire.EventLockConflict, wire.MaskConflictingLock},
+}
+
+// handleEvents turns changes into the events handles asked for at Open.
+// They are notifications, delivered on the next KeepAlive reply after the
+// change; unlike invalidations, writes do not wait for them.
+func (s *Server) handleEvents(changes []replica.Change) []sessionEvent {
+	var out []sessionEvent
+	for _, c := range changes {
+		e, ok := eventOf[c.Kind]
+		if !ok {
+			continue
+		}
+		for _, w := range s.fsm.Watchers(c.Path, e.mask) {
+			if c.Kind == replica.ChangeLockConflict && w.Handle == c.Handle {
+				continue // the requester knows
+			}
+			out = append(out, sessionEvent{w.Session, wire.Event{Kind: e.kind, Path: c.Path, Handle: w.Handle, Child: c.Child}})
+		}
+	}
+	return out
 }

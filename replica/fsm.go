@@ -152,6 +152,11 @@ const (
 	ChangeSessionCreated                       // Session was created
 	ChangeSessionClosed                        // Session was closed or expired
 	ChangeLockDelay                            // Path is under lock-delay until Time with waiters queued
+	ChangeContents                             // Path's contents were replaced
+	ChangeChildAdded                           // Child was created in directory Path
+	ChangeChildRemoved                         // Child was removed from directory Path
+	ChangeDeleted                              // Path was deleted: handles on it are invalid
+	ChangeLockConflict                         // Handle asked for the lock on Path while others hold it
 )
 
 // Change is one effect of an applied command, for the master's in-memory
@@ -163,6 +168,7 @@ type Change struct {
 	Session uint64
 	Seq     uint64
 	Time    int64
+	Child   string
 }
 
 // Observer receives the changes of each applied entry, in log order, on
@@ -185,6 +191,8 @@ type FSM struct {
 	applied  uint64
 	cellKey  []byte
 	observer Observer
+	// watch indexes handles that asked for events: name -> handle -> mask.
+	watch map[string]map[uint64]uint32
 
 	changes []Change // scratch, used under mu by apply
 }
@@ -208,6 +216,7 @@ func (f *FSM) reset() {
 	f.nodes = map[string]*Node{root: {Path: root, Dir: true, children: map[string]bool{}}}
 	f.sessions = map[uint64]*Session{}
 	f.handles = map[uint64]*Handle{}
+	f.watch = map[string]map[uint64]uint32{}
 }
 
 // Root returns the name of the cell's root directory.
@@ -346,6 +355,18 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 
 func (f *FSM) note(c Change) { f.changes = append(f.changes, c) }
 
+func (f *FSM) addWatch(h *Handle) {
+	if h.EventMask == 0 {
+		return
+	}
+	w := f.watch[h.Path]
+	if w == nil {
+		w = map[uint64]uint32{}
+		f.watch[h.Path] = w
+	}
+	w[h.ID] = h.EventMask
+}
+
 // checkFence reports whether a sequencer's lock is still held as claimed.
 func (f *FSM) checkFence(fc *Fence) *Error {
 	if fc == nil {
@@ -436,6 +457,7 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		created = true
 		f.note(Change{Kind: ChangeNode, Path: c.Path})
 		f.note(Change{Kind: ChangeNode, Path: parentPath})
+		f.note(Change{Kind: ChangeChildAdded, Path: parentPath, Child: baseOf(c.Path)})
 	} else if c.Flags&FlagCreate != 0 {
 		if c.Flags&FlagExcl != 0 {
 			return &Result{Err: errf(KindExists, "%s already exists", c.Path)}
@@ -450,6 +472,7 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		Flags: c.Flags, LockDelay: c.LockDelay, EventMask: c.EventMask}
 	f.handles[index] = h
 	s.handles[index] = true
+	f.addWatch(h)
 	n.openHandles++
 	return &Result{Handle: index, Created: created, Stat: n.stat()}
 }
@@ -473,6 +496,7 @@ func (f *FSM) setContents(index uint64, c *Command) *Result {
 	n.Checksum = checksum(c.Contents)
 	n.MTime = c.Time
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
+	f.note(Change{Kind: ChangeContents, Path: n.Path})
 	return &Result{Stat: n.stat()}
 }
 
@@ -504,6 +528,7 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	n.Waiters, n.Holders = nil, nil
 	delete(f.nodes, n.Path)
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
+	f.note(Change{Kind: ChangeDeleted, Path: n.Path})
 	parentPath := parentOf(n.Path)
 	parent := f.nodes[parentPath]
 	if parent == nil {
@@ -512,6 +537,7 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	delete(parent.children, baseOf(n.Path))
 	parent.MTime = now
 	f.note(Change{Kind: ChangeNode, Path: parentPath})
+	f.note(Change{Kind: ChangeChildRemoved, Path: parentPath, Child: baseOf(n.Path)})
 	if parent.Ephemeral && len(parent.children) == 0 && parent.openHandles == 0 {
 		f.removeNode(index, parent, now)
 	}
@@ -552,6 +578,9 @@ func (f *FSM) acquire(index uint64, c *Command) *Result {
 	if !delayed && (free || shareable) {
 		f.grant(index, n, h.ID, h.Session, 0, c.Mode)
 		return &Result{Granted: true, LockGen: n.LockGen}
+	}
+	if len(n.Holders) > 0 {
+		f.note(Change{Kind: ChangeLockConflict, Path: n.Path, Handle: h.ID, Session: h.Session})
 	}
 	if c.Wait {
 		n.Waiters = append(n.Waiters, Waiter{Handle: h.ID, Session: h.Session, Seq: c.Seq, Mode: c.Mode})
@@ -645,6 +674,12 @@ func (f *FSM) cancelWait(index uint64, c *Command) *Result {
 // other holders for the handle's lock-delay.
 func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
 	delete(f.handles, h.ID)
+	if w := f.watch[h.Path]; w != nil {
+		delete(w, h.ID)
+		if len(w) == 0 {
+			delete(f.watch, h.Path)
+		}
+	}
 	if s := f.sessions[h.Session]; s != nil {
 		delete(s.handles, h.ID)
 	}
@@ -857,8 +892,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			s.Results[r.Seq] = r.Result
 		}
 	}
+	f.watch = map[string]map[uint64]uint32{}
 	for _, h := range img.Handles {
 		f.handles[h.ID] = h
+		f.addWatch(h)
 		if s := f.sessions[h.Session]; s != nil {
 			s.handles[h.ID] = true
 		}

@@ -226,3 +226,29 @@ func (f *FSM) HandlePath(session, handle uint64) (string, bool) {
 	}
 	return h.Path, true
 }
+
+// Watcher is a handle that asked for events on a name.
+type Watcher struct {
+	Session, Handle uint64
+	Mask            uint32
+}
+
+// Watchers lists the handles open on name whose event mask shares a bit
+// with mask, in handle order.
+func (f *FSM) Watchers(name string, mask uint32) []Watcher {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Watcher
+	n := f.nodes[name]
+	for id, m := range f.watch[name] {
+		if m&mask != 0 {
+			// Handles on an earlier incarnation of the name hear nothing
+			// of the new one.
+			if h := f.handles[id]; h != nil && (n == nil || n.Instance == h.Instance) {
+				out = append(out, Watcher{Session: h.Session, Handle: id, Mask: m})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
+	return out
+}

@@ -143,6 +143,20 @@ const (
 	EventInvalidate     uint8 = 2
 	EventLockAcquired   uint8 = 3
 	EventHandleInvalid  uint8 = 4
+	EventContents       uint8 = 5
+	EventChildAdded     uint8 = 6
+	EventChildRemoved   uint8 = 7
+	EventLockConflict   uint8 = 8
+)
+
+// Event mask bits a handle asks for at Open (OpenRequest.EventMask).
+const (
+	MaskContentsModified uint32 = 1 << 0
+	MaskChildAdded       uint32 = 1 << 1
+	MaskChildRemoved     uint32 = 1 << 2
+	MaskLockAcquired     uint32 = 1 << 3
+	MaskConflictingLock  uint32 = 1 << 4
+	MaskHandleInvalid    uint32 = 1 << 5
 )
 
 // Event is one push from the master to a session, carried on a KeepAlive
@@ -153,6 +167,7 @@ type Event struct {
 	Path   string `msgpack:"p,omitempty"`
 	Handle uint64 `msgpack:"h,omitempty"`
 	Gen    uint64 `msgpack:"g,omitempty"`
+	Child  string `msgpack:"c,omitempty"`
 }
 
 // CreateSessionRequest asks for a new session. ClientName is for operators.
