@@ -812,7 +812,8 @@ func TestFSMLockFIFOHandOff(t *testing.T) {
 		if !r.Queued || r.Granted || r.Err != nil {
 			t.Fatalf("queue: %+v", r)
 		}
-		if h.changes != nil {
+		// Queueing changes nothing but tells the holders of a conflict.
+		if len(h.changes) != 1 || h.changes[0].Kind != ChangeLockConflict || h.changes[0].Handle != x.l.h {
 			t.Fatalf("queueing reported %+v", h.changes)
 		}
 		queue = append(queue, q{x.l, x.mode, seq})
