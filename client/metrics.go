@@ -1,0 +1,52 @@
+package client
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector exports the client's cache statistics and call count as
+// Prometheus metrics (lockcell_client_cache_*). Register it with a
+// prometheus.Registerer; the labels identify the cell and session.
+func (c *Client) Collector() prometheus.Collector { return &collector{c: c} }
+
+type collector struct{ c *Client }
+
+var (
+	descHits          = prometheus.NewDesc("lockcell_client_cache_hits_total", "Reads served from the client cache with no call to the cell.", []string{"cell", "session"}, nil)
+	descMisses        = prometheus.NewDesc("lockcell_client_cache_misses_total", "Cacheable reads that had to ask the master.", []string{"cell", "session"}, nil)
+	descInvalidations = prometheus.NewDesc("lockcell_client_cache_invalidations_total", "Invalidations applied (from the master, purges, jeopardy).", []string{"cell", "session"}, nil)
+	descEvictions     = prometheus.NewDesc("lockcell_client_cache_evictions_total", "Entries evicted to stay within the size bound.", []string{"cell", "session"}, nil)
+	descEntries       = prometheus.NewDesc("lockcell_client_cache_entries", "Entries in the client cache.", []string{"cell", "session"}, nil)
+	descBytes         = prometheus.NewDesc("lockcell_client_cache_bytes", "Bytes held by the client cache.", []string{"cell", "session"}, nil)
+)
+
+func (m *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHits, descMisses, descInvalidations, descEvictions, descEntries, descBytes} {
+		ch <- d
+	}
+}
+
+func (m *collector) Collect(ch chan<- prometheus.Metric) {
+	st := m.c.CacheStats()
+	labels := []string{m.c.cfg.Cell, itoa(m.c.Session())}
+	ch <- prometheus.MustNewConstMetric(descHits, prometheus.CounterValue, float64(st.Hits), labels...)
+	ch <- prometheus.MustNewConstMetric(descMisses, prometheus.CounterValue, float64(st.Misses), labels...)
+	ch <- prometheus.MustNewConstMetric(descInvalidations, prometheus.CounterValue, float64(st.Invalidations), labels...)
+	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), labels...)
+	ch <- prometheus.MustNewConstMetric(descEntries, prometheus.GaugeValue, float64(st.Entries), labels...)
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(st.Bytes), labels...)
+}
+
+func itoa(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[i:])
+}
