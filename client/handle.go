@@ -211,10 +211,8 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
 		return nil, Stat{}, opErr("read", h.path, err)
 	}
 	key, useCache := h.cacheKey(kindContents)
-	if useCache {
-		if v, ok := h.c.cache.Get(key); ok {
-			return append([]byte(nil), v.contents...), statFrom(v.stat), nil
-		}
+	if v, ok := h.c.cacheGet(key, useCache); ok {
+		return append([]byte(nil), v.contents...), statFrom(v.stat), nil
 	}
 	req := h.request()
 	var tok cache.Token
@@ -238,10 +236,8 @@ func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 		return Stat{}, opErr("stat", h.path, err)
 	}
 	key, useCache := h.cacheKey(kindStat)
-	if useCache {
-		if v, ok := h.c.cache.Get(key); ok {
-			return statFrom(v.stat), nil
-		}
+	if v, ok := h.c.cacheGet(key, useCache); ok {
+		return statFrom(v.stat), nil
 	}
 	req := h.request()
 	var tok cache.Token
@@ -443,9 +439,20 @@ func (h *Handle) cacheKey(kind uint8) (cache.Key, bool) {
 	return cache.Key{Name: h.path, Kind: kind}, true
 }
 
+// cacheGet returns a cached entry only if the session's local lease was
+// still running after the entry was read. The master completes a write
+// without our acknowledgement only once our lease ran out, so an entry
+// read while the lease still ran (checked after the read: a pause between
+// the two only makes us refuse) cannot be older than a completed write,
+// even if the KeepAlive goroutine has not yet noticed a lapse (a process
+// paused past its lease serves nothing stale on resume).
 func (c *Client) cacheGet(key cache.Key, use bool) (cached, bool) {
 	if !use {
 		return cached{}, false
 	}
-	return c.cache.Get(key)
+	v, ok := c.cache.Get(key)
+	if !ok || !c.sess.leaseRunning() {
+		return cached{}, false
+	}
+	return v, true
 }

@@ -120,6 +120,17 @@ type sessionState struct {
 	leaseTTL time.Duration
 }
 
+// leaseRunning reports whether the local lease has not yet run out and the
+// session is not in jeopardy.
+func (s *sessionState) leaseRunning() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.jeopardy && time.Now().Before(s.leaseEnd)
+}
+
 func newSessionState(end time.Time, ttlMillis int64) *sessionState {
 	ttl := time.Duration(ttlMillis) * time.Millisecond
 	return &sessionState{leaseEnd: end.Add(-driftMargin(ttl)), leaseTTL: ttl}

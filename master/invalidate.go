@@ -67,6 +67,10 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 	s.mu.Lock()
 	for _, name := range names {
 		s.busy[name]++
+		// Invalidations an earlier, still running change of this name
+		// sent are not acknowledged yet: this change waits for them too,
+		// or it could complete while a cache still holds the old data.
+		waits = append(waits, s.inflight[name]...)
 		for session := range s.cachers[name] {
 			l := s.leases[session]
 			if l == nil || l.closed {
@@ -76,7 +80,9 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 			l.events = append(l.events, wire.Event{Seq: seq, Kind: wire.EventInvalidate, Path: name})
 			delete(l.cached, name)
 			l.wakeLocked()
-			waits = append(waits, pendingInval{l, seq})
+			w := pendingInval{l, seq}
+			waits = append(waits, w)
+			s.inflight[name] = append(s.inflight[name], w)
 		}
 		delete(s.cachers, name)
 	}
@@ -89,6 +95,7 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 		for _, name := range names {
 			if s.busy[name]--; s.busy[name] <= 0 {
 				delete(s.busy, name)
+				delete(s.inflight, name)
 			}
 		}
 		s.mu.Unlock()

@@ -85,6 +85,7 @@ type Server struct {
 	// a write in flight (uncacheable). See invalidate.go.
 	cachers       map[string]map[uint64]bool
 	busy          map[string]int
+	inflight      map[string][]pendingInval // invalidations sent for busy names
 	invalidations uint64
 	stop          chan struct{} // closed by Stop; a fresh one per term of service
 	leases        map[uint64]*lease
@@ -101,7 +102,7 @@ func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, cons: cons, fsm: fsm, log: cfg.Logger,
 		leases: map[uint64]*lease{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{},
-		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}}
+		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}, inflight: map[string][]pendingInval{}}
 	fsm.SetObserver(s.observe)
 	return s
 }
