@@ -195,6 +195,21 @@ func (c *Cache[V]) Token(name string) Token {
 	return Token{name: name, at: c.clock.Load()}
 }
 
+// Fresh reports whether t is still good: the cache is enabled and no
+// invalidation of t's name, purge, disable or enable happened since it was
+// taken (exactly the condition under which PutIf would store). Callers
+// that keep something else derived from a read (an open handle to reuse)
+// check it instead of storing.
+func (c *Cache[V]) Fresh(t Token) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.enabled || t.name == "" || t.at < c.floor {
+		return false
+	}
+	rec := c.names[t.name]
+	return rec == nil || rec.stamp <= t.at
+}
+
 // PutIf stores v under key and reports whether it did. It stores only if
 // the cache is enabled, t was taken for key.Name, and since t was taken
 // there was no Invalidate(key.Name), Purge, Disable or Enable; it may also

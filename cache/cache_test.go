@@ -609,3 +609,24 @@ func BenchmarkGetHitParallel(b *testing.B) {
 		}
 	})
 }
+
+func TestFresh(t *testing.T) {
+	c := New[int](Config{}, nil)
+	tok := c.Token("a")
+	if !c.Fresh(tok) || c.Fresh(Token{}) {
+		t.Fatal("a new token is fresh, the zero token never")
+	}
+	c.Invalidate("b")
+	if !c.Fresh(tok) {
+		t.Fatal("another name's invalidation spoiled the token")
+	}
+	c.Invalidate("a")
+	if c.Fresh(tok) {
+		t.Fatal("token fresh after its name was invalidated")
+	}
+	tok = c.Token("a")
+	c.Purge()
+	if c.Fresh(tok) {
+		t.Fatal("token fresh after a purge")
+	}
+}

@@ -90,6 +90,9 @@ type Client struct {
 	// cache holds what reads returned, kept fresh by invalidations on
 	// KeepAlive replies; nil with Config.DisableCache.
 	cache *cache.Cache[cached]
+	// pool holds idle open handles for reuse (handlepool.go); guarded by mu.
+	pool   map[poolKey][]pooledHandle
+	pooled int
 
 	events    chan Event
 	eventsMu  sync.Mutex
@@ -395,6 +398,7 @@ func (c *Client) noteEpoch(epoch uint64) {
 func (c *Client) purgeCache() {
 	if c.cache != nil {
 		c.cache.Purge()
+		c.dropPooled("")
 	}
 }
 

@@ -147,10 +147,23 @@ type Handle struct {
 	path string
 
 	noCache bool // WithoutCache, or the client has no cache
+	// pool is where Close may leave the handle idle for reuse (nil: it
+	// may not); tok is the cache token taken when it was opened.
+	pool *poolKey
+	tok  cache.Token
 
 	mu     sync.Mutex
 	closed bool
 	seq    []byte // attached by SetSequencer
+	dirty  bool   // used to lock, delete or fence: never reused
+}
+
+// markDirty keeps the handle out of the idle pool: its lock, sequencer or
+// node state must end with Close at the master.
+func (h *Handle) markDirty() {
+	h.mu.Lock()
+	h.dirty = true
+	h.mu.Unlock()
 }
 
 func (h *Handle) sequencer() []byte {
@@ -175,6 +188,17 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 		opt(&o)
 	}
 	req := o.req
+	usePool := c.cache != nil && poolable(&o)
+	key := poolKey{name: name, flags: req.Flags, lockDelay: req.LockDelayMillis}
+	if usePool {
+		if p, ok := c.takePooled(key); ok {
+			return &Handle{c: c, id: p.id, path: name, noCache: o.noCache, pool: &key, tok: p.tok}, nil
+		}
+	}
+	var tok cache.Token
+	if usePool {
+		tok, req.Cache = c.cache.Token(name), true
+	}
 	if len(req.Contents) > wire.MaxContents {
 		return nil, opErr("open", name, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed %d", len(req.Contents), wire.MaxContents))
 	}
@@ -182,7 +206,11 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 	if err := c.call(ctx, wire.MethodOpen, true, &req, &resp); err != nil {
 		return nil, opErr("open", name, err)
 	}
-	return &Handle{c: c, id: resp.Handle, path: name, noCache: o.noCache || c.cache == nil}, nil
+	h := &Handle{c: c, id: resp.Handle, path: name, noCache: o.noCache || c.cache == nil}
+	if usePool && resp.Cacheable && !resp.Stat.Ephemeral {
+		h.pool, h.tok = &key, tok
+	}
+	return h, nil
 }
 
 // Name returns the name the handle was opened with.
@@ -322,12 +350,14 @@ func (h *Handle) SetContentsAndStat(ctx context.Context, data []byte, opts ...Se
 // Delete deletes the node (a directory must be empty). The handle stays
 // open but every further call on it fails with ErrHandleInvalid.
 func (h *Handle) Delete(ctx context.Context) error {
+	h.markDirty()
 	return h.do(ctx, "delete", wire.MethodDelete, h.request(), &wire.Empty{})
 }
 
 // TryAcquire takes the lock in mode if it can right now. It returns false
 // (and a nil error) when the lock is held in a conflicting mode.
 func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
+	h.markDirty()
 	var resp wire.AcquireResponse
 	err := h.do(ctx, "lock", wire.MethodAcquire, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode)}, &resp)
 	if errors.Is(err, ErrLockHeld) {
@@ -340,6 +370,7 @@ func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
 // requests until it is granted or ctx ends. When ctx ends first the wait
 // is withdrawn at the master (and a grant that raced the cancel undone).
 func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
+	h.markDirty()
 	if err := h.check(); err != nil {
 		return opErr("lock", h.path, err)
 	}
@@ -397,7 +428,11 @@ func (h *Handle) Close() error {
 		return nil
 	}
 	h.closed = true
+	dirty := h.dirty
 	h.mu.Unlock()
+	if h.pool != nil && !dirty && h.c.keepIdle(*h.pool, pooledHandle{id: h.id, tok: h.tok}) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(h.c.base, h.c.cfg.RetryTimeout)
 	defer cancel()
 	err := h.c.call(ctx, wire.MethodClose, true, &wire.HandleRequest{Handle: h.id}, &wire.Empty{})

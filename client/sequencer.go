@@ -37,6 +37,7 @@ func (h *Handle) SetSequencer(ctx context.Context, seq []byte) error {
 		}
 	}
 	h.mu.Lock()
+	h.dirty = true
 	h.seq = append([]byte(nil), seq...)
 	if seq == nil {
 		h.seq = nil

@@ -177,6 +177,7 @@ func (c *Client) keepAliveLoop() {
 				case wire.EventInvalidate:
 					if c.cache != nil {
 						c.cache.Invalidate(ev.Path)
+						c.dropPooled(ev.Path)
 					}
 				case wire.EventMasterFailover:
 					c.purgeCache()
@@ -213,6 +214,7 @@ func (c *Client) keepAliveLoop() {
 			// cache can no longer be trusted (SPEC 4).
 			if c.cache != nil {
 				c.cache.Disable()
+				c.dropPooled("")
 			}
 			c.emit(Event{Kind: Jeopardy})
 		default:

@@ -34,12 +34,17 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	case delay == 0:
 		delay = c.cfg.DefaultLockDelay
 	}
+	// As for a cached read: register before the open is applied, so a
+	// delete that follows invalidates the handle the caller may reuse.
+	// Only an open of an existing node may be reused (one that creates
+	// would first invalidate this very registration and wait for us).
+	cacheable := req.Cache && c.fsm.Exists(req.Path) && c.registerCacher(c.h.Session, req.Path)
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdOpen, Path: req.Path, Flags: req.Flags,
 		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask})
 	if err != nil {
 		return nil, err
 	}
-	return &wire.OpenResponse{Handle: res.Handle, Created: res.Created, Stat: toStat(res.Stat)}, nil
+	return &wire.OpenResponse{Handle: res.Handle, Created: res.Created, Stat: toStat(res.Stat), Cacheable: cacheable}, nil
 }
 
 func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*wire.StatResponse, error) {

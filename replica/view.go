@@ -252,3 +252,10 @@ func (f *FSM) Watchers(name string, mask uint32) []Watcher {
 	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
 	return out
 }
+
+// Exists reports whether a node of that name exists now.
+func (f *FSM) Exists(name string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.nodes[name] != nil
+}

@@ -214,13 +214,18 @@ type OpenRequest struct {
 	Contents        []byte `msgpack:"c,omitempty"`
 	LockDelayMillis int64  `msgpack:"ld,omitempty"`
 	EventMask       uint32 `msgpack:"em,omitempty"`
+	// Cache says the caller may keep the handle open for reuse after the
+	// application closes it: the master then invalidates the name to it
+	// like a cached read, and the caller drops the handle on invalidation.
+	Cache bool `msgpack:"k,omitempty"`
 }
 
 // OpenResponse names the handle.
 type OpenResponse struct {
-	Handle  uint64 `msgpack:"h"`
-	Created bool   `msgpack:"c,omitempty"`
-	Stat    Stat   `msgpack:"s"`
+	Handle    uint64 `msgpack:"h"`
+	Created   bool   `msgpack:"c,omitempty"`
+	Stat      Stat   `msgpack:"s"`
+	Cacheable bool   `msgpack:"k,omitempty"`
 }
 
 // HandleRequest is the request of every call that names only a handle:
