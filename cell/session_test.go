@@ -19,18 +19,7 @@ type eventLog struct {
 }
 
 func collectEvents(cl *client.Client) *eventLog {
-	l := &eventLog{cond: make(chan struct{}, 1)}
-	go func() {
-		for ev := range cl.Events() {
-			l.mu.Lock()
-			l.evs = append(l.evs, ev)
-			l.mu.Unlock()
-			select {
-			case l.cond <- struct{}{}:
-			default:
-			}
-		}
-	}()
+	l, _ := collectEventsUntilClosed(cl)
 	return l
 }
 

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,25 +30,11 @@ func (m *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	st := m.c.CacheStats()
-	labels := []string{m.c.cfg.Cell, itoa(m.c.Session())}
+	labels := []string{m.c.cfg.Cell, strconv.FormatUint(m.c.Session(), 10)}
 	ch <- prometheus.MustNewConstMetric(descHits, prometheus.CounterValue, float64(st.Hits), labels...)
 	ch <- prometheus.MustNewConstMetric(descMisses, prometheus.CounterValue, float64(st.Misses), labels...)
 	ch <- prometheus.MustNewConstMetric(descInvalidations, prometheus.CounterValue, float64(st.Invalidations), labels...)
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), labels...)
 	ch <- prometheus.MustNewConstMetric(descEntries, prometheus.GaugeValue, float64(st.Entries), labels...)
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(st.Bytes), labels...)
-}
-
-func itoa(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for v > 0 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return string(b[i:])
 }
