@@ -80,3 +80,29 @@ func TestOpenHandleCache(t *testing.T) {
 		t.Fatalf("lock not released by Close: %v %v", ok, err)
 	}
 }
+
+// A handle on a deleted node never reads the re-created node's data from
+// the cache: it is invalid.
+func TestStaleHandleDoesNotReadNewIncarnationFromCache(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{})
+	ctx := ctxT(t, 60*time.Second)
+	a, b := c.Client(t), c.Client(t)
+	const rw = client.Read | client.Write | client.Create
+	old := mustOpen(t, ctx, a, c.Name("f"), rw, client.WithContents([]byte("v1")))
+	d := mustOpen(t, ctx, b, c.Name("f"), client.Read|client.Write)
+	if err := d.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustOpen(t, ctx, b, c.Name("f"), rw, client.WithContents([]byte("v2"))).Close()
+	fresh := mustOpen(t, ctx, a, c.Name("f"), client.Read)
+	if data, _, err := fresh.GetContentsAndStat(ctx); err != nil || string(data) != "v2" {
+		t.Fatalf("new handle: %q %v", data, err)
+	}
+	// The new incarnation is now cached; the old handle must not see it.
+	if data, _, err := old.GetContentsAndStat(ctx); !errors.Is(err, client.ErrHandleInvalid) {
+		t.Fatalf("old handle read %q, %v; want ErrHandleInvalid", data, err)
+	}
+	if _, err := old.GetStat(ctx); !errors.Is(err, client.ErrHandleInvalid) {
+		t.Fatalf("old handle stat: %v", err)
+	}
+}

@@ -147,6 +147,9 @@ type Handle struct {
 	path string
 
 	noCache bool // WithoutCache, or the client has no cache
+	// instance is the node instance the handle opened: a cached entry of a
+	// later incarnation of the name is not this handle's to read.
+	instance uint64
 	// pool is where Close may leave the handle idle for reuse (nil: it
 	// may not); tok is the cache token taken when it was opened.
 	pool *poolKey
@@ -192,7 +195,7 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 	key := poolKey{name: name, flags: req.Flags, lockDelay: req.LockDelayMillis}
 	if usePool {
 		if p, ok := c.takePooled(key); ok {
-			return &Handle{c: c, id: p.id, path: name, noCache: o.noCache, pool: &key, tok: p.tok}, nil
+			return &Handle{c: c, id: p.id, path: name, instance: p.instance, noCache: o.noCache, pool: &key, tok: p.tok}, nil
 		}
 	}
 	var tok cache.Token
@@ -206,7 +209,7 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 	if err := c.call(ctx, wire.MethodOpen, true, &req, &resp); err != nil {
 		return nil, opErr("open", name, err)
 	}
-	h := &Handle{c: c, id: resp.Handle, path: name, noCache: o.noCache || c.cache == nil}
+	h := &Handle{c: c, id: resp.Handle, path: name, instance: resp.Stat.Instance, noCache: o.noCache || c.cache == nil}
 	if usePool && resp.Cacheable && !resp.Stat.Ephemeral {
 		h.pool, h.tok = &key, tok
 	}
@@ -239,7 +242,7 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
 		return nil, Stat{}, opErr("read", h.path, err)
 	}
 	key, useCache := h.cacheKey(kindContents)
-	if v, ok := h.c.cacheGet(key, useCache); ok {
+	if v, ok := h.c.cacheGet(key, useCache); ok && v.stat.Instance == h.instance {
 		return append([]byte(nil), v.contents...), statFrom(v.stat), nil
 	}
 	req := h.request()
@@ -264,7 +267,7 @@ func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 		return Stat{}, opErr("stat", h.path, err)
 	}
 	key, useCache := h.cacheKey(kindStat)
-	if v, ok := h.c.cacheGet(key, useCache); ok {
+	if v, ok := h.c.cacheGet(key, useCache); ok && v.stat.Instance == h.instance {
 		return statFrom(v.stat), nil
 	}
 	req := h.request()
@@ -430,7 +433,7 @@ func (h *Handle) Close() error {
 	h.closed = true
 	dirty := h.dirty
 	h.mu.Unlock()
-	if h.pool != nil && !dirty && h.c.keepIdle(*h.pool, pooledHandle{id: h.id, tok: h.tok}) {
+	if h.pool != nil && !dirty && h.c.keepIdle(*h.pool, pooledHandle{id: h.id, tok: h.tok, instance: h.instance}) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(h.c.base, h.c.cfg.RetryTimeout)

@@ -28,8 +28,9 @@ type poolKey struct {
 }
 
 type pooledHandle struct {
-	id  uint64
-	tok cache.Token
+	id       uint64
+	tok      cache.Token
+	instance uint64
 }
 
 // poolable reports whether an Open may reuse or leave behind an idle handle.
