@@ -355,3 +355,34 @@ func TestElectionRecipe(t *testing.T) {
 		w.cl.Close() // the leader's session ends
 	}
 }
+
+// Operators can list live sessions: who, lease remaining, handles, locks.
+func TestListSessions(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: 5 * time.Second})
+	ctx := ctxT(t, 30*time.Second)
+	cfg := c.ClientConfig()
+	cfg.ClientName = "holder"
+	a := c.ClientWith(t, cfg)
+	h := mustOpen(t, ctx, a, c.Name("l"), client.Read|client.Write|client.Create)
+	if ok, err := h.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	b := c.Client(t)
+	list, err := b.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range list {
+		if s.ID == a.Session() {
+			found = true
+			if s.Client != "holder" || s.Handles != 1 || len(s.Locks) != 1 || s.Locks[0] != c.Name("l") ||
+				s.Lease <= 0 || s.Lease > 5*time.Second {
+				t.Fatalf("session info %+v", s)
+			}
+		}
+	}
+	if !found || len(list) < 2 {
+		t.Fatalf("sessions %+v", list)
+	}
+}

@@ -54,3 +54,30 @@ func QueryStatus(ctx context.Context, addr string) (*CellStatus, error) {
 	}
 	return out, nil
 }
+
+// SessionInfo describes one live session of the cell.
+type SessionInfo struct {
+	ID        uint64        `json:"id"`
+	Client    string        `json:"client,omitempty"`
+	Principal string        `json:"principal,omitempty"`
+	Created   time.Time     `json:"created"`
+	Lease     time.Duration `json:"lease_remaining_ns"`
+	Handles   int           `json:"handles"`
+	Locks     []string      `json:"locks,omitempty"`
+}
+
+// Sessions lists the cell's live sessions (from the master): who they
+// are, the lease the master grants them right now, their open handles and
+// the locks they hold.
+func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	var resp wire.ListSessionsResponse
+	if err := c.call(ctx, wire.MethodListSessions, false, &wire.ListSessionsRequest{}, &resp); err != nil {
+		return nil, opErr("sessions", "", err)
+	}
+	out := make([]SessionInfo, len(resp.Sessions))
+	for i, s := range resp.Sessions {
+		out[i] = SessionInfo{ID: s.ID, Client: s.Client, Principal: s.Principal, Created: time.Unix(0, s.Created),
+			Lease: time.Duration(s.LeaseMillis) * time.Millisecond, Handles: int(s.Handles), Locks: s.Locks}
+	}
+	return out, nil
+}

@@ -373,6 +373,8 @@ func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
 			return nil, err
 		}
 		return c.cancelAcquire(ctx, &req)
+	case wire.MethodListSessions:
+		return c.listSessions(ctx)
 	case wire.MethodCheckSequencer:
 		var req wire.CheckSequencerRequest
 		if err := wire.Decode(body, &req); err != nil {

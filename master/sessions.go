@@ -213,3 +213,29 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		}
 	}
 }
+
+// listSessions reports every live session with the lease this master
+// grants it (memory) and what it holds (replicated state).
+func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, error) {
+	if err := c.cons.VerifyLeader(ctx); err != nil {
+		return nil, err
+	}
+	views := c.fsm.Sessions()
+	now := c.cfg.Now()
+	out := &wire.ListSessionsResponse{Total: uint64(len(views))}
+	if len(views) > wire.MaxListedSessions {
+		views = views[:wire.MaxListedSessions]
+	}
+	out.Sessions = make([]wire.SessionInfo, 0, len(views))
+	c.mu.Lock()
+	for _, v := range views {
+		info := wire.SessionInfo{ID: v.ID, Client: v.Client, Principal: v.Principal, Created: v.Created,
+			Handles: uint32(v.Handles), Locks: v.Locks}
+		if l := c.leases[v.ID]; l != nil {
+			info.LeaseMillis = max(l.end.Sub(now).Milliseconds(), 0)
+		}
+		out.Sessions = append(out.Sessions, info)
+	}
+	c.mu.Unlock()
+	return out, nil
+}

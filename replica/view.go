@@ -259,3 +259,33 @@ func (f *FSM) Exists(name string) bool {
 	defer f.mu.RUnlock()
 	return f.nodes[name] != nil
 }
+
+// SessionView describes a live session for operators.
+type SessionView struct {
+	ID        uint64
+	Client    string
+	Principal string
+	Created   int64
+	Handles   int
+	Locks     []string // names whose lock the session holds, sorted
+}
+
+// Sessions lists every live session with its handle count and held locks.
+func (f *FSM) Sessions() []SessionView {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	locks := map[uint64][]string{}
+	for p, n := range f.nodes {
+		for _, ho := range n.Holders {
+			locks[ho.Session] = append(locks[ho.Session], p)
+		}
+	}
+	out := make([]SessionView, 0, len(f.sessions))
+	for _, id := range sortedKeys(f.sessions) {
+		s := f.sessions[id]
+		l := locks[id]
+		sort.Strings(l)
+		out = append(out, SessionView{ID: id, Client: s.Client, Principal: s.Principal, Created: s.Created, Handles: len(s.handles), Locks: l})
+	}
+	return out
+}

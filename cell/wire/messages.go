@@ -27,6 +27,7 @@ const (
 	MethodCellStatus         Method = 14
 	MethodGetSequencer       Method = 15
 	MethodCheckSequencer     Method = 16
+	MethodListSessions       Method = 17
 )
 
 var methodNames = map[Method]string{
@@ -36,6 +37,7 @@ var methodNames = map[Method]string{
 	MethodDelete: "Delete", MethodAcquire: "Acquire", MethodRelease: "Release",
 	MethodCancelAcquire: "CancelAcquire", MethodCellStatus: "CellStatus",
 	MethodGetSequencer: "GetSequencer", MethodCheckSequencer: "CheckSequencer",
+	MethodListSessions: "ListSessions",
 }
 
 // String names the method for logs and errors.
@@ -358,3 +360,27 @@ func itoa(v uint64) string {
 	}
 	return string(b[i:])
 }
+
+// ListSessionsRequest asks the master for its live sessions.
+type ListSessionsRequest struct{}
+
+// SessionInfo describes one live session.
+type SessionInfo struct {
+	ID          uint64   `msgpack:"i"`
+	Client      string   `msgpack:"c,omitempty"`
+	Principal   string   `msgpack:"p,omitempty"`
+	Created     int64    `msgpack:"t"`
+	LeaseMillis int64    `msgpack:"l"`
+	Handles     uint32   `msgpack:"h"`
+	Locks       []string `msgpack:"k,omitempty"`
+}
+
+// ListSessionsResponse lists the live sessions in id order, at most
+// MaxListedSessions of them (Total says how many there are).
+type ListSessionsResponse struct {
+	Sessions []SessionInfo `msgpack:"s"`
+	Total    uint64        `msgpack:"t"`
+}
+
+// MaxListedSessions bounds a ListSessions reply so it fits in a frame.
+const MaxListedSessions = 5000
