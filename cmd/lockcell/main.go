@@ -1,12 +1,15 @@
 // Command lockcell is the operator CLI of a lockcell cell: shell-like verbs
-// (put, cat, stat, ls, mkdir, rm) on the cell's namespace, lock (hold a lock
-// while a command runs) and seq (inspect and check sequencers) (SPEC 10).
+// (put, cat, stat, ls, mkdir, touch, rm) on the cell's namespace, watch
+// (print a node's events), lock (hold a lock while a command runs), seq
+// (inspect and check sequencers) and status (every replica's view of the
+// cell) (SPEC 10).
 //
 // Exit codes: 0 ok, 1 error (the cell or the client refused or failed; the
 // message names the operation and the path), 2 usage error; lock exits with
 // its command's status. With --json every verb prints one JSON document on
-// stdout (lock prints nothing: stdout is its command's), and errors are
-// printed as {"error": "...", "code": "..."} on stderr.
+// stdout (lock prints nothing: stdout is its command's; watch prints one
+// JSON object per line), and errors are printed as {"error": "...",
+// "code": "..."} on stderr.
 package main
 
 import (
@@ -97,7 +100,15 @@ func newApp(e *env) *cli.App {
 		Description: "Names are relative to the cell root (cfg/flag means /ls/<cell>/cfg/flag) " +
 			"unless they start with /. Options go before the arguments they apply to: " +
 			"global options before the command, command options before its arguments.\n\n" +
-			"Exit codes: 0 ok, 1 error, 2 usage error; lock exits with its command's status.",
+			"Exit codes: 0 ok, 1 error, 2 usage error; lock exits with its command's status.\n\n" +
+			"Examples:\n" +
+			"   lockcell put svc/config 'mode=on'\n" +
+			"   lockcell touch svc/ready\n" +
+			"   lockcell ls -l svc\n" +
+			"   lockcell watch svc/config\n" +
+			"   lockcell lock svc/leader -- ./serve\n" +
+			"   lockcell rm -r --yes svc/old\n" +
+			"   lockcell status",
 		Reader:    e.stdin,
 		Writer:    e.stdout,
 		ErrWriter: e.stderr,
@@ -112,8 +123,8 @@ func newApp(e *env) *cli.App {
 			&cli.BoolFlag{Name: "verbose", Usage: "show the client library's logs on stderr"},
 		},
 		Commands: []*cli.Command{
-			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), rmCommand(e),
-			lockCommand(e), seqCommand(e),
+			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e),
+			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e),
 		},
 		Before: e.setup,
 		// Without a verb, or with an unknown one, urfave/cli would fall back

@@ -210,7 +210,7 @@ func TestCLI(t *testing.T) {
 		if !strings.Contains(res.stderr, "rm /ls/t/rm/d") {
 			t.Fatalf("rm error does not name the operation and path: %q", res.stderr)
 		}
-		r.ok("rm", "-r", "rm/d")
+		r.ok("rm", "-r", "--yes", "rm/d")
 		if got := r.ok("ls", "rm").stdout; got != "" {
 			t.Fatalf("after rm -r, ls rm = %q", got)
 		}

@@ -29,3 +29,7 @@ func (ch *child) signal(sig os.Signal) {
 func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
 
 func signalNumber(os.Signal) int { return 2 }
+
+// isTerminal cannot tell here: nothing counts as a terminal, so rm -r
+// wants --yes.
+func isTerminal(io.Reader) bool { return false }

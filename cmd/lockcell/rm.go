@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,10 +18,14 @@ func rmCommand(e *env) *cli.Command {
 		Usage:     "delete files and empty directories",
 		ArgsUsage: "NAME...",
 		Description: "A directory must be empty unless -r. Stops at the first failure. " +
-			"With --json prints {\"removed\": [names]}.",
+			"With --json prints {\"removed\": [names]}.\n\n" +
+			"rm -r asks for confirmation (y/N, on stderr) when stdin is a terminal; otherwise (scripts, " +
+			"pipes) it refuses to run without --yes (exit 2).\n\n" +
+			"Examples: lockcell rm svc/ready; lockcell rm -r --yes old/tree",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "recursive", Aliases: []string{"r", "R"},
 				Usage: "delete directories and everything under them"},
+			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "with -r: do not ask for confirmation"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 1, -1); err != nil {
@@ -34,6 +41,14 @@ func rmCommand(e *env) *cli.Command {
 					// The cell would refuse to delete the root only after
 					// everything under it was gone.
 					return &opError{op: "rm", path: name, err: errors.New("refusing to remove the whole cell")}
+				}
+			}
+			if recursive && !c.Bool("yes") {
+				if !isTerminal(e.stdin) {
+					return usageErrorf(c, "-r needs --yes when stdin is not a terminal (nothing was removed)")
+				}
+				if !e.confirm(fmt.Sprintf("rm: remove %s and everything under it?", strings.Join(names, ", "))) {
+					return &exitStatus{code: exitError, kind: "canceled", err: errors.New("rm: not confirmed; nothing was removed")}
 				}
 			}
 			removed := []string{}
@@ -84,4 +99,16 @@ func (e *env) remove(name string, recursive bool) error {
 		}
 	}
 	return h.Delete(e.ctx)
+}
+
+// confirm asks question on stderr and reads the answer from stdin: only
+// y or yes (any case) is a yes.
+func (e *env) confirm(question string) bool {
+	fmt.Fprintf(e.stderr, "%s [y/N] ", question)
+	line, _ := bufio.NewReader(e.stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }

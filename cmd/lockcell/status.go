@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/client"
+)
+
+// statusTimeout bounds how long status waits for any one replica.
+const statusTimeout = 3 * time.Second
+
+// statusCommand shows every replica's view of the cell.
+func statusCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "status",
+		Usage:     "show the replicas, the master, epoch, term and sessions",
+		ArgsUsage: " ",
+		Description: "Asks every replica in --replicas (at once, up to " + statusTimeout.String() + " each; " +
+			"no session is opened) for its view of the cell and prints a table: replica id, client " +
+			"address, role, master marker (* for the master, - for the others), epoch, term, commit index, applied index, sessions and " +
+			"nodes. A replica that does not answer is shown as down, with the error. The first line " +
+			"names the cell and its master.\n\n" +
+			"Exits 0 when a master is known, 1 when no replica knows one (\"no quorum\"). With --json " +
+			"prints a list of {\"addr\", \"up\", \"is_master\", \"error\", \"status\"}, one per replica.\n\n" +
+			"Example: lockcell --json status | jq '.[] | select(.is_master) | .addr'",
+		Action: func(c *cli.Context) error {
+			if err := wantArgs(c, 0, 0); err != nil {
+				return err
+			}
+			rows := e.queryStatus()
+			masterID, masterAddr := pickMaster(rows)
+			for i := range rows {
+				rows[i].IsMaster = masterID != "" && rows[i].Status != nil && rows[i].Status.Self == masterID
+			}
+			var err error
+			if e.json {
+				err = e.printJSON(rows)
+			} else {
+				err = e.printStatus(rows, masterID, masterAddr)
+			}
+			if err != nil {
+				return err
+			}
+			if masterID == "" && masterAddr == "" {
+				return &exitStatus{code: exitError, kind: "no_quorum",
+					err: errors.New("status: no quorum: no replica knows a master")}
+			}
+			return nil
+		},
+	}
+}
+
+// statusRow is one replica in status's output.
+type statusRow struct {
+	Addr     string             `json:"addr"`
+	Up       bool               `json:"up"`
+	IsMaster bool               `json:"is_master"`
+	Error    string             `json:"error,omitempty"`
+	Status   *client.CellStatus `json:"status,omitempty"`
+}
+
+// queryStatus asks every replica at once.
+func (e *env) queryStatus() []statusRow {
+	rows := make([]statusRow, len(e.replicas))
+	var wg sync.WaitGroup
+	for i, addr := range e.replicas {
+		rows[i].Addr = addr
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(e.ctx, min(e.timeout, statusTimeout))
+			defer cancel()
+			st, err := client.QueryStatus(ctx, addr)
+			switch {
+			case err != nil:
+				msg := errText(err)
+				msg = strings.TrimPrefix(msg, "status of "+addr+": ")
+				rows[i].Error = msg
+			case st.Cell != e.cell:
+				rows[i].Error = fmt.Sprintf("serves cell %q, not %q", st.Cell, e.cell)
+			default:
+				rows[i].Up, rows[i].Status = true, st
+			}
+		}()
+	}
+	wg.Wait()
+	return rows
+}
+
+// pickMaster returns the master as the answering replica with the highest
+// term sees it (an old master cut off from the rest may still believe in
+// itself under an older term): its id, when known, and client address.
+func pickMaster(rows []statusRow) (id, addr string) {
+	var best *client.CellStatus
+	for _, r := range rows {
+		if st := r.Status; st != nil && st.Master != "" && (best == nil || st.Term > best.Term) {
+			best = st
+		}
+	}
+	if best == nil {
+		return "", ""
+	}
+	for _, rep := range best.Replicas {
+		if rep.Master {
+			return rep.ID, best.Master
+		}
+	}
+	return "", best.Master
+}
+
+// printStatus prints status's table.
+func (e *env) printStatus(rows []statusRow, masterID, masterAddr string) error {
+	// Replicas that are down are named by what the others know of them.
+	ids := map[string]string{}
+	for _, r := range rows {
+		if r.Status != nil {
+			for _, rep := range r.Status.Replicas {
+				ids[rep.ClientAddr] = rep.ID
+			}
+		}
+	}
+	master := "none known (no quorum)"
+	switch {
+	case masterID != "":
+		master = masterID + " (" + masterAddr + ")"
+	case masterAddr != "":
+		master = masterAddr
+	}
+	if _, err := fmt.Fprintf(e.stdout, "cell %s: master %s\n", e.cell, master); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tADDRESS\tROLE\tMASTER\tEPOCH\tTERM\tCOMMIT\tAPPLIED\tSESSIONS\tNODES")
+	for _, r := range rows {
+		st := r.Status
+		if st == nil {
+			id := ids[r.Addr]
+			if id == "" {
+				id = "?"
+			}
+			fmt.Fprintf(tw, "%s\t%s\tdown\t\t\t\t\t\t\t\t%s\n", id, r.Addr, r.Error)
+			continue
+		}
+		mark := "-"
+		if r.IsMaster {
+			mark = "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", st.Self, r.Addr, strings.ToLower(st.State), mark,
+			st.Epoch, st.Term, st.CommitIndex, st.AppliedIndex, st.Sessions, st.Nodes)
+	}
+	return tw.Flush()
+}
