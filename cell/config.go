@@ -44,6 +44,8 @@ type Config struct {
 	Timings replica.Timings
 	// Logger receives structured logs.
 	Logger *slog.Logger
+	// MetricsAddr, when set, serves Prometheus metrics at /metrics there.
+	MetricsAddr string
 }
 
 // Validate reports the first problem with the configuration.

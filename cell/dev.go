@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"lockcell/replica"
@@ -25,6 +26,9 @@ type DevConfig struct {
 	Timings          replica.Timings
 	// Logger receives all replicas' logs.
 	Logger *slog.Logger
+	// MetricsPort, when non-zero, serves replica i's metrics on
+	// 127.0.0.1:MetricsPort+i.
+	MetricsPort int
 }
 
 // Dev is a running development cell.
@@ -46,9 +50,14 @@ func StartDev(cfg DevConfig) (*Dev, error) {
 		cfg.Logger = slog.Default()
 	}
 	d := &Dev{Cell: cfg.Cell}
-	for _, p := range cfg.Peers {
+	for i, p := range cfg.Peers {
+		metrics := ""
+		if cfg.MetricsPort != 0 {
+			metrics = "127.0.0.1:" + strconv.Itoa(cfg.MetricsPort+i)
+		}
 		s, err := New(Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
-			LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger})
+			LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
+			MetricsAddr: metrics})
 		if err != nil {
 			d.Close()
 			return nil, fmt.Errorf("start replica %s: %w", p.ID, err)

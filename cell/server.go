@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ type Server struct {
 	connsMu sync.Mutex
 	conns   map[*yamux.Session]struct{}
 	closed  bool
+
+	metrics     *metrics
+	metricsSrv  *http.Server
+	metricsAddr string
 }
 
 // Master is the master type served by this package (an alias so that
@@ -75,6 +80,15 @@ func New(cfg Config) (*Server, error) {
 		conns: map[*yamux.Session]struct{}{}}
 	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay,
 		Logger: s.log}, rep, rep.FSM())
+	s.metrics = newMetrics(s)
+	if cfg.MetricsAddr != "" {
+		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
+			cancel()
+			ln.Close()
+			rep.Close()
+			return nil, fmt.Errorf("cell: metrics on %s: %w", cfg.MetricsAddr, err)
+		}
+	}
 	s.wg.Add(2)
 	go s.monitorLeadership()
 	go s.acceptLoop()
@@ -268,6 +282,8 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	}
 	var resp any
 	var epoch uint64
+	started := time.Now()
+	defer func() { s.metrics.observe(h.Method, wire.CodeOf(err), time.Since(started)) }()
 	if h.Method == wire.MethodCellStatus {
 		resp, err = s.cellStatus()
 	} else {
@@ -341,6 +357,9 @@ func (s *Server) Close() error {
 	s.connsMu.Unlock()
 	s.cancel()
 	s.ln.Close()
+	if s.metricsSrv != nil {
+		s.metricsSrv.Close()
+	}
 	s.master.Stop()
 	err := s.rep.Close()
 	s.wg.Wait()

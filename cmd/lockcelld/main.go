@@ -67,13 +67,15 @@ func devCommand() *cli.Command {
 			&cli.IntFlag{Name: "port", Value: 7001, Usage: "first client port (replicas use port..port+4)"},
 			&cli.IntFlag{Name: "raft-port", Value: 7101, Usage: "first Raft port"},
 			&cli.IntFlag{Name: "replicas", Value: 5, Usage: "number of replicas"},
+			&cli.IntFlag{Name: "metrics-port", Value: 7201, Usage: "first Prometheus /metrics port (replica i on port+i); 0 turns metrics off"},
 		}, timingFlags()...),
 		Action: func(c *cli.Context) error {
 			log := logger(c)
 			log.Warn("dev cell runs WITHOUT TLS: every caller is the same principal; do not expose these ports")
 			d, err := cell.StartDev(cell.DevConfig{Cell: c.String("cell"), Dir: c.String("data"),
 				Peers:    cell.LoopbackPeers(c.Int("replicas"), c.Int("port"), c.Int("raft-port")),
-				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log})
+				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
+				MetricsPort: c.Int("metrics-port")})
 			if err != nil {
 				return err
 			}
@@ -107,6 +109,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "peers", Required: true, Usage: "all members: id=clientaddr/raftaddr,..."},
 			&cli.StringFlag{Name: "listen", Usage: "client address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
+			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://ADDR/metrics (off when empty)"},
 		}, timingFlags()...),
 		Action: func(c *cli.Context) error {
 			log := logger(c)
@@ -127,7 +130,8 @@ func serveCommand() *cli.Command {
 			}
 			log.Warn("replica runs WITHOUT TLS: every caller is the same principal")
 			s, err := cell.New(cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
-				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log})
+				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
+				MetricsAddr: c.String("metrics")})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,92 @@
+package cell
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"lockcell/cell/wire"
+)
+
+// metrics are one replica's Prometheus metrics, in a registry of its own
+// (a dev cell runs five replicas in one process).
+type metrics struct {
+	reg      *prometheus.Registry
+	calls    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	labels := prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self}
+	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockcell_calls_total",
+		Help: "Client calls answered, by method and result code.", ConstLabels: labels}, []string{"method", "code"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lockcell_call_seconds",
+		Help:        "Time to answer a client call, by method (KeepAlives include the time parked).",
+		ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, []string{"method"})
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
+	}
+	m.reg.MustRegister(m.calls, m.duration,
+		gauge("lockcell_master", "1 while this replica's master serves.", func() float64 {
+			if ok, _ := s.IsMaster(); ok {
+				return 1
+			}
+			return 0
+		}),
+		gauge("lockcell_epoch", "The master epoch in the replicated state.", func() float64 {
+			e, _, _, _ := s.rep.FSM().Counts()
+			return float64(e)
+		}),
+		gauge("lockcell_sessions", "Live sessions in the replicated state.", func() float64 {
+			_, n, _, _ := s.rep.FSM().Counts()
+			return float64(n)
+		}),
+		gauge("lockcell_nodes", "Files and directories in the namespace.", func() float64 {
+			_, _, n, _ := s.rep.FSM().Counts()
+			return float64(n)
+		}),
+		gauge("lockcell_raft_term", "Raft term.", func() float64 { return float64(s.rep.Status().Term) }),
+		gauge("lockcell_raft_commit_index", "Raft commit index.", func() float64 { return float64(s.rep.Status().CommitIndex) }),
+		gauge("lockcell_raft_applied_index", "Index of the last entry applied to the state machine.", func() float64 {
+			return float64(s.rep.Status().AppliedIndex)
+		}),
+		prometheus.NewGoCollector(),
+	)
+	return m
+}
+
+func (m *metrics) observe(method wire.Method, code wire.Code, took time.Duration) {
+	name := method.String()
+	m.calls.WithLabelValues(name, strconv.Itoa(int(code))).Inc()
+	m.duration.WithLabelValues(name).Observe(took.Seconds())
+}
+
+// serveMetrics serves /metrics on addr until the server closes.
+func (s *Server) serveMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.metricsSrv = srv
+	s.metricsAddr = ln.Addr().String()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Warn("metrics server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// MetricsAddr returns where /metrics is served ("" when off).
+func (s *Server) MetricsAddr() string { return s.metricsAddr }
