@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"lockcell/client"
+	"lockcell/fixtures"
+)
+
+func TestSessionsVerb(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{})
+	flags := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
+	cfg := c.ClientConfig()
+	cfg.ClientName = "holder-app"
+	holder := c.ClientWith(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := holder.Open(ctx, "/ls/t/job", client.Read|client.Write|client.Create)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := h.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	r := cliRunner{t, flags}
+	out := r.ok("sessions").stdout
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.HasPrefix(lines[0], "ID") || len(lines) < 3 {
+		t.Fatalf("sessions table:\n%s", out)
+	}
+	found := false
+	for _, l := range lines[1:] {
+		if strings.Contains(l, "holder-app") {
+			found = true
+			if !strings.Contains(l, "/ls/t/job") {
+				t.Fatalf("holder's row lacks its lock: %q", l)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("holder not listed:\n%s", out)
+	}
+	var list []client.SessionInfo
+	if err := json.Unmarshal([]byte(r.ok("--json", "sessions").stdout), &list); err != nil || len(list) < 2 {
+		t.Fatalf("--json sessions: %v %+v", err, list)
+	}
+	r.fails(2, "", "sessions", "extra")
+}
