@@ -220,7 +220,13 @@ func (s *Server) now() int64 { return s.cfg.Now().UnixNano() }
 // observe runs on raft's apply goroutine for every applied entry with
 // changes. It only flips in-memory state and never blocks.
 func (s *Server) observe(index uint64, changes []replica.Change) {
-	notes := s.handleEvents(changes)
+	s.mu.Lock()
+	serving := s.serving
+	s.mu.Unlock()
+	var notes []sessionEvent
+	if serving { // followers deliver no events
+		notes = s.handleEvents(changes)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.serving {
