@@ -3,6 +3,8 @@ module lockcell
 go 1.26.8
 
 require (
+	github.com/chzyer/readline v1.5.1
+	github.com/creack/pty v1.1.24
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/raft v1.8.0

@@ -123,7 +123,7 @@ func newApp(e *env) *cli.App {
 			&cli.BoolFlag{Name: "verbose", Usage: "show the client library's logs on stderr"},
 		},
 		Commands: []*cli.Command{
-			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e), sessionsCommand(e),
+			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e), sessionsCommand(e), shellCommand(e),
 			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e),
 		},
 		Before: e.setup,

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"lockcell/fixtures"
+)
+
+// TestBinary runs the real lockcell binary as a subprocess against a real
+// cell: exit codes and streams as a script sees them.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := filepath.Join(t.TempDir(), "lockcell")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	c := fixtures.NewCell(t, 3, fixtures.Options{})
+	flags := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
+
+	runBin := func(stdin string, flags []string, args ...string) result {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), bin, append(append([]string(nil), flags...), args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			code = ee.ExitCode()
+		case err != nil:
+			t.Fatalf("running %s: %v", bin, err)
+		}
+		return result{code, out.String(), errb.String()}
+	}
+	want := func(res result, code int, stderr string, args ...string) {
+		t.Helper()
+		if res.code != code || !strings.Contains(res.stderr, stderr) {
+			t.Fatalf("lockcell %s: exit %d, stderr %q; want exit %d mentioning %q",
+				strings.Join(args, " "), res.code, res.stderr, code, stderr)
+		}
+	}
+
+	res := runBin("", flags, "put", "bin/flag", "on")
+	want(res, exitOK, "", "put")
+	if res.stdout != "" || res.stderr != "" {
+		t.Fatalf("put printed %q / %q", res.stdout, res.stderr)
+	}
+	if res = runBin("", flags, "cat", "bin/flag"); res.code != exitOK || res.stdout != "on" {
+		t.Fatalf("cat: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+
+	res = runBin("", flags, "--json", "stat", "bin/flag")
+	want(res, exitOK, "", "--json stat")
+	var st statJSON
+	if err := json.Unmarshal([]byte(res.stdout), &st); err != nil || st.Name != "/ls/t/bin/flag" || st.Size != 2 || st.Dir {
+		t.Fatalf("stat --json: %q: %v %+v", res.stdout, err, st)
+	}
+
+	want(runBin("", flags, "cat", "/ls/t/missing"), exitError, "not found", "cat /ls/t/missing")
+	want(runBin("", flags, "cat", "bad//name"), exitError, "invalid name", "cat bad//name")
+	want(runBin("", flags, "put"), exitUsage, "want exactly", "put")
+
+	// The shell, fed a script on a pipe (not a terminal).
+	res = runBin("mkdir sh\ncd sh\nput f hello\ncat f\ncat missing\npwd\n", flags, "shell")
+	if res.code != exitOK || res.stdout != "hello/ls/t/sh\n" || !strings.Contains(res.stderr, "not found") {
+		t.Fatalf("shell: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+
+	t.Run("ShellOnTerminal", func(t *testing.T) {
+		hist := filepath.Join(t.TempDir(), "history")
+		cmd := exec.CommandContext(t.Context(), bin, append(append([]string(nil), flags...), "shell")...)
+		cmd.Env = append(cmd.Environ(), "LOCKCELL_HISTORY="+hist, "TERM=dumb")
+		tty, err := pty.Start(cmd)
+		if err != nil {
+			t.Skipf("no pseudo-terminal: %v", err)
+		}
+		defer tty.Close()
+		var mu sync.Mutex
+		var out bytes.Buffer
+		go func() {
+			buf := make([]byte, 4096)
+			for {
+				n, err := tty.Read(buf)
+				mu.Lock()
+				out.Write(buf[:n])
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		waitFor := func(s string) {
+			t.Helper()
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				ok := strings.Contains(out.String(), s)
+				mu.Unlock()
+				if ok {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("terminal never showed %q; got %q", s, out.String())
+		}
+		waitFor("lockcell:t /ls/t> ")
+		tty.WriteString("mkdir tty\r")
+		// Tab completion is tested through complete (shell_test.go) only:
+		// over this pty a Tab after "cd tt" rang the bell instead.
+		tty.WriteString("cd tty\r")
+		waitFor("lockcell:t /ls/t/tty> ")
+		tty.WriteString("half a line\x03") // Ctrl-C at the prompt drops the line
+		tty.WriteString("pwd\r")
+		waitFor("/ls/t/tty\r\n")
+		tty.WriteString("\x04") // Ctrl-D
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("shell on a terminal: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("shell did not exit on Ctrl-D")
+		}
+		if h, err := os.ReadFile(hist); err != nil || !strings.Contains(string(h), "mkdir tty") {
+			t.Fatalf("history %q: %v", h, err)
+		}
+	})
+
+	var dead []string
+	for _, p := range fixtures.FreePorts(t, 2) {
+		dead = append(dead, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	want(runBin("", []string{"--cell", "t", "--replicas", strings.Join(dead, ","), "--timeout", "5s"}, "status"),
+		exitError, "no quorum", "status (dead cell)")
+}
