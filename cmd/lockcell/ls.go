@@ -18,7 +18,7 @@ func lsCommand(e *env) *cli.Command {
 		Usage:     "list a directory (default: the cell root)",
 		ArgsUsage: "[NAME]",
 		Description: "Prints one child a line, directories with a trailing /. A file is listed as itself. " +
-			"With -l each line is MODE SIZE GENERATION MTIME NAME, where MODE is d (directory) or -, " +
+			"With -l each line is MODE SIZE GENERATION LOCK-GENERATION HOLDERS MTIME NAME, where MODE is d (directory) or -, " +
 			"then e (ephemeral) or -, then the lock: x (exclusive), s (shared) or - (free); " +
 			"GENERATION is the content generation.",
 		Flags: []cli.Flag{
@@ -147,16 +147,19 @@ func (e *env) printList(ents []lsEntry, long bool) error {
 		return nil
 	}
 	// Right-aligned numbers, like ls(1); widths from this listing.
-	var wSize, wGen, wTime int
+	// Columns: MODE SIZE CONTENT-GEN LOCK-GEN HOLDERS MTIME NAME.
+	var wSize, wGen, wLock, wHold, wTime int
 	for _, ent := range ents {
 		wSize = max(wSize, len(fmt.Sprint(ent.st.Size)))
 		wGen = max(wGen, len(fmt.Sprint(ent.st.ContentGen)))
+		wLock = max(wLock, len(fmt.Sprint(ent.st.LockGen)))
+		wHold = max(wHold, len(fmt.Sprint(ent.st.LockHolders)))
 		wTime = max(wTime, len(timeText(ent.st.MTime)))
 	}
 	for _, ent := range ents {
 		st := ent.st
-		if _, err := fmt.Fprintf(e.stdout, "%s  %*d  %*d  %-*s  %s\n", modeText(st), wSize, st.Size, wGen, st.ContentGen,
-			wTime, timeText(st.MTime), displayName(ent)); err != nil {
+		if _, err := fmt.Fprintf(e.stdout, "%s  %*d  %*d  %*d  %*d  %-*s  %s\n", modeText(st), wSize, st.Size, wGen, st.ContentGen,
+			wLock, st.LockGen, wHold, st.LockHolders, wTime, timeText(st.MTime), displayName(ent)); err != nil {
 			return err
 		}
 	}

@@ -176,8 +176,8 @@ func TestCLI(t *testing.T) {
 			!strings.HasPrefix(long[1], "---") || !strings.HasSuffix(long[1], " b-file") {
 			t.Fatalf("ls -l = %q", long)
 		}
-		if f := strings.Fields(long[1]); len(f) != 5 || f[1] != "1" {
-			t.Fatalf("ls -l file line %q: want mode size gen mtime name, size 1", long[1])
+		if f := strings.Fields(long[1]); len(f) != 7 || f[1] != "1" || f[3] != "0" || f[4] != "0" {
+			t.Fatalf("ls -l file line %q: want mode size gen lock-gen holders mtime name, size 1, never locked", long[1])
 		}
 		if got := r.ok("ls", "lsd/b-file").stdout; got != "b-file\n" {
 			t.Fatalf("ls of a file = %q", got)
