@@ -86,7 +86,8 @@ func TestBinary(t *testing.T) {
 		hist := filepath.Join(t.TempDir(), "history")
 		cmd := exec.CommandContext(t.Context(), bin, append(append([]string(nil), flags...), "shell")...)
 		cmd.Env = append(cmd.Environ(), "LOCKCELL_HISTORY="+hist, "TERM=dumb")
-		tty, err := pty.Start(cmd)
+		// A real size: readline completes nothing on a 0-column terminal.
+		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 100})
 		if err != nil {
 			t.Skipf("no pseudo-terminal: %v", err)
 		}
@@ -105,12 +106,12 @@ func TestBinary(t *testing.T) {
 				}
 			}
 		}()
-		waitFor := func(s string) {
+		waitForN := func(s string, n int) {
 			t.Helper()
 			deadline := time.Now().Add(20 * time.Second)
 			for time.Now().Before(deadline) {
 				mu.Lock()
-				ok := strings.Contains(out.String(), s)
+				ok := strings.Count(out.String(), s) >= n
 				mu.Unlock()
 				if ok {
 					return
@@ -119,13 +120,16 @@ func TestBinary(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			t.Fatalf("terminal never showed %q; got %q", s, out.String())
+			t.Fatalf("terminal never showed %q %d times; got %q", s, n, out.String())
 		}
+		waitFor := func(s string) { t.Helper(); waitForN(s, 1) }
 		waitFor("lockcell:t /ls/t> ")
 		tty.WriteString("mkdir tty\r")
-		// Tab completion is tested through complete (shell_test.go) only:
-		// over this pty a Tab after "cd tt" rang the bell instead.
-		tty.WriteString("cd tty\r")
+		waitForN("lockcell:t /ls/t> ", 2) // mkdir done: the name exists
+		// Tab completes the partial name to the directory.
+		tty.WriteString("cd tt\t")
+		waitFor("cd tty/")
+		tty.WriteString("\r")
 		waitFor("lockcell:t /ls/t/tty> ")
 		tty.WriteString("half a line\x03") // Ctrl-C at the prompt drops the line
 		tty.WriteString("pwd\r")
