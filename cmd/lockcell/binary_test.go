@@ -123,6 +123,20 @@ func TestBinary(t *testing.T) {
 			t.Fatalf("terminal never showed %q %d times; got %q", s, n, out.String())
 		}
 		waitFor := func(s string) { t.Helper(); waitForN(s, 1) }
+		waitForAfter := func(marker, s string) {
+			t.Helper()
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				o := out.String()
+				mu.Unlock()
+				if i := strings.Index(o, marker); i >= 0 && strings.Contains(o[i+len(marker):], s) {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Fatalf("terminal never showed %q after %q", s, marker)
+		}
 		waitFor("lockcell:t /ls/t> ")
 		tty.WriteString("mkdir tty\r")
 		waitForN("lockcell:t /ls/t> ", 2) // mkdir done: the name exists
@@ -131,6 +145,14 @@ func TestBinary(t *testing.T) {
 		waitFor("cd tty/")
 		tty.WriteString("\r")
 		waitFor("lockcell:t /ls/t/tty> ")
+		// Ctrl-C during a running watch cancels it and returns to the
+		// prompt (wait for a prompt drawn after the ^C: typing ahead into
+		// a command that is still running is another matter).
+		tty.WriteString("watch /ls/t/tty\r")
+		waitFor("watching /ls/t/tty")
+		tty.WriteString("\x03")
+		waitFor("watching /ls/t/tty\r\n^C")
+		waitForAfter("watching /ls/t/tty\r\n^C", "lockcell:t /ls/t/tty> ")
 		tty.WriteString("half a line\x03") // Ctrl-C at the prompt drops the line
 		tty.WriteString("pwd\r")
 		waitFor("/ls/t/tty\r\n")
