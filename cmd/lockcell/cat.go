@@ -15,7 +15,8 @@ func catCommand(e *env) *cli.Command {
 		Usage:     "print a file's contents",
 		ArgsUsage: "NAME",
 		Description: "Prints the contents raw, with nothing added. With --json prints " +
-			`{"name", "contents" (when valid UTF-8), "contents_base64", "stat"}.`,
+			`{"name", "contents" (when valid UTF-8), "contents_base64", "stat"}.` +
+			"\n\nExample: lockcell cat /ls/local/cfg/flag",
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 1, 1); err != nil {
 				return err

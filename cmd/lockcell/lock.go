@@ -55,7 +55,8 @@ func lockCommand(e *env) *cli.Command {
 			"not CMD). If the session is in jeopardy while CMD runs lockcell warns on stderr; if it " +
 			"expires, the lock is lost: CMD is sent SIGTERM (SIGKILL " + killAfter.String() + " later) and " +
 			"lockcell exits 1. Unless stdin is a terminal CMD runs in its own process group, and " +
-			"signals reach the whole group.",
+			"signals reach the whole group." +
+			"\n\nExample: lockcell lock --lock-delay 10s jobs/etl -- ./run-etl.sh",
 		// NAME is free text: "lock help -- CMD" must not show help.
 		HideHelpCommand: true,
 		Flags: []cli.Flag{

@@ -20,7 +20,8 @@ func lsCommand(e *env) *cli.Command {
 		Description: "Prints one child a line, directories with a trailing /. A file is listed as itself. " +
 			"With -l each line is MODE SIZE GENERATION LOCK-GENERATION HOLDERS MTIME NAME, where MODE is d (directory) or -, " +
 			"then e (ephemeral) or -, then the lock: x (exclusive), s (shared) or - (free); " +
-			"GENERATION is the content generation.",
+			"GENERATION is the content generation." +
+			"\n\nExample: lockcell ls -l /ls/local/cfg",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "long form: mode, size, generation, mtime"},
 		},

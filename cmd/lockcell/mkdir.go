@@ -16,7 +16,8 @@ func mkdirCommand(e *env) *cli.Command {
 		Usage:     "create directories",
 		ArgsUsage: "NAME...",
 		Description: "Fails if a directory exists already or its parent is missing, unless -p. " +
-			"Stops at the first failure. With --json prints {\"dirs\": [names]}.",
+			"Stops at the first failure. With --json prints {\"dirs\": [names]}." +
+			"\n\nExample: lockcell mkdir -p /ls/local/jobs/etl",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "parents", Aliases: []string{"p"},
 				Usage: "create missing parents; an existing directory is not an error"},

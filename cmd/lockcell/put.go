@@ -20,7 +20,8 @@ func putCommand(e *env) *cli.Command {
 		ArgsUsage: "NAME VALUE",
 		Description: "Creates the file, and its missing parent directories, when needed. " +
 			"With --if-generation N the write is a compare-and-swap: it happens only if the " +
-			"file exists and its content generation is still N, and otherwise changes nothing.",
+			"file exists and its content generation is still N, and otherwise changes nothing." +
+			"\n\nExample: lockcell put --if-generation 42 cfg/flag off",
 		Flags: []cli.Flag{
 			&cli.Uint64Flag{Name: "if-generation", Usage: "write only if the content generation is still `N`"},
 			&cli.BoolFlag{Name: "no-parents", Usage: "fail instead of creating missing parent directories"},

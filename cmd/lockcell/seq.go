@@ -27,7 +27,8 @@ func seqCommand(e *env) *cli.Command {
 		Usage:     "inspect (show) or validate (check) a lock's sequencer",
 		ArgsUsage: "show|check [SEQUENCER]",
 		Description: "SEQUENCER is the text lock hands its command in $" + seqEnv +
-			" (unpadded base64url); - reads it from stdin, and without it $" + seqEnv + " is used.",
+			" (unpadded base64url); - reads it from stdin, and without it $" + seqEnv + " is used." +
+			"\n\nExample: lockcell seq check \"$LOCKCELL_SEQUENCER\"",
 		Subcommands: []*cli.Command{seqShowCommand(e), seqCheckCommand(e)},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
@@ -57,7 +58,8 @@ func seqShowCommand(e *env) *cli.Command {
 		ArgsUsage: "[SEQUENCER]",
 		Description: "Decodes the sequencer locally, without contacting the cell, so it cannot tell " +
 			"a forged or stale sequencer from a good one (seq check can). With --json prints " +
-			`{"cell", "path", "mode", "generation"}.`,
+			`{"cell", "path", "mode", "generation"}.` +
+			"\n\nExample: lockcell seq show \"$LOCKCELL_SEQUENCER\"",
 		Action: func(c *cli.Context) error {
 			_, s, err := e.seqArg(c, "seq show")
 			if err != nil {
@@ -80,7 +82,8 @@ func seqCheckCommand(e *env) *cli.Command {
 		Description: "Prints valid (exit 0) when the cell signed the sequencer and its lock is held " +
 			"right now at that generation in that mode, and stale (exit 1) otherwise. A malformed, " +
 			"forged or other cell's sequencer is an error (exit 1). With --json prints " +
-			`{"valid", "cell", "path", "mode", "generation"}.`,
+			`{"valid", "cell", "path", "mode", "generation"}.` +
+			"\n\nExample: lockcell seq check \"$LOCKCELL_SEQUENCER\" && echo still the holder",
 		Action: func(c *cli.Context) error {
 			b, s, err := e.seqArg(c, "seq check")
 			if err != nil {

@@ -50,3 +50,17 @@ func TestSessionsVerb(t *testing.T) {
 	}
 	r.fails(2, "", "sessions", "extra")
 }
+
+// Every verb's --help carries an example.
+func TestEveryVerbHelpHasExample(t *testing.T) {
+	for _, cmd := range newApp(&env{}).Commands {
+		if cmd.Hidden || cmd.Name == "help" {
+			continue
+		}
+		var out, errb strings.Builder
+		code := run([]string{"lockcell", cmd.Name, "--help"}, strings.NewReader(""), &out, &errb)
+		if code != 0 || !strings.Contains(out.String()+errb.String(), "Example") {
+			t.Errorf("%s --help (exit %d) has no example:\n%s%s", cmd.Name, code, out.String(), errb.String())
+		}
+	}
+}
