@@ -145,6 +145,16 @@ func TestBinary(t *testing.T) {
 		waitFor("cd tty/")
 		tty.WriteString("\r")
 		waitFor("lockcell:t /ls/t/tty> ")
+		// A relative name resolves against the current directory, and the
+		// Up arrow recalls the previous line.
+		// (stat's output, unlike anything typed, names the full path.)
+		tty.WriteString("put f relative-hi\r")
+		tty.WriteString("stat f\r")
+		waitForN("name:               /ls/t/tty/f", 1)
+		tty.WriteString("\x1b[A")
+		waitForAfter("name:               /ls/t/tty/f", "stat f")
+		tty.WriteString("\r")
+		waitForN("name:               /ls/t/tty/f", 2)
 		// Ctrl-C during a running watch cancels it and returns to the
 		// prompt (wait for a prompt drawn after the ^C: typing ahead into
 		// a command that is still running is another matter).
