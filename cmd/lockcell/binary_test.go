@@ -58,6 +58,34 @@ func TestBinary(t *testing.T) {
 
 	res := runBin("", flags, "put", "bin/flag", "on")
 	want(res, exitOK, "", "put")
+
+	// Every verb through the real binary, for people and with --json.
+	seqOut := runBin("", flags, "lock", "bin/lk", "--", "sh", "-c", "echo $LOCKCELL_SEQUENCER")
+	want(seqOut, exitOK, "", "lock")
+	seq := strings.TrimSpace(seqOut.stdout)
+	for _, verb := range [][]string{
+		{"put", "bin/v", "x"}, {"cat", "bin/v"}, {"stat", "bin/v"}, {"ls", "bin"}, {"ls", "-l", "bin"},
+		{"mkdir", "-p", "bin/d1/d2"}, {"touch", "bin/t"}, {"status"}, {"sessions"}, {"seq", "show", seq},
+		{"rm", "bin/t"},
+	} {
+		human := runBin("", flags, verb...)
+		want(human, exitOK, "", verb...)
+		if verb[0] == "rm" {
+			runBin("", flags, "touch", "bin/t") // recreate for the --json run
+		}
+		js := runBin("", flags, append([]string{"--json"}, verb...)...)
+		want(js, exitOK, "", append([]string{"--json"}, verb...)...)
+		if out := strings.TrimSpace(js.stdout); out != "" && !json.Valid([]byte(out)) {
+			t.Fatalf("lockcell --json %s printed %q", strings.Join(verb, " "), out)
+		}
+		if verb[0] == "cat" || verb[0] == "stat" || verb[0] == "ls" || verb[0] == "status" || verb[0] == "sessions" || verb[0] == "seq" {
+			if strings.TrimSpace(human.stdout) == "" || strings.TrimSpace(js.stdout) == "" {
+				t.Fatalf("lockcell %s printed nothing", strings.Join(verb, " "))
+			}
+		}
+	}
+	// The lock was released when its command exited: the sequencer is stale.
+	want(runBin("", flags, "seq", "check", seq), exitError, "", "seq check (stale)")
 	if res.stdout != "" || res.stderr != "" {
 		t.Fatalf("put printed %q / %q", res.stdout, res.stderr)
 	}
