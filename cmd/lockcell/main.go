@@ -57,6 +57,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	startActions(app.Commands, unlock)
 	app.Action = startAction(app.Action, unlock)
 	err := app.RunContext(context.Background(), args)
+	return exitCodeOf(e, args, err, false)
+}
+
+// exitCodeOf reports err on e's stderr and returns the exit code: 0 ok,
+// 1 error, 2 usage, or a lock command's own status. inShell drops the
+// program name from the "Run ... for usage" hint.
+func exitCodeOf(e *env, args []string, err error, inShell bool) int {
 	if err == nil {
 		return exitOK
 	}
@@ -77,7 +84,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case errors.As(err, &ue):
 		e.printError(err, "usage")
 		if !e.json {
-			fmt.Fprintf(stderr, "Run '%s' for usage.\n", ue.helpCommand())
+			hint := ue.helpCommand()
+			if inShell {
+				hint = strings.TrimPrefix(hint, "lockcell ")
+			}
+			fmt.Fprintf(e.stderr, "Run '%s' for usage.\n", hint)
 		}
 		return exitUsage
 	case errors.As(err, &ec):

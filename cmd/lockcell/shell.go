@@ -372,39 +372,7 @@ func (sh *shell) run(ctx context.Context, words []string) int {
 	app.Action = startAction(app.Action, unlock)
 	args := append(append([]string{"lockcell"}, sh.globals...), sh.resolveNames(app, words)...)
 	err := app.RunContext(ctx, args)
-	return exitCodeOf(e, args, err)
-}
-
-// exitCodeOf reports err the way run does and returns the exit code.
-func exitCodeOf(e *env, args []string, err error) int {
-	if err == nil {
-		return exitOK
-	}
-	if !e.flagsParsed {
-		e.json = wantsJSON(args)
-	}
-	var ue *usageError
-	var ec cli.ExitCoder
-	var xs *exitStatus
-	switch {
-	case errors.As(err, &xs):
-		if xs.err != nil {
-			e.printError(xs.err, xs.kind)
-		}
-		return xs.code
-	case errors.As(err, &ue):
-		e.printError(err, "usage")
-		if !e.json {
-			fmt.Fprintf(e.stderr, "Run '%s' for usage.\n", strings.TrimPrefix(ue.helpCommand(), "lockcell "))
-		}
-		return exitUsage
-	case errors.As(err, &ec):
-		e.printError(err, "usage")
-		return exitUsage
-	default:
-		e.printError(err, errorCode(err))
-		return exitError
-	}
+	return exitCodeOf(e, args, err, true)
 }
 
 // nameArgs says which positional arguments of a verb are node names: -1
