@@ -755,8 +755,7 @@ func checksum(b []byte) uint64 {
 	return h.Sum64()
 }
 
-func parentOf(p string) string { return p[:strings.LastIndexByte(p, '/')] }
-func baseOf(p string) string   { return p[strings.LastIndexByte(p, '/')+1:] }
+func baseOf(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
 func kindName(dir bool) string {
 	if dir {
@@ -876,7 +875,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		f.nodes[n.Path] = n
 	}
 	for _, n := range img.Nodes {
-		if p := f.nodes[parentOfSafe(n.Path)]; p != nil && n.Path != f.Root() {
+		if p := f.nodes[parentOf(n.Path)]; p != nil && n.Path != f.Root() {
 			p.children[baseOf(n.Path)] = n.Dir
 		}
 	}
@@ -906,7 +905,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-func parentOfSafe(p string) string {
+// parentOf returns the parent of a name, "" for a name with no parent.
+func parentOf(p string) string {
 	i := strings.LastIndexByte(p, '/')
 	if i <= 0 {
 		return ""

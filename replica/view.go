@@ -166,7 +166,7 @@ func (f *FSM) AffectedPaths(cmd *Command) []string {
 		// empty an ephemeral parent, that parent's parent, and so on.
 		set[p] = true
 		for {
-			parent := parentOfSafe(p)
+			parent := parentOf(p)
 			if parent == "" {
 				return
 			}

@@ -1,5 +1,7 @@
 package wire
 
+import "strconv"
+
 // RPCMultiplex is the first byte a client writes on a new TCP connection to
 // the client port: the rest of the connection is a yamux session carrying
 // one stream per call. Other values are reserved for future protocols.
@@ -45,7 +47,7 @@ func (m Method) String() string {
 	if s, ok := methodNames[m]; ok {
 		return s
 	}
-	return "Method(" + itoa(uint64(m)) + ")"
+	return "Method(" + strconv.Itoa(int(m)) + ")"
 }
 
 // Mutating reports whether the method changes replicated state and so must
@@ -345,20 +347,6 @@ type CellStatusResponse struct {
 	Sessions     uint64          `msgpack:"ss"`
 	Nodes        uint64          `msgpack:"nn"`
 	Replicas     []ReplicaStatus `msgpack:"r"`
-}
-
-func itoa(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for v > 0 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return string(b[i:])
 }
 
 // ListSessionsRequest asks the master for its live sessions.
