@@ -287,7 +287,7 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	if h.Method == wire.MethodCellStatus {
 		resp, err = s.cellStatus()
 	} else {
-		resp, epoch, err = s.master.Dispatch(ctx, &h, body)
+		resp, epoch, err = s.master.Dispatch(ctx, master.Caller{Principal: master.AnonymousPrincipal}, &h, body)
 	}
 	status := wire.Status{Code: wire.CodeOf(err), Epoch: epoch}
 	if err != nil {

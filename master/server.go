@@ -44,6 +44,25 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the wall clock (tests may scale it); default time.Now.
 	Now func() time.Time
+	// Admin is the cell admin principal: allowed everything on every node,
+	// so broken ACLs can always be repaired (default AnonymousPrincipal).
+	Admin string
+	// Limits cap what one principal or session may hold (zero values take
+	// the defaults of DefaultLimits).
+	Limits Limits
+}
+
+// AnonymousPrincipal is the one principal of a cell without TLS: every
+// caller is it, and it is the default admin (SPEC 8).
+const AnonymousPrincipal = "anonymous"
+
+// Caller is who a call comes from, as the transport authenticated it.
+type Caller struct {
+	// Principal is the identity of the client certificate, or
+	// AnonymousPrincipal on a cell without TLS. Never empty.
+	Principal string
+	// Conn identifies the client connection (for per-connection limits).
+	Conn uint64
 }
 
 // MaxLockDelay is the longest lock-delay a handle may ask for (SPEC 5).
@@ -60,6 +79,10 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Admin == "" {
+		c.Admin = AnonymousPrincipal
+	}
+	c.Limits.setDefaults()
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -321,12 +344,15 @@ func (s *Server) checkServing(h *wire.Header) (uint64, <-chan struct{}, error) {
 // Dispatch decodes the body of one call and runs its handler. It returns
 // the response value and, on failure, a *wire.Error; the epoch is the
 // master's, for the caller's Status.
-func (s *Server) Dispatch(ctx context.Context, h *wire.Header, body []byte) (any, uint64, error) {
+func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, body []byte) (any, uint64, error) {
 	epoch, stop, err := s.checkServing(h)
 	if err != nil {
 		return nil, epoch, err
 	}
-	c := &call{Server: s, h: h, epoch: epoch, stop: stop}
+	if caller.Principal == "" {
+		caller.Principal = AnonymousPrincipal
+	}
+	c := &call{Server: s, caller: caller, h: h, epoch: epoch, stop: stop}
 	resp, err := c.dispatch(ctx, body)
 	return resp, epoch, toWire(err)
 }
@@ -334,9 +360,10 @@ func (s *Server) Dispatch(ctx context.Context, h *wire.Header, body []byte) (any
 // call is one request in flight.
 type call struct {
 	*Server
-	h     *wire.Header
-	epoch uint64
-	stop  <-chan struct{}
+	caller Caller
+	h      *wire.Header
+	epoch  uint64
+	stop   <-chan struct{}
 }
 
 func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
