@@ -41,7 +41,9 @@ type Config struct {
 	RaftAddr string
 	// Peers lists every voting member, this one included. A replica with no
 	// state bootstraps the cell with exactly this configuration; all
-	// members must be given the same list.
+	// members must be given the same ids. The default transport dials a
+	// member at its address in this list (raft's ServerAddressProvider),
+	// so each replica may be given its own view of the others' addresses.
 	Peers []Peer
 	// Timings of elections, heartbeats and snapshots.
 	Timings Timings
@@ -145,7 +147,18 @@ func Open(cfg Config) (*Replica, error) {
 			store.Close()
 			return nil, fmt.Errorf("replica %s: raft address %q: %w", cfg.ID, cfg.RaftAddr, err)
 		}
-		trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 8, 5*time.Second, hlog)
+		// Peers are dialled at the address in THIS replica's Peers list,
+		// not the one in the replicated configuration: each process may
+		// be given its own view of the others (a test harness points them
+		// at per-link proxies; an operator can re-address a member without
+		// a membership change).
+		ntc := &raft.NetworkTransportConfig{
+			ServerAddressProvider: peerAddrs(cfg.Peers),
+			Logger:                hlog,
+			MaxPool:               8,
+			Timeout:               5 * time.Second,
+		}
+		trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, ntc)
 		if err != nil {
 			store.Close()
 			return nil, fmt.Errorf("replica %s: raft transport on %s: %w", cfg.ID, cfg.RaftAddr, err)
@@ -198,6 +211,20 @@ func Open(cfg Config) (*Replica, error) {
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{})}
 	go rep.forwardLeadership()
 	return rep, nil
+}
+
+// peerAddrs resolves a server id to its Raft address in one replica's own
+// Peers list (raft's ServerAddressProvider).
+type peerAddrs []Peer
+
+// ServerAddr returns the address this replica was told to dial id at.
+func (ps peerAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	for _, p := range ps {
+		if p.ID == string(id) {
+			return raft.ServerAddress(p.RaftAddr), nil
+		}
+	}
+	return "", fmt.Errorf("replica: no peer with id %q", id)
 }
 
 func closeTransport(t raft.Transport) {
