@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"lockcell/acl"
 	"lockcell/cell/wire"
 	"lockcell/replica"
 	"lockcell/sequencer"
@@ -27,6 +28,10 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	if req.Flags&wire.OpenCreate == 0 && (req.Flags&(wire.OpenExcl|wire.OpenEphemeral) != 0 || len(req.Contents) > 0) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "%s: exclusive, ephemeral and initial contents need the create flag", req.Path)
 	}
+	if n := c.fsm.SessionHandles(c.h.Session); n >= c.cfg.Limits.HandlesPerSession {
+		return nil, wire.Errorf(wire.CodeTooMany, "session %d has %d open handles, the limit", c.h.Session, n)
+	}
+	c.path = req.Path
 	delay := time.Duration(req.LockDelayMillis) * time.Millisecond
 	switch {
 	case delay < 0 || delay > MaxLockDelay:
@@ -38,7 +43,8 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	// delete that follows invalidates the handle the caller may reuse.
 	// Only an open of an existing node may be reused (one that creates
 	// would first invalidate this very registration and wait for us).
-	cacheable := req.Cache && c.fsm.Exists(req.Path) && c.registerCacher(c.h.Session, req.Path)
+	cacheable := req.Cache && c.fsm.Exists(req.Path) &&
+		c.fsm.Allowed(req.Path, c.caller.Principal, c.isAdmin(), acl.Read) == nil && c.registerCacher(c.h.Session, req.Path)
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdOpen, Path: req.Path, Flags: req.Flags,
 		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask})
 	if err != nil {
@@ -80,6 +86,14 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdRelease, Handle: req.Handle})
 		return &wire.Empty{}, err
 	}
+	isRead := c.h.Method != wire.MethodGetSequencer
+	if isRead {
+		// Checked before registering as a cacher too, so a caller that
+		// may not read the node is never sent its invalidations.
+		if err := c.checkRead(req.Handle); err != nil {
+			return nil, err
+		}
+	}
 	// Register as a cacher before reading, so a write that starts after
 	// this point invalidates what we are about to return.
 	cacheable := false
@@ -90,6 +104,13 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 	}
 	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
+	}
+	if isRead {
+		// Decided again after VerifyLeader: an ACL change acknowledged
+		// before this read began binds it.
+		if err := c.checkRead(req.Handle); err != nil {
+			return nil, err
+		}
 	}
 	if fence != nil {
 		if ok, reason := c.fsm.FenceValid(fence); !ok {

@@ -352,9 +352,16 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
 	}
+	if err := s.checkSessionOwner(caller, h); err != nil {
+		s.log.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
+			"result", wire.CodePermission.String())
+		return nil, epoch, err
+	}
 	c := &call{Server: s, caller: caller, h: h, epoch: epoch, stop: stop}
 	resp, err := c.dispatch(ctx, body)
-	return resp, epoch, toWire(err)
+	err = toWire(err)
+	c.audit(err)
+	return resp, epoch, err
 }
 
 // call is one request in flight.
@@ -362,6 +369,7 @@ type call struct {
 	*Server
 	caller Caller
 	h      *wire.Header
+	path   string // the node the call is about, once known (for the audit log)
 	epoch  uint64
 	stop   <-chan struct{}
 }
@@ -406,6 +414,12 @@ func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
 			return nil, err
 		}
 		return c.cancelAcquire(ctx, &req)
+	case wire.MethodSetACL:
+		var req wire.SetACLRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.setACL(ctx, &req)
 	case wire.MethodListSessions:
 		return c.listSessions(ctx)
 	case wire.MethodCheckSequencer:
@@ -430,6 +444,7 @@ func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
 func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error) {
 	cmd.Time = c.now()
 	cmd.Session = c.h.Session
+	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
 	if c.h.Method.Mutating() {
 		if c.h.Seq == 0 {
 			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a request id (header seq)", c.h.Method)
@@ -488,6 +503,9 @@ func (s *Server) handleEvents(changes []replica.Change) []sessionEvent {
 		for _, w := range s.fsm.Watchers(c.Path, e.mask) {
 			if c.Kind == replica.ChangeLockConflict && w.Handle == c.Handle {
 				continue // the requester knows
+			}
+			if !s.fsm.CanRead(w.Session, c.Path, s.cfg.Admin) {
+				continue // events are reads: none for who may not read
 			}
 			out = append(out, sessionEvent{w.Session, wire.Event{Kind: e.kind, Path: c.Path, Handle: w.Handle, Child: c.Child}})
 		}

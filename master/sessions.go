@@ -48,6 +48,12 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 	if len(req.ClientName) > 256 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "client name of %d bytes exceeds 256", len(req.ClientName))
 	}
+	if n := c.fsm.PrincipalSessions(c.caller.Principal); n >= c.cfg.Limits.SessionsPerPrincipal {
+		return nil, wire.Errorf(wire.CodeTooMany, "principal %q has %d live sessions, the limit", c.caller.Principal, n)
+	}
+	if _, sessions, _, _ := c.fsm.Counts(); sessions >= c.cfg.Limits.Sessions {
+		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d sessions, the limit", sessions)
+	}
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdCreateSession, Client: req.ClientName})
 	if err != nil {
 		return nil, err

@@ -26,6 +26,7 @@ const (
 	CmdCancelWait    CmdType = 10 // a blocking acquire is withdrawn (or its late grant undone)
 	CmdGrant         CmdType = 11 // re-run hand-off of a lock whose lock-delay has passed
 	CmdCellKey       CmdType = 12 // the first master stores the cell's secret sequencer key
+	CmdSetACL        CmdType = 13 // a node's three ACL file names are replaced
 )
 
 func (t CmdType) String() string {
@@ -54,6 +55,8 @@ func (t CmdType) String() string {
 		return "Grant"
 	case CmdCellKey:
 		return "CellKey"
+	case CmdSetACL:
+		return "SetACL"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }
@@ -94,8 +97,13 @@ type Command struct {
 	LockDelay int64  `msgpack:"ld,omitempty"` // nanoseconds
 	EventMask uint32 `msgpack:"em,omitempty"`
 	Expired   bool   `msgpack:"x,omitempty"`
+	// Principal is the authenticated caller of a client request (every
+	// client request carries one); Admin says it is the cell's admin.
 	Principal string `msgpack:"pr,omitempty"`
+	Admin     bool   `msgpack:"ad,omitempty"`
 	Client    string `msgpack:"cl,omitempty"`
+	// ACL is the new ACL names of a SetACL.
+	ACL *ACLNames `msgpack:"acl,omitempty"`
 	// Fence, when set, makes the command apply only if the lock it names
 	// is still held at that generation in that mode (SetSequencer).
 	Fence *Fence `msgpack:"fc,omitempty"`

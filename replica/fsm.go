@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/acl"
 )
 
 // Open flags as the state machine understands them. They equal the wire
@@ -66,8 +68,14 @@ type Node struct {
 	// holder's session failed while holding it.
 	LockDelayUntil int64 `msgpack:"ld,omitempty"`
 
+	// Creator is the principal that created the node: its owner under the
+	// default ACL rule (acl package).
+	Creator string `msgpack:"cr,omitempty"`
+
 	children    map[string]bool // child name -> is directory; rebuilt on restore
 	openHandles int             // handles open on this instance; rebuilt on restore
+	aclList     *acl.List       // parsed contents of an ACL file, cached
+	aclListGen  uint64          // the ContentGen aclList was parsed from
 }
 
 // Holder is one holder of a lock. WaitSeq is the request id of the blocking
@@ -157,6 +165,7 @@ const (
 	ChangeChildRemoved                         // Child was removed from directory Path
 	ChangeDeleted                              // Path was deleted: handles on it are invalid
 	ChangeLockConflict                         // Handle asked for the lock on Path while others hold it
+	ChangeACL                                  // Path's ACL names changed
 )
 
 // Change is one effect of an applied command, for the master's in-memory
@@ -349,6 +358,8 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 			f.grantWaiters(index, n, c.Time)
 		}
 		return &Result{}
+	case CmdSetACL:
+		return f.setACL(index, c)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d at index %d", c.Type, index))
 }
@@ -436,6 +447,12 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		if !parent.Dir {
 			return &Result{Err: errf(KindNotDir, "%s: parent %s is a file", c.Path, parentPath)}
 		}
+		if err := f.permit(c, parent, acl.Write); err != nil {
+			return &Result{Err: err}
+		}
+		if err := f.checkACLContents(c.Path, c.Contents); err != nil {
+			return &Result{Err: err}
+		}
 		dir := c.Flags&FlagDirectory != 0
 		if dir && len(c.Contents) > 0 {
 			return &Result{Err: errf(KindBadRequest, "%s: a directory has no contents", c.Path)}
@@ -445,6 +462,7 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 			Contents: c.Contents, Instance: index, ContentGen: index, ACLGen: index,
 			Checksum: checksum(c.Contents), CTime: c.Time, MTime: c.Time,
 			ReadACL: parent.ReadACL, WriteACL: parent.WriteACL, ChangeACL: parent.ChangeACL,
+			Creator: c.Principal,
 		}
 		if n.Ephemeral {
 			n.Owner = c.Session
@@ -458,6 +476,8 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		f.note(Change{Kind: ChangeNode, Path: c.Path})
 		f.note(Change{Kind: ChangeNode, Path: parentPath})
 		f.note(Change{Kind: ChangeChildAdded, Path: parentPath, Child: baseOf(c.Path)})
+	} else if err := f.permitOpen(c, n); err != nil {
+		return &Result{Err: err}
 	} else if c.Flags&FlagCreate != 0 {
 		if c.Flags&FlagExcl != 0 {
 			return &Result{Err: errf(KindExists, "%s already exists", c.Path)}
@@ -488,8 +508,14 @@ func (f *FSM) setContents(index uint64, c *Command) *Result {
 	if h.Flags&FlagWrite == 0 {
 		return &Result{Err: errf(KindPermission, "%s: handle was not opened for writing", n.Path)}
 	}
+	if err := f.permit(c, n, acl.Write); err != nil {
+		return &Result{Err: err}
+	}
 	if c.HasIfGen && n.ContentGen != c.IfGen {
 		return &Result{Err: errf(KindGenerationMismatch, "%s: content generation is %d, not %d", n.Path, n.ContentGen, c.IfGen)}
+	}
+	if err := f.checkACLContents(n.Path, c.Contents); err != nil {
+		return &Result{Err: err}
 	}
 	n.Contents = c.Contents
 	n.ContentGen = index
@@ -510,6 +536,9 @@ func (f *FSM) delete(index uint64, c *Command) *Result {
 	}
 	if n.Path == f.Root() {
 		return &Result{Err: errf(KindBadRequest, "%s: the cell root cannot be deleted", n.Path)}
+	}
+	if err := f.permit(c, n, acl.Write); err != nil {
+		return &Result{Err: err}
 	}
 	if n.Dir && len(n.children) > 0 {
 		return &Result{Err: errf(KindNotEmpty, "%s has %d children", n.Path, len(n.children))}
@@ -553,6 +582,9 @@ func (f *FSM) acquire(index uint64, c *Command) *Result {
 	}
 	if h.Flags&FlagWrite == 0 {
 		return &Result{Err: errf(KindPermission, "%s: taking a lock needs a handle opened for writing", n.Path)}
+	}
+	if err := f.permit(c, n, acl.Write); err != nil {
+		return &Result{Err: err}
 	}
 	for _, ho := range n.Holders {
 		if ho.Handle == h.ID {

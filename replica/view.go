@@ -188,9 +188,16 @@ func (f *FSM) AffectedPaths(cmd *Command) []string {
 		if f.nodes[cmd.Path] == nil && cmd.Flags&FlagCreate != 0 {
 			addNode(cmd.Path)
 		}
-	case CmdSetContents, CmdAcquire, CmdRelease, CmdCancelWait:
+	case CmdSetContents, CmdAcquire, CmdRelease, CmdCancelWait, CmdSetACL:
 		if h := f.handles[cmd.Handle]; h != nil {
 			set[h.Path] = true
+			if cmd.Type == CmdSetContents {
+				// Rewriting an ACL file can take away a cacher's right
+				// to read every node that names it.
+				for _, p := range f.namingACLLocked(h.Path) {
+					set[p] = true
+				}
+			}
 		}
 	case CmdDelete, CmdClose:
 		handlePath(cmd.Handle)

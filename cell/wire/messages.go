@@ -30,6 +30,7 @@ const (
 	MethodGetSequencer       Method = 15
 	MethodCheckSequencer     Method = 16
 	MethodListSessions       Method = 17
+	MethodSetACL             Method = 18
 )
 
 var methodNames = map[Method]string{
@@ -39,7 +40,7 @@ var methodNames = map[Method]string{
 	MethodDelete: "Delete", MethodAcquire: "Acquire", MethodRelease: "Release",
 	MethodCancelAcquire: "CancelAcquire", MethodCellStatus: "CellStatus",
 	MethodGetSequencer: "GetSequencer", MethodCheckSequencer: "CheckSequencer",
-	MethodListSessions: "ListSessions",
+	MethodListSessions: "ListSessions", MethodSetACL: "SetACL",
 }
 
 // String names the method for logs and errors.
@@ -54,7 +55,8 @@ func (m Method) String() string {
 // carry a request id (Header.Seq) that the cell de-duplicates.
 func (m Method) Mutating() bool {
 	switch m {
-	case MethodOpen, MethodClose, MethodSetContents, MethodDelete, MethodAcquire, MethodRelease, MethodCancelAcquire:
+	case MethodOpen, MethodClose, MethodSetContents, MethodDelete, MethodAcquire, MethodRelease, MethodCancelAcquire,
+		MethodSetACL:
 		return true
 	}
 	return false
@@ -372,3 +374,13 @@ type ListSessionsResponse struct {
 
 // MaxListedSessions bounds a ListSessions reply so it fits in a frame.
 const MaxListedSessions = 5000
+
+// SetACLRequest replaces the three ACL file names of the handle's node
+// (base names of files in /ls/<cell>/acl/; "" means the default rule).
+// It needs the change-ACL permission. The response is a StatResponse.
+type SetACLRequest struct {
+	Handle    uint64 `msgpack:"h"`
+	Read      string `msgpack:"r,omitempty"`
+	Write     string `msgpack:"w,omitempty"`
+	ChangeACL string `msgpack:"c,omitempty"`
+}

@@ -1,0 +1,90 @@
+package master
+
+import (
+	"context"
+
+	"lockcell/acl"
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// The replicated state machine decides every permission a write needs, in
+// the entry that makes the write (replica/acl.go). The master decides reads,
+// against the same state, after VerifyLeader, and keeps sessions bound to
+// the principal that created them.
+
+// isAdmin reports whether the caller is the cell's admin principal.
+func (c *call) isAdmin() bool { return c.caller.Principal == c.cfg.Admin }
+
+// checkSessionOwner refuses a call on a session created by another
+// principal: session ids are small integers, and a guessed one must not let
+// a caller act with someone else's handles and locks.
+func (s *Server) checkSessionOwner(caller Caller, h *wire.Header) error {
+	if h.Session == 0 || h.Method == wire.MethodCreateSession || h.Method == wire.MethodCellStatus {
+		return nil
+	}
+	owner, ok := s.fsm.SessionPrincipal(h.Session)
+	if ok && owner != "" && owner != caller.Principal {
+		return wire.Errorf(wire.CodePermission, "session %d belongs to another principal", h.Session)
+	}
+	return nil
+}
+
+// checkRead decides a read of the node behind a handle.
+func (c *call) checkRead(handle uint64) error {
+	name, ok := c.fsm.HandlePath(c.h.Session, handle)
+	if !ok {
+		return nil // the read itself reports the invalid handle
+	}
+	c.path = name
+	if err := c.fsm.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil {
+		return err
+	}
+	return nil
+}
+
+// setACL replaces the three ACL names of the handle's node. It needs the
+// change-ACL permission, which the state machine checks.
+func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatResponse, error) {
+	for _, name := range []string{req.Read, req.Write, req.ChangeACL} {
+		if name == "" {
+			continue
+		}
+		if err := wire.ValidateName(c.cfg.Cell, "/ls/"+c.cfg.Cell+"/"+replica.ACLDirName+"/"+name); err != nil {
+			return nil, wire.Errorf(wire.CodeInvalidName, "ACL file name %q: %v", name, err)
+		}
+	}
+	if name, ok := c.fsm.HandlePath(c.h.Session, req.Handle); ok {
+		c.path = name
+	}
+	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdSetACL, Handle: req.Handle,
+		ACL: &replica.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}})
+	if err != nil {
+		return nil, err
+	}
+	return &wire.StatResponse{Stat: toStat(res.Stat)}, nil
+}
+
+// audit logs, once per call, every permission denial and every ACL change
+// (a SetACL, or a write to a file in the ACL folder) with who, what, where
+// and the outcome. Contents are never logged.
+func (c *call) audit(err error) {
+	code := wire.CodeOf(err)
+	aclChange := c.h.Method == wire.MethodSetACL ||
+		(c.h.Method == wire.MethodSetContents || c.h.Method == wire.MethodOpen || c.h.Method == wire.MethodDelete) &&
+			c.isACLPath(c.path)
+	if code != wire.CodePermission && !aclChange {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = code.String()
+	}
+	c.log.Info("audit", "principal", c.caller.Principal, "op", c.h.Method.String(), "path", c.path,
+		"session", c.h.Session, "result", result)
+}
+
+func (s *Server) isACLPath(name string) bool {
+	dir := "/ls/" + s.cfg.Cell + "/" + replica.ACLDirName + "/"
+	return len(name) > len(dir) && name[:len(dir)] == dir
+}

@@ -1,0 +1,255 @@
+package replica
+
+import (
+	"strings"
+
+	"lockcell/acl"
+)
+
+// ACL checks live in the state machine, not only in the master, so that a
+// permission is decided in the same log entry as the change it guards: an
+// ACL file rewritten or a node's ACL names changed by one entry bind every
+// later entry, with no window in which a master's earlier check lets a
+// revoked principal through (TESTPLAN 14, "revocation effective on the next
+// op"). The master still checks reads itself, against this same state, after
+// VerifyLeader.
+
+// ACLDirName is the directory, under the cell root, that holds ACL files.
+const ACLDirName = "acl"
+
+// ACLNames are the three ACL file names a SetACL command gives a node.
+type ACLNames struct {
+	Read      string `msgpack:"r,omitempty"`
+	Write     string `msgpack:"w,omitempty"`
+	ChangeACL string `msgpack:"c,omitempty"`
+}
+
+// aclDir is the folder of ACL files: /ls/<cell>/acl.
+func (f *FSM) aclDir() string { return f.Root() + "/" + ACLDirName }
+
+// isACLFile reports whether path names a file in the ACL folder.
+func (f *FSM) isACLFile(path string) bool {
+	dir := f.aclDir() + "/"
+	return strings.HasPrefix(path, dir) && !strings.Contains(path[len(dir):], "/")
+}
+
+// aclSource resolves ACL names against the namespace. A file that does not
+// parse counts as missing, so the check fails closed (writes of such files
+// are refused, but a snapshot from an older version could hold one).
+type aclSource struct{ f *FSM }
+
+func (s aclSource) Lookup(name string) (acl.List, bool) {
+	n := s.f.nodes[s.f.aclDir()+"/"+name]
+	if n == nil || n.Dir {
+		return acl.List{}, false
+	}
+	if n.aclList == nil || n.aclListGen != n.ContentGen {
+		l, err := acl.Parse(n.Contents)
+		if err != nil {
+			return acl.List{}, false
+		}
+		n.aclList, n.aclListGen = &l, n.ContentGen
+	}
+	return *n.aclList, true
+}
+
+// nodeACL is what acl.Check needs to know about n.
+func nodeACL(n *Node) acl.NodeACL {
+	return acl.NodeACL{Names: acl.Names{Read: n.ReadACL, Write: n.WriteACL, ChangeACL: n.ChangeACL}, Owner: n.Creator}
+}
+
+// policy is the admin rule for a command: the proposing master marks
+// commands of its configured admin principal, so every replica decides
+// alike whatever its own configuration says.
+func policyOf(principal string, admin bool) acl.Policy {
+	if admin {
+		return acl.Policy{Admin: principal}
+	}
+	return acl.Policy{}
+}
+
+// permit checks that the command's principal holds p on n. Commands the
+// master issues on its own behalf (expiry, lock-delay hand-off, withdrawn
+// waits) carry no principal and are not client requests; every client
+// request carries one (the master fills it from the connection).
+func (f *FSM) permit(c *Command, n *Node, p acl.Perm) *Error {
+	if c.Principal == "" {
+		return nil
+	}
+	return f.check(c.Principal, c.Admin, n, p)
+}
+
+func (f *FSM) check(principal string, admin bool, n *Node, p acl.Perm) *Error {
+	if err := acl.Check(aclSource{f}, principal, nodeACL(n), p, policyOf(principal, admin)); err != nil {
+		return errf(KindPermission, "%s: %v", n.Path, err)
+	}
+	return nil
+}
+
+// checkACLContents refuses contents for an ACL file that do not parse: a
+// half-written ACL file would lock everyone out (it would fail closed).
+func (f *FSM) checkACLContents(path string, contents []byte) *Error {
+	if !f.isACLFile(path) {
+		return nil
+	}
+	if _, err := acl.Parse(contents); err != nil {
+		return errf(KindBadRequest, "%s: not a valid ACL file: %v", path, err)
+	}
+	return nil
+}
+
+// validACLName: empty (the default rule) or one name component.
+func validACLName(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) > 255 || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if r == '/' || r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *FSM) setACL(index uint64, c *Command) *Result {
+	_, n, err := f.liveHandle(c)
+	if err != nil {
+		return &Result{Err: err}
+	}
+	if c.ACL == nil {
+		return &Result{Err: errf(KindBadRequest, "%s: SetACL names no ACL files", n.Path)}
+	}
+	for _, name := range []string{c.ACL.Read, c.ACL.Write, c.ACL.ChangeACL} {
+		if !validACLName(name) {
+			return &Result{Err: errf(KindBadRequest, "%s: %q is not an ACL file name", n.Path, name)}
+		}
+	}
+	if err := f.permit(c, n, acl.ChangeACL); err != nil {
+		return &Result{Err: err}
+	}
+	n.ReadACL, n.WriteACL, n.ChangeACL = c.ACL.Read, c.ACL.Write, c.ACL.ChangeACL
+	n.ACLGen = index
+	f.note(Change{Kind: ChangeNode, Path: n.Path})
+	f.note(Change{Kind: ChangeACL, Path: n.Path})
+	return &Result{Stat: n.stat()}
+}
+
+// Allowed reports whether principal (admin: it is the cell's admin) holds
+// p on the node at path, with the error a denied caller gets. A node the
+// caller may neither read nor write is reported as absent, so ACLs do not
+// leak which names exist.
+func (f *FSM) Allowed(path, principal string, admin bool, p acl.Perm) *Error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	n := f.nodes[path]
+	if n == nil {
+		return errf(KindNotFound, "%s does not exist", path)
+	}
+	return f.allowedLocked(n, principal, admin, p)
+}
+
+func (f *FSM) allowedLocked(n *Node, principal string, admin bool, p acl.Perm) *Error {
+	err := f.check(principal, admin, n, p)
+	if err == nil {
+		return nil
+	}
+	if f.hidden(n, principal, admin) {
+		return errf(KindNotFound, "%s does not exist", n.Path)
+	}
+	return err
+}
+
+// hidden: the caller may neither read nor write n.
+func (f *FSM) hidden(n *Node, principal string, admin bool) bool {
+	return f.check(principal, admin, n, acl.Read) != nil && f.check(principal, admin, n, acl.Write) != nil
+}
+
+// SessionPrincipal returns the principal that created a live session.
+func (f *FSM) SessionPrincipal(session uint64) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.sessions[session]
+	if s == nil {
+		return "", false
+	}
+	return s.Principal, true
+}
+
+// PrincipalSessions counts the live sessions of principal.
+func (f *FSM) PrincipalSessions(principal string) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	n := 0
+	for _, s := range f.sessions {
+		if s.Principal == principal {
+			n++
+		}
+	}
+	return n
+}
+
+// SessionHandles counts the open handles of a session.
+func (f *FSM) SessionHandles(session uint64) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if s := f.sessions[session]; s != nil {
+		return len(s.handles)
+	}
+	return 0
+}
+
+// namingACL lists the nodes whose read ACL is the ACL file at path, for
+// invalidation: rewriting the file can revoke a cacher's right to read them.
+func (f *FSM) namingACLLocked(path string) []string {
+	if !f.isACLFile(path) {
+		return nil
+	}
+	name := path[len(f.aclDir())+1:]
+	var out []string
+	for p, n := range f.nodes {
+		if n.ReadACL == name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// permitOpen checks an open of an existing node: the handle's read and
+// write modes each need that permission. A caller that may neither read
+// nor write the node is told it does not exist.
+func (f *FSM) permitOpen(c *Command, n *Node) *Error {
+	if c.Principal == "" {
+		return nil
+	}
+	if f.hidden(n, c.Principal, c.Admin) {
+		return errf(KindNotFound, "%s does not exist", n.Path)
+	}
+	if c.Flags&FlagRead != 0 {
+		if err := f.check(c.Principal, c.Admin, n, acl.Read); err != nil {
+			return err
+		}
+	}
+	if c.Flags&FlagWrite != 0 {
+		if err := f.check(c.Principal, c.Admin, n, acl.Write); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CanRead reports whether the principal of session may read the node at
+// path now (admin names the cell's admin principal). A missing node or
+// session reads as allowed: there is nothing left to protect, and a
+// handle-invalid event must still reach the handle's owner.
+func (f *FSM) CanRead(session uint64, path, admin string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s, n := f.sessions[session], f.nodes[path]
+	if s == nil || n == nil || s.Principal == "" {
+		return true
+	}
+	return f.check(s.Principal, s.Principal == admin, n, acl.Read) == nil
+}
