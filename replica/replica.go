@@ -8,6 +8,7 @@ package replica
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,18 @@ type Config struct {
 	Logger *slog.Logger
 	// Transport overrides the TCP transport (tests inject faults here).
 	Transport raft.Transport
+	// PeerTLS, when set, makes the default transport speak mutual TLS: it
+	// serves both ends of Raft connections, so it must hold this
+	// replica's certificate, verify peers against the cell's CA and
+	// require client certificates (certs.PeerConfig builds one).
+	PeerTLS *tls.Config
+	// VerifyPeer checks every Raft connection's verified peer certificate
+	// (cell passes certs.VerifyReplica: only replicas speak Raft, never a
+	// user). Required with PeerTLS.
+	VerifyPeer func(tls.ConnectionState) error
+	// PeerHandshakeTimeout bounds a Raft connection's TLS handshake
+	// (default DefaultPeerHandshakeTimeout).
+	PeerHandshakeTimeout time.Duration
 }
 
 // Timings are the Raft timing knobs lockcell exposes.
@@ -158,7 +171,14 @@ func Open(cfg Config) (*Replica, error) {
 			MaxPool:               8,
 			Timeout:               5 * time.Second,
 		}
-		trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, ntc)
+		if cfg.PeerTLS != nil {
+			ntc.Stream, err = newTLSStreamLayer(cfg.RaftAddr, addr, cfg.PeerTLS, cfg.VerifyPeer, cfg.PeerHandshakeTimeout)
+			if err == nil {
+				trans = raft.NewNetworkTransportWithConfig(ntc)
+			}
+		} else {
+			trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, ntc)
+		}
 		if err != nil {
 			store.Close()
 			return nil, fmt.Errorf("replica %s: raft transport on %s: %w", cfg.ID, cfg.RaftAddr, err)

@@ -2,16 +2,20 @@ package replica
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"lockcell/cell/certs"
 )
 
 // freeAddrs reserves n loopback TCP addresses (listen, note, close).
@@ -307,3 +311,140 @@ func applyOn(r *Replica) error {
 }
 
 var _ raft.ServerAddressProvider = peerAddrs(nil)
+
+// dialOnlyStream is a raft StreamLayer that dials with any TLS
+// configuration (or none): an intruder on the Raft port.
+type dialOnlyStream struct {
+	net.Listener
+	cfg *tls.Config
+}
+
+func (d dialOnlyStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if d.cfg == nil {
+		return net.DialTimeout("tcp", string(address), timeout)
+	}
+	cfg := d.cfg.Clone()
+	cfg.ServerName, _, _ = net.SplitHostPort(string(address))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", string(address))
+}
+
+// intruderVote sends one harmless RequestVote (term 0) to target's Raft
+// port over a transport that dials with cfg.
+func intruderVote(t *testing.T, target string, cfg *tls.Config) error {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: dialOnlyStream{Listener: ln, cfg: cfg}, MaxPool: 1, Timeout: 2 * time.Second,
+		Logger: newHCLogger(quietLogger())})
+	defer trans.Close()
+	var resp raft.RequestVoteResponse
+	req := &raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax,
+		ID: []byte("intruder"), Addr: []byte(ln.Addr().String())}}
+	return trans.RequestVote("x", raft.ServerAddress(target), req, &resp)
+}
+
+func TestRaftOverMutualTLS(t *testing.T) {
+	ca, err := certs.NewCA("raft test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	addrs := freeAddrs(t, n)
+	var peers []Peer
+	for i := range n {
+		peers = append(peers, Peer{ID: strconv.Itoa(i + 1), RaftAddr: addrs[i]})
+	}
+	peerTLS := func(id string) *tls.Config {
+		c, err := ca.IssueReplica(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return certs.PeerConfig(c.TLS(), ca.Pool())
+	}
+	reps := make([]*Replica, n)
+	defer closeAll(reps)
+	for i := range n {
+		r, err := Open(Config{ID: peers[i].ID, Cell: "test", Dir: t.TempDir(), RaftAddr: addrs[i], Peers: peers,
+			Timings: testTimings(), Logger: quietLogger(), PeerTLS: peerTLS(peers[i].ID), VerifyPeer: certs.VerifyReplica,
+			PeerHandshakeTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps[i] = r
+	}
+	leader := waitApply(t, reps, 20*time.Second)
+	term := leader.Status().Term
+	target := leader.cfg.RaftAddr
+
+	// A genuine replica certificate gets an answer: the probe can reach
+	// Raft, so the refusals below are the certificate's doing.
+	if err := intruderVote(t, target, peerTLS("9")); err != nil {
+		t.Fatalf("a replica certificate was refused: %v", err)
+	}
+	other, err := certs.NewCA("other CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := ca.IssueUser("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := other.IssueReplica("1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string]*tls.Config{
+		"user certificate (client config)": certs.ClientConfig(alice.TLS(), ca.Pool()),
+		"user certificate (peer config)":   certs.PeerConfig(alice.TLS(), ca.Pool()),
+		"replica of another CA":            certs.PeerConfig(foreign.TLS(), ca.Pool()),
+		"no certificate":                   {MinVersion: tls.VersionTLS13, RootCAs: ca.Pool()},
+		"plain TCP":                        nil,
+	} {
+		if err := intruderVote(t, target, cfg); err == nil {
+			t.Errorf("%s: the Raft port answered", name)
+		}
+	}
+	// A connection that never handshakes is dropped after the timeout.
+	c, err := net.Dial("tcp", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("a silent connection was kept open: %v", err)
+	}
+	c.Close()
+	if !leader.IsLeader() || leader.Status().Term != term {
+		t.Fatalf("leadership disturbed: leader %v, term %d (was %d)", leader.IsLeader(), leader.Status().Term, term)
+	}
+	waitApply(t, reps, 10*time.Second)
+}
+
+func TestPeerTLSNeedsVerifyPeer(t *testing.T) {
+	ca, err := certs.NewCA("ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ca.IssueReplica("1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddrs(t, 1)[0]
+	_, err = Open(Config{ID: "1", Cell: "test", Dir: t.TempDir(), RaftAddr: addr, Peers: []Peer{{ID: "1", RaftAddr: addr}},
+		Logger: quietLogger(), PeerTLS: certs.PeerConfig(c.TLS(), ca.Pool())})
+	if err == nil {
+		t.Fatal("PeerTLS without VerifyPeer accepted")
+	}
+	noClientAuth := certs.PeerConfig(c.TLS(), ca.Pool())
+	noClientAuth.ClientAuth = tls.NoClientCert
+	_, err = Open(Config{ID: "1", Cell: "test", Dir: t.TempDir(), RaftAddr: addr, Peers: []Peer{{ID: "1", RaftAddr: addr}},
+		Logger: quietLogger(), PeerTLS: noClientAuth, VerifyPeer: certs.VerifyReplica})
+	if err == nil {
+		t.Fatal("PeerTLS that does not require client certificates accepted")
+	}
+}
