@@ -66,6 +66,7 @@ func TestBinary(t *testing.T) {
 	for _, verb := range [][]string{
 		{"put", "bin/v", "x"}, {"cat", "bin/v"}, {"stat", "bin/v"}, {"ls", "bin"}, {"ls", "-l", "bin"},
 		{"mkdir", "-p", "bin/d1/d2"}, {"touch", "bin/t"}, {"status"}, {"sessions"}, {"seq", "show", seq},
+		{"acl", "set", "bin/v", "--read", "ops", "--admin", ""}, {"acl", "get", "bin/v"},
 		{"rm", "bin/t"},
 	} {
 		human := runBin("", flags, verb...)
@@ -78,7 +79,8 @@ func TestBinary(t *testing.T) {
 		if out := strings.TrimSpace(js.stdout); out != "" && !json.Valid([]byte(out)) {
 			t.Fatalf("lockcell --json %s printed %q", strings.Join(verb, " "), out)
 		}
-		if verb[0] == "cat" || verb[0] == "stat" || verb[0] == "ls" || verb[0] == "status" || verb[0] == "sessions" || verb[0] == "seq" {
+		if verb[0] == "cat" || verb[0] == "stat" || verb[0] == "ls" || verb[0] == "status" || verb[0] == "sessions" || verb[0] == "seq" ||
+			verb[0] == "acl" && verb[1] == "get" {
 			if strings.TrimSpace(human.stdout) == "" || strings.TrimSpace(js.stdout) == "" {
 				t.Fatalf("lockcell %s printed nothing", strings.Join(verb, " "))
 			}
@@ -103,6 +105,11 @@ func TestBinary(t *testing.T) {
 	want(runBin("", flags, "cat", "/ls/t/missing"), exitError, "not found", "cat /ls/t/missing")
 	want(runBin("", flags, "cat", "bad//name"), exitError, "invalid name", "cat bad//name")
 	want(runBin("", flags, "put"), exitUsage, "want exactly", "put")
+	want(runBin("", flags, "acl", "set", "bin/v"), exitUsage, "at least one", "acl set without flags")
+	res = runBin("", flags, "acl", "get", "bin/v")
+	if res.code != exitOK || !strings.Contains(res.stdout, "read        ops (missing") || !strings.Contains(res.stdout, "change-acl  (default") {
+		t.Fatalf("acl get: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
 
 	// The shell, fed a script on a pipe (not a terminal).
 	res = runBin("mkdir sh\ncd sh\nput f hello\ncat f\ncat missing\npwd\n", flags, "shell")
