@@ -146,3 +146,24 @@ func TestACLFilesFailClosedAndMustParse(t *testing.T) {
 		t.Fatalf("restored FSM denies bob: %v", err)
 	}
 }
+
+func TestStateHashFollowsState(t *testing.T) {
+	a, b := newFSMT(t), newFSMT(t)
+	for _, h := range []*fsmtH{a, b} {
+		s := h.session()
+		h.set(s, h.mustOpen(s, "f", fsmtRWC), "x")
+	}
+	ia, ha, err := a.f.StateHash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, hb, _ := b.f.StateHash()
+	if ia != ib || ha != hb {
+		t.Fatalf("same log, different hashes: %d %x vs %d %x", ia, ha, ib, hb)
+	}
+	s := b.session()
+	b.set(s, b.mustOpen(s, "g", fsmtRWC), "y")
+	if _, hb2, _ := b.f.StateHash(); hb2 == ha {
+		t.Fatal("the hash did not change with the state")
+	}
+}
