@@ -10,10 +10,13 @@ type Limits struct {
 	Sessions int
 	// HandlesPerSession caps open handles of one session.
 	HandlesPerSession int
+	// SessionsPerConn caps live sessions created over one client
+	// connection (counted by the master that created them).
+	SessionsPerConn int
 }
 
 // DefaultLimits are the limits of a cell that sets none.
-var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000}
+var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -24,5 +27,8 @@ func (l *Limits) setDefaults() {
 	}
 	if l.HandlesPerSession <= 0 {
 		l.HandlesPerSession = DefaultLimits.HandlesPerSession
+	}
+	if l.SessionsPerConn <= 0 {
+		l.SessionsPerConn = DefaultLimits.SessionsPerConn
 	}
 }

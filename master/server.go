@@ -112,6 +112,7 @@ type Server struct {
 	invalidations uint64
 	stop          chan struct{} // closed by Stop; a fresh one per term of service
 	leases        map[uint64]*lease
+	connSessions  map[uint64]int // live sessions by the connection that created them
 	waits         map[waitKey]chan struct{}
 	delays        map[string]*time.Timer
 	wg            sync.WaitGroup
@@ -124,7 +125,7 @@ type waitKey struct{ handle, seq uint64 }
 func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, cons: cons, fsm: fsm, log: cfg.Logger,
-		leases: map[uint64]*lease{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{},
+		leases: map[uint64]*lease{}, connSessions: map[uint64]int{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{},
 		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}, inflight: map[string][]pendingInval{}}
 	fsm.SetObserver(s.observe)
 	return s
@@ -228,6 +229,7 @@ func (s *Server) Stop() {
 	s.recovering, s.pendingAck = false, nil
 	close(s.stop)
 	s.leases = map[uint64]*lease{}
+	s.connSessions = map[uint64]int{}
 	s.cachers = map[string]map[uint64]bool{}
 	for p, t := range s.delays {
 		t.Stop()
@@ -283,7 +285,7 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 				l.wakeLocked()
 				l.signalAckLocked()
 				s.forgetCacherLocked(c.Session, l)
-				delete(s.leases, c.Session)
+				s.dropLeaseLocked(c.Session, l)
 			}
 		case replica.ChangeLockDelay:
 			if s.serving {

@@ -25,6 +25,9 @@ type lease struct {
 	ackCh chan struct{}
 	// cached lists the names the session may have cached.
 	cached map[string]bool
+	// conn is the client connection the session was created over (0 if
+	// created under another master), for Limits.SessionsPerConn.
+	conn uint64
 }
 
 func newLease(end time.Time) *lease {
@@ -54,6 +57,12 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 	if _, sessions, _, _ := c.fsm.Counts(); sessions >= c.cfg.Limits.Sessions {
 		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d sessions, the limit", sessions)
 	}
+	c.mu.Lock()
+	onConn := c.connSessions[c.caller.Conn]
+	c.mu.Unlock()
+	if c.caller.Conn != 0 && onConn >= c.cfg.Limits.SessionsPerConn {
+		return nil, wire.Errorf(wire.CodeTooMany, "%d live sessions were created over this connection, the limit", onConn)
+	}
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdCreateSession, Client: req.ClientName})
 	if err != nil {
 		return nil, err
@@ -63,6 +72,10 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 	if !ok && c.serving {
 		l = newLease(c.cfg.Now().Add(c.cfg.LeaseTTL))
 		c.leases[res.Session] = l
+	}
+	if l != nil && !l.closed && l.conn == 0 && c.caller.Conn != 0 {
+		l.conn = c.caller.Conn
+		c.connSessions[l.conn]++
 	}
 	c.mu.Unlock()
 	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds()}, nil
@@ -206,7 +219,9 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 				s.log.Warn("session expiry not applied; will retry", "session", id, "err", err)
 			case res.Err != nil:
 				s.mu.Lock()
-				delete(s.leases, id)
+				if l := s.leases[id]; l != nil {
+					s.dropLeaseLocked(id, l)
+				}
 				s.mu.Unlock()
 			default:
 				s.log.Info("session expired", "session", id)
@@ -244,4 +259,15 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 	}
 	c.mu.Unlock()
 	return out, nil
+}
+
+// dropLeaseLocked forgets a session's lease and its place in the
+// per-connection count. s.mu is held.
+func (s *Server) dropLeaseLocked(id uint64, l *lease) {
+	if l.conn != 0 {
+		if s.connSessions[l.conn]--; s.connSessions[l.conn] <= 0 {
+			delete(s.connSessions, l.conn)
+		}
+	}
+	delete(s.leases, id)
 }
