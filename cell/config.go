@@ -5,13 +5,16 @@
 package cell
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
+	"lockcell/cell/certs"
 	"lockcell/cell/wire"
+	"lockcell/master"
 	"lockcell/replica"
 )
 
@@ -46,6 +49,63 @@ type Config struct {
 	Logger *slog.Logger
 	// MetricsAddr, when set, serves Prometheus metrics at /metrics there.
 	MetricsAddr string
+
+	// TLS, when set, secures the client port with mutual TLS: the
+	// replica's server configuration, which must require and verify
+	// client certificates (certs.ServerConfig). A caller's principal is
+	// its certificate's Common Name (certs.PrincipalOf). Without it every
+	// caller is master.AnonymousPrincipal, and the cell says so loudly.
+	TLS *tls.Config
+	// PeerTLS secures the Raft port: only replica certificates of the
+	// cell's CA may speak there, on either end (certs.PeerConfig). It is
+	// required with TLS, so that a secured client port never sits next
+	// to an open Raft port.
+	PeerTLS *tls.Config
+	// Admin is the cell admin principal (master.Config.Admin): allowed
+	// everything, so broken ACLs can be repaired. Default "admin"
+	// (certs.AdminUser) with TLS, master.AnonymousPrincipal without.
+	Admin string
+	// Limits of the client port; zero fields take DefaultConnLimits.
+	Limits ConnLimits
+}
+
+// ConnLimits bound what one client host or connection may hold on the
+// client port (TESTPLAN "Bad input").
+type ConnLimits struct {
+	// MaxConnsPerIP caps open connections from one remote IP address;
+	// more are closed as soon as they are accepted.
+	MaxConnsPerIP int
+	// MaxStreamsPerConn caps calls in flight (parked KeepAlives and
+	// Acquires included) on one connection; a stream beyond it is
+	// answered with wire.CodeTooMany and closed.
+	MaxStreamsPerConn int
+	// HandshakeTimeout bounds a new connection's TLS handshake and its
+	// protocol byte together; a slower one is dropped (slow-loris).
+	HandshakeTimeout time.Duration
+	// RequestTimeout bounds how long a stream may take to deliver its
+	// request once opened.
+	RequestTimeout time.Duration
+}
+
+// DefaultConnLimits are the client port's limits when none are set.
+var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 256,
+	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second}
+
+func (l ConnLimits) withDefaults() ConnLimits {
+	d := DefaultConnLimits
+	if l.MaxConnsPerIP <= 0 {
+		l.MaxConnsPerIP = d.MaxConnsPerIP
+	}
+	if l.MaxStreamsPerConn <= 0 {
+		l.MaxStreamsPerConn = d.MaxStreamsPerConn
+	}
+	if l.HandshakeTimeout <= 0 {
+		l.HandshakeTimeout = d.HandshakeTimeout
+	}
+	if l.RequestTimeout <= 0 {
+		l.RequestTimeout = d.RequestTimeout
+	}
+	return l
 }
 
 // Validate reports the first problem with the configuration.
@@ -80,7 +140,26 @@ func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return fmt.Errorf("cell: no data folder")
 	}
+	if c.TLS != nil {
+		if c.PeerTLS == nil {
+			return fmt.Errorf("cell: TLS on the client port needs PeerTLS too: an open Raft port would let anyone in")
+		}
+		if c.TLS.ClientAuth != tls.RequireAndVerifyClientCert {
+			return fmt.Errorf("cell: the client port's TLS must require and verify client certificates (identity is the certificate)")
+		}
+	}
 	return nil
+}
+
+// admin is the admin principal the master gets.
+func (c *Config) admin() string {
+	switch {
+	case c.Admin != "":
+		return c.Admin
+	case c.TLS != nil:
+		return certs.AdminUser
+	}
+	return master.AnonymousPrincipal
 }
 
 func (c *Config) self() Peer {

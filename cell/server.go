@@ -2,6 +2,7 @@ package cell
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,23 +10,15 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
 
+	"lockcell/cell/certs"
 	"lockcell/cell/wire"
 	"lockcell/master"
 	"lockcell/replica"
-)
-
-// Limits of the client port.
-const (
-	// helloTimeout bounds how long a new connection may take to send its
-	// protocol byte.
-	helloTimeout = 5 * time.Second
-	// requestTimeout bounds how long a stream may take to deliver its
-	// request once opened.
-	requestTimeout = 30 * time.Second
 )
 
 // Server is one replica process: replica, master and client port.
@@ -38,9 +31,13 @@ type Server struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+	limits  ConnLimits
 	connsMu sync.Mutex
 	conns   map[*yamux.Session]struct{}
+	perIP   map[string]int // open connections by remote IP
 	closed  bool
+	connSeq atomic.Uint64 // connection ids for master.Caller.Conn
+	stats   connCounters
 
 	metrics     *metrics
 	metricsSrv  *http.Server
@@ -69,17 +66,27 @@ func New(cfg Config) (*Server, error) {
 	for _, p := range cfg.Peers {
 		peers = append(peers, replica.Peer{ID: p.ID, RaftAddr: p.RaftAddr})
 	}
-	rep, err := replica.Open(replica.Config{ID: cfg.Self, Cell: cfg.Cell, Dir: cfg.Dir, RaftAddr: self.RaftAddr,
-		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger})
+	rcfg := replica.Config{ID: cfg.Self, Cell: cfg.Cell, Dir: cfg.Dir, RaftAddr: self.RaftAddr,
+		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger}
+	if cfg.PeerTLS != nil {
+		// Only replica certificates of the cell's CA speak Raft (SPEC 11).
+		rcfg.PeerTLS, rcfg.VerifyPeer = cfg.PeerTLS, certs.VerifyReplica
+	}
+	rep, err := replica.Open(rcfg)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, log: cfg.Logger.With("replica", cfg.Self), rep: rep, ln: ln, ctx: ctx, cancel: cancel,
-		conns: map[*yamux.Session]struct{}{}}
+		limits: cfg.Limits.withDefaults(), conns: map[*yamux.Session]struct{}{}, perIP: map[string]int{}}
+	if cfg.TLS == nil {
+		s.log.Warn("no TLS: every caller is principal " + master.AnonymousPrincipal + ", the admin; do not expose this port")
+	} else if cfg.Admin == "" {
+		s.log.Info("mutual TLS on: principals are client certificate names; the admin is " + cfg.admin())
+	}
 	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay,
-		Logger: s.log}, rep, rep.FSM())
+		Logger: s.log, Admin: cfg.admin()}, rep, rep.FSM())
 	s.metrics = newMetrics(s)
 	if cfg.MetricsAddr != "" {
 		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
@@ -193,9 +200,69 @@ func (s *Server) acceptLoop() {
 			}
 			continue
 		}
+		ip := remoteIP(conn)
+		if !s.admit(ip) {
+			s.stats.perIP.Add(1)
+			s.log.Debug("connection refused: too many from one address", "ip", ip, "max", s.limits.MaxConnsPerIP)
+			conn.Close()
+			continue
+		}
 		s.wg.Add(1)
-		go s.serveConn(conn)
+		go s.serveConn(conn, ip)
 	}
+}
+
+// remoteIP is the address a connection comes from, without its port.
+func remoteIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return c.RemoteAddr().String()
+}
+
+// admit counts a new connection from ip, unless ip already holds
+// MaxConnsPerIP of them.
+func (s *Server) admit(ip string) bool {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	if s.perIP[ip] >= s.limits.MaxConnsPerIP {
+		return false
+	}
+	s.perIP[ip]++
+	return true
+}
+
+func (s *Server) release(ip string) {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	if s.perIP[ip]--; s.perIP[ip] <= 0 {
+		delete(s.perIP, ip)
+	}
+}
+
+// connCounters count what the client port refused, by reason.
+type connCounters struct {
+	perIP, handshake, streams atomic.Uint64
+}
+
+// ConnStats counts what the client port refused since the server started.
+type ConnStats struct {
+	// RefusedPerIP are connections closed at once because their address
+	// held MaxConnsPerIP already.
+	RefusedPerIP uint64
+	// FailedHandshakes are connections dropped before their protocol byte:
+	// TLS refused (no, foreign, expired or not-yet-valid certificate),
+	// too slow (HandshakeTimeout), or a wrong protocol byte.
+	FailedHandshakes uint64
+	// RefusedStreams are calls answered wire.CodeTooMany because their
+	// connection had MaxStreamsPerConn in flight.
+	RefusedStreams uint64
+}
+
+// ConnStats reports what the client port has refused.
+func (s *Server) ConnStats() ConnStats {
+	return ConnStats{RefusedPerIP: s.stats.perIP.Load(), FailedHandshakes: s.stats.handshake.Load(),
+		RefusedStreams: s.stats.streams.Load()}
 }
 
 func yamuxConfig() *yamux.Config {
@@ -208,15 +275,49 @@ func yamuxConfig() *yamux.Config {
 	return c
 }
 
-func (s *Server) serveConn(conn net.Conn) {
-	defer s.wg.Done()
-	conn.SetReadDeadline(time.Now().Add(helloTimeout))
+// hello runs a new connection's TLS handshake (when configured) and reads
+// its protocol byte, all within HandshakeTimeout, and returns the
+// connection to speak on and its principal.
+func (s *Server) hello(conn net.Conn) (net.Conn, string, error) {
+	deadline := time.Now().Add(s.limits.HandshakeTimeout)
+	conn.SetDeadline(deadline)
+	principal := master.AnonymousPrincipal
+	if s.cfg.TLS != nil {
+		tc := tls.Server(conn, s.cfg.TLS)
+		ctx, cancel := context.WithDeadline(s.ctx, deadline)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			return nil, "", fmt.Errorf("TLS handshake: %w", err)
+		}
+		cs := tc.ConnectionState()
+		p, err := certs.PrincipalOf(&cs)
+		if err != nil {
+			return nil, "", err
+		}
+		conn, principal = tc, p
+	}
 	var b [1]byte
-	if _, err := io.ReadFull(conn, b[:]); err != nil || b[0] != wire.RPCMultiplex {
-		conn.Close()
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return nil, "", fmt.Errorf("protocol byte: %w", err)
+	}
+	if b[0] != wire.RPCMultiplex {
+		return nil, "", fmt.Errorf("protocol byte %#x is not %#x", b[0], wire.RPCMultiplex)
+	}
+	conn.SetDeadline(time.Time{})
+	return conn, principal, nil
+}
+
+func (s *Server) serveConn(raw net.Conn, ip string) {
+	defer s.wg.Done()
+	defer s.release(ip)
+	conn, principal, err := s.hello(raw)
+	if err != nil {
+		s.stats.handshake.Add(1)
+		s.log.Debug("connection dropped", "remote", raw.RemoteAddr().String(), "err", err)
+		raw.Close()
 		return
 	}
-	conn.SetReadDeadline(time.Time{})
 	sess, err := yamux.Server(conn, yamuxConfig())
 	if err != nil {
 		conn.Close()
@@ -236,23 +337,46 @@ func (s *Server) serveConn(conn net.Conn) {
 		s.connsMu.Unlock()
 		sess.Close()
 	}()
+	caller := master.Caller{Principal: principal, Conn: s.connSeq.Add(1)}
+	var inflight atomic.Int64
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
 			return
 		}
+		if inflight.Load() >= int64(s.limits.MaxStreamsPerConn) {
+			s.refuseStream(st)
+			continue
+		}
+		inflight.Add(1)
 		s.wg.Add(1)
-		go s.serveStream(st)
+		go func() {
+			defer inflight.Add(-1)
+			s.serveStream(st, caller)
+		}()
 	}
+}
+
+// refuseStream answers a stream over its connection's cap with TooMany
+// without reading its request. It runs in the connection's accept loop,
+// so a client that opens streams faster than it reads answers is slowed
+// to one refusal at a time; the write deadline keeps one that reads
+// nothing from stalling the loop for long.
+func (s *Server) refuseStream(st *yamux.Stream) {
+	s.stats.streams.Add(1)
+	st.SetWriteDeadline(time.Now().Add(time.Second))
+	wire.WriteMessage(st, &wire.Status{Code: wire.CodeTooMany,
+		Msg: fmt.Sprintf("more than %d calls in flight on one connection", s.limits.MaxStreamsPerConn)}, &wire.Empty{})
+	st.Close()
 }
 
 // serveStream runs one call: request frames in, response frames out. A
 // blocking call (KeepAlive, waiting Acquire) is cancelled when the client
 // closes or resets its stream.
-func (s *Server) serveStream(st *yamux.Stream) {
+func (s *Server) serveStream(st *yamux.Stream, caller master.Caller) {
 	defer s.wg.Done()
 	defer st.Close()
-	st.SetReadDeadline(time.Now().Add(requestTimeout))
+	st.SetReadDeadline(time.Now().Add(s.limits.RequestTimeout))
 	var h wire.Header
 	if err := wire.ReadMessage(st, &h); err != nil {
 		s.replyErr(st, err)
@@ -287,7 +411,7 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	if h.Method == wire.MethodCellStatus {
 		resp, err = s.cellStatus()
 	} else {
-		resp, epoch, err = s.master.Dispatch(ctx, master.Caller{Principal: master.AnonymousPrincipal}, &h, body)
+		resp, epoch, err = s.master.Dispatch(ctx, caller, &h, body)
 	}
 	status := wire.Status{Code: wire.CodeOf(err), Epoch: epoch}
 	if err != nil {

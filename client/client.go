@@ -7,6 +7,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +43,13 @@ type Config struct {
 	// Dialer opens the TCP connection to a replica (default net.Dialer).
 	// Proxies and fault-injection tests substitute their own.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TLS, when set, makes every connection mutual TLS (a cell started
+	// with TLS accepts nothing else): it wraps the connection Dialer
+	// returns before the protocol byte. It should hold the user's
+	// certificate (whose name is the principal the cell sees) and the
+	// cell's CA; when its ServerName is empty, each connection checks the
+	// replica's certificate against the host of the address it dialled.
+	TLS *tls.Config
 	// Logger receives the library's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -327,7 +335,7 @@ func (c *Client) masterConn(ctx context.Context) (*conn, error) {
 		return cn, nil
 	}
 	c.mu.Unlock()
-	cn, err := dial(ctx, c.cfg.Dialer, addr, c.cfg.DialTimeout)
+	cn, err := dial(ctx, dialOptsOf(&c.cfg), addr, c.cfg.DialTimeout)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -422,4 +430,32 @@ func (c *Client) markExpired() {
 	if !was {
 		c.emit(Event{Kind: Expired})
 	}
+}
+
+// QueryStatusWith is QueryStatus over a connection made as cfg says (its
+// Dialer, TLS and DialTimeout): a cell with TLS answers nothing else. Only
+// those fields of cfg are used.
+func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus, error) {
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	cn, err := dial(ctx, dialOptsOf(&cfg), addr, cfg.DialTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	defer cn.close()
+	var resp wire.CellStatusResponse
+	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{}, &resp)
+	if err == nil {
+		err = st.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	out := &CellStatus{Cell: resp.Cell, Self: resp.Self, State: resp.State, Master: resp.Master, Epoch: resp.Epoch,
+		Term: resp.Term, CommitIndex: resp.CommitIndex, AppliedIndex: resp.AppliedIndex, Sessions: resp.Sessions, Nodes: resp.Nodes}
+	for _, r := range resp.Replicas {
+		out.Replicas = append(out.Replicas, ReplicaStatus(r))
+	}
+	return out, nil
 }

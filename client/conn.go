@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +33,31 @@ func muxConfig() *yamux.Config {
 	return c
 }
 
-func dial(ctx context.Context, dialer func(context.Context, string, string) (net.Conn, error), addr string, timeout time.Duration) (*conn, error) {
+// dialOpts say how to reach a replica: the TCP dialer (nil: net.Dialer),
+// the TLS configuration (nil: plain TCP) and the timeout of connecting
+// and handshaking.
+type dialOpts struct {
+	dialer  func(context.Context, string, string) (net.Conn, error)
+	tls     *tls.Config
+	timeout time.Duration
+}
+
+// dialOptsOf is how a Client with cfg reaches replicas.
+func dialOptsOf(cfg *Config) *dialOpts {
+	return &dialOpts{dialer: cfg.Dialer, tls: cfg.TLS, timeout: cfg.DialTimeout}
+}
+
+// dial connects to the replica at addr: TCP (through o.dialer), then TLS
+// when configured, then the protocol byte and a yamux session. A nil o
+// dials plain TCP with timeout.
+func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) (*conn, error) {
+	if o == nil {
+		o = &dialOpts{}
+	}
+	if o.timeout > 0 {
+		timeout = o.timeout
+	}
+	dialer := o.dialer
 	if dialer == nil {
 		dialer = (&net.Dialer{}).DialContext
 	}
@@ -44,6 +69,25 @@ func dial(ctx context.Context, dialer func(context.Context, string, string) (net
 	}
 	if tcp, ok := tc.(*net.TCPConn); ok {
 		tcp.SetNoDelay(true)
+	}
+	if o.tls != nil {
+		cfg := o.tls
+		if cfg.ServerName == "" {
+			// The replica's certificate must name the host we dialled.
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				tc.Close()
+				return nil, err
+			}
+			cfg = cfg.Clone()
+			cfg.ServerName = host
+		}
+		tlsConn := tls.Client(tc, cfg)
+		if err := tlsConn.HandshakeContext(dctx); err != nil {
+			tc.Close()
+			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+		}
+		tc = tlsConn
 	}
 	tc.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := tc.Write([]byte{wire.RPCMultiplex}); err != nil {
