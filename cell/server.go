@@ -315,7 +315,7 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 	if err != nil {
 		s.stats.handshake.Add(1)
 		s.log.Debug("connection dropped", "remote", raw.RemoteAddr().String(), "err", err)
-		raw.Close()
+		drop(raw, err)
 		return
 	}
 	sess, err := yamux.Server(conn, yamuxConfig())
@@ -355,6 +355,25 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 			s.serveStream(st, caller)
 		}()
 	}
+}
+
+// drop closes a connection that failed its hello. After a refused TLS
+// handshake it first half-closes and drains what the client already sent
+// (its protocol byte, yamux frames), for at most a second: closing with
+// unread bytes would reset the connection, and a reset can discard the
+// TLS alert that tells the client why (TLS 1.3 clients read it after
+// their side of the handshake is done). A connection that was too slow
+// is closed at once.
+func drop(raw net.Conn, err error) {
+	defer raw.Close()
+	tcp, ok := raw.(*net.TCPConn)
+	var ne net.Error
+	if !ok || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return
+	}
+	tcp.CloseWrite()
+	tcp.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, io.LimitReader(tcp, 64<<10))
 }
 
 // refuseStream answers a stream over its connection's cap with TooMany

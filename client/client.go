@@ -248,6 +248,9 @@ func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, re
 		}
 		retryNow := false
 		cn, err := c.masterConn(ctx)
+		if errors.Is(err, ErrCertificateRefused) {
+			return err
+		}
 		if err == nil {
 			c.mu.Lock()
 			h := wire.Header{Method: m, Session: c.session, Epoch: c.epoch, Seq: seq, Ack: c.ackLocked()}
@@ -341,6 +344,9 @@ func (c *Client) masterConn(ctx context.Context) (*conn, error) {
 	if err != nil {
 		if c.master == addr {
 			c.master = ""
+		}
+		if errors.Is(err, ErrCertificateRefused) {
+			return nil, err // every replica would say the same: no retry
 		}
 		return nil, fmt.Errorf("%w: dial %s: %v", errTransport, addr, err)
 	}

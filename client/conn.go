@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,56 @@ import (
 type conn struct {
 	addr string
 	mux  *yamux.Session
+	tls  *watchedConn // nil without TLS
+}
+
+// ErrCertificateRefused means a replica refused this client's TLS
+// certificate (unknown CA, expired, not yet valid, not a user
+// certificate...). The cell's replicas share one CA, so the call is not
+// retried at another: it fails at once.
+var ErrCertificateRefused = errors.New("lockcell: the cell refused this client's TLS certificate")
+
+// remoteAlert reports whether err is a TLS alert the peer sent.
+func remoteAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
+}
+
+// watchedConn remembers the first error reading a TLS connection. In TLS
+// 1.3 a replica refuses a client certificate after the client's side of
+// the handshake is done, so the refusal (an alert) arrives on the first
+// read, inside yamux, which reports only "session shutdown"; this is how
+// a call learns the real cause.
+type watchedConn struct {
+	net.Conn
+	mu  sync.Mutex
+	err error
+}
+
+func (w *watchedConn) Read(b []byte) (int, error) {
+	n, err := w.Conn.Read(b)
+	if err != nil {
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = err
+		}
+		w.mu.Unlock()
+	}
+	return n, err
+}
+
+// refusal returns ErrCertificateRefused, wrapped with the replica's alert,
+// if the replica refused the certificate.
+func (w *watchedConn) refusal(addr string) error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if remoteAlert(w.err) {
+		return fmt.Errorf("%w: %s: %v", ErrCertificateRefused, addr, w.err)
+	}
+	return nil
 }
 
 func muxConfig() *yamux.Config {
@@ -70,6 +121,7 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 	if tcp, ok := tc.(*net.TCPConn); ok {
 		tcp.SetNoDelay(true)
 	}
+	var watched *watchedConn
 	if o.tls != nil {
 		cfg := o.tls
 		if cfg.ServerName == "" {
@@ -85,9 +137,13 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 		tlsConn := tls.Client(tc, cfg)
 		if err := tlsConn.HandshakeContext(dctx); err != nil {
 			tc.Close()
+			if remoteAlert(err) {
+				return nil, fmt.Errorf("%w: %s: %v", ErrCertificateRefused, addr, err)
+			}
 			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
 		}
-		tc = tlsConn
+		watched = &watchedConn{Conn: tlsConn}
+		tc = watched
 	}
 	tc.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := tc.Write([]byte{wire.RPCMultiplex}); err != nil {
@@ -100,7 +156,7 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 		tc.Close()
 		return nil, err
 	}
-	return &conn{addr: addr, mux: mux}, nil
+	return &conn{addr: addr, mux: mux, tls: watched}, nil
 }
 
 func (c *conn) alive() bool { return !c.mux.IsClosed() }
@@ -138,14 +194,14 @@ func (c *conn) call(ctx context.Context, h *wire.Header, req, resp any) (wire.St
 		if errors.As(err, &we) {
 			return st, we // too large: the caller's fault, not the link's
 		}
-		return st, ctxOr(ctx, fmt.Errorf("%w: send to %s: %v", errTransport, c.addr, err))
+		return st, c.linkErr(ctx, "send to", err)
 	}
 	if err := wire.ReadMessage(s, &st); err != nil {
-		return st, ctxOr(ctx, fmt.Errorf("%w: receive from %s: %v", errTransport, c.addr, err))
+		return st, c.linkErr(ctx, "receive from", err)
 	}
 	body, err := wire.ReadFrame(s)
 	if err != nil {
-		return st, ctxOr(ctx, fmt.Errorf("%w: receive from %s: %v", errTransport, c.addr, err))
+		return st, c.linkErr(ctx, "receive from", err)
 	}
 	if st.Code == wire.CodeOK && resp != nil {
 		if err := wire.Decode(body, resp); err != nil {
@@ -153,6 +209,15 @@ func (c *conn) call(ctx context.Context, h *wire.Header, req, resp any) (wire.St
 		}
 	}
 	return st, nil
+}
+
+// linkErr describes a failed send or receive: the replica's refusal of
+// our certificate, the caller's cancellation, or a transport failure.
+func (c *conn) linkErr(ctx context.Context, what string, err error) error {
+	if r := c.tls.refusal(c.addr); r != nil {
+		return r
+	}
+	return ctxOr(ctx, fmt.Errorf("%w: %s %s: %v", errTransport, what, c.addr, err))
 }
 
 func ctxOr(ctx context.Context, err error) error {
