@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"lockcell/cell/certs"
 	"lockcell/cell/wire"
 	"lockcell/client"
 )
@@ -33,6 +35,9 @@ type env struct {
 	// grace is the session's grace period after its lease runs out
 	// (client.Config.GracePeriod); zero means the library's default.
 	grace time.Duration
+	// tls is the mutual TLS configuration from --cert, --key and --ca
+	// (nil: plain TCP).
+	tls *tls.Config
 
 	// ctx carries the --timeout deadline, counted from when the options
 	// were parsed, so that it bounds the whole command.
@@ -62,6 +67,17 @@ func (e *env) setup(c *cli.Context) error {
 	if e.timeout <= 0 {
 		return usageErrorf(c, "--timeout must be positive, got %v", e.timeout)
 	}
+	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
+	switch {
+	case cert != "" && key != "" && ca != "":
+		cfg, err := certs.LoadClientConfig(cert, key, ca)
+		if err != nil {
+			return fmt.Errorf("TLS: %s", strings.TrimPrefix(err.Error(), "certs: "))
+		}
+		e.tls = cfg
+	case cert != "" || key != "" || ca != "":
+		return usageErrorf(c, "--cert, --key and --ca (or LOCKCELL_CERT, LOCKCELL_KEY and LOCKCELL_CA) go together")
+	}
 	e.ctx, e.cancel = context.WithTimeout(c.Context, e.timeout)
 	return nil
 }
@@ -76,7 +92,8 @@ func (e *env) client() (*client.Client, error) {
 		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cl, err := client.Dial(e.ctx, client.Config{Cell: e.cell, Replicas: e.replicas, ClientName: "lockcell-cli",
-		RetryTimeout: e.timeout, DialTimeout: min(e.timeout, 2*time.Second), GracePeriod: e.grace, Logger: log})
+		RetryTimeout: e.timeout, DialTimeout: min(e.timeout, 2*time.Second), GracePeriod: e.grace, Logger: log,
+		TLS: e.tls})
 	if err != nil {
 		return nil, err
 	}

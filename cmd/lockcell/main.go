@@ -132,6 +132,10 @@ func newApp(e *env) *cli.App {
 				Usage: "overall deadline for the command, including finding the master (for lock: for getting the lock, not for running its command)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine output: one JSON document per command; errors as JSON on stderr"},
 			&cli.BoolFlag{Name: "verbose", Usage: "show the client library's logs on stderr"},
+			&cli.StringFlag{Name: "cert", EnvVars: []string{"LOCKCELL_CERT"},
+				Usage: "your certificate (PEM) for a cell with mutual TLS; its name is your principal"},
+			&cli.StringFlag{Name: "key", EnvVars: []string{"LOCKCELL_KEY"}, Usage: "your certificate's private key (PEM)"},
+			&cli.StringFlag{Name: "ca", EnvVars: []string{"LOCKCELL_CA"}, Usage: "the cell's CA certificate (PEM)"},
 		},
 		Commands: []*cli.Command{
 			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e), sessionsCommand(e), shellCommand(e),
