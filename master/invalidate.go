@@ -113,7 +113,7 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 func (s *Server) awaitAck(ctx context.Context, stop <-chan struct{}, w pendingInval) error {
 	for {
 		s.mu.Lock()
-		done := w.l.acked >= w.seq || w.l.closed || !w.l.end.After(s.cfg.Now())
+		done := bugNoInval || w.l.acked >= w.seq || w.l.closed || !w.l.end.After(s.cfg.Now())
 		ch, end := w.l.ackCh, w.l.end
 		s.mu.Unlock()
 		if done {

@@ -285,7 +285,7 @@ func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 	if c.Seq <= s.AckSeq {
 		return &Result{Err: errf(KindDuplicate, "request %d of session %d already completed", c.Seq, c.Session)}
 	}
-	if r, ok := s.Results[c.Seq]; ok {
+	if r, ok := s.Results[c.Seq]; ok && !bugNoDedup {
 		return r
 	}
 	var r *Result
@@ -729,7 +729,7 @@ func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
 		}
 	}
 	if n.removeHolder(h.ID) {
-		if failed && h.LockDelay > 0 && len(n.Holders) == 0 {
+		if failed && h.LockDelay > 0 && len(n.Holders) == 0 && !bugNoLockDelay {
 			n.LockDelayUntil = max(n.LockDelayUntil, now+h.LockDelay)
 		}
 		f.afterRelease(index, n, now)

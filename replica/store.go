@@ -81,7 +81,7 @@ func openStore(dir string, logger *slog.Logger, tweak func(badger.Options) badge
 	// memtables, 256 MiB block cache, 1 GiB value-log files). Raft log
 	// entries are small and read mostly once, so little is lost.
 	opts := badger.DefaultOptions(dir).
-		WithSyncWrites(true). // durability: raft assumes an acknowledged write survives a crash
+		WithSyncWrites(!bugNoSync). // durability: raft assumes an acknowledged write survives a crash
 		WithLogger(badgerLogger{l: logger.With("component", "badger")}).
 		WithNumVersionsToKeep(1).
 		WithMemTableSize(16 << 20).

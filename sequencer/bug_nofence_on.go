@@ -1,0 +1,9 @@
+//go:build bug_nofence
+
+package sequencer
+
+// bugNoFence is the seeded bug of TESTPLAN test 16 (build tag
+// bug_nofence): the guard accepts sequencers older than one it has
+// already accepted. fixtures/safety's TestMutualExclusionFencing must
+// fail with it.
+const bugNoFence = true
