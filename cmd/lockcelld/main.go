@@ -1,14 +1,19 @@
 // Command lockcelld runs lockcell replicas: "dev" starts a whole
 // five-replica cell in one process on loopback; "serve" runs one replica of
-// a real cell.
+// a real cell; "certs" writes a development CA and certificates for mutual
+// TLS.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +21,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/cell"
+	"lockcell/cell/certs"
 )
 
 func main() {
@@ -26,7 +32,7 @@ func main() {
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "debug, info, warn or error", EnvVars: []string{"LOCKCELL_LOG_LEVEL"}},
 			&cli.BoolFlag{Name: "log-json", Usage: "structured JSON logs"},
 		},
-		Commands: []*cli.Command{devCommand(), serveCommand()},
+		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "lockcelld:", err)
@@ -53,6 +59,39 @@ func timingFlags() []cli.Flag {
 	}
 }
 
+// limitFlags are the client port's connection limits (cell.ConnLimits).
+func limitFlags() []cli.Flag {
+	d := cell.DefaultConnLimits
+	return []cli.Flag{
+		&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
+		&cli.IntFlag{Name: "max-streams-per-conn", Value: d.MaxStreamsPerConn, Usage: "calls in flight on one client connection (parked KeepAlives included)"},
+	}
+}
+
+func limits(c *cli.Context) cell.ConnLimits {
+	return cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxStreamsPerConn: c.Int("max-streams-per-conn")}
+}
+
+// tlsFlags name a replica's certificate, key and the cell's CA.
+func tlsFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "cert", Usage: "this replica's certificate (PEM; from `lockcelld certs`): turns mutual TLS on"},
+		&cli.StringFlag{Name: "key", Usage: "this replica's private key (PEM)"},
+		&cli.StringFlag{Name: "ca", Usage: "the cell's CA certificate (PEM): users and replicas must be signed by it"},
+		&cli.StringFlag{Name: "admin", Usage: "admin principal (default: admin with TLS, anonymous without)"},
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
@@ -68,14 +107,21 @@ func devCommand() *cli.Command {
 			&cli.IntFlag{Name: "raft-port", Value: 7101, Usage: "first Raft port"},
 			&cli.IntFlag{Name: "replicas", Value: 5, Usage: "number of replicas"},
 			&cli.IntFlag{Name: "metrics-port", Value: 7201, Usage: "first Prometheus /metrics port (replica i on port+i); 0 turns metrics off"},
-		}, timingFlags()...),
+			&cli.BoolFlag{Name: "tls", Usage: "mutual TLS on both ports, with a development CA and certificates under DATA/certs (created if missing)"},
+		}, append(timingFlags(), limitFlags()...)...),
 		Action: func(c *cli.Context) error {
 			log := logger(c)
-			log.Warn("dev cell runs WITHOUT TLS: every caller is the same principal; do not expose these ports")
-			d, err := cell.StartDev(cell.DevConfig{Cell: c.String("cell"), Dir: c.String("data"),
+			dcfg := cell.DevConfig{Cell: c.String("cell"), Dir: c.String("data"),
 				Peers:    cell.LoopbackPeers(c.Int("replicas"), c.Int("port"), c.Int("raft-port")),
 				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
-				MetricsPort: c.Int("metrics-port")})
+				MetricsPort: c.Int("metrics-port")}
+			var d *cell.Dev
+			var err error
+			if c.Bool("tls") {
+				d, err = startDevTLS(dcfg, limits(c))
+			} else {
+				d, err = startDevWith(dcfg, limits(c), nil)
+			}
 			if err != nil {
 				return err
 			}
@@ -91,6 +137,15 @@ func devCommand() *cli.Command {
 			_, epoch := m.IsMaster()
 			fmt.Printf("lockcell dev cell %q serving: master %s (replica %s, epoch %d); replicas %s; data %s\n",
 				c.String("cell"), m.ClientAddr(), m.ID(), epoch, strings.Join(d.Addrs(), ","), c.String("data"))
+			if c.Bool("tls") {
+				dir, err := filepath.Abs(devCertDir(dcfg.Dir))
+				if err != nil {
+					return err
+				}
+				cf, kf := certs.UserFiles(dir, certs.AdminUser)
+				fmt.Printf("mutual TLS on; to use the cell as %s:\n", certs.AdminUser)
+				fmt.Printf("export LOCKCELL_CERT=%s\nexport LOCKCELL_KEY=%s\nexport LOCKCELL_CA=%s\n", cf, kf, certs.CAFile(dir))
+			}
 			<-ctx.Done()
 			fmt.Println("lockcell dev cell: shutting down")
 			return d.Close()
@@ -110,7 +165,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Usage: "client address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://ADDR/metrics (off when empty)"},
-		}, timingFlags()...),
+		}, append(append(timingFlags(), tlsFlags()...), limitFlags()...)...),
 		Action: func(c *cli.Context) error {
 			log := logger(c)
 			peers, err := cell.ParsePeers(c.String("peers"))
@@ -128,10 +183,19 @@ func serveCommand() *cli.Command {
 					return cli.Exit(fmt.Sprintf("--raft %s differs from peer %s's Raft address %s", r, p.ID, p.RaftAddr), 2)
 				}
 			}
-			log.Warn("replica runs WITHOUT TLS: every caller is the same principal")
-			s, err := cell.New(cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
+			cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
 				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
-				MetricsAddr: c.String("metrics")})
+				MetricsAddr: c.String("metrics"), Admin: c.String("admin"), Limits: limits(c)}
+			cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
+			switch {
+			case cert != "" && key != "" && ca != "":
+				if cfg.TLS, cfg.PeerTLS, err = certs.LoadReplicaConfigs(cert, key, ca); err != nil {
+					return cli.Exit(err.Error(), 2)
+				}
+			case cert != "" || key != "" || ca != "":
+				return cli.Exit("--cert, --key and --ca go together", 2)
+			}
+			s, err := cell.New(cfg)
 			if err != nil {
 				return err
 			}
@@ -142,4 +206,81 @@ func serveCommand() *cli.Command {
 			return s.Close()
 		},
 	}
+}
+
+func certsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "certs",
+		Usage: "write a development CA, replica and user certificates for mutual TLS",
+		Description: "Writes DIR/ca.crt and ca.key, replica-<id>.crt/.key for every replica and <user>.crt/.key " +
+			"for admin and every --users name (keys mode 0600). Files that exist are kept, so running it again " +
+			"with more users adds them, issued by the same CA. A user's certificate name is the principal the " +
+			"cell sees.\n\nExample:\n   lockcelld certs --dir ./lockcell-certs --users alice,bob --hosts db1.example,10.0.0.7",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dir", Required: true, Usage: "folder to write the certificates to"},
+			&cli.StringFlag{Name: "users", Usage: "comma-separated user names besides admin"},
+			&cli.StringFlag{Name: "hosts", Usage: "comma-separated extra host names or IPs for the replica certificates (loopback is always in)"},
+			&cli.StringFlag{Name: "replicas", Value: "1,2,3,4,5", Usage: "comma-separated replica ids"},
+		},
+		Action: func(c *cli.Context) error {
+			set := certs.DevSet{Dir: c.String("dir"), Replicas: splitList(c.String("replicas")),
+				Users: splitList(c.String("users")), Hosts: splitList(c.String("hosts"))}
+			if err := set.Write(); err != nil {
+				return err
+			}
+			fmt.Printf("certificates in %s: CA ca.crt; replicas %s; users %s\n", set.Dir,
+				strings.Join(set.Replicas, ","), strings.Join(append([]string{certs.AdminUser}, set.Users...), ","))
+			return nil
+		},
+	}
+}
+
+// devCertDir is where `dev --tls` keeps its certificates.
+func devCertDir(data string) string { return filepath.Join(data, "certs") }
+
+// startDevTLS starts a development cell with mutual TLS, creating the
+// development certificates under DATA/certs when missing.
+func startDevTLS(cfg cell.DevConfig, lim cell.ConnLimits) (*cell.Dev, error) {
+	dir := devCertDir(cfg.Dir)
+	var ids []string
+	for _, p := range cfg.Peers {
+		ids = append(ids, p.ID)
+	}
+	if err := certs.WriteDevSet(dir, ids); err != nil {
+		return nil, err
+	}
+	return startDevWith(cfg, lim, func(id string) (server, peer *tls.Config, err error) {
+		cf, kf := certs.ReplicaFiles(dir, id)
+		return certs.LoadReplicaConfigs(cf, kf, certs.CAFile(dir))
+	})
+}
+
+// startDevWith is cell.StartDev with connection limits and, when tlsFor
+// is set, each replica's TLS configurations (cell.DevConfig has neither).
+func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, tlsFor func(id string) (server, peer *tls.Config, err error)) (*cell.Dev, error) {
+	if cfg.Cell == "" {
+		cfg.Cell = "local"
+	}
+	d := &cell.Dev{Cell: cfg.Cell}
+	for i, p := range cfg.Peers {
+		sc := cell.Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
+			LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
+			Limits: lim}
+		if cfg.MetricsPort != 0 {
+			sc.MetricsAddr = "127.0.0.1:" + strconv.Itoa(cfg.MetricsPort+i)
+		}
+		var err error
+		if tlsFor != nil {
+			sc.TLS, sc.PeerTLS, err = tlsFor(p.ID)
+		}
+		var s *cell.Server
+		if err == nil {
+			s, err = cell.New(sc)
+		}
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("start replica %s: %w", p.ID, err), d.Close())
+		}
+		d.Servers = append(d.Servers, s)
+	}
+	return d, nil
 }
