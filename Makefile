@@ -1,13 +1,15 @@
 # lockcell: a Chubby-style lock service.
 #   make run    five-replica dev cell on loopback (ports 7001-7005, data ./lockcell-data)
 #   make test   the test suite (race detector on), as CI runs it
+#   make certs  a development CA and certificates for mutual TLS (./lockcell-certs)
 GO       ?= go
 BIN      := bin
 PKGS     := ./...
 DATA     ?= ./lockcell-data
+CERTS    ?= ./lockcell-certs
 TESTFLAGS ?= -race -count=1 -timeout 14m
 
-.PHONY: all build run test bench race vet depcheck fmt clean
+.PHONY: all build run certs test bench race vet depcheck fmt clean
 .PHONY: torture
 
 all: build
@@ -18,6 +20,11 @@ build:
 
 run: build
 	$(BIN)/lockcelld dev --data $(DATA)
+
+# Certificates for a cell with mutual TLS: ca.crt/ca.key, replica-1..5 and
+# admin, plus USERS (make certs USERS=alice,bob). Existing files are kept.
+certs: build
+	$(BIN)/lockcelld certs --dir $(CERTS) $(if $(USERS),--users $(USERS))
 
 # The CI test command: vet, the package dependency rule, then every test
 # under the race detector.
