@@ -447,6 +447,9 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 	cmd.Time = c.now()
 	cmd.Session = c.h.Session
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
+	if c.path == "" && cmd.Handle != 0 {
+		c.path, _ = c.fsm.HandlePath(c.h.Session, cmd.Handle) // for the audit log
+	}
 	if c.h.Method.Mutating() {
 		if c.h.Seq == 0 {
 			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a request id (header seq)", c.h.Method)

@@ -138,9 +138,10 @@ func (f *FSM) setACL(index uint64, c *Command) *Result {
 }
 
 // Allowed reports whether principal (admin: it is the cell's admin) holds
-// p on the node at path, with the error a denied caller gets. A node the
-// caller may neither read nor write is reported as absent, so ACLs do not
-// leak which names exist.
+// p on the node at path, with the permission error a denied caller gets.
+// It is for calls on a handle, whose caller already knows the node exists;
+// Open instead reports a node the caller may neither read nor write as
+// absent (permitOpen), so ACLs do not leak which names exist.
 func (f *FSM) Allowed(path, principal string, admin bool, p acl.Perm) *Error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -148,18 +149,7 @@ func (f *FSM) Allowed(path, principal string, admin bool, p acl.Perm) *Error {
 	if n == nil {
 		return errf(KindNotFound, "%s does not exist", path)
 	}
-	return f.allowedLocked(n, principal, admin, p)
-}
-
-func (f *FSM) allowedLocked(n *Node, principal string, admin bool, p acl.Perm) *Error {
-	err := f.check(principal, admin, n, p)
-	if err == nil {
-		return nil
-	}
-	if f.hidden(n, principal, admin) {
-		return errf(KindNotFound, "%s does not exist", n.Path)
-	}
-	return err
+	return f.check(principal, admin, n, p)
 }
 
 // hidden: the caller may neither read nor write n.

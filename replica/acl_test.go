@@ -139,7 +139,7 @@ func TestACLFilesFailClosedAndMustParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Allowed(fsmtPath("secret"), "carol", false, acl.Read); err == nil || !errors.Is(err, &Error{Kind: KindNotFound}) {
+	if err := g.Allowed(fsmtPath("secret"), "carol", false, acl.Read); err == nil || !errors.Is(err, &Error{Kind: KindPermission}) {
 		t.Fatalf("restored FSM lets carol read: %v", err)
 	}
 	if err := g.Allowed(fsmtPath("secret"), "bob", false, acl.Read); err != nil {
