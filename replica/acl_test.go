@@ -16,7 +16,7 @@ import (
 func (h *fsmtH) aclDo(s uint64, who string, c Command) *Result {
 	h.t.Helper()
 	c.Principal = who
-	c.Admin = who == "root"
+	c.Admin = who == "root" || who == "admin"
 	return h.do(s, c)
 }
 
