@@ -7,9 +7,9 @@ package replica
 //     allocation bound and rejects with an error (Apply then panics, by
 //     design: stopping beats diverging); everything that decodes applies
 //     without panicking (except an unknown command type, also by design)
-//     and both FSMs return identical results and changes and snapshot to
-//     identical bytes after every entry. At the end a third FSM restored
-//     from the snapshot must behave exactly like the original.
+//     and both FSMs return identical results and changes for every entry
+//     and snapshot to identical bytes at the end. A third FSM restored from
+//     that snapshot must then behave exactly like the original.
 //   - FuzzSnapshotRestore: arbitrary bytes restored into an FSM give an
 //     error and leave the state alone, or a state whose snapshot restores
 //     to the same snapshot bytes and behaves the same.
@@ -327,17 +327,19 @@ func FuzzDecodeRaftEntry(f *testing.F) {
 			}
 		}
 		index := uint64(len(prelude))
-		for _, e := range fzEntries(in) {
-			index++
-			var cmd *Command
-			var err error
-			alloc := fzAlloc(func() { cmd, err = DecodeCommand(e) })
-			if limit := fzLimit(len(e)); alloc > limit {
-				t.Fatalf("DecodeCommand of %d bytes allocated %d, limit %d", len(e), alloc, limit)
+		entries := fzEntries(in)
+		cmds, errs := make([]*Command, len(entries)), make([]error, len(entries))
+		alloc := fzAlloc(func() {
+			for i, e := range entries {
+				cmds[i], errs[i] = DecodeCommand(e)
 			}
-			before := a.snapshot(t)
-			ra, pa := a.apply(index, e)
-			rb, pb := b.apply(index, e)
+		})
+		if limit := fzLimit(len(in)); alloc > limit {
+			t.Fatalf("DecodeCommand of %d entries (%d bytes) allocated %d, limit %d", len(entries), len(in), alloc, limit)
+		}
+		for i, e := range entries {
+			index++
+			cmd, err := cmds[i], errs[i]
 			if err != nil {
 				fzRejection(t, "DecodeCommand", err)
 				if cmd != nil {
@@ -345,6 +347,9 @@ func FuzzDecodeRaftEntry(f *testing.F) {
 				}
 				// An entry this version cannot decode stops the replica
 				// before it changes anything.
+				before := a.snapshot(t)
+				ra, pa := a.apply(index, e)
+				rb, pb := b.apply(index, e)
 				if pa == nil || pb == nil {
 					t.Fatalf("Apply of an undecodable entry returned %v / %v", ra, rb)
 				}
@@ -354,18 +359,20 @@ func FuzzDecodeRaftEntry(f *testing.F) {
 				return
 			}
 			fzCommandRoundTrip(t, cmd)
+			ra, pa := a.apply(index, e)
+			rb, pb := b.apply(index, e)
 			if fmt.Sprint(pa) != fmt.Sprint(pb) {
 				t.Fatalf("entry %d (%+v): panics differ: %v / %v", index, cmd, pa, pb)
 			}
 			if pa != nil {
 				// Only an unknown command type may stop the replica; its
 				// FSM is dead (locked), so the input ends here.
-				if cmd.Type >= CmdEpoch && cmd.Type <= CmdCellKey {
+				if !strings.HasPrefix(cmd.Type.String(), "CmdType(") {
 					t.Fatalf("entry %d (%+v) panicked: %v\n%s", index, cmd, pa, fzStack(pa))
 				}
 				return
 			}
-			if _, ok := ra.(*Result); !ok || ra.(*Result) == nil {
+			if r, ok := ra.(*Result); !ok || r == nil {
 				t.Fatalf("entry %d (%+v): Apply returned %T %v", index, cmd, ra, ra)
 			}
 			if !reflect.DeepEqual(ra, rb) {
@@ -374,13 +381,14 @@ func FuzzDecodeRaftEntry(f *testing.F) {
 			if !reflect.DeepEqual(a.changes[index], b.changes[index]) {
 				t.Fatalf("entry %d (%+v): changes differ: %+v / %+v", index, cmd, a.changes[index], b.changes[index])
 			}
-			if sa, sb := a.snapshot(t), b.snapshot(t); !bytes.Equal(sa, sb) {
-				t.Fatalf("entry %d (%+v): snapshots differ", index, cmd)
-			}
+		}
+		sa, sb := a.snapshot(t), b.snapshot(t)
+		if !bytes.Equal(sa, sb) {
+			t.Fatalf("after %d entries the two FSMs' snapshots differ", len(entries))
 		}
 		// A replica restored from the snapshot continues exactly like one
 		// that applied the log.
-		snap := a.snapshot(t)
+		snap := sa
 		c := fzNewFSM()
 		if err := c.f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
 			t.Fatalf("restore of a snapshot: %v", err)
@@ -427,6 +435,12 @@ func fzProbe(f *FSM, from uint64) [][]byte {
 		cs = append(cs, Command{Type: CmdOpen, Time: t, Session: id, Seq: 1 << 40, Path: "/ls/c/probe", Flags: FlagRead | FlagWrite | FlagCreate | FlagEphemeral})
 	}
 	f.mu.RLock()
+	// Retries of every remembered request: the stored result comes back.
+	for _, id := range sortedKeys(f.sessions) {
+		for _, q := range sortedKeys(f.sessions[id].Results) {
+			cs = append(cs, Command{Type: CmdRelease, Time: t, Session: id, Seq: q})
+		}
+	}
 	for _, id := range sortedKeys(f.handles) {
 		h := f.handles[id]
 		cs = append(cs, Command{Type: CmdSetContents, Time: t, Session: h.Session, Handle: id, Contents: []byte("p")},
@@ -457,13 +471,17 @@ func fzSameFuture(t *testing.T, a, c *fzFSM, index uint64) {
 		if pa != nil || pc != nil {
 			t.Fatalf("probe entry %d panicked: %v / %v\n%s%s", index, pa, pc, fzStack(pa), fzStack(pc))
 		}
+		if r, ok := ra.(*Result); !ok || r == nil {
+			cmd, _ := DecodeCommand(e)
+			t.Fatalf("probe entry %d (%+v): Apply returned %T %v", index, cmd, ra, ra)
+		}
 		if !reflect.DeepEqual(ra, rc) || !reflect.DeepEqual(a.changes[index], c.changes[index]) {
 			cmd, _ := DecodeCommand(e)
 			t.Fatalf("probe entry %d (%+v): restored FSM differs: %+v %+v / %+v %+v", index, cmd, ra, a.changes[index], rc, c.changes[index])
 		}
-		if !bytes.Equal(a.snapshot(t), c.snapshot(t)) {
-			t.Fatalf("probe entry %d: snapshots differ after restore", index)
-		}
+	}
+	if !bytes.Equal(a.snapshot(t), c.snapshot(t)) {
+		t.Fatalf("after the probe run (to index %d) the restored FSM's snapshot differs", index)
 	}
 }
 
@@ -596,11 +614,12 @@ func fzRestoreLimit(n int) uint64 {
 
 // fzWellFormed reports whether the snapshot image in b describes a state
 // the FSM could have reached (no duplicate ids or names, the root a
-// directory, every other node under a directory, handles of live
-// sessions, lock holders and waiters live handles on their node): only
+// directory, every other node under a directory, no nil de-dup results,
+// handles of live sessions, lock holders and waiters live handles on their node): only
 // then must a restored FSM and its re-restored copy behave the same.
-// Restore does not check any of this (reported); FUZZ_STRICT=1 probes
-// every restored state.
+// Restore does not check any of this (reported; e.g. a nil de-dup result
+// restores, and a retry of that request then makes Apply return a nil
+// *Result); FUZZ_STRICT=1 probes every restored state.
 func fzWellFormed(b []byte) bool {
 	var img snapshotImage
 	if msgpack.Unmarshal(b, &img) != nil {
@@ -623,6 +642,11 @@ func fzWellFormed(b []byte) bool {
 			return false
 		}
 		sessions[s.ID] = true
+	}
+	for _, r := range img.Results {
+		if r.Result == nil {
+			return false
+		}
 	}
 	handles := map[uint64]*Handle{}
 	for _, h := range img.Handles {
