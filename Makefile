@@ -87,3 +87,12 @@ torture:
 	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test $(TORTUREFLAGS) -v -run '$(TORTURE_RUN)' ./fixtures/chaos/; st=$$?; \
 	$(GO) run ./fixtures/chaos/cmd/summary $$dir; sum=$$?; \
 	test $$st -eq 0 -a $$sum -eq 0
+
+# TESTPLAN test 16: each seeded bug (build tag) against the test that must
+# catch it, for SEEDS seeds (default 5; seed i is SEED_BASE+i, passed as
+# LOCKCELL_SAFETY_SEED and LOCKCELL_CHAOS_SEED); prints the catch table
+# (tag, test, caught/SEEDS) and fails if a bug is caught in fewer than 4
+# of 5. BUGS="bug_x ..." runs a subset. See scripts/seeded-bugs.sh.
+.PHONY: seeded-bugs
+seeded-bugs:
+	@GO=$(GO) sh scripts/seeded-bugs.sh
