@@ -37,7 +37,9 @@ func (c *call) checkRead(handle uint64) error {
 		return nil // the read itself reports the invalid handle
 	}
 	c.path = name
-	if err := c.fsm.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil {
+	// A node gone since the handle opened is the read's to report (handle
+	// invalid); there is nothing left to protect.
+	if err := c.fsm.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil && err.Kind != replica.KindNotFound {
 		return err
 	}
 	return nil
