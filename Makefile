@@ -33,25 +33,34 @@ test: vet depcheck fuzz-short
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
 # Short fuzzing (TESTPLAN test 11): each target for FUZZTIME, one target per
-# go test invocation (as -fuzz requires); plain `go test` replays the
-# committed corpora (testdata/fuzz/<Target>/) anyway. New interesting inputs
-# stay in the build cache; a failing input is written to testdata and fails.
-# Go 1.26's fuzz coordinator can end a clean run with a bare "context
-# deadline exceeded" (golang/go#75804, fixed in Go 1.27): with no failing
-# input written, that is reported and ignored.
-FUZZTIME     ?= 5s
-FUZZ_TARGETS := cell/wire:FuzzFrame cell/wire:FuzzDecodeRequest cell/wire:FuzzRoundTrip cell/wire:FuzzPath \
-	replica:FuzzDecodeRaftEntry replica:FuzzSnapshotRestore \
-	sequencer:FuzzSequencer acl:FuzzACLFile
+# run (as -fuzz requires), from one fuzz-instrumented test binary per
+# package; plain `go test` replays the committed corpora (testdata/fuzz/)
+# anyway. New interesting inputs stay in the go build cache; a failing input
+# is written to the package's testdata and fails. Go 1.26's fuzz coordinator
+# can end a clean run with a bare "context deadline exceeded"
+# (golang/go#75804, fixed in Go 1.27): with no failing input written, that
+# is reported and ignored.
+# A target may name its own time (Fn@10s): the FSM targets' executions are
+# slow (their test binary instruments raft and badger too), so they get more.
+FUZZTIME     ?= 4s
+FUZZ_TARGETS := cell/wire:FuzzFrame,FuzzDecodeRequest,FuzzRoundTrip,FuzzPath \
+	replica:FuzzDecodeRaftEntry@10s,FuzzSnapshotRestore@10s sequencer:FuzzSequencer acl:FuzzACLFile
 fuzz-short:
-	@for t in $(FUZZ_TARGETS); do \
-	  pkg=./$${t%%:*}; fn=$${t##*:}; \
-	  out=$$($(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s -parallel 2 $$pkg 2>&1); st=$$?; \
-	  execs=$$(echo "$$out" | grep -o 'execs: [0-9]*' | tail -1); \
-	  if [ $$st -eq 0 ]; then echo "fuzz ok   $$pkg $$fn ($$execs)"; \
-	  elif echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written'; then \
-	    echo "fuzz ok   $$pkg $$fn ($$execs; go#75804 deadline race ignored)"; \
-	  else echo "$$out"; echo "fuzz FAIL $$pkg $$fn"; exit 1; fi; \
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cache=$$($(GO) env GOCACHE)/fuzz/lockcell; \
+	for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; bin=$$tmp/$$(echo $$pkg | tr / _).test; \
+	  $(GO) test -c -fuzz . -o $$bin ./$$pkg || exit 1; \
+	  for ft in $$(echo $${t##*:} | tr , ' '); do \
+	    fn=$${ft%@*}; ftime=$(FUZZTIME); case $$ft in *@*) ftime=$${ft#*@};; esac; \
+	    out=$$(cd $$pkg && $$bin -test.run '^$$' -test.fuzz "^$$fn\$$" -test.fuzztime $$ftime \
+	      -test.fuzzminimizetime 2s -test.parallel 2 -test.fuzzcachedir $$cache/$$pkg 2>&1); st=$$?; \
+	    execs=$$(echo "$$out" | grep -o 'execs: [0-9]*' | tail -1); \
+	    if echo "$$out" | grep -q 'no fuzz tests to fuzz'; then echo "fuzz FAIL $$pkg $$fn: no such fuzz target"; exit 1; fi; \
+	    if [ $$st -eq 0 ]; then echo "fuzz ok   $$pkg $$fn ($$execs)"; \
+	    elif echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written'; then \
+	      echo "fuzz ok   $$pkg $$fn ($$execs; go#75804 deadline race ignored)"; \
+	    else echo "$$out"; echo "fuzz FAIL $$pkg $$fn"; exit 1; fi; \
+	  done; \
 	done
 
 race:
