@@ -67,6 +67,9 @@ type Config struct {
 	Admin string
 	// Limits of the client port; zero fields take DefaultConnLimits.
 	Limits ConnLimits
+	// SessionLimits are the master's caps on sessions and handles
+	// (zero values: master.DefaultLimits).
+	SessionLimits master.Limits
 }
 
 // ConnLimits bound what one client host or connection may hold on the
@@ -77,8 +80,14 @@ type ConnLimits struct {
 	MaxConnsPerIP int
 	// MaxStreamsPerConn caps calls in flight (parked KeepAlives and
 	// Acquires included) on one connection; a stream beyond it is
-	// answered with wire.CodeTooMany and closed.
+	// answered with wire.CodeTooMany and closed. It is large because one
+	// connection may carry thousands of sessions (each parks a KeepAlive);
+	// MaxCallsPerSession is the tight bound.
 	MaxStreamsPerConn int
+	// MaxCallsPerSession caps one session's calls in flight on a
+	// connection (TESTPLAN: ≤ 256 outstanding requests per session); a
+	// call beyond it is answered with wire.CodeTooMany.
+	MaxCallsPerSession int
 	// HandshakeTimeout bounds a new connection's TLS handshake and its
 	// protocol byte together; a slower one is dropped (slow-loris).
 	HandshakeTimeout time.Duration
@@ -88,7 +97,7 @@ type ConnLimits struct {
 }
 
 // DefaultConnLimits are the client port's limits when none are set.
-var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 256,
+var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
 	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second}
 
 func (l ConnLimits) withDefaults() ConnLimits {
@@ -98,6 +107,9 @@ func (l ConnLimits) withDefaults() ConnLimits {
 	}
 	if l.MaxStreamsPerConn <= 0 {
 		l.MaxStreamsPerConn = d.MaxStreamsPerConn
+	}
+	if l.MaxCallsPerSession <= 0 {
+		l.MaxCallsPerSession = d.MaxCallsPerSession
 	}
 	if l.HandshakeTimeout <= 0 {
 		l.HandshakeTimeout = d.HandshakeTimeout

@@ -86,7 +86,7 @@ func New(cfg Config) (*Server, error) {
 		s.log.Info("mutual TLS on: principals are client certificate names; the admin is " + cfg.admin())
 	}
 	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay,
-		Logger: s.log, Admin: cfg.admin()}, rep, rep.FSM())
+		Logger: s.log, Admin: cfg.admin(), Limits: cfg.SessionLimits}, rep, rep.FSM())
 	s.metrics = newMetrics(s)
 	if cfg.MetricsAddr != "" {
 		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
@@ -338,6 +338,7 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		sess.Close()
 	}()
 	caller := master.Caller{Principal: principal, Conn: s.connSeq.Add(1)}
+	calls := &sessionCalls{max: s.limits.MaxCallsPerSession, n: map[uint64]int{}}
 	var inflight atomic.Int64
 	for {
 		st, err := sess.AcceptStream()
@@ -352,7 +353,7 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		s.wg.Add(1)
 		go func() {
 			defer inflight.Add(-1)
-			s.serveStream(st, caller)
+			s.serveStream(st, caller, calls)
 		}()
 	}
 }
@@ -392,7 +393,7 @@ func (s *Server) refuseStream(st *yamux.Stream) {
 // serveStream runs one call: request frames in, response frames out. A
 // blocking call (KeepAlive, waiting Acquire) is cancelled when the client
 // closes or resets its stream.
-func (s *Server) serveStream(st *yamux.Stream, caller master.Caller) {
+func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls) {
 	defer s.wg.Done()
 	defer st.Close()
 	st.SetReadDeadline(time.Now().Add(s.limits.RequestTimeout))
@@ -407,6 +408,13 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller) {
 		return
 	}
 	st.SetReadDeadline(time.Time{})
+	if !calls.enter(h.Session) {
+		s.stats.streams.Add(1)
+		wire.WriteMessage(st, &wire.Status{Code: wire.CodeTooMany,
+			Msg: fmt.Sprintf("session %d has more than %d calls in flight", h.Session, calls.max)}, &wire.Empty{})
+		return
+	}
+	defer calls.leave(h.Session)
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	if h.Method == wire.MethodKeepAlive || h.Method == wire.MethodAcquire {
@@ -508,4 +516,31 @@ func (s *Server) Close() error {
 	s.wg.Wait()
 	s.master.Stop()
 	return err
+}
+
+// sessionCalls counts each session's calls in flight on one connection.
+type sessionCalls struct {
+	max int
+	mu  sync.Mutex
+	n   map[uint64]int
+}
+
+// enter admits one more call of session (0, before a session exists,
+// counts as one session too), or reports the cap reached.
+func (c *sessionCalls) enter(session uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[session] >= c.max {
+		return false
+	}
+	c.n[session]++
+	return true
+}
+
+func (c *sessionCalls) leave(session uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[session]--; c.n[session] <= 0 {
+		delete(c.n, session)
+	}
 }

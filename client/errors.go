@@ -29,6 +29,9 @@ var (
 	ErrCanceled           = wire.ErrCanceled
 	ErrStaleSequencer     = wire.ErrStaleSequencer
 	ErrBadSequencer       = wire.ErrBadSequencer
+	// ErrTooMany: a limit of the cell was reached (sessions per principal
+	// or connection, handles per session, calls in flight per session).
+	ErrTooMany = wire.ErrTooMany
 
 	// ErrNoMaster means no master answered within Config.RetryTimeout: the
 	// cell has lost its quorum, or none of its replicas is reachable.
