@@ -64,23 +64,37 @@ func WriteMessage(w io.Writer, vals ...any) error {
 	return err
 }
 
+// frameChunk is the most ReadFrame allocates ahead of the bytes it has
+// actually received.
+const frameChunk = 64 << 10
+
 // ReadFrame reads one frame into a freshly allocated, length-checked
-// buffer. The length is checked before any allocation.
+// buffer. The length is checked before any allocation, and the buffer grows
+// only as bytes arrive (at most frameChunk ahead of them), so a peer that
+// claims a large frame and sends nothing holds no more than a chunk of
+// memory while it stalls.
 func ReadFrame(r io.Reader) ([]byte, error) {
 	var hdr [frameHeader]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+	n := int(binary.BigEndian.Uint32(hdr[:]))
 	if n > MaxFrameSize {
 		return nil, Errorf(CodeTooLarge, "frame of %d bytes exceeds the limit of %d", n, MaxFrameSize)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	buf := make([]byte, 0, min(n, frameChunk))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf, make([]byte, min(n-len(buf), max(cap(buf), frameChunk)))...)[:len(buf)]
 		}
-		return nil, err
+		m, err := r.Read(buf[len(buf):min(n, cap(buf))])
+		buf = buf[:len(buf)+m]
+		if err != nil && len(buf) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
 	return buf, nil
 }

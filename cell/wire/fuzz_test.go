@@ -11,9 +11,7 @@ package wire_test
 // (runtime.MemStats.TotalAlloc around the decode). Seed corpora, including
 // the msgpack bombs, live in testdata/fuzz/<Target>/ and are replayed by
 // plain `go test`. `make fuzz-short` fuzzes each target for a few seconds.
-//
-// FUZZ_STRICT=1 turns off the allowances this file makes for bugs that
-// are reported but not fixed yet (see fzFrameClaimAllowance).
+
 
 import (
 	"bytes"
@@ -23,7 +21,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
-	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -35,8 +32,6 @@ import (
 	"lockcell/cell/wire"
 )
 
-// fzStrict reports whether known-bug allowances are off.
-func fzStrict() bool { return os.Getenv("FUZZ_STRICT") == "1" }
 
 // fzAlloc returns the bytes allocated while fn ran.
 func fzAlloc(fn func()) uint64 {
@@ -332,17 +327,6 @@ func FuzzDecodeRequest(f *testing.F) {
 // ---------------------------------------------------------------------------
 // FuzzFrame: the bytes a server reads from one stream.
 
-// fzFrameClaimAllowance is what one ReadFrame may allocate beyond the
-// bytes it was given: ReadFrame allocates the length a frame header claims
-// (up to MaxFrameSize) before the body arrives, so a 4-byte header costs
-// 1.5 MiB (reported; see the package comment). FUZZ_STRICT=1 holds
-// ReadFrame to the plain 64 x input + 1 MiB bound.
-func fzFrameClaimAllowance() uint64 {
-	if fzStrict() {
-		return 0
-	}
-	return wire.MaxFrameSize
-}
 
 // fzFrame returns a frame header claiming n bytes followed by body.
 func fzFrame(n uint32, body []byte) []byte {
@@ -500,7 +484,7 @@ func FuzzFrame(f *testing.F) {
 				}
 			}
 		})
-		if limit := fzLimit(len(in)) + fzFrameClaimAllowance(); alloc > limit {
+		if limit := fzLimit(len(in)); alloc > limit {
 			t.Fatalf("reading %d bytes of frames allocated %d, limit %d", len(in), alloc, limit)
 		}
 	})
