@@ -43,14 +43,27 @@ func (s aclSource) Lookup(name string) (acl.List, bool) {
 	if n == nil || n.Dir {
 		return acl.List{}, false
 	}
-	if n.aclList == nil || n.aclListGen != n.ContentGen {
-		l, err := acl.Parse(n.Contents)
-		if err != nil {
-			return acl.List{}, false
-		}
-		n.aclList, n.aclListGen = &l, n.ContentGen
+	f := s.f
+	f.aclMu.Lock()
+	defer f.aclMu.Unlock()
+	// Keyed by instance and content generation: a re-created or rewritten
+	// file never hits an old parse.
+	if p, ok := f.aclParsed[name]; ok && p.instance == n.Instance && p.gen == n.ContentGen {
+		return p.list, p.ok
 	}
-	return *n.aclList, true
+	l, err := acl.Parse(n.Contents)
+	if f.aclParsed == nil || len(f.aclParsed) > 4096 {
+		f.aclParsed = map[string]parsedACL{}
+	}
+	f.aclParsed[name] = parsedACL{instance: n.Instance, gen: n.ContentGen, list: l, ok: err == nil}
+	return l, err == nil
+}
+
+// parsedACL is one cached parse of an ACL file.
+type parsedACL struct {
+	instance, gen uint64
+	list          acl.List
+	ok            bool
 }
 
 // nodeACL is what acl.Check needs to know about n.

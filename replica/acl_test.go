@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"lockcell/acl"
@@ -165,5 +166,37 @@ func TestStateHashFollowsState(t *testing.T) {
 	b.set(s, b.mustOpen(s, "g", fsmtRWC), "y")
 	if _, hb2, _ := b.f.StateHash(); hb2 == ha {
 		t.Fatal("the hash did not change with the state")
+	}
+}
+
+// Permission reads run concurrently under the FSM's read lock while the
+// parsed-ACL cache fills (go test -race catches a cache written under it).
+func TestACLChecksConcurrentWithCacheFill(t *testing.T) {
+	h := newFSMT(t)
+	root := h.sessionOf("root")
+	h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory})
+	fh := h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl/r"), Flags: fsmtRWC, Contents: []byte("bob\n")}).Handle
+	nh := h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("n"), Flags: fsmtRWC}).Handle
+	h.aclDo(root, "root", Command{Type: CmdSetACL, Handle: nh, ACL: &ACLNames{Read: "r"}})
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.f.Allowed(fsmtPath("n"), "bob", false, acl.Read)
+				h.f.CanRead(root, fsmtPath("n"), "root")
+			}()
+		}
+		wg.Wait()
+		// A rewrite must not be hidden by the cached parse.
+		body := "bob\n"
+		if round%2 == 0 {
+			body = "carol\n"
+		}
+		h.aclDo(root, "root", Command{Type: CmdSetContents, Handle: fh, Contents: []byte(body)})
+		if got := h.f.Allowed(fsmtPath("n"), "bob", false, acl.Read) == nil; got != (body == "bob\n") {
+			t.Fatalf("round %d: bob may read = %v after the file became %q", round, got, body)
+		}
 	}
 }

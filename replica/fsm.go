@@ -75,8 +75,6 @@ type Node struct {
 
 	children    map[string]bool // child name -> is directory; rebuilt on restore
 	openHandles int             // handles open on this instance; rebuilt on restore
-	aclList     *acl.List       // parsed contents of an ACL file, cached
-	aclListGen  uint64          // the ContentGen aclList was parsed from
 }
 
 // Holder is one holder of a lock. WaitSeq is the request id of the blocking
@@ -205,6 +203,11 @@ type FSM struct {
 	watch map[string]map[uint64]uint32
 
 	changes []Change // scratch, used under mu by apply
+
+	// aclParsed caches parsed ACL files by name. Readers fill it under
+	// mu.RLock, so it has its own lock.
+	aclMu     sync.Mutex
+	aclParsed map[string]parsedACL
 }
 
 var _ raft.FSM = (*FSM)(nil)
