@@ -436,7 +436,7 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 	started := time.Now()
 	defer func() { s.metrics.observe(h.Method, wire.CodeOf(err), time.Since(started)) }()
 	if h.Method == wire.MethodCellStatus {
-		resp, err = s.cellStatus()
+		resp, err = s.cellStatus(body)
 	} else {
 		resp, epoch, err = s.master.Dispatch(ctx, caller, &h, body)
 	}
@@ -480,7 +480,13 @@ func (s *Server) leaderHint() string {
 	return ""
 }
 
-func (s *Server) cellStatus() (*wire.CellStatusResponse, error) {
+func (s *Server) cellStatus(body []byte) (*wire.CellStatusResponse, error) {
+	var req wire.CellStatusRequest
+	if len(body) > 0 {
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+	}
 	st := s.rep.Status()
 	epoch, sessions, nodes, _ := s.rep.FSM().Counts()
 	leaderID, _ := s.rep.Leader()
@@ -489,6 +495,13 @@ func (s *Server) cellStatus() (*wire.CellStatusResponse, error) {
 		Master: s.leaderHint()}
 	for _, p := range s.cfg.Peers {
 		out.Replicas = append(out.Replicas, wire.ReplicaStatus{ID: p.ID, ClientAddr: p.ClientAddr, RaftAddr: p.RaftAddr, Master: p.ID == leaderID})
+	}
+	if req.StateHash {
+		idx, sum, err := s.rep.FSM().StateHash()
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeInternal, "state hash: %v", err)
+		}
+		out.StateHash, out.HashIndex = sum[:], idx
 	}
 	return out, nil
 }

@@ -438,30 +438,3 @@ func (c *Client) markExpired() {
 	}
 }
 
-// QueryStatusWith is QueryStatus over a connection made as cfg says (its
-// Dialer, TLS and DialTimeout): a cell with TLS answers nothing else. Only
-// those fields of cfg are used.
-func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus, error) {
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 2 * time.Second
-	}
-	cn, err := dial(ctx, dialOptsOf(&cfg), addr, cfg.DialTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	defer cn.close()
-	var resp wire.CellStatusResponse
-	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{}, &resp)
-	if err == nil {
-		err = st.Err()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	out := &CellStatus{Cell: resp.Cell, Self: resp.Self, State: resp.State, Master: resp.Master, Epoch: resp.Epoch,
-		Term: resp.Term, CommitIndex: resp.CommitIndex, AppliedIndex: resp.AppliedIndex, Sessions: resp.Sessions, Nodes: resp.Nodes}
-	for _, r := range resp.Replicas {
-		out.Replicas = append(out.Replicas, ReplicaStatus(r))
-	}
-	return out, nil
-}

@@ -32,20 +32,19 @@ type CellStatus struct {
 }
 
 // QueryStatus asks the replica at addr, master or not, for its view of the
-// cell. It needs no session.
+// cell, over plain TCP. It needs no session. QueryStatusWith dials as a
+// configuration says (TLS, dialer).
 func QueryStatus(ctx context.Context, addr string) (*CellStatus, error) {
-	cn, err := dial(ctx, nil, addr, 2*time.Second)
+	return QueryStatusWith(ctx, Config{}, addr)
+}
+
+// QueryStatusWith is QueryStatus over a connection made as cfg says (its
+// Dialer, TLS and DialTimeout): a cell with TLS answers nothing else. Only
+// those fields of cfg are used.
+func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus, error) {
+	resp, err := cellStatus(ctx, cfg, addr, false)
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	defer cn.close()
-	var resp wire.CellStatusResponse
-	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{}, &resp)
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	if err := st.Err(); err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
+		return nil, err
 	}
 	out := &CellStatus{Cell: resp.Cell, Self: resp.Self, State: resp.State, Master: resp.Master, Epoch: resp.Epoch,
 		Term: resp.Term, CommitIndex: resp.CommitIndex, AppliedIndex: resp.AppliedIndex, Sessions: resp.Sessions, Nodes: resp.Nodes}
@@ -53,6 +52,38 @@ func QueryStatus(ctx context.Context, addr string) (*CellStatus, error) {
 		out.Replicas = append(out.Replicas, ReplicaStatus(r))
 	}
 	return out, nil
+}
+
+// StateHash asks the replica at addr for the index of its last applied
+// entry and a SHA-256 of its whole replicated state at that index. Two
+// replicas at the same index must report the same hash; tests compare them
+// after healing a partition.
+func StateHash(ctx context.Context, cfg Config, addr string) (uint64, []byte, error) {
+	resp, err := cellStatus(ctx, cfg, addr, true)
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.HashIndex, resp.StateHash, nil
+}
+
+func cellStatus(ctx context.Context, cfg Config, addr string, hash bool) (*wire.CellStatusResponse, error) {
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	cn, err := dial(ctx, dialOptsOf(&cfg), addr, cfg.DialTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	defer cn.close()
+	var resp wire.CellStatusResponse
+	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{StateHash: hash}, &resp)
+	if err == nil {
+		err = st.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	return &resp, nil
 }
 
 // SessionInfo describes one live session of the cell.

@@ -325,8 +325,12 @@ type CancelAcquireRequest struct {
 	WaitSeq uint64 `msgpack:"w"`
 }
 
-// CellStatusRequest asks any replica about the cell.
-type CellStatusRequest struct{}
+// CellStatusRequest asks any replica about the cell. StateHash asks for a
+// hash of the replica's whole replicated state as well (costly: it encodes
+// the state).
+type CellStatusRequest struct {
+	StateHash bool `msgpack:"h,omitempty"`
+}
 
 // ReplicaStatus describes one replica as the answering replica sees it.
 type ReplicaStatus struct {
@@ -349,6 +353,10 @@ type CellStatusResponse struct {
 	Sessions     uint64          `msgpack:"ss"`
 	Nodes        uint64          `msgpack:"nn"`
 	Replicas     []ReplicaStatus `msgpack:"r"`
+	// StateHash (when asked) is a SHA-256 of the replicated state as of
+	// entry HashIndex.
+	StateHash []byte `msgpack:"sh,omitempty"`
+	HashIndex uint64 `msgpack:"hi,omitempty"`
 }
 
 // ListSessionsRequest asks the master for its live sessions.

@@ -78,7 +78,7 @@ func (e *env) queryStatus() []statusRow {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(e.ctx, min(e.timeout, statusTimeout))
 			defer cancel()
-			st, err := client.QueryStatus(ctx, addr)
+			st, err := client.QueryStatusWith(ctx, client.Config{TLS: e.tls}, addr)
 			switch {
 			case err != nil:
 				msg := errText(err)
