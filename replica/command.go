@@ -132,19 +132,20 @@ func (c *Command) Encode() ([]byte, error) {
 }
 
 // DecodeCommand parses bytes written by Encode into a concrete Command.
+// Its errors wrap ErrMalformedCommand.
 func DecodeCommand(b []byte) (*Command, error) {
 	if len(b) == 0 {
-		return nil, fmt.Errorf("replica: empty command")
+		return nil, fmt.Errorf("%w: empty", ErrMalformedCommand)
 	}
 	if b[0] != commandVersion {
-		return nil, fmt.Errorf("replica: command version %d is not %d", b[0], commandVersion)
+		return nil, fmt.Errorf("%w: command version %d is not %d", ErrMalformedCommand, b[0], commandVersion)
 	}
 	if err := bound.Check(b[1:]); err != nil {
-		return nil, fmt.Errorf("replica: malformed command: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrMalformedCommand, err)
 	}
 	var c Command
 	if err := msgpack.Unmarshal(b[1:], &c); err != nil {
-		return nil, fmt.Errorf("replica: decode command: %w", err)
+		return nil, fmt.Errorf("%w: decode: %w", ErrMalformedCommand, err)
 	}
 	return &c, nil
 }

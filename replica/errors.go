@@ -62,4 +62,18 @@ var (
 	ErrTooLarge = errors.New("replica: command too large")
 	// ErrClosed means the replica has shut down.
 	ErrClosed = errors.New("replica: closed")
+	// ErrMalformedCommand means a Raft entry is not a command this version
+	// can decode: empty, of an unknown command version, or not bounded,
+	// well-formed msgpack of a Command. DecodeCommand's errors wrap it.
+	ErrMalformedCommand = errors.New("replica: malformed command")
+	// ErrMalformedSnapshot means snapshot bytes are not a snapshot of this
+	// cell that this version could have written: of another version or
+	// cell, not bounded, well-formed msgpack of a snapshot image, or an
+	// image of an inconsistent state (nil or repeated entries, nodes
+	// outside a directory, dangling references, impossible locks).
+	// Restore's rejections wrap it; the FSM keeps its state.
+	ErrMalformedSnapshot = errors.New("replica: malformed snapshot")
+	// ErrSnapshotTooLarge means a snapshot stream is longer than Restore
+	// reads. It wraps ErrMalformedSnapshot.
+	ErrSnapshotTooLarge = fmt.Errorf("%w: too large", ErrMalformedSnapshot)
 )
