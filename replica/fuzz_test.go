@@ -9,13 +9,12 @@ package replica
 //     without panicking (except an unknown command type, also by design)
 //     and both FSMs return identical results and changes for every entry
 //     and snapshot to identical bytes at the end. A third FSM restored from
-//     that snapshot must then behave exactly like the original.
-//   - FuzzSnapshotRestore: arbitrary bytes restored into an FSM give an
-//     error and leave the state alone, or a state whose snapshot restores
-//     to the same snapshot bytes and behaves the same.
-//
-// FUZZ_STRICT=1 turns off the filters this file applies for bugs that are
-// reported but not fixed yet (see fzKnownRestoreBug).
+//     that snapshot must then behave exactly like the original. Rejections
+//     wrap ErrMalformedCommand.
+//   - FuzzSnapshotRestore: arbitrary bytes restored into an FSM, within
+//     TESTPLAN's allocation bound, give an error wrapping
+//     ErrMalformedSnapshot and leave the state alone, or a state whose
+//     snapshot restores to the same snapshot bytes and behaves the same.
 
 import (
 	"bytes"
@@ -24,7 +23,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"reflect"
 	"runtime"
 	"runtime/debug"
@@ -42,8 +40,6 @@ const (
 	fzTime = int64(1_700_000_000_000_000_000)
 )
 
-func fzStrict() bool { return os.Getenv("FUZZ_STRICT") == "1" }
-
 func fzAlloc(fn func()) uint64 {
 	var a, b runtime.MemStats
 	runtime.ReadMemStats(&a)
@@ -54,13 +50,12 @@ func fzAlloc(fn func()) uint64 {
 
 func fzLimit(n int) uint64 { return uint64(64*n + 1<<20) }
 
-// fzRejection checks a decode or restore error. The replica has no typed
-// decode error (DecodeCommand and Restore return fmt.Errorf values; see
-// the report of TESTPLAN test 11), so the check is on the package prefix.
-func fzRejection(t *testing.T, what string, err error) {
+// fzRejection checks that a decode or restore error wraps want
+// (ErrMalformedCommand, ErrMalformedSnapshot).
+func fzRejection(t *testing.T, what string, err, want error) {
 	t.Helper()
-	if err == nil || !strings.HasPrefix(err.Error(), "replica: ") {
-		t.Fatalf("%s: rejection %v is not a replica error", what, err)
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: rejection %v does not wrap %v", what, err, want)
 	}
 }
 
@@ -341,7 +336,7 @@ func FuzzDecodeRaftEntry(f *testing.F) {
 			index++
 			cmd, err := cmds[i], errs[i]
 			if err != nil {
-				fzRejection(t, "DecodeCommand", err)
+				fzRejection(t, "DecodeCommand", err, ErrMalformedCommand)
 				if cmd != nil {
 					t.Fatalf("DecodeCommand returned a command and %v", err)
 				}
@@ -488,52 +483,6 @@ func fzSameFuture(t *testing.T, a, c *fzFSM, index uint64) {
 // ---------------------------------------------------------------------------
 // FuzzSnapshotRestore.
 
-// fzKnownRestoreBug reports whether Restore is known to misbehave on b
-// (reported, not yet fixed), so that the target keeps finding new
-// problems instead of these. FUZZ_STRICT=1 turns it off.
-//
-//  1. Restore decodes from the stream with no bound.Check: a str/bin/array
-//     header claiming more than the snapshot holds allocates the claim (an
-//     array32 of 2^32 *Node is 32 GiB) before noticing the short input.
-//  2. A nil element in Nodes, Sessions or Handles panics (nil dereference).
-//  3. A node whose parent node is a file panics (assignment to the file's
-//     nil children map).
-func fzKnownRestoreBug(b []byte) string {
-	if fzStrict() {
-		return ""
-	}
-	if err := bound.Check(b); err != nil {
-		return "unbounded stream decode"
-	}
-	var img snapshotImage
-	if err := msgpack.Unmarshal(b, &img); err != nil {
-		return ""
-	}
-	nodes := map[string]*Node{}
-	for _, n := range img.Nodes {
-		if n == nil {
-			return "nil node"
-		}
-		nodes[n.Path] = n
-	}
-	for _, s := range img.Sessions {
-		if s == nil {
-			return "nil session"
-		}
-	}
-	for _, h := range img.Handles {
-		if h == nil {
-			return "nil handle"
-		}
-	}
-	for _, n := range img.Nodes {
-		if p := nodes[parentOf(n.Path)]; p != nil && !p.Dir && n.Path != "/ls/"+fzCell {
-			return "file parent"
-		}
-	}
-	return ""
-}
-
 // fzSnapshotOf returns the snapshot bytes of a state built by cmds.
 func fzSnapshotOf(tb testing.TB, entries [][]byte) []byte {
 	z := fzNewFSM()
@@ -557,9 +506,6 @@ func FuzzSnapshotRestore(f *testing.F) {
 	f.Add(fzSnapshotOf(f, prelude))
 	f.Add(fzSnapshotOf(f, prelude[:9]))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		if why := fzKnownRestoreBug(in); why != "" {
-			t.Skip("known Restore bug: " + why)
-		}
 		z := fzNewFSM()
 		before := z.snapshot(t)
 		var err error
@@ -576,11 +522,11 @@ func FuzzSnapshotRestore(f *testing.F) {
 		if panicked != nil {
 			t.Fatalf("Restore panicked: %v\n%s", panicked, stack)
 		}
-		if limit := fzRestoreLimit(len(in)); alloc > limit {
+		if limit := fzLimit(len(in)); alloc > limit {
 			t.Fatalf("Restore of %d bytes allocated %d, limit %d", len(in), alloc, limit)
 		}
 		if err != nil {
-			fzRejection(t, "Restore", err)
+			fzRejection(t, "Restore", err, ErrMalformedSnapshot)
 			if !bytes.Equal(before, z.snapshot(t)) {
 				t.Fatal("a failed Restore changed the state")
 			}
@@ -594,91 +540,298 @@ func FuzzSnapshotRestore(f *testing.F) {
 		if s2 := c.snapshot(t); !bytes.Equal(s1, s2) {
 			t.Fatalf("restored state does not round-trip:\n%x\n%x", s1, s2)
 		}
-		if fzStrict() || fzWellFormed(in) {
-			_, _, _, applied := z.f.Counts()
-			fzSameFuture(t, z, c, applied)
-		}
+		_, _, _, applied := z.f.Counts()
+		fzSameFuture(t, z, c, applied)
 	})
 }
 
-// fzRestoreLimit is the allocation bound for restoring n bytes: TESTPLAN's
-// 64 x n + 1 MiB under FUZZ_STRICT; otherwise 512 x n + 1 MiB, since a
-// minimal msgpack node (two bytes) becomes a ~250-byte Node plus map
-// entries, which no snapshot of real state comes near (reported).
-func fzRestoreLimit(n int) uint64 {
-	if fzStrict() {
-		return fzLimit(n)
+// TestSnapshotElementSizes keeps checkSnapshotShape's least element sizes
+// equal to the encoding of each element type's zero value, and checks that
+// every element of a real snapshot takes at least that many bytes (so a
+// change of encoder options that shortens them fails here).
+func TestSnapshotElementSizes(t *testing.T) {
+	least := map[string]int{}
+	for _, c := range []struct {
+		field string
+		v     any
+		min   int
+	}{
+		{"n", &Node{}, minNodeBytes},
+		{"lh", &Holder{}, minHolderBytes},
+		{"lw", &Waiter{}, minWaiterBytes},
+		{"s", &Session{}, minSessionBytes},
+		{"h", &Handle{}, minHandleBytes},
+		{"r", &sessionResult{Result: &Result{}}, minResultBytes},
+	} {
+		var buf bytes.Buffer
+		enc := msgpack.NewEncoder(&buf)
+		enc.SetSortMapKeys(true)
+		if err := enc.Encode(c.v); err != nil {
+			t.Fatal(err)
+		}
+		if buf.Len() != c.min {
+			t.Errorf("a zero %T encodes to %d bytes; its least size is %d", c.v, buf.Len(), c.min)
+		}
+		least[c.field] = c.min
 	}
-	return uint64(512*n + 1<<20)
+	snap := fzSnapshotOf(t, fzPrelude(t))
+	r := bytes.NewReader(snap)
+	d := msgpack.NewDecoder(r)
+	counted := map[string]int{}
+	var elements func(field string) error
+	elements = func(field string) error {
+		min, ok := least[field]
+		if !ok {
+			return d.Skip()
+		}
+		n, err := d.DecodeArrayLen()
+		for range n {
+			start := r.Len()
+			if field == "n" {
+				err = mapEntries(d, elements)
+			} else {
+				err = d.Skip()
+			}
+			if err != nil {
+				return err
+			}
+			if size := start - r.Len(); size < min {
+				t.Errorf("an element of %q takes %d bytes, under its least size %d", field, size, min)
+			}
+			counted[field]++
+		}
+		return err
+	}
+	if err := mapEntries(d, elements); err != nil {
+		t.Fatal(err)
+	}
+	for field := range least {
+		if counted[field] == 0 {
+			t.Errorf("the prelude's snapshot has no element of %q to measure", field)
+		}
+	}
 }
 
-// fzWellFormed reports whether the snapshot image in b describes a state
-// the FSM could have reached (no duplicate ids or names, the root a
-// directory, every other node under a directory, no nil de-dup results,
-// handles of live sessions, lock holders and waiters live handles on their node): only
-// then must a restored FSM and its re-restored copy behave the same.
-// Restore does not check any of this (reported; e.g. a nil de-dup result
-// restores, and a retry of that request then makes Apply return a nil
-// *Result); FUZZ_STRICT=1 probes every restored state.
-func fzWellFormed(b []byte) bool {
-	var img snapshotImage
-	if msgpack.Unmarshal(b, &img) != nil {
-		return false
+// fzImageBytes encodes a snapshot image as Snapshot does.
+func fzImageBytes(tb testing.TB, img *snapshotImage) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(img); err != nil {
+		tb.Fatal(err)
 	}
-	nodes := map[string]*Node{}
-	for _, n := range img.Nodes {
-		if n == nil || nodes[n.Path] != nil {
-			return false
+	return buf.Bytes()
+}
+
+// fzRaw builds msgpack bytes: a map of the given keys and raw values.
+func fzRaw(tb testing.TB, kv ...any) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	if err := enc.EncodeMapLen(len(kv) / 2); err != nil {
+		tb.Fatal(err)
+	}
+	for i := 0; i < len(kv); i += 2 {
+		if err := enc.EncodeString(kv[i].(string)); err != nil {
+			tb.Fatal(err)
 		}
-		nodes[n.Path] = n
-	}
-	root := "/ls/" + fzCell
-	if r := nodes[root]; r == nil || !r.Dir {
-		return false
-	}
-	sessions := map[uint64]bool{}
-	for _, s := range img.Sessions {
-		if s == nil || sessions[s.ID] {
-			return false
-		}
-		sessions[s.ID] = true
-	}
-	for _, r := range img.Results {
-		if r.Result == nil {
-			return false
+		if err := enc.Encode(kv[i+1]); err != nil {
+			tb.Fatal(err)
 		}
 	}
-	handles := map[uint64]*Handle{}
-	for _, h := range img.Handles {
-		if h == nil || handles[h.ID] != nil || !sessions[h.Session] {
-			return false
-		}
-		handles[h.ID] = h
+	return buf.Bytes()
+}
+
+// fzRawArray is an array32 of n raw elements, cycling through elems.
+func fzRawArray(n int, elems ...[]byte) msgpack.RawMessage {
+	b := []byte{0xdd, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	for i := range n {
+		b = append(b, elems[i%len(elems)]...)
 	}
-	for _, n := range img.Nodes {
-		if n.Path != root {
-			if p := nodes[parentOf(n.Path)]; p == nil || !p.Dir || !strings.HasPrefix(n.Path, root+"/") {
-				return false
+	return b
+}
+
+// Restore refuses every snapshot image of a state the FSM could not have
+// reached, with an error wrapping ErrMalformedSnapshot, and keeps the state
+// it had.
+func TestRestoreRejectsInconsistentImages(t *testing.T) {
+	prelude := fzPrelude(t)
+	good := fzSnapshotOf(t, prelude)
+	var base snapshotImage
+	if err := msgpack.Unmarshal(good, &base); err != nil {
+		t.Fatal(err)
+	}
+	node := func(img *snapshotImage, path string) *Node {
+		for _, n := range img.Nodes {
+			if n.Path == path {
+				return n
 			}
 		}
-		if n.LockMode > LockShared || (n.LockMode == LockFree) != (len(n.Holders) == 0) {
-			return false
+		t.Fatalf("no node %s in the prelude", path)
+		return nil
+	}
+	images := map[string]func(img *snapshotImage){
+		"version":              func(img *snapshotImage) { img.Version++ },
+		"other cell":           func(img *snapshotImage) { img.Cell = "other" },
+		"nil node":             func(img *snapshotImage) { img.Nodes = append(img.Nodes, nil) },
+		"nil session":          func(img *snapshotImage) { img.Sessions = append(img.Sessions, nil) },
+		"nil handle":           func(img *snapshotImage) { img.Handles = append(img.Handles, nil) },
+		"nil result":           func(img *snapshotImage) { img.Results[0].Result = nil },
+		"duplicate node":       func(img *snapshotImage) { img.Nodes = append(img.Nodes, img.Nodes[1]) },
+		"duplicate session":    func(img *snapshotImage) { img.Sessions = append(img.Sessions, img.Sessions[0]) },
+		"duplicate handle":     func(img *snapshotImage) { img.Handles = append(img.Handles, img.Handles[0]) },
+		"duplicate result":     func(img *snapshotImage) { img.Results = append(img.Results, img.Results[0]) },
+		"orphan node":          func(img *snapshotImage) { img.Nodes = append(img.Nodes, &Node{Path: "/ls/c/none/x"}) },
+		"node under a file":    func(img *snapshotImage) { img.Nodes = append(img.Nodes, &Node{Path: "/ls/c/a/b"}) },
+		"node outside root":    func(img *snapshotImage) { img.Nodes = append(img.Nodes, &Node{Path: "/ls/x", Dir: true}) },
+		"root a file":          func(img *snapshotImage) { node(img, "/ls/c").Dir = false },
+		"root ephemeral":       func(img *snapshotImage) { node(img, "/ls/c").Ephemeral = true },
+		"no root":              func(img *snapshotImage) { img.Nodes = img.Nodes[1:] },
+		"handle of no session": func(img *snapshotImage) { img.Handles[0].Session = 99 },
+		"result of no session": func(img *snapshotImage) { img.Results[0].Session = 99 },
+		"result at its ack":    func(img *snapshotImage) { img.Results[0].Seq = 0 },
+		"session id 0":         func(img *snapshotImage) { img.Sessions[0].ID = 0 },
+		"session id ahead":     func(img *snapshotImage) { img.Sessions[0].ID = img.Applied + 1 },
+		"handle id ahead":      func(img *snapshotImage) { img.Handles[0].ID = img.Applied + 1 },
+		"lock mode":            func(img *snapshotImage) { node(img, "/ls/c/a").LockMode = 3 },
+		"free lock held":       func(img *snapshotImage) { node(img, "/ls/c/a").LockMode = LockFree },
+		"shared lock unheld":   func(img *snapshotImage) { node(img, "/ls/c/l").LockMode = LockShared },
+		"exclusive held twice": func(img *snapshotImage) {
+			a := node(img, "/ls/c/a")
+			a.Holders = append(a.Holders, Holder{Handle: fzHABob, Session: fzBob})
+			a.Waiters = nil
+		},
+		"holder not a handle":  func(img *snapshotImage) { node(img, "/ls/c/a").Holders[0].Handle = 99 },
+		"holder wrong session": func(img *snapshotImage) { node(img, "/ls/c/a").Holders[0].Session = fzBob },
+		"holder on other node": func(img *snapshotImage) { node(img, "/ls/c/a").Holders[0].Handle = fzHD },
+		"waiter mode":          func(img *snapshotImage) { node(img, "/ls/c/a").Waiters[0].Mode = LockFree },
+		"waiter holds":         func(img *snapshotImage) { node(img, "/ls/c/a").Waiters[0].Handle = fzHA },
+	}
+	inputs := map[string][]byte{
+		"empty":            {},
+		"trailing byte":    append(append([]byte(nil), good...), 0xc0),
+		"not a map":        {0x90},
+		"str32 bomb":       {0x83, 0xa1, 'v', 0x02, 0xa1, 'c', 0xa1, 'c', 0xa1, 'k', 0xdb, 0x7f, 0xff, 0xff, 0xff},
+		"array32 4G nodes": {0x83, 0xa1, 'v', 0x02, 0xa1, 'c', 0xa1, 'c', 0xa1, 'n', 0xdd, 0xff, 0xff, 0xff, 0xff},
+		"unknown field":    fzRaw(t, "v", 2, "c", fzCell, "x", 1),
+		"repeated field":   fzRaw(t, "v", 2, "c", fzCell, "c", fzCell),
+		"integer field":    {0x81, 0x01, 0x02},
+		"dense nodes":      fzRaw(t, "v", 2, "c", fzCell, "n", fzRawArray(1000, []byte{0x90, 0x90})),
+	}
+	for name, mutate := range images {
+		var img snapshotImage
+		if err := msgpack.Unmarshal(good, &img); err != nil {
+			t.Fatal(err)
 		}
-		seen := map[uint64]bool{}
-		for _, ho := range n.Holders {
-			h := handles[ho.Handle]
-			if h == nil || seen[ho.Handle] || h.Path != n.Path || h.Instance != n.Instance || h.Session != ho.Session {
-				return false
-			}
-			seen[ho.Handle] = true
+		mutate(&img)
+		inputs[name] = fzImageBytes(t, &img)
+	}
+	z := fzNewFSM()
+	for i, e := range prelude[:9] {
+		z.apply(uint64(i+1), e)
+	}
+	before := z.snapshot(t)
+	for name, in := range inputs {
+		err := z.f.Restore(io.NopCloser(bytes.NewReader(in)))
+		if !errors.Is(err, ErrMalformedSnapshot) {
+			t.Errorf("%s: Restore returned %v", name, err)
 		}
-		for _, w := range n.Waiters {
-			h := handles[w.Handle]
-			if h == nil || seen[w.Handle] || h.Path != n.Path || h.Instance != n.Instance || h.Session != w.Session {
-				return false
-			}
-			seen[w.Handle] = true
+		if !bytes.Equal(before, z.snapshot(t)) {
+			t.Fatalf("%s: a rejected snapshot changed the state", name)
 		}
 	}
-	return true
+	if err := z.f.Restore(io.NopCloser(bytes.NewReader(good))); err != nil {
+		t.Fatalf("the unmodified snapshot: %v", err)
+	}
+	if !bytes.Equal(good, z.snapshot(t)) {
+		t.Fatal("the unmodified snapshot did not restore to itself")
+	}
+}
+
+// DecodeCommand's rejections wrap ErrMalformedCommand.
+func TestDecodeCommandRejectionsTyped(t *testing.T) {
+	good := fzEncode(t, Command{Type: CmdEpoch, Time: fzTime})
+	for name, in := range map[string][]byte{
+		"empty":     nil,
+		"version":   append([]byte{commandVersion + 1}, good[1:]...),
+		"bound":     {commandVersion, 0xdb, 0x7f, 0xff, 0xff, 0xff},
+		"trailing":  append(append([]byte(nil), good...), 0xc0),
+		"not a map": {commandVersion, 0x92, 0x01, 0x02},
+	} {
+		if c, err := DecodeCommand(in); c != nil || !errors.Is(err, ErrMalformedCommand) {
+			t.Errorf("%s: DecodeCommand returned %v, %v", name, c, err)
+		}
+	}
+}
+
+// Restore of large snapshots stays within TESTPLAN's allocation bound,
+// 64 x the input + 1 MiB: a valid snapshot of many nodes, sessions,
+// handles and remembered results, and hostile ones of the densest elements
+// bound.Check lets through (which the count check must refuse before they
+// are decoded, or which are decoded and then refused).
+func TestRestoreAllocationBound(t *testing.T) {
+	const n = 10000
+	z := fzNewFSM()
+	index := uint64(0)
+	apply := func(c Command) *Result {
+		index++
+		r, p := z.apply(index, fzEncode(t, c))
+		if p != nil || r.(*Result).Err != nil {
+			t.Fatalf("entry %d (%+v): %v %+v", index, c, p, r)
+		}
+		return r.(*Result)
+	}
+	sess := apply(Command{Type: CmdCreateSession, Time: fzTime}).Session
+	apply(Command{Type: CmdOpen, Time: fzTime, Session: sess, Path: "/ls/c/d", Flags: FlagRead | FlagCreate | FlagDirectory})
+	for i := range n {
+		c := Command{Type: CmdOpen, Time: fzTime, Session: sess,
+			Path: fmt.Sprintf("/ls/c/d/%d", i), Flags: FlagRead | FlagWrite | FlagCreate, EventMask: 1}
+		if i < 1000 { // remembered results (more would only slow the test)
+			c.Seq = uint64(i + 1)
+		}
+		apply(c)
+	}
+	for range n / 10 {
+		apply(Command{Type: CmdCreateSession, Time: fzTime})
+	}
+	valid := z.snapshot(t)
+
+	// Padding in the key field makes the hostile arrays pass the count check.
+	pad := func(field string, elems msgpack.RawMessage, per int) []byte {
+		count := int(binary.BigEndian.Uint32(elems[1:]))
+		return fzRaw(t, "v", 2, "c", fzCell, field, elems, "k", make([]byte, count*per))
+	}
+	var locks []byte // a node of 16 one-byte holders and 16 one-byte waiters
+	locks = append(locks, 0x82, 0xa2, 'l', 'h', 0xdc, 0, 16)
+	locks = append(locks, bytes.Repeat([]byte{0x80}, 16)...)
+	locks = append(locks, 0xa2, 'l', 'w', 0xdc, 0, 16)
+	locks = append(locks, bytes.Repeat([]byte{0x80}, 16)...)
+	for name, in := range map[string][]byte{
+		"valid":                 valid,
+		"empty nodes":           pad("n", fzRawArray(n, []byte{0x80}, []byte{0x81, 0xa0, 0xc0}), minNodeBytes),
+		"nodes of locks":        pad("n", fzRawArray(n/4, locks), minNodeBytes+16*minHolderBytes+16*minWaiterBytes),
+		"nodes of locks, short": pad("n", fzRawArray(n, locks), minNodeBytes),
+		"empty sessions":        pad("s", fzRawArray(n, []byte{0x80}, []byte{0x81, 0xa0, 0xc0}), minSessionBytes),
+		"empty handles":         pad("h", fzRawArray(n, []byte{0x80}, []byte{0x81, 0xa0, 0xc0}), minHandleBytes),
+		"results with errors":   pad("r", fzRawArray(n, []byte{0x81, 0xa1, 'r', 0x81, 0xa1, 'e', 0x80}), minResultBytes),
+		"empty nodes, unpadded": fzRaw(t, "v", 2, "c", fzCell, "n", fzRawArray(n, []byte{0x80}, []byte{0x81, 0xa0, 0xc0})),
+		"empty-path nodes":      fzRaw(t, "v", 2, "c", fzCell, "n", fzRawArray(n, []byte{0x81, 0xa1, 'p', 0xa0})),
+		"results, unpadded":     fzRaw(t, "v", 2, "c", fzCell, "r", fzRawArray(n, []byte{0x81, 0xa1, 'r', 0x80})),
+	} {
+		if err := bound.Check(in); err != nil {
+			t.Fatalf("%s: bound.Check: %v", name, err)
+		}
+		r := fzNewFSM()
+		var err error
+		alloc := fzAlloc(func() { err = r.f.Restore(io.NopCloser(bytes.NewReader(in))) })
+		if (err == nil) != (name == "valid") {
+			t.Fatalf("%s: Restore: %v", name, err)
+		}
+		if limit := fzLimit(len(in)); alloc > limit {
+			t.Errorf("%s: Restore of %d bytes allocated %d (%.1f x), limit %d", name, len(in), alloc, float64(alloc)/float64(len(in)), limit)
+		} else {
+			t.Logf("%s: Restore of %d bytes allocated %d (%.1f x)", name, len(in), alloc, float64(alloc)/float64(len(in)))
+		}
+	}
 }
