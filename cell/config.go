@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"lockcell/cell/certs"
 	"lockcell/cell/wire"
 	"lockcell/master"
@@ -70,6 +72,16 @@ type Config struct {
 	// SessionLimits are the master's caps on sessions and handles
 	// (zero values: master.DefaultLimits).
 	SessionLimits master.Limits
+
+	// Transport, when set, replaces the replica's TCP (or, with PeerTLS,
+	// TLS) Raft transport; it is for fault-injection tests, which wrap a
+	// transport to drop or delay Raft RPCs (replica.Config.Transport).
+	// Its LocalAddr must be this replica's RaftAddr, and it cannot be
+	// combined with PeerTLS, which only the built-in transport applies.
+	// The server owns it: Close closes it, and so does a New that fails
+	// (possibly after the replica already did, so its Close must bear a
+	// second call, as raft's transports do).
+	Transport raft.Transport
 }
 
 // ConnLimits bound what one client host or connection may hold on the
@@ -151,6 +163,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Dir == "" {
 		return fmt.Errorf("cell: no data folder")
+	}
+	if c.Transport != nil {
+		if c.PeerTLS != nil {
+			return fmt.Errorf("cell: PeerTLS secures only the built-in Raft transport, and Transport replaces it")
+		}
+		if got, want := string(c.Transport.LocalAddr()), c.self().RaftAddr; got != want {
+			return fmt.Errorf("cell: the Raft transport's local address %q is not this replica's Raft address %q", got, want)
+		}
 	}
 	if c.TLS != nil {
 		if c.PeerTLS == nil {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/hashicorp/yamux"
 
 	"lockcell/cell/certs"
@@ -52,6 +53,7 @@ type Master = master.Server
 // block: Raft elects a master in the background.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
+		closeTransport(cfg.Transport)
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -60,6 +62,7 @@ func New(cfg Config) (*Server, error) {
 	self := cfg.self()
 	ln, err := net.Listen("tcp", self.ClientAddr)
 	if err != nil {
+		closeTransport(cfg.Transport)
 		return nil, fmt.Errorf("cell: listen for clients on %s: %w", self.ClientAddr, err)
 	}
 	var peers []replica.Peer
@@ -67,7 +70,7 @@ func New(cfg Config) (*Server, error) {
 		peers = append(peers, replica.Peer{ID: p.ID, RaftAddr: p.RaftAddr})
 	}
 	rcfg := replica.Config{ID: cfg.Self, Cell: cfg.Cell, Dir: cfg.Dir, RaftAddr: self.RaftAddr,
-		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger}
+		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger, Transport: cfg.Transport}
 	if cfg.PeerTLS != nil {
 		// Only replica certificates of the cell's CA speak Raft (SPEC 11).
 		rcfg.PeerTLS, rcfg.VerifyPeer = cfg.PeerTLS, certs.VerifyReplica
@@ -75,6 +78,9 @@ func New(cfg Config) (*Server, error) {
 	rep, err := replica.Open(rcfg)
 	if err != nil {
 		ln.Close()
+		// replica.Open closes an injected transport on some failures
+		// only; a second Close is harmless.
+		closeTransport(cfg.Transport)
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -100,6 +106,15 @@ func New(cfg Config) (*Server, error) {
 	go s.monitorLeadership()
 	go s.acceptLoop()
 	return s, nil
+}
+
+// closeTransport closes an injected Raft transport (Config.Transport) when
+// New fails: a TCP one would otherwise hold its port, and a retry could
+// not bind it.
+func closeTransport(t raft.Transport) {
+	if c, ok := t.(io.Closer); ok {
+		c.Close()
+	}
 }
 
 // ID returns the replica's id.
