@@ -389,6 +389,21 @@ func (c *Client) dropConn(cn *conn) {
 	}
 }
 
+// dropMaster closes the connection to the replica believed to be master
+// and forgets it, so the next call searches the cell again.
+func (c *Client) dropMaster() {
+	c.mu.Lock()
+	cn := c.conns[c.master]
+	c.mu.Unlock()
+	if cn != nil {
+		c.dropConn(cn)
+		return
+	}
+	c.mu.Lock()
+	c.master = ""
+	c.mu.Unlock()
+}
+
 // noteEpoch adopts a new master epoch; the application hears of the
 // fail-over.
 func (c *Client) noteEpoch(epoch uint64) {

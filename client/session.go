@@ -155,7 +155,16 @@ func (c *Client) keepAliveLoop() {
 
 		ctx, cancel := context.WithDeadline(c.base, deadline)
 		var resp wire.KeepAliveResponse
-		sent, err := c.keepAliveCall(ctx, &wire.KeepAliveRequest{AckEvent: ack}, &resp)
+		// In jeopardy the call asks for a prompt answer and each try is
+		// short: the master we knew may be frozen with its connection
+		// still open, and a new master gives us only about one lease to
+		// find it (SPEC 7), so waiting on one replica for the whole grace
+		// period would lose the session.
+		try := time.Duration(0)
+		if inJeopardy {
+			try = jeopardyTry(s.leaseTTL)
+		}
+		sent, err := c.keepAliveCall(ctx, &wire.KeepAliveRequest{AckEvent: ack, Prompt: inJeopardy}, &resp, try)
 		cancel()
 		select {
 		case <-c.stop:
@@ -210,6 +219,9 @@ func (c *Client) keepAliveLoop() {
 			s.mu.Lock()
 			s.jeopardy = true
 			s.mu.Unlock()
+			// A live master answers with a quarter of the lease to spare:
+			// the replica we waited on is gone or cut off. Search afresh.
+			c.dropMaster()
 			// The master may no longer wait for our acknowledgements: our
 			// cache can no longer be trusted (SPEC 4).
 			if c.cache != nil {
@@ -232,7 +244,10 @@ func (c *Client) keepAliveLoop() {
 // own deadline (lease end, then grace end) bounds the search for a master.
 // It returns when the try that succeeded was sent: the lease is measured
 // from there, not from the first try of a long search.
-func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, resp *wire.KeepAliveResponse) (time.Time, error) {
+//
+// A non-zero try bounds each attempt: one that runs out drops that
+// connection and moves on to the next replica.
+func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, resp *wire.KeepAliveResponse, try time.Duration) (time.Time, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		c.mu.Lock()
@@ -250,7 +265,17 @@ func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, 
 		if err == nil {
 			var st wire.Status
 			sent := time.Now()
-			st, err = cn.call(ctx, &wire.Header{Method: wire.MethodKeepAlive, Session: session, Epoch: epoch}, req, resp)
+			tctx, tcancel := ctx, context.CancelFunc(func() {})
+			if try > 0 {
+				tctx, tcancel = context.WithTimeout(ctx, try)
+			}
+			st, err = cn.call(tctx, &wire.Header{Method: wire.MethodKeepAlive, Session: session, Epoch: epoch}, req, resp)
+			tryOver := tctx.Err() != nil && ctx.Err() == nil
+			tcancel()
+			if tryOver {
+				c.dropConn(cn) // frozen or cut off: try the next replica
+				continue
+			}
 			if err == nil {
 				switch st.Code {
 				case wire.CodeOK:
@@ -278,4 +303,10 @@ func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, 
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
+}
+
+// jeopardyTry is how long one KeepAlive try may take while the session is
+// in jeopardy: a third of the lease, within 200 ms..2 s.
+func jeopardyTry(lease time.Duration) time.Duration {
+	return min(max(lease/3, 200*time.Millisecond), 2*time.Second)
 }

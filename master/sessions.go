@@ -132,7 +132,7 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		// event queued: tell it (SPEC 7 step 4), so it flushes its cache.
 		l.events = append(l.events, wire.Event{Seq: c.nextEventLocked(), Kind: wire.EventMasterFailover})
 	}
-	pending := len(l.events) > 0
+	pending := len(l.events) > 0 || req.Prompt
 	c.mu.Unlock()
 
 	if !pending {

@@ -193,6 +193,10 @@ type CreateSessionResponse struct {
 // acknowledges every event with a Seq at or below it.
 type KeepAliveRequest struct {
 	AckEvent uint64 `msgpack:"a,omitempty"`
+	// Prompt asks the master to reply at once instead of holding the
+	// call: a client in jeopardy is searching for the master and needs
+	// to know quickly whether this replica is it.
+	Prompt bool `msgpack:"p,omitempty"`
 }
 
 // KeepAliveResponse grants the lease. The master held the call for
