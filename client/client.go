@@ -452,4 +452,3 @@ func (c *Client) markExpired() {
 		c.emit(Event{Kind: Expired})
 	}
 }
-

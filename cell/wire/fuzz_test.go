@@ -12,7 +12,6 @@ package wire_test
 // the msgpack bombs, live in testdata/fuzz/<Target>/ and are replayed by
 // plain `go test`. `make fuzz-short` fuzzes each target for a few seconds.
 
-
 import (
 	"bytes"
 	"encoding/binary"
@@ -31,7 +30,6 @@ import (
 
 	"lockcell/cell/wire"
 )
-
 
 // fzAlloc returns the bytes allocated while fn ran.
 func fzAlloc(fn func()) uint64 {
@@ -326,7 +324,6 @@ func FuzzDecodeRequest(f *testing.F) {
 
 // ---------------------------------------------------------------------------
 // FuzzFrame: the bytes a server reads from one stream.
-
 
 // fzFrame returns a frame header claiming n bytes followed by body.
 func fzFrame(n uint32, body []byte) []byte {
