@@ -82,20 +82,35 @@ fmt:
 clean:
 	rm -rf $(BIN)
 
-# The full chaos campaign (TESTPLAN T-full, fixtures/chaos): the same tests
-# as in `make test` with long durations, a progress line per fault and per
-# ~30 s, then a summary table (ops, faults, unknown outcomes, violations).
-# Reports of failed runs stay under TORTURE_DIR. Knobs: LOCKCELL_CHAOS_SEED,
-# LOCKCELL_CHAOS_DURATION (fault phase, default 300s), LOCKCELL_CHAOS_PROBES
-# (stale-read probes, default 200), LOCKCELL_CHAOS_KEEP=1, TORTURE_RUN.
+# The full campaign (TESTPLAN T-full), in three steps that all run even if
+# one fails; the target fails if any did:
+#  1. the chaos tests (fixtures/chaos, the same as in `make test`) with long
+#     durations, a progress line per fault and per ~30 s;
+#  2. the safety tests (fixtures/safety: TESTPLAN 4, 5, 6 pause, 7, 9) with
+#     their long torture defaults (about 10-15 min in all);
+#  then a summary table with a row per chaos and per safety test (ops,
+#  faults, unknown outcomes, violations, key figure);
+#  3. the seeded-bug suite (scripts/seeded-bugs.sh, SEEDS seeds, default 5),
+#     which prints its own catch table.
+# Reports of failed chaos runs stay under TORTURE_DIR. Knobs:
+# LOCKCELL_CHAOS_SEED, LOCKCELL_CHAOS_DURATION (fault phase, default 300s),
+# LOCKCELL_CHAOS_PROBES (stale-read probes, default 200),
+# LOCKCELL_CHAOS_KEEP=1, TORTURE_RUN; LOCKCELL_SAFETY_SEED,
+# LOCKCELL_SAFETY_DURATION for the safety tests; SEEDS, BUGS for step 3.
 TORTURE_RUN   ?= ^Test(LinearizableFiles|StaleReadProbe|CacheNeverStale)$$
 TORTUREFLAGS  ?= -count=1 -timeout 100m
 torture:
 	@dir=$${TORTURE_DIR:-$${TMPDIR:-/tmp}/lockcell-torture-$$(date +%Y%m%d-%H%M%S)}; mkdir -p $$dir; \
 	echo "torture: reports and summary in $$dir"; \
+	echo "torture: 1/3 chaos tests"; \
 	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test $(TORTUREFLAGS) -v -run '$(TORTURE_RUN)' ./fixtures/chaos/; st=$$?; \
+	echo "torture: 2/3 safety tests"; \
+	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -v ./fixtures/safety/; sf=$$?; \
 	$(GO) run ./fixtures/chaos/cmd/summary $$dir; sum=$$?; \
-	test $$st -eq 0 -a $$sum -eq 0
+	echo "torture: 3/3 seeded bugs (SEEDS=$${SEEDS:-5})"; \
+	GO=$(GO) sh scripts/seeded-bugs.sh; sb=$$?; \
+	echo "torture: chaos exit $$st, safety exit $$sf, summary exit $$sum, seeded bugs exit $$sb"; \
+	test $$st -eq 0 -a $$sf -eq 0 -a $$sum -eq 0 -a $$sb -eq 0
 
 # TESTPLAN test 16: each seeded bug (build tag) against the test that must
 # catch it, for SEEDS seeds (default 5; seed i is SEED_BASE+i, passed as
