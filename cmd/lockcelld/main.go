@@ -22,6 +22,7 @@ import (
 
 	"lockcell/cell"
 	"lockcell/cell/certs"
+	"lockcell/replica"
 )
 
 func main() {
@@ -57,6 +58,29 @@ func timingFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "lease", Value: 12 * time.Second, Usage: "session lease"},
 		&cli.DurationFlag{Name: "lock-delay", Value: time.Minute, Usage: "default lock-delay (at most 1m)"},
 	}
+}
+
+// raftFlags are the replica's Raft timings (replica.Timings); the defaults
+// are replica.DefaultTimings().
+func raftFlags() []cli.Flag {
+	d := replica.DefaultTimings()
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "raft-heartbeat", Value: d.HeartbeatTimeout, Usage: "Raft heartbeat timeout: a follower that hears no leader for this long starts an election (>= --raft-leader-lease)"},
+		&cli.DurationFlag{Name: "raft-election", Value: d.ElectionTimeout, Usage: "Raft election timeout: a candidate without a majority for this long tries again (>= --raft-heartbeat)"},
+		&cli.DurationFlag{Name: "raft-leader-lease", Value: d.LeaderLeaseTimeout, Usage: "Raft leader lease: a leader that cannot reach a majority for this long steps down"},
+		&cli.DurationFlag{Name: "snapshot-interval", Value: d.SnapshotInterval, Usage: "how often (randomised up to 2x) Raft checks whether to snapshot"},
+		&cli.Uint64Flag{Name: "snapshot-threshold", Value: d.SnapshotThreshold, Usage: "log entries since the last snapshot that trigger a snapshot"},
+		&cli.Uint64Flag{Name: "trailing-logs", Value: d.TrailingLogs, Usage: "log entries kept behind a snapshot; a follower further behind installs the snapshot"},
+	}
+}
+
+// raftTimings reads raftFlags.
+func raftTimings(c *cli.Context) replica.Timings {
+	t := replica.DefaultTimings()
+	t.HeartbeatTimeout, t.ElectionTimeout = c.Duration("raft-heartbeat"), c.Duration("raft-election")
+	t.LeaderLeaseTimeout, t.SnapshotInterval = c.Duration("raft-leader-lease"), c.Duration("snapshot-interval")
+	t.SnapshotThreshold, t.TrailingLogs = c.Uint64("snapshot-threshold"), c.Uint64("trailing-logs")
+	return t
 }
 
 // limitFlags are the client port's connection limits (cell.ConnLimits).
@@ -157,6 +181,12 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run one replica of a cell",
+		Description: "Runs replica --id of the cell whose members --peers lists (every replica gets the same --peers). " +
+			"The Raft flags must agree across the cell; the defaults suit a LAN. A short-lived test cell that " +
+			"snapshots often, so a lagging follower installs a snapshot instead of catching up from the log:\n\n" +
+			"Example:\n   lockcelld serve --id 1 --data ./r1 --peers 1=127.0.0.1:7001/127.0.0.1:7101,2=...,3=... \\\n" +
+			"      --raft-heartbeat 500ms --raft-election 1s --raft-leader-lease 300ms \\\n" +
+			"      --snapshot-interval 1s --snapshot-threshold 64 --trailing-logs 32",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "id", Required: true, Usage: "this replica's id (one of --peers)"},
 			&cli.StringFlag{Name: "data", Required: true, Usage: "data folder"},
@@ -165,35 +195,11 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Usage: "client address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://ADDR/metrics (off when empty)"},
-		}, append(append(timingFlags(), tlsFlags()...), limitFlags()...)...),
+		}, append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...)...),
 		Action: func(c *cli.Context) error {
-			log := logger(c)
-			peers, err := cell.ParsePeers(c.String("peers"))
+			cfg, err := serveConfig(c)
 			if err != nil {
-				return cli.Exit(err.Error(), 2)
-			}
-			for _, p := range peers {
-				if p.ID != c.String("id") {
-					continue
-				}
-				if l := c.String("listen"); l != "" && l != p.ClientAddr {
-					return cli.Exit(fmt.Sprintf("--listen %s differs from peer %s's client address %s", l, p.ID, p.ClientAddr), 2)
-				}
-				if r := c.String("raft"); r != "" && r != p.RaftAddr {
-					return cli.Exit(fmt.Sprintf("--raft %s differs from peer %s's Raft address %s", r, p.ID, p.RaftAddr), 2)
-				}
-			}
-			cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
-				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
-				MetricsAddr: c.String("metrics"), Admin: c.String("admin"), Limits: limits(c)}
-			cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
-			switch {
-			case cert != "" && key != "" && ca != "":
-				if cfg.TLS, cfg.PeerTLS, err = certs.LoadReplicaConfigs(cert, key, ca); err != nil {
-					return cli.Exit(err.Error(), 2)
-				}
-			case cert != "" || key != "" || ca != "":
-				return cli.Exit("--cert, --key and --ca go together", 2)
+				return err
 			}
 			s, err := cell.New(cfg)
 			if err != nil {
@@ -206,6 +212,40 @@ func serveCommand() *cli.Command {
 			return s.Close()
 		},
 	}
+}
+
+// serveConfig is the replica configuration the serve command's flags
+// describe.
+func serveConfig(c *cli.Context) (cell.Config, error) {
+	log := logger(c)
+	peers, err := cell.ParsePeers(c.String("peers"))
+	if err != nil {
+		return cell.Config{}, cli.Exit(err.Error(), 2)
+	}
+	for _, p := range peers {
+		if p.ID != c.String("id") {
+			continue
+		}
+		if l := c.String("listen"); l != "" && l != p.ClientAddr {
+			return cell.Config{}, cli.Exit(fmt.Sprintf("--listen %s differs from peer %s's client address %s", l, p.ID, p.ClientAddr), 2)
+		}
+		if r := c.String("raft"); r != "" && r != p.RaftAddr {
+			return cell.Config{}, cli.Exit(fmt.Sprintf("--raft %s differs from peer %s's Raft address %s", r, p.ID, p.RaftAddr), 2)
+		}
+	}
+	cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
+		LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
+		MetricsAddr: c.String("metrics"), Admin: c.String("admin"), Limits: limits(c)}
+	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
+	switch {
+	case cert != "" && key != "" && ca != "":
+		if cfg.TLS, cfg.PeerTLS, err = certs.LoadReplicaConfigs(cert, key, ca); err != nil {
+			return cell.Config{}, cli.Exit(err.Error(), 2)
+		}
+	case cert != "" || key != "" || ca != "":
+		return cell.Config{}, cli.Exit("--cert, --key and --ca go together", 2)
+	}
+	return cfg, nil
 }
 
 func certsCommand() *cli.Command {
