@@ -2,8 +2,10 @@ package cell_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -11,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/yamux"
+
+	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
 )
@@ -374,4 +379,51 @@ func TestACLMatrix(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A session belongs to the principal that created it: another principal
+// presenting its id (a guessed small integer) is refused, and the session
+// is unharmed.
+func TestSessionBoundToPrincipal(t *testing.T) {
+	set := fixtures.TestCerts(t, "alice", "bob")
+	c := fixtures.NewCell(t, 1, fixtures.Options{TLS: set})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alice := c.ClientWith(t, c.ClientConfigAs("alice"))
+	session := alice.Session()
+	conf := set.ClientTLS(t, "bob").Clone()
+	conf.ServerName = "127.0.0.1"
+	raw, err := tls.Dial("tcp", c.Addrs()[0], conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Write([]byte{wire.RPCMultiplex}); err != nil {
+		t.Fatal(err)
+	}
+	ycfg := yamux.DefaultConfig()
+	ycfg.LogOutput = io.Discard
+	mux, err := yamux.Client(raw, ycfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mux.Close()
+	st, err := mux.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := wire.WriteMessage(st, &wire.Header{Method: wire.MethodKeepAlive, Session: session}, &wire.KeepAliveRequest{Prompt: true}); err != nil {
+		t.Fatal(err)
+	}
+	var status wire.Status
+	if err := wire.ReadMessage(st, &status); err != nil {
+		t.Fatal(err)
+	}
+	if status.Code != wire.CodePermission {
+		t.Fatalf("bob's KeepAlive of alice's session %d: %v %q, want permission denied", session, status.Code, status.Msg)
+	}
+	if _, err := alice.Sessions(ctx); err != nil {
+		t.Fatalf("alice's session after the attempt: %v", err)
+	}
 }
