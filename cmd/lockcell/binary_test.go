@@ -116,6 +116,11 @@ func TestBinary(t *testing.T) {
 	if res.code != exitOK || res.stdout != "hello/ls/t/sh\n" || !strings.Contains(res.stderr, "not found") {
 		t.Fatalf("shell: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
+	// acl get|set take names relative to the shell's folder too.
+	res = runBin("cd sh\nacl set f --read ops\nacl get f\n", flags, "shell")
+	if res.code != exitOK || !strings.Contains(res.stdout, "read        ops") {
+		t.Fatalf("shell acl: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
 
 	t.Run("ShellOnTerminal", func(t *testing.T) {
 		hist := filepath.Join(t.TempDir(), "history")

@@ -379,7 +379,7 @@ func (sh *shell) run(ctx context.Context, words []string) int {
 // all of them, 1 the first only. Verbs not listed take no names.
 var nameArgs = map[string]int{
 	"ls": -1, "cat": -1, "stat": -1, "watch": -1, "touch": -1, "mkdir": -1, "rm": -1,
-	"put": 1, "lock": 1,
+	"put": 1, "lock": 1, "get": 1, "set": 1, // acl get|set NAME
 }
 
 // resolveNames makes the relative node names of a verb line absolute
@@ -394,6 +394,12 @@ func (sh *shell) resolveNames(app *cli.App, words []string) []string {
 	cmd := app.Command(out[i])
 	if cmd == nil {
 		return out
+	}
+	// acl get|set NAME: the name follows the sub-verb.
+	if len(cmd.Subcommands) > 0 && i+1 < len(out) {
+		if sub := cmd.Command(out[i+1]); sub != nil {
+			cmd, i = sub, i+1
+		}
 	}
 	n, ok := nameArgs[cmd.Name]
 	if !ok {
