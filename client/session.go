@@ -270,7 +270,7 @@ func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, 
 				tctx, tcancel = context.WithTimeout(ctx, try)
 			}
 			st, err = cn.call(tctx, &wire.Header{Method: wire.MethodKeepAlive, Session: session, Epoch: epoch}, req, resp)
-			tryOver := tctx.Err() != nil && ctx.Err() == nil
+			tryOver := err != nil && tctx.Err() != nil && ctx.Err() == nil
 			tcancel()
 			if tryOver {
 				c.dropConn(cn) // frozen or cut off: try the next replica
