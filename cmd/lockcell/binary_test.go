@@ -24,29 +24,13 @@ func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "lockcell")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	c := fixtures.NewCell(t, 3, fixtures.Options{})
 	flags := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
 
 	runBin := func(stdin string, flags []string, args ...string) result {
 		t.Helper()
-		cmd := exec.CommandContext(t.Context(), bin, append(append([]string(nil), flags...), args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			code = ee.ExitCode()
-		case err != nil:
-			t.Fatalf("running %s: %v", bin, err)
-		}
-		return result{code, out.String(), errb.String()}
+		return runCLI(t, bin, stdin, nil, append(append([]string(nil), flags...), args...)...)
 	}
 	want := func(res result, code int, stderr string, args ...string) {
 		t.Helper()
@@ -228,4 +212,35 @@ func TestBinary(t *testing.T) {
 	}
 	want(runBin("", []string{"--cell", "t", "--replicas", strings.Join(dead, ","), "--timeout", "5s"}, "status"),
 		exitError, "no quorum", "status (dead cell)")
+}
+
+// buildCLI builds the lockcell binary into the test's temporary folder.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "lockcell")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runCLI runs the binary as a subprocess with stdin and extra environment,
+// and returns its exit code and streams.
+func runCLI(t *testing.T, bin, stdin string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Env = append(cmd.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("running %s: %v", bin, err)
+	}
+	return result{code, out.String(), errb.String()}
 }

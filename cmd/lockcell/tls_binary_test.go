@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,10 +16,7 @@ func TestBinaryTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "lockcell")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	set := fixtures.TestCerts(t, "alice")
 	c := fixtures.NewCell(t, 3, fixtures.Options{TLS: set, LeaseTTL: 8 * time.Second})
 	base := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
@@ -33,20 +27,7 @@ func TestBinaryTLS(t *testing.T) {
 
 	runBin := func(env []string, args ...string) result {
 		t.Helper()
-		cmd := exec.CommandContext(t.Context(), bin, args...)
-		cmd.Env = append(cmd.Environ(), env...)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			code = ee.ExitCode()
-		case err != nil:
-			t.Fatalf("running %s: %v", bin, err)
-		}
-		return result{code, out.String(), errb.String()}
+		return runCLI(t, bin, "", env, args...)
 	}
 	check := func(res result, code int, stdout, stderr string, what string) {
 		t.Helper()
