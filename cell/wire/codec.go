@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -85,7 +86,7 @@ func ReadFrame(r io.Reader) ([]byte, error) {
 	buf := make([]byte, 0, min(n, frameChunk))
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
-			buf = append(buf, make([]byte, min(n-len(buf), max(cap(buf), frameChunk)))...)[:len(buf)]
+			buf = slices.Grow(buf, min(n-len(buf), max(cap(buf), frameChunk)))
 		}
 		m, err := r.Read(buf[len(buf):min(n, cap(buf))])
 		buf = buf[:len(buf)+m]
