@@ -185,13 +185,7 @@ func (f *FSM) SessionPrincipal(session uint64) (string, bool) {
 func (f *FSM) PrincipalSessions(principal string) int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	n := 0
-	for _, s := range f.sessions {
-		if s.Principal == principal {
-			n++
-		}
-	}
-	return n
+	return f.principals[principal]
 }
 
 // SessionHandles counts the open handles of a session.

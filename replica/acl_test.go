@@ -146,6 +146,9 @@ func TestACLFilesFailClosedAndMustParse(t *testing.T) {
 	if err := g.Allowed(fsmtPath("secret"), "bob", false, acl.Read); err != nil {
 		t.Fatalf("restored FSM denies bob: %v", err)
 	}
+	if got, want := g.PrincipalSessions("bob"), h.f.PrincipalSessions("bob"); got != want || want != 1 {
+		t.Fatalf("bob's sessions: %d after restore, %d before (want 1)", got, want)
+	}
 }
 
 func TestStateHashFollowsState(t *testing.T) {

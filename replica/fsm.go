@@ -196,6 +196,9 @@ type FSM struct {
 	epoch    uint64
 	nodes    map[string]*Node
 	sessions map[uint64]*Session
+	// principals counts live sessions per principal (derived; rebuilt on
+	// restore), so the master's per-principal cap costs no scan.
+	principals map[string]int
 	handles  map[uint64]*Handle
 	applied  uint64
 	cellKey  []byte
@@ -229,6 +232,7 @@ func (f *FSM) reset() {
 	f.epoch = 0
 	f.nodes = map[string]*Node{root: {Path: root, Dir: true, children: map[string]bool{}}}
 	f.sessions = map[uint64]*Session{}
+	f.principals = map[string]int{}
 	f.handles = map[uint64]*Handle{}
 	f.watch = map[string]map[uint64]uint32{}
 }
@@ -322,6 +326,7 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return &Result{Epoch: f.epoch}
 	case CmdCreateSession:
 		f.sessions[index] = &Session{ID: index, Client: c.Client, Principal: c.Principal, Created: c.Time, handles: map[uint64]bool{}}
+		f.principals[c.Principal]++
 		f.note(Change{Kind: ChangeSessionCreated, Session: index})
 		return &Result{Session: index}
 	case CmdCloseSession:
@@ -772,6 +777,9 @@ func (f *FSM) closeSession(index uint64, c *Command) *Result {
 		}
 	}
 	delete(f.sessions, s.ID)
+	if f.principals[s.Principal]--; f.principals[s.Principal] <= 0 {
+		delete(f.principals, s.Principal)
+	}
 	f.note(Change{Kind: ChangeSessionClosed, Session: s.ID})
 	return &Result{}
 }
@@ -941,6 +949,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.epoch, f.applied, f.cellKey = next.epoch, next.applied, next.cellKey
 	f.nodes, f.sessions, f.handles, f.watch = next.nodes, next.sessions, next.handles, next.watch
+	f.principals = map[string]int{}
+	for _, s := range f.sessions {
+		f.principals[s.Principal]++
+	}
 	// Parsed ACL files are derived from the state just replaced.
 	f.aclMu.Lock()
 	f.aclParsed = nil
