@@ -199,10 +199,10 @@ type FSM struct {
 	// principals counts live sessions per principal (derived; rebuilt on
 	// restore), so the master's per-principal cap costs no scan.
 	principals map[string]int
-	handles  map[uint64]*Handle
-	applied  uint64
-	cellKey  []byte
-	observer Observer
+	handles    map[uint64]*Handle
+	applied    uint64
+	cellKey    []byte
+	observer   Observer
 	// watch indexes handles that asked for events: name -> handle -> mask.
 	watch map[string]map[uint64]uint32
 
