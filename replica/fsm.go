@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
@@ -212,6 +213,11 @@ type FSM struct {
 	// mu.RLock, so it has its own lock.
 	aclMu     sync.Mutex
 	aclParsed map[string]parsedACL
+
+	// live is set once raft has started on this FSM (Replica.Open): a
+	// Restore after that is a snapshot install, not the start-up restore
+	// (the CrashSnapshotInstall crash point tells the two apart).
+	live atomic.Bool
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -907,7 +913,17 @@ func (f *FSM) encodeLocked() ([]byte, error) {
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
+	// Two writes so that an armed crash point dies with half a snapshot
+	// written to the sink (raft's file store buffers 4 KiB and writes
+	// through past that; its temp folder holds meta.json and a partial
+	// state.bin, never renamed into place).
+	half := len(s.data) / 2
+	if _, err := sink.Write(s.data[:half]); err != nil {
+		sink.Cancel()
+		return err
+	}
+	crashPoint(CrashSnapshotPersist)
+	if _, err := sink.Write(s.data[half:]); err != nil {
 		sink.Cancel()
 		return err
 	}
@@ -944,6 +960,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	next, err := f.restoredState(img)
 	if err != nil {
 		return err
+	}
+	if f.live.Load() {
+		crashPoint(CrashSnapshotInstall) // snapshot stored by raft, state not yet replaced
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

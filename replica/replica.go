@@ -135,6 +135,9 @@ type Replica struct {
 // folder holds no Raft state. The replica's state machine is rebuilt from
 // the latest snapshot and the log.
 func Open(cfg Config) (*Replica, error) {
+	if armedErr != nil {
+		return nil, armedErr
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -226,6 +229,10 @@ func Open(cfg Config) (*Replica, error) {
 		store.Close()
 		closeTransport(trans)
 		return nil, fmt.Errorf("replica %s: start raft: %w", cfg.ID, err)
+	}
+	fsm.live.Store(true) // NewRaft restored the latest snapshot synchronously; later restores are installs
+	if p, n, ok := ArmedCrashPoint(); ok {
+		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
 	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans,
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{})}

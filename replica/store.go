@@ -225,11 +225,15 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("replica: StoreLogs: nil log at position %d", i)
 		}
 	}
-	return s.batchWrite(len(logs), func(txn *badger.Txn, i int) error {
+	err := s.batchWrite(len(logs), func(txn *badger.Txn, i int) error {
 		// Fresh key and value per entry: badger keeps references to both
 		// until the transaction commits.
 		return txn.Set(logKey(logs[i].Index), encodeLog(logs[i]))
 	})
+	if err == nil {
+		crashPoint(CrashLogStore) // stored and synced, not yet acknowledged
+	}
+	return err
 }
 
 // DeleteRange durably deletes every entry with min <= index <= max; absent
@@ -263,6 +267,7 @@ func (s *Store) DeleteRange(min, max uint64) error {
 		if err != nil {
 			return err
 		}
+		crashPoint(CrashLogTruncate) // a chunk deleted and synced, raft not told
 		if len(keys) < deleteChunk {
 			return nil
 		}
