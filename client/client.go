@@ -52,6 +52,25 @@ type Config struct {
 	TLS *tls.Config
 	// Logger receives the library's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Clock measures the session lease, jeopardy, the grace period,
+	// RetryTimeout and the waits between tries (default RealClock).
+	// Tests substitute a rate-skewed clock.
+	//
+	// The library assumes this clock runs no more than 1 % slower than
+	// the master's. The master times a lease from when a KeepAlive
+	// arrives; the client times it from when it sent the call, on its
+	// own clock, and shortens it by 1 % + 20 ms (the drift margin). A
+	// lease of L master-seconds then ends locally after at most
+	// (0.99 L - 20 ms) / r real seconds on a clock of rate r, which is
+	// before the master's end for any r >= 0.99: the client enters
+	// jeopardy (disabling its cache, SPEC 4) before the master can expire
+	// the session and hand its locks on. A faster clock is safe (the
+	// client only gives up early); a clock more than 1 % slow is not:
+	// the local lease can outlast the master's, and a cached read or a
+	// lock the client still believes it holds may then be stale. Only
+	// differences between readings are used, so wall-clock steps change
+	// nothing if Now carries a monotonic reading.
+	Clock Clock
 }
 
 func (c *Config) setDefaults() error {
@@ -76,13 +95,17 @@ func (c *Config) setDefaults() error {
 	if c.CacheBytes <= 0 {
 		c.CacheBytes = 32 << 20
 	}
+	if c.Clock == nil {
+		c.Clock = RealClock{}
+	}
 	return nil
 }
 
 // Client is a session with a cell. It is safe for concurrent use.
 type Client struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	clock Clock // cfg.Clock: every lease, jeopardy, grace and retry timing
 
 	mu       sync.Mutex
 	conns    map[string]*conn
@@ -118,14 +141,14 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, conns: map[string]*conn{}, inflight: map[uint64]struct{}{},
+	c := &Client{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, conns: map[string]*conn{}, inflight: map[uint64]struct{}{},
 		events: make(chan Event, 256), stop: make(chan struct{})}
 	c.base, c.cancel = context.WithCancel(context.Background())
 	if !cfg.DisableCache {
 		c.cache = cache.New(cache.Config{MaxBytes: cfg.CacheBytes}, cachedSize)
 	}
 	var resp wire.CreateSessionResponse
-	sent := time.Now()
+	sent := c.clock.Now()
 	if err := c.call(ctx, wire.MethodCreateSession, false, &wire.CreateSessionRequest{ClientName: cfg.ClientName}, &resp); err != nil {
 		c.cancel()
 		c.closeConns()
@@ -134,7 +157,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c.mu.Lock()
 	c.session, c.epoch = resp.Session, resp.Epoch
 	c.mu.Unlock()
-	c.sess = newSessionState(sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
+	c.sess = newSessionState(c.clock, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
 	c.wg.Add(1)
 	go c.keepAliveLoop()
 	return c, nil
@@ -239,7 +262,7 @@ func (c *Client) call(ctx context.Context, m wire.Method, mutating bool, req, re
 }
 
 func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, resp any) error {
-	deadline := time.Now().Add(c.cfg.RetryTimeout)
+	deadline := c.clock.Now().Add(c.cfg.RetryTimeout)
 	backoff := 10 * time.Millisecond
 	var lastErr error
 	for {
@@ -288,7 +311,7 @@ func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, re
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if time.Now().After(deadline) {
+		if c.clock.Now().After(deadline) {
 			// Calls are bounded by RetryTimeout even in jeopardy: the
 			// caller hears "no master" and may retry; the session itself
 			// keeps hunting until the grace period ends.
@@ -297,15 +320,8 @@ func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, re
 		if retryNow {
 			continue
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-c.stop:
-			t.Stop()
-			return ErrClosed
+		if err := c.sleep(ctx, backoff); err != nil {
+			return err
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}

@@ -93,7 +93,7 @@ var handleEventKinds = map[uint8]EventKind{
 func (c *Client) Events() <-chan Event { return c.events }
 
 func (c *Client) emit(e Event) {
-	e.Time = time.Now()
+	e.Time = c.clock.Now()
 	c.eventsMu.Lock()
 	defer c.eventsMu.Unlock()
 	if c.eventsOff {
@@ -107,14 +107,16 @@ func (c *Client) emit(e Event) {
 }
 
 // driftMargin is subtracted from every lease the master grants: the
-// client's clock may run up to 1% faster than the master's, plus a fixed
-// allowance for scheduling delay.
+// client's clock may run up to 1% slower than the master's (a slow clock
+// would otherwise see the lease end after the master has expired it),
+// plus a fixed allowance for scheduling delay. See Config.Clock.
 func driftMargin(d time.Duration) time.Duration { return d/100 + 20*time.Millisecond }
 
 // sessionState is the client's view of its lease.
 type sessionState struct {
+	clock    Clock
 	mu       sync.Mutex
-	leaseEnd time.Time // local, conservative
+	leaseEnd time.Time // on clock, conservative
 	jeopardy bool
 	ackEvent uint64
 	leaseTTL time.Duration
@@ -128,12 +130,12 @@ func (s *sessionState) leaseRunning() bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.jeopardy && time.Now().Before(s.leaseEnd)
+	return !s.jeopardy && s.clock.Now().Before(s.leaseEnd)
 }
 
-func newSessionState(end time.Time, ttlMillis int64) *sessionState {
+func newSessionState(clock Clock, end time.Time, ttlMillis int64) *sessionState {
 	ttl := time.Duration(ttlMillis) * time.Millisecond
-	return &sessionState{leaseEnd: end.Add(-driftMargin(ttl)), leaseTTL: ttl}
+	return &sessionState{clock: clock, leaseEnd: end.Add(-driftMargin(ttl)), leaseTTL: ttl}
 }
 
 // keepAliveLoop keeps exactly one KeepAlive outstanding. The local lease
@@ -153,7 +155,7 @@ func (c *Client) keepAliveLoop() {
 		ack := s.ackEvent
 		s.mu.Unlock()
 
-		ctx, cancel := context.WithDeadline(c.base, deadline)
+		ctx, cancel := c.withDeadline(c.base, deadline)
 		var resp wire.KeepAliveResponse
 		// In jeopardy the call asks for a prompt answer and each try is
 		// short: the master we knew may be frozen with its connection
@@ -231,10 +233,8 @@ func (c *Client) keepAliveLoop() {
 			c.emit(Event{Kind: Jeopardy})
 		default:
 			// Closed, or an unexpected answer: back off briefly.
-			select {
-			case <-c.stop:
+			if c.sleep(c.base, 50*time.Millisecond) != nil {
 				return
-			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
@@ -264,10 +264,10 @@ func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, 
 		retryNow := false
 		if err == nil {
 			var st wire.Status
-			sent := time.Now()
+			sent := c.clock.Now()
 			tctx, tcancel := ctx, context.CancelFunc(func() {})
 			if try > 0 {
-				tctx, tcancel = context.WithTimeout(ctx, try)
+				tctx, tcancel = c.withDeadline(ctx, sent.Add(try))
 			}
 			st, err = cn.call(tctx, &wire.Header{Method: wire.MethodKeepAlive, Session: session, Epoch: epoch}, req, resp)
 			tryOver := err != nil && tctx.Err() != nil && ctx.Err() == nil
@@ -296,9 +296,10 @@ func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, 
 		if retryNow {
 			continue
 		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
+		if err := c.sleep(ctx, backoff); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return time.Time{}, ErrClosed
+			}
 			return time.Time{}, ctx.Err()
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
