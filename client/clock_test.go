@@ -63,9 +63,12 @@ func TestDriftMarginCoversOnePercentSlowClock(t *testing.T) {
 
 			// Sample the master's lease end until the client enters
 			// jeopardy (or the master has expired the session: the
-			// overrunning case). The last sample is the tightest: a
-			// KeepAlive still in flight at the cut can only move the
-			// master's end later, before the first samples.
+			// overrunning case). The end never moves earlier (a
+			// KeepAlive still in flight at the cut can only move it
+			// later), so every sample's lower bound holds for the final
+			// end and the highest is the tightest (the one whose call
+			// reached the master fastest: a loaded machine delays some);
+			// the upper bound is the last sample's.
 			type bounds struct{ lo, hi time.Time }
 			var last *bounds
 			var goneAt time.Time
@@ -78,7 +81,11 @@ func TestDriftMarginCoversOnePercentSlowClock(t *testing.T) {
 				}
 				for _, in := range infos {
 					if in.ID == id && in.Lease > 0 {
-						last = &bounds{lo: b.Add(in.Lease), hi: a.Add(in.Lease + time.Millisecond)}
+						lo := b.Add(in.Lease)
+						if last != nil && last.lo.After(lo) {
+							lo = last.lo
+						}
+						last = &bounds{lo: lo, hi: a.Add(in.Lease + time.Millisecond)}
 						return
 					}
 				}
@@ -111,6 +118,9 @@ func TestDriftMarginCoversOnePercentSlowClock(t *testing.T) {
 			end, jeopardy := cl.LeaseEnd()
 			if !jeopardy {
 				t.Fatal("jeopardy event but the session is not in jeopardy")
+			}
+			if last.lo.After(last.hi) {
+				t.Fatalf("inconsistent samples of the master's lease end: at least %v, at most %v", last.lo, last.hi)
 			}
 			endReal := clk.Real(end)
 			t.Logf("rate %.2f: client's lease ends %v after the cut, master's in [%v, %v]: client minus master %v..%v; jeopardy seen %v after the cut; master expiry seen: %v",
