@@ -116,6 +116,8 @@ type Server struct {
 	waits         map[waitKey]chan struct{}
 	delays        map[string]*time.Timer
 	wg            sync.WaitGroup
+	// proof vouches for leadership before a lease is granted (leadership.go).
+	proof *leadershipProof
 }
 
 type waitKey struct{ handle, seq uint64 }
@@ -127,6 +129,7 @@ func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
 	s := &Server{cfg: cfg, cons: cons, fsm: fsm, log: cfg.Logger,
 		leases: map[uint64]*lease{}, connSessions: map[uint64]int{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{},
 		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}, inflight: map[string][]pendingInval{}}
+	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Now}
 	fsm.SetObserver(s.observe)
 	return s
 }

@@ -154,6 +154,20 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 	if !c.cons.IsLeader() {
 		return nil, errStopped // never extend a lease once deposed
 	}
+	// Belief is not enough (leadership.go): the lease granted ends by the
+	// start of a round of contact with a quorum plus one lease. A master
+	// that gets no such round within a quarter lease (its Raft is stuck
+	// or deposed) answers NotMaster, and the client searches elsewhere
+	// before its lease runs out.
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	proven, err := c.proof.since(pctx, c.cfg.Now().Add(-c.cfg.LeaseTTL/10))
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errStopped
+	}
 	replied := c.cfg.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -163,10 +177,14 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 	if e := replied.Add(c.cfg.LeaseTTL); e.After(l.end) {
 		l.end = e
 	}
+	granted := l.end
+	if e := proven.Add(c.cfg.LeaseTTL); e.Before(granted) {
+		granted = e
+	}
 	return &wire.KeepAliveResponse{
 		Epoch:       c.epoch,
 		HeldMillis:  replied.Sub(arrived).Milliseconds(),
-		LeaseMillis: l.end.Sub(replied).Milliseconds(),
+		LeaseMillis: granted.Sub(replied).Milliseconds(),
 		Events:      append([]wire.Event(nil), l.events...),
 	}, nil
 }

@@ -1,0 +1,91 @@
+package master
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// leadershipProof shares rounds of contact with a quorum (VerifyLeader)
+// among the calls that need one, so that the master grants a client lease
+// only on evidence of its leadership, not on belief.
+//
+// Why belief is not enough: Raft's leader believes it leads until its
+// leader-lease check says otherwise, and that check runs on Raft's leader
+// loop. A leader loop stuck in a log write (a stalled disk) or a process
+// frozen after the check never runs it, so a master could go on
+// extending client leases after a successor was elected, and its clients
+// would go on trusting their caches and their locks. A round of contact
+// that began at time V and succeeded proves no successor was elected
+// before V (a quorum still followed this term after V), and a successor
+// waits a whole lease from its own start before it expires anyone (SPEC 7).
+// So a lease that ends by V + LeaseTTL can never outlast what a successor
+// honours.
+type leadershipProof struct {
+	verify func(context.Context) error
+	now    func() time.Time
+
+	mu      sync.Mutex
+	proven  time.Time // start of the latest round that succeeded
+	pending *proofRound
+}
+
+type proofRound struct {
+	start time.Time
+	done  chan struct{}
+	err   error
+}
+
+// since returns the start of a successful round of contact that began no
+// earlier than notBefore: a round already proven, a round in flight, or a
+// new one. Concurrent callers share one round.
+func (p *leadershipProof) since(ctx context.Context, notBefore time.Time) (time.Time, error) {
+	for {
+		p.mu.Lock()
+		if !p.proven.Before(notBefore) {
+			v := p.proven
+			p.mu.Unlock()
+			return v, nil
+		}
+		// One round at a time: while Raft cannot answer (a stalled
+		// leader loop) callers wait for the round in flight instead of
+		// piling up more.
+		r := p.pending
+		if r == nil {
+			r = &proofRound{start: p.now(), done: make(chan struct{})}
+			p.pending = r
+			go p.run(r)
+		}
+		p.mu.Unlock()
+		select {
+		case <-r.done:
+			if r.err != nil {
+				return time.Time{}, r.err
+			}
+			if !r.start.Before(notBefore) {
+				return r.start, nil
+			}
+			// It began too early to vouch for this caller: go again.
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// run carries out round r. It is bounded by a minute so that a Raft that
+// never answers does not leak rounds; callers stop waiting at their own
+// deadlines.
+func (p *leadershipProof) run(r *proofRound) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.err = p.verify(ctx)
+	p.mu.Lock()
+	if r.err == nil && r.start.After(p.proven) {
+		p.proven = r.start
+	}
+	if p.pending == r {
+		p.pending = nil
+	}
+	p.mu.Unlock()
+	close(r.done)
+}

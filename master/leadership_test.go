@@ -1,0 +1,114 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The proof's rules, with a VerifyLeader the test answers by hand: the
+// end-to-end case (a disk-stalled master must stop granting leases) is
+// chaos.TestStaleReadProbe's disk-stalled round, on real processes.
+
+// gatedVerify is a VerifyLeader that blocks until the test releases it
+// with a verdict, counting the rounds started.
+type gatedVerify struct {
+	rounds  atomic.Int32
+	verdict chan error
+}
+
+func (g *gatedVerify) verify(ctx context.Context) error {
+	g.rounds.Add(1)
+	select {
+	case err := <-g.verdict:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func TestLeadershipProofSharesOneRound(t *testing.T) {
+	g := &gatedVerify{verdict: make(chan error)}
+	p := &leadershipProof{verify: g.verify, now: time.Now}
+	notBefore := time.Now()
+	const callers = 16
+	var wg sync.WaitGroup
+	starts := make(chan time.Time, callers)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := p.since(context.Background(), notBefore)
+			if err != nil {
+				t.Errorf("since: %v", err)
+			}
+			starts <- v
+		}()
+	}
+	for g.rounds.Load() == 0 { // wait for the round to begin
+		time.Sleep(time.Millisecond)
+	}
+	g.verdict <- nil
+	wg.Wait()
+	close(starts)
+	for v := range starts {
+		if v.Before(notBefore) {
+			t.Fatalf("proof began at %v, before the caller's bound %v", v, notBefore)
+		}
+	}
+	if n := g.rounds.Load(); n != 1 {
+		t.Fatalf("%d callers started %d rounds; want them to share 1", callers, n)
+	}
+	// A fresh enough proof is reused without a round.
+	if _, err := p.since(context.Background(), notBefore); err != nil || g.rounds.Load() != 1 {
+		t.Fatalf("reuse: err %v, rounds %d", err, g.rounds.Load())
+	}
+}
+
+func TestLeadershipProofNeverVouchesWithAnOlderRound(t *testing.T) {
+	g := &gatedVerify{verdict: make(chan error, 1)}
+	p := &leadershipProof{verify: g.verify, now: time.Now}
+	g.verdict <- nil
+	first, err := p.since(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := first.Add(time.Millisecond)
+	for !time.Now().After(later) {
+		time.Sleep(time.Millisecond)
+	}
+	g.verdict <- nil
+	v, err := p.since(context.Background(), later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Before(later) || g.rounds.Load() != 2 {
+		t.Fatalf("proof from %v for a caller needing %v or later (rounds %d)", v, later, g.rounds.Load())
+	}
+}
+
+func TestLeadershipProofFailsClosed(t *testing.T) {
+	g := &gatedVerify{verdict: make(chan error, 1)}
+	p := &leadershipProof{verify: g.verify, now: time.Now}
+	deposed := errors.New("deposed")
+	g.verdict <- deposed
+	if _, err := p.since(context.Background(), time.Now()); !errors.Is(err, deposed) {
+		t.Fatalf("failed round: got %v, want %v", err, deposed)
+	}
+	// A round that never answers (a stuck leader loop) holds callers only
+	// until their deadline, and they pile no new rounds on it.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	for k := 0; k < 3; k++ {
+		if _, err := p.since(ctx, time.Now()); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stuck round: got %v, want the caller's deadline", err)
+		}
+	}
+	if n := g.rounds.Load(); n != 2 {
+		t.Fatalf("%d rounds started; a stuck round must be waited on, not joined by more", n)
+	}
+	g.verdict <- nil // let the stuck round end
+}
