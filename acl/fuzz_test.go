@@ -10,21 +10,12 @@ package acl
 import (
 	"bytes"
 	"errors"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"lockcell/fixtures/fuzzbound"
 )
-
-func fzAlloc(fn func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	fn()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
-func fzLimit(n int) uint64 { return uint64(64*n + 1<<20) }
 
 // fzLines is the reference reading of an ACL file: its 1-based lines,
 // trimmed of ASCII white space, with blank and comment lines marked.
@@ -65,8 +56,8 @@ func FuzzACLFile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var l List
 		var err error
-		alloc := fzAlloc(func() { l, err = Parse(in) })
-		if limit := fzLimit(len(in)); alloc > limit {
+		alloc := fuzzbound.Alloc(func() { l, err = Parse(in) })
+		if limit := fuzzbound.Limit(len(in)); alloc > limit {
 			t.Fatalf("Parse of %d bytes allocated %d, limit %d", len(in), alloc, limit)
 		}
 		lines, skip := fzLines(in)

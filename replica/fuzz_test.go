@@ -24,7 +24,6 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -33,22 +32,14 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"lockcell/cell/wire/bound"
+
+	"lockcell/fixtures/fuzzbound"
 )
 
 const (
 	fzCell = "c"
 	fzTime = int64(1_700_000_000_000_000_000)
 )
-
-func fzAlloc(fn func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	fn()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
-func fzLimit(n int) uint64 { return uint64(64*n + 1<<20) }
 
 // fzRejection checks that a decode or restore error wraps want
 // (ErrMalformedCommand, ErrMalformedSnapshot).
@@ -324,12 +315,12 @@ func FuzzDecodeRaftEntry(f *testing.F) {
 		index := uint64(len(prelude))
 		entries := fzEntries(in)
 		cmds, errs := make([]*Command, len(entries)), make([]error, len(entries))
-		alloc := fzAlloc(func() {
+		alloc := fuzzbound.Alloc(func() {
 			for i, e := range entries {
 				cmds[i], errs[i] = DecodeCommand(e)
 			}
 		})
-		if limit := fzLimit(len(in)); alloc > limit {
+		if limit := fuzzbound.Limit(len(in)); alloc > limit {
 			t.Fatalf("DecodeCommand of %d entries (%d bytes) allocated %d, limit %d", len(entries), len(in), alloc, limit)
 		}
 		for i, e := range entries {
@@ -511,7 +502,7 @@ func FuzzSnapshotRestore(f *testing.F) {
 		var err error
 		var panicked any
 		var stack []byte
-		alloc := fzAlloc(func() {
+		alloc := fuzzbound.Alloc(func() {
 			defer func() {
 				if panicked = recover(); panicked != nil {
 					stack = debug.Stack()
@@ -522,7 +513,7 @@ func FuzzSnapshotRestore(f *testing.F) {
 		if panicked != nil {
 			t.Fatalf("Restore panicked: %v\n%s", panicked, stack)
 		}
-		if limit := fzLimit(len(in)); alloc > limit {
+		if limit := fuzzbound.Limit(len(in)); alloc > limit {
 			t.Fatalf("Restore of %d bytes allocated %d, limit %d", len(in), alloc, limit)
 		}
 		if err != nil {
@@ -824,11 +815,11 @@ func TestRestoreAllocationBound(t *testing.T) {
 		}
 		r := fzNewFSM()
 		var err error
-		alloc := fzAlloc(func() { err = r.f.Restore(io.NopCloser(bytes.NewReader(in))) })
+		alloc := fuzzbound.Alloc(func() { err = r.f.Restore(io.NopCloser(bytes.NewReader(in))) })
 		if (err == nil) != (name == "valid") {
 			t.Fatalf("%s: Restore: %v", name, err)
 		}
-		if limit := fzLimit(len(in)); alloc > limit {
+		if limit := fuzzbound.Limit(len(in)); alloc > limit {
 			t.Errorf("%s: Restore of %d bytes allocated %d (%.1f x), limit %d", name, len(in), alloc, float64(alloc)/float64(len(in)), limit)
 		} else {
 			t.Logf("%s: Restore of %d bytes allocated %d (%.1f x)", name, len(in), alloc, float64(alloc)/float64(len(in)))

@@ -11,22 +11,13 @@ package sequencer
 import (
 	"bytes"
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
+
+	"lockcell/fixtures/fuzzbound"
 )
 
 var fzKey = []byte("fuzz-key-0123456789abcdef0123456")
-
-func fzAlloc(fn func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	fn()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
-func fzLimit(n int) uint64 { return uint64(64*n + 1<<20) }
 
 // fzWantErr fails unless err wraps one of the sentinels.
 func fzWantErr(t *testing.T, what string, err error, sentinels ...error) {
@@ -46,8 +37,8 @@ func FuzzSequencer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s Sequencer
 		var err error
-		alloc := fzAlloc(func() { s, err = Parse(b) })
-		if limit := fzLimit(len(b)); alloc > limit {
+		alloc := fuzzbound.Alloc(func() { s, err = Parse(b) })
+		if limit := fuzzbound.Limit(len(b)); alloc > limit {
 			t.Fatalf("Parse of %d bytes allocated %d, limit %d", len(b), alloc, limit)
 		}
 		vs, verr := Verify(fzKey, b)

@@ -22,26 +22,15 @@ import (
 	"io"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"unicode/utf8"
 
 	"lockcell/cell/wire"
+
+	"lockcell/fixtures/fuzzbound"
 )
-
-// fzAlloc returns the bytes allocated while fn ran.
-func fzAlloc(fn func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	fn()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
-
-// fzLimit is TESTPLAN's allocation bound for an input of n bytes.
-func fzLimit(n int) uint64 { return uint64(64*n + 1<<20) }
 
 // fzWantCode fails unless err is a *wire.Error of code c.
 func fzWantCode(t *testing.T, what string, err error, c wire.Code) {
@@ -302,8 +291,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		body := in[1:]
 		v := tp.new()
 		var err error
-		alloc := fzAlloc(func() { err = wire.Decode(body, v) })
-		if limit := fzLimit(len(body)); alloc > limit {
+		alloc := fuzzbound.Alloc(func() { err = wire.Decode(body, v) })
+		if limit := fuzzbound.Limit(len(body)); alloc > limit {
 			t.Fatalf("%s: decoding %d bytes allocated %d, limit %d", tp.name, len(body), alloc, limit)
 		}
 		if err != nil {
@@ -452,7 +441,7 @@ func FuzzFrame(f *testing.F) {
 		in := append(p[:len(p):len(p)], tail...) // never writes into the shared prefix
 		r := bytes.NewReader(in)
 		off := 0
-		alloc := fzAlloc(func() {
+		alloc := fuzzbound.Alloc(func() {
 			for range 64 {
 				// The header frame, as cell.Server.serveStream reads it.
 				var h wire.Header
@@ -481,7 +470,7 @@ func FuzzFrame(f *testing.F) {
 				}
 			}
 		})
-		if limit := fzLimit(len(in)); alloc > limit {
+		if limit := fuzzbound.Limit(len(in)); alloc > limit {
 			t.Fatalf("reading %d bytes of frames allocated %d, limit %d", len(in), alloc, limit)
 		}
 	})
@@ -650,8 +639,8 @@ func FuzzPath(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, cell, name string) {
 		var err error
-		alloc := fzAlloc(func() { err = wire.ValidateName(cell, name) })
-		if limit := fzLimit(len(cell) + len(name)); alloc > limit {
+		alloc := fuzzbound.Alloc(func() { err = wire.ValidateName(cell, name) })
+		if limit := fuzzbound.Limit(len(cell) + len(name)); alloc > limit {
 			t.Fatalf("ValidateName of %d bytes allocated %d, limit %d", len(name), alloc, limit)
 		}
 		cellErr := wire.ValidCellName(cell)
