@@ -386,3 +386,30 @@ func TestListSessions(t *testing.T) {
 		t.Fatalf("sessions %+v", list)
 	}
 }
+
+// Close ends a session without an Expired event: the master answers the
+// KeepAlive parked at Close time as "expired or closed", and the client
+// used to pass that on to the application as an expiry it never had
+// (found by safety.TestSessionsSurviveShortFailovers: 3 to 5 clean closes
+// in 10). Each client closes while its first KeepAlive is parked.
+func TestCloseIsNotAnExpiry(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: 2 * time.Second})
+	ctx := ctxT(t, 60*time.Second)
+	const clients = 12
+	for i := range clients {
+		cl, err := client.Dial(ctx, c.ClientConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, closed := collectEventsUntilClosed(cl)
+		if err := cl.Close(); err != nil {
+			t.Fatalf("client %d: close: %v", i, err)
+		}
+		<-closed // Close closes the event channel
+		for _, k := range ev.kinds() {
+			if k == client.Expired {
+				t.Fatalf("client %d: Expired after a clean Close (events %v)", i, ev.kinds())
+			}
+		}
+	}
+}

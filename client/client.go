@@ -117,6 +117,7 @@ type Client struct {
 	inflight map[uint64]struct{}
 	expired  bool
 	closed   bool
+	closing  bool // Close has begun: the session's end is the application's doing
 
 	// cache holds what reads returned, kept fresh by invalidations on
 	// KeepAlive replies; nil with Config.DisableCache.
@@ -190,6 +191,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	expired := c.expired
+	c.closing = true
 	c.mu.Unlock()
 	var err error
 	if !expired {
@@ -458,13 +460,15 @@ func (c *Client) CacheStats() cache.Stats {
 
 func (c *Client) markExpired() {
 	c.mu.Lock()
-	was := c.expired
+	was, closing := c.expired, c.closing
 	c.expired = true
 	c.mu.Unlock()
 	if c.cache != nil {
 		c.cache.Disable()
 	}
-	if !was {
+	// A session ended by Close is not an expiry, though the master answers
+	// the KeepAlive parked there as one: the application asked for it.
+	if !was && !closing {
 		c.emit(Event{Kind: Expired})
 	}
 }
