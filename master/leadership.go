@@ -30,6 +30,24 @@ type leadershipProof struct {
 	pending *proofRound
 }
 
+// provenSince reports whether a round of contact that began at or after t
+// has succeeded.
+func (p *leadershipProof) provenSince(t time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.proven.Before(t)
+}
+
+// note records a proof obtained another way: a command proposed at t
+// committed, so a quorum followed this leader after t.
+func (p *leadershipProof) note(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t.After(p.proven) {
+		p.proven = t
+	}
+}
+
 type proofRound struct {
 	start time.Time
 	done  chan struct{}
@@ -88,4 +106,45 @@ func (p *leadershipProof) run(r *proofRound) {
 	}
 	p.mu.Unlock()
 	close(r.done)
+}
+
+// proveLoop renews the leadership proof every tenth of a lease while the
+// master serves (its owner is Server.wg; it ends with stop). Calls that
+// propose a command are admitted only while the proof is fresh (see
+// unproven): a master whose Raft cannot confirm its leadership, as when
+// its leader loop hangs on a stalled disk, stops taking calls it could
+// only hold until they time out, and its clients go on to a successor.
+func (s *Server) proveLoop(stop <-chan struct{}) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.wg.Add(1)
+	go func() { // a round in flight ends with the term of service
+		defer s.wg.Done()
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	every := max(s.cfg.LeaseTTL/10, 10*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/4)
+		s.proof.since(rctx, s.cfg.Now().Add(-every))
+		rcancel()
+	}
+}
+
+// unproven reports whether the master has gone half a lease without a
+// proof of leadership, after serving at least that long (since).
+func (s *Server) unproven(since time.Time) bool {
+	bound := s.cfg.Now().Add(-s.cfg.LeaseTTL / 2)
+	return since.Before(bound) && !s.proof.provenSince(bound)
 }

@@ -8,6 +8,7 @@ package master
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -116,8 +117,10 @@ type Server struct {
 	waits         map[waitKey]chan struct{}
 	delays        map[string]*time.Timer
 	wg            sync.WaitGroup
-	// proof vouches for leadership before a lease is granted (leadership.go).
-	proof *leadershipProof
+	// proof vouches for leadership before a lease is granted or a call
+	// admitted (leadership.go); servingSince is when this term began.
+	proof        *leadershipProof
+	servingSince time.Time
 }
 
 type waitKey struct{ handle, seq uint64 }
@@ -147,10 +150,12 @@ func (s *Server) Serving() (bool, uint64) {
 // lease from now (no old master can have granted more, SPEC 7), and re-arms
 // the hand-off of locks waiting out a lock-delay.
 func (s *Server) Start(ctx context.Context) error {
+	proposed := s.cfg.Now()
 	res, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdEpoch, Time: s.now()})
 	if err != nil {
 		return fmt.Errorf("master: take epoch: %w", err)
 	}
+	s.proof.note(proposed) // committed: a quorum followed us after proposed
 	if len(s.fsm.CellKey()) == 0 {
 		// The first master of a cell draws its secret sequencer key; the
 		// state machine keeps the first one ever applied.
@@ -184,8 +189,10 @@ func (s *Server) Start(ctx context.Context) error {
 		s.armDelayLocked(path, until)
 	}
 	s.serving = true
-	s.wg.Add(1)
+	s.servingSince = s.cfg.Now()
+	s.wg.Add(2)
 	go s.expireLoop(s.stop)
+	go s.proveLoop(s.stop)
 	s.log.Info("master serving", "epoch", s.epoch, "sessions", len(s.leases), "recovering", s.recovering)
 	return nil
 }
@@ -332,6 +339,12 @@ func (s *Server) checkServing(h *wire.Header) (uint64, <-chan struct{}, error) {
 	if !s.serving {
 		return 0, nil, wire.ErrNotMaster
 	}
+	if proposes(h.Method) && s.unproven(s.servingSince) {
+		// Raft cannot confirm this master leads (leadership.go): a call
+		// that proposes a command could only wait for its timeout. Reads
+		// and KeepAlives prove leadership themselves, each bounded.
+		return 0, nil, wire.ErrNotMaster
+	}
 	if s.recovering && h.Method != wire.MethodKeepAlive && h.Method != wire.MethodCloseSession {
 		return s.epoch, nil, wire.Errorf(wire.CodeUnavailable,
 			"master of epoch %d is recovering from a fail-over: waiting for %d session(s) to acknowledge", s.epoch, len(s.pendingAck))
@@ -466,11 +479,25 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 	return res, resultErr(res)
 }
 
+// proposes reports whether a call of method m proposes a Raft command.
+func proposes(m wire.Method) bool {
+	return m.Mutating() || m == wire.MethodCreateSession || m == wire.MethodCloseSession
+}
+
 // verifyRead makes a read linearizable: the session is live and this
 // replica is still the leader right now (a quorum confirms), so every write
 // acknowledged before the read began is in the local state machine.
 func (c *call) verifyRead(ctx context.Context) error {
-	if err := c.cons.VerifyLeader(ctx); err != nil && !bugReadNoVerify {
+	// Bounded: a Raft that cannot confirm within half a lease (its leader
+	// loop hung on a stalled disk) is answered NotMaster, so the client
+	// goes on to a successor instead of waiting out its call.
+	vctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/2)
+	err := c.cons.VerifyLeader(vctx)
+	cancel()
+	if err != nil && !bugReadNoVerify {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return errStopped
+		}
 		return err
 	}
 	if !c.fsm.SessionExists(c.h.Session) {
