@@ -11,7 +11,7 @@ TESTFLAGS ?= -race -count=1 -timeout 14m
 
 .PHONY: all build run certs test bench race vet depcheck fmt clean
 .PHONY: torture
-.PHONY: fuzz-short
+.PHONY: fuzz-short netns-deps
 
 all: build
 
@@ -29,8 +29,18 @@ certs: build
 
 # The CI test command: vet, the package dependency rule, then every test
 # under the race detector.
-test: vet depcheck fuzz-short
+test: vet depcheck fuzz-short netns-deps
 	$(GO) test $(TESTFLAGS) $(PKGS)
+
+# The network-namespace chaos test (fixtures/chaos TestNetns: partitions as
+# nftables drops in a private namespace) needs the nft command. As root
+# with apt-get (these machines, CI) it is installed here; elsewhere
+# TestNetns says why it skips.
+netns-deps:
+	@command -v nft >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { echo "make: installing nftables (apt-get) for TestNetns"; \
+	    apt-get install -y -qq nftables >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq nftables >/dev/null; }; }; } || \
+	  echo "make: nft unavailable: TestNetns will skip"
 
 # Short fuzzing (TESTPLAN test 11): each target for FUZZTIME, one target per
 # run (as -fuzz requires), from one fuzz-instrumented test binary per
@@ -95,7 +105,9 @@ clean:
 # Reports of failed chaos runs stay under TORTURE_DIR. Knobs:
 # LOCKCELL_CHAOS_SEED, LOCKCELL_CHAOS_DURATION (fault phase, default 300s),
 # LOCKCELL_CHAOS_PROBES (stale-read probes, default 200),
-# LOCKCELL_CHAOS_KEEP=1, TORTURE_RUN; LOCKCELL_SAFETY_SEED,
+# LOCKCELL_CHAOS_KEEP=1, TORTURE_RUN; LOCKCELL_CHAOS_NETNS=1 runs step 1
+# in a private network namespace with partitions as nftables drops (root,
+# nft: make netns-deps); LOCKCELL_SAFETY_SEED,
 # LOCKCELL_SAFETY_DURATION for the safety tests; SEEDS, BUGS for step 3.
 TORTURE_RUN   ?= ^Test(LinearizableFiles|StaleReadProbe|CacheNeverStale)$$
 TORTUREFLAGS  ?= -count=1 -timeout 100m
