@@ -2,6 +2,8 @@ package cell_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +61,9 @@ func TestSequencers(t *testing.T) {
 	if ok, err := b.CheckSequencer(ctx, seq); ok || err != nil {
 		t.Fatalf("released lock's sequencer: %v %v", ok, err)
 	}
+	if st, err := b.SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != s.Path+" is no longer locked" {
+		t.Fatalf("released lock's sequencer status: %+v %v", st, err)
+	}
 	if err := hb.SetContents(ctx, []byte("fenced-2")); !errors.Is(err, client.ErrStaleSequencer) {
 		t.Fatalf("write under a stale sequencer: %v", err)
 	}
@@ -72,7 +77,7 @@ func TestSequencers(t *testing.T) {
 	if err != nil || string(data) != "fenced-1" {
 		t.Fatalf("contents %q %v", data, err)
 	}
-	if err := hb.SetSequencer(ctx, seq); !errors.Is(err, client.ErrStaleSequencer) {
+	if err := hb.SetSequencer(ctx, seq); !errors.Is(err, client.ErrStaleSequencer) || !strings.Contains(err.Error(), "no longer locked") {
 		t.Fatalf("attaching a stale sequencer: %v", err)
 	}
 	// Re-acquiring gives a new generation; the old sequencer stays stale.
@@ -86,6 +91,13 @@ func TestSequencers(t *testing.T) {
 	}
 	if ok, _ := b.CheckSequencer(ctx, seq); ok {
 		t.Fatal("old sequencer valid after re-acquire")
+	}
+	want := fmt.Sprintf("%s is locked at generation %d, not %d", s.Path, s2.Generation, s.Generation)
+	if st, err := b.SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != want {
+		t.Fatalf("superseded sequencer status: %+v %v, want reason %q", st, err, want)
+	}
+	if st, err := b.SequencerStatus(ctx, seq2); err != nil || !st.Valid || st.Reason != "" {
+		t.Fatalf("current sequencer status: %+v %v", st, err)
 	}
 	// The guard, asking the cell, accepts the new one and fences the old.
 	g := sequencer.NewGuard(sequencer.GuardConfig{Checker: b, Cell: "t"})

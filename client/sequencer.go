@@ -28,12 +28,12 @@ func (h *Handle) SetSequencer(ctx context.Context, seq []byte) error {
 		return opErr("set sequencer", h.path, err)
 	}
 	if seq != nil {
-		ok, err := h.c.CheckSequencer(ctx, seq)
+		st, err := h.c.SequencerStatus(ctx, seq)
 		if err != nil {
 			return opErr("set sequencer", h.path, err)
 		}
-		if !ok {
-			return opErr("set sequencer", h.path, wire.Errorf(wire.CodeStaleSequencer, "the sequencer's lock is no longer held"))
+		if !st.Valid {
+			return opErr("set sequencer", h.path, wire.Errorf(wire.CodeStaleSequencer, "%s", st.Reason))
 		}
 	}
 	h.mu.Lock()
@@ -51,9 +51,31 @@ func (h *Handle) SetSequencer(ctx context.Context, seq []byte) error {
 // A malformed or forged sequencer is an error wrapping ErrBadSequencer.
 // Client satisfies sequencer.Checker.
 func (c *Client) CheckSequencer(ctx context.Context, seq []byte) (bool, error) {
+	st, err := c.SequencerStatus(ctx, seq)
+	return st.Valid, err
+}
+
+// SequencerStatus is the master's verdict on a sequencer.
+type SequencerStatus struct {
+	// Valid: signed by this cell, and its lock held right now at its
+	// generation in its mode.
+	Valid bool
+	// Reason says why a sequencer is stale ("" when valid): the lock
+	// file is gone, the lock is free, held at another generation, or in
+	// the other mode.
+	Reason string
+}
+
+// SequencerStatus is CheckSequencer with the reason a stale sequencer is
+// stale, for people (lockcell seq check) and logs.
+func (c *Client) SequencerStatus(ctx context.Context, seq []byte) (SequencerStatus, error) {
 	var resp wire.CheckSequencerResponse
 	if err := c.call(ctx, wire.MethodCheckSequencer, false, &wire.CheckSequencerRequest{Sequencer: seq}, &resp); err != nil {
-		return false, opErr("check sequencer", "", err)
+		return SequencerStatus{}, opErr("check sequencer", "", err)
 	}
-	return resp.Valid, nil
+	st := SequencerStatus{Valid: resp.Valid, Reason: resp.Reason}
+	if !st.Valid && st.Reason == "" {
+		st.Reason = "the sequencer's lock is no longer held"
+	}
+	return st, nil
 }

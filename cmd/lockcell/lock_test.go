@@ -170,7 +170,8 @@ func TestLock(t *testing.T) {
 		// Released: the sequencer is stale, even once the lock is taken
 		// again (a new generation).
 		stale := r.fails(exitError, "", "seq", "check", text)
-		if stale.stdout != "stale\n" || stale.stderr != "" {
+		// It says why: the lock is free now.
+		if stale.stdout != "stale: /ls/t/lk/held is no longer locked\n" || stale.stderr != "" {
 			t.Fatalf("seq check after release: stdout %q, stderr %q", stale.stdout, stale.stderr)
 		}
 		if !canTake(t, other, c.Name("lk/held"), client.Exclusive) {
@@ -178,12 +179,14 @@ func TestLock(t *testing.T) {
 		}
 		var out struct {
 			Valid      bool   `json:"valid"`
+			Reason     string `json:"reason"`
 			Path       string `json:"path"`
 			Mode       string `json:"mode"`
 			Generation uint64 `json:"generation"`
 		}
 		js := r.fails(exitError, "", "--json", "seq", "check", text)
 		if err := json.Unmarshal([]byte(js.stdout), &out); err != nil || out.Valid || out.Path != "/ls/t/lk/held" ||
+			!strings.HasPrefix(out.Reason, "/ls/t/lk/held ") ||
 			out.Mode != "exclusive" || out.Generation != parseSeq(t, text).Generation {
 			t.Fatalf("seq check --json = %q (%v)", js.stdout, err)
 		}

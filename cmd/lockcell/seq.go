@@ -80,9 +80,10 @@ func seqCheckCommand(e *env) *cli.Command {
 		Usage:     "ask the cell whether a sequencer is still valid",
 		ArgsUsage: "[SEQUENCER]",
 		Description: "Prints valid (exit 0) when the cell signed the sequencer and its lock is held " +
-			"right now at that generation in that mode, and stale (exit 1) otherwise. A malformed, " +
-			"forged or other cell's sequencer is an error (exit 1). With --json prints " +
-			`{"valid", "cell", "path", "mode", "generation"}.` +
+			"right now at that generation in that mode, and \"stale: REASON\" (exit 1) otherwise: the " +
+			"lock file is gone, the lock is free, held at another generation or in the other mode. " +
+			"A malformed, forged or other cell's sequencer is an error (exit 1). With --json prints " +
+			`{"valid", "reason" (when stale), "cell", "path", "mode", "generation"}.` +
 			"\n\nExample: lockcell seq check \"$LOCKCELL_SEQUENCER\" && echo still the holder",
 		Action: func(c *cli.Context) error {
 			b, s, err := e.seqArg(c, "seq check")
@@ -99,21 +100,22 @@ func seqCheckCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("seq check", "", err)
 			}
-			valid, err := cl.CheckSequencer(e.ctx, b)
+			st, err := cl.SequencerStatus(e.ctx, b)
 			if err != nil {
 				return fail("seq check", "", err)
 			}
 			if e.json {
 				err = e.printJSON(struct {
-					Valid bool `json:"valid"`
+					Valid  bool   `json:"valid"`
+					Reason string `json:"reason,omitempty"`
 					seqJSON
-				}{valid, toSeqJSON(s)})
-			} else if valid {
+				}{st.Valid, st.Reason, toSeqJSON(s)})
+			} else if st.Valid {
 				_, err = fmt.Fprintln(e.stdout, "valid")
 			} else {
-				_, err = fmt.Fprintln(e.stdout, "stale")
+				_, err = fmt.Fprintf(e.stdout, "stale: %s\n", st.Reason)
 			}
-			if err == nil && !valid {
+			if err == nil && !st.Valid {
 				// Stale is an answer, not a failure to get one: exit 1
 				// with nothing on stderr.
 				return &exitStatus{code: exitError}
