@@ -461,8 +461,18 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 		if status.Code == wire.CodeNotMaster {
 			status.Leader = s.leaderHint()
 			if status.Leader == s.ClientAddr() {
-				// Raft says we lead but the master is not serving yet.
-				status.Code, status.Msg, status.Leader = wire.CodeUnavailable, "master is starting", ""
+				if serving, _ := s.master.Serving(); serving {
+					// Raft says we lead and the master serves, yet it
+					// could not confirm its leadership with a quorum
+					// (master/leadership.go): it may be deposed without
+					// knowing, as with a stalled disk. Name no leader,
+					// so the client looks elsewhere instead of waiting
+					// here.
+					status.Leader = ""
+				} else {
+					// Raft says we lead but the master is not serving yet.
+					status.Code, status.Msg, status.Leader = wire.CodeUnavailable, "master is starting", ""
+				}
 			}
 		}
 		wire.WriteMessage(st, &status, &wire.Empty{})
