@@ -4,7 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -91,11 +94,63 @@ func openStore(dir string, logger *slog.Logger, tweak func(badger.Options) badge
 	if tweak != nil {
 		opts = tweak(opts)
 	}
+	if err := removeEmptyLogFiles(dir); err != nil {
+		return nil, fmt.Errorf("replica: open badger store in %q: %w", dir, err)
+	}
 	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("replica: open badger store in %q: %w", dir, err)
 	}
 	return &Store{db: db, logger: logger}, nil
+}
+
+// removeEmptyLogFiles deletes the zero-byte memtable (.mem) and value-log
+// (.vlog) files a kill -9 can leave in dir. Badger creates such a file and
+// then sizes it with a second system call; a process killed between the
+// two leaves an empty file, and badger's Open treats it as fatal
+// ("while opening fid: N err: Create a new file", dgraph-io/badger#2207),
+// so the replica could never start again. An empty file holds no entry and
+// nothing points into it, so deleting it loses nothing; badger then creates
+// the file afresh. Files with any bytes are left to badger's own recovery.
+func removeEmptyLogFiles(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	removed := false
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !(strings.HasSuffix(name, ".mem") || strings.HasSuffix(name, ".vlog")) {
+			continue
+		}
+		info, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if info.Size() != 0 {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("remove empty %s left by a crash: %w", name, err)
+		}
+		removed = true
+	}
+	if !removed {
+		return nil
+	}
+	// Make the removal durable before badger reuses the file ids.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // Close flushes and releases the database and its directory lock. It is
