@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -112,11 +113,24 @@ func openStore(dir string, logger *slog.Logger, tweak func(badger.Options) badge
 // so the replica could never start again. An empty file holds no entry and
 // nothing points into it, so deleting it loses nothing; badger then creates
 // the file afresh. Files with any bytes are left to badger's own recovery.
+//
+// It holds badger's own directory lock (flock on dir) while it looks, so a
+// store another process still has open, which may be between those two
+// calls right now, is never touched: the lock is busy, nothing is removed,
+// and badger.Open then reports the lock.
 func removeEmptyLogFiles(dir string) error {
-	entries, err := os.ReadDir(dir)
+	d, err := os.Open(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
+	if err != nil {
+		return err
+	}
+	defer d.Close() // releases the lock
+	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return nil
+	}
+	entries, err := d.ReadDir(-1)
 	if err != nil {
 		return err
 	}
@@ -145,11 +159,6 @@ func removeEmptyLogFiles(dir string) error {
 		return nil
 	}
 	// Make the removal durable before badger reuses the file ids.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
 	return d.Sync()
 }
 

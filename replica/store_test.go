@@ -520,6 +520,29 @@ func TestStoreOpensAfterCrashLeftEmptyFiles(t *testing.T) {
 	requireStoreBounds(t, s, 1, 60)
 }
 
+// TestStoreLeavesAnOpenStoresFilesAlone: a second OpenStore of a directory
+// still in use must not delete the live store's empty files, which may be
+// a memtable it is creating at this moment.
+func TestStoreLeavesAnOpenStoresFilesAlone(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	creating := filepath.Join(dir, "00099.mem")
+	if err := os.WriteFile(creating, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s2, err := OpenStore(dir, nil); err == nil {
+		s2.Close()
+		t.Fatal("second OpenStore of a directory in use succeeded")
+	}
+	if _, err := os.Stat(creating); err != nil {
+		t.Fatalf("the open store's empty file is gone after a refused second open: %v", err)
+	}
+}
+
 func TestStoreOpenLocksDir(t *testing.T) {
 	dir := t.TempDir()
 	s, err := OpenStore(dir, nil)
