@@ -489,23 +489,22 @@ func TestStoreOpensAfterCrashLeftEmptyFiles(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"00099.mem", "00098.vlog"} {
-		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
-			t.Fatal(err)
+	// What the crash leaves: the next memtable and value-log files, empty.
+	leaveEmptyFiles := func() {
+		for _, name := range []string{"00099.mem", "00098.vlog"} {
+			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	leaveEmptyFiles()
 	// Without the clean-up badger itself fails on this directory; prove
 	// the fixture reproduces the crash state rather than passing vacuously.
 	if db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil)); err == nil {
 		db.Close()
 		t.Fatal("badger opened a directory with an empty memtable file; the test no longer reproduces badger#2207")
 	}
-	for _, name := range []string{"00099.mem", "00098.vlog"} {
-		// Badger's failed open may have sized them; make them empty again.
-		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	leaveEmptyFiles() // badger's failed open may have sized them
 
 	s, err = OpenStore(dir, nil)
 	if err != nil {
