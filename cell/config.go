@@ -72,6 +72,10 @@ type Config struct {
 	// SessionLimits are the master's caps on sessions and handles
 	// (zero values: master.DefaultLimits).
 	SessionLimits master.Limits
+	// StateHashInterval is the least time between two state hashes this
+	// replica computes for CellStatus callers (default
+	// DefaultStateHashInterval).
+	StateHashInterval time.Duration
 
 	// Transport, when set, replaces the replica's TCP (or, with PeerTLS,
 	// TLS) Raft transport; it is for fault-injection tests, which wrap a

@@ -40,6 +40,8 @@ type Server struct {
 	connSeq atomic.Uint64 // connection ids for master.Caller.Conn
 	stats   connCounters
 
+	hashes *hashGate // rations CellStatus state hashes
+
 	metrics     *metrics
 	metricsSrv  *http.Server
 	metricsAddr string
@@ -93,6 +95,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay,
 		Logger: s.log, Admin: cfg.admin(), Limits: cfg.SessionLimits}, rep, rep.FSM())
+	s.hashes = &hashGate{interval: cfg.StateHashInterval, now: time.Now}
+	if s.hashes.interval <= 0 {
+		s.hashes.interval = DefaultStateHashInterval
+	}
 	s.metrics = newMetrics(s)
 	if cfg.MetricsAddr != "" {
 		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
@@ -451,7 +457,7 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 	started := time.Now()
 	defer func() { s.metrics.observe(h.Method, wire.CodeOf(err), time.Since(started)) }()
 	if h.Method == wire.MethodCellStatus {
-		resp, err = s.cellStatus(body)
+		resp, err = s.cellStatus(ctx, caller, body)
 	} else {
 		resp, epoch, err = s.master.Dispatch(ctx, caller, &h, body)
 	}
@@ -503,32 +509,6 @@ func (s *Server) leaderHint() string {
 		}
 	}
 	return ""
-}
-
-func (s *Server) cellStatus(body []byte) (*wire.CellStatusResponse, error) {
-	var req wire.CellStatusRequest
-	if len(body) > 0 {
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-	}
-	st := s.rep.Status()
-	epoch, sessions, nodes, _ := s.rep.FSM().Counts()
-	leaderID, _ := s.rep.Leader()
-	out := &wire.CellStatusResponse{Cell: s.cfg.Cell, Self: s.cfg.Self, State: st.State, Epoch: epoch, Term: st.Term,
-		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Sessions: uint64(sessions), Nodes: uint64(nodes),
-		Master: s.leaderHint()}
-	for _, p := range s.cfg.Peers {
-		out.Replicas = append(out.Replicas, wire.ReplicaStatus{ID: p.ID, ClientAddr: p.ClientAddr, RaftAddr: p.RaftAddr, Master: p.ID == leaderID})
-	}
-	if req.StateHash {
-		idx, sum, err := s.rep.FSM().StateHash()
-		if err != nil {
-			return nil, wire.Errorf(wire.CodeInternal, "state hash: %v", err)
-		}
-		out.StateHash, out.HashIndex = sum[:], idx
-	}
-	return out, nil
 }
 
 // Close stops serving clients, steps the master down and shuts the replica

@@ -58,6 +58,12 @@ func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus,
 // entry and a SHA-256 of its whole replicated state at that index. Two
 // replicas at the same index must report the same hash; tests compare them
 // after healing a partition.
+//
+// It is a diagnostic for a quiet cell, and only the cell's admin may ask:
+// the replica holds off its applies while it encodes its state, computes
+// at most one hash per interval (ErrTooMany otherwise, a result still
+// current is served again), and this call accepts that the master pauses
+// the cell's writes for it.
 func StateHash(ctx context.Context, cfg Config, addr string) (uint64, []byte, error) {
 	resp, err := cellStatus(ctx, cfg, addr, true)
 	if err != nil {
@@ -76,7 +82,7 @@ func cellStatus(ctx context.Context, cfg Config, addr string, hash bool) (*wire.
 	}
 	defer cn.close()
 	var resp wire.CellStatusResponse
-	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{StateHash: hash}, &resp)
+	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{StateHash: hash, AllowMaster: hash}, &resp)
 	if err == nil {
 		err = st.Err()
 	}

@@ -878,12 +878,13 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // chaos tests compare them after healing.
 func (f *FSM) StateHash() (uint64, [32]byte, error) {
 	f.mu.RLock()
-	defer f.mu.RUnlock()
 	b, err := f.encodeLocked()
+	applied := f.applied
+	f.mu.RUnlock() // the bytes are ours: hash them without holding off applies
 	if err != nil {
 		return 0, [32]byte{}, err
 	}
-	return f.applied, sha256.Sum256(b), nil
+	return applied, sha256.Sum256(b), nil
 }
 
 // encodeLocked renders the state as snapshot bytes; f.mu is held.

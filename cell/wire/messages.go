@@ -330,10 +330,15 @@ type CancelAcquireRequest struct {
 }
 
 // CellStatusRequest asks any replica about the cell. StateHash asks for a
-// hash of the replica's whole replicated state as well (costly: it encodes
-// the state).
+// hash of the replica's whole replicated state as well: costly (it encodes
+// the state while holding off the replica's applies), so only the cell's
+// admin may ask, at most one is computed at a time per replica and at most
+// one per interval (CodeTooMany otherwise), and the serving master
+// declines (CodeUnavailable) unless AllowMaster says the admin accepts
+// pausing its writes.
 type CellStatusRequest struct {
-	StateHash bool `msgpack:"h,omitempty"`
+	StateHash   bool `msgpack:"h,omitempty"`
+	AllowMaster bool `msgpack:"am,omitempty"`
 }
 
 // ReplicaStatus describes one replica as the answering replica sees it.
