@@ -170,6 +170,55 @@ func (f *FSM) hidden(n *Node, principal string, admin bool) bool {
 	return f.check(principal, admin, n, acl.Read) != nil && f.check(principal, admin, n, acl.Write) != nil
 }
 
+// hiddenFrom: n is hidden from the client request c. The master's own
+// commands carry no principal and see everything.
+func (f *FSM) hiddenFrom(c *Command, n *Node) bool {
+	return c.Principal != "" && f.hidden(n, c.Principal, c.Admin)
+}
+
+// openHidden answers an open of c.Path, a node hidden from the caller,
+// exactly as an open of a missing name would be answered, except where
+// that answer is success: a create the caller is allowed to make (it may
+// write the parent directory) cannot make a name that is taken, so it
+// answers "exists", without saying whether a file or a directory took it.
+// A caller who may write a directory may thus learn which names in it are
+// taken, as a Unix directory that may be written but not listed lets
+// creates tell; it learns nothing more of them (not their kind, contents,
+// ACLs or locks), and a caller who may not create there learns nothing.
+func (f *FSM) openHidden(c *Command) *Error {
+	if c.Flags&FlagCreate == 0 {
+		return errf(KindNotFound, "%s does not exist", c.Path)
+	}
+	if _, err := f.checkCreate(c); err != nil {
+		return err
+	}
+	return errf(KindExists, "%s already exists", c.Path)
+}
+
+// fenceNode is the node of the lock fc names as the principal may know
+// it: nil when there is none or the principal may not read it. Checking a
+// sequencer reads its lock's state (held or not, at which generation, in
+// which mode), as GetStat would, so it needs read; a caller without read
+// gets the answer of a lock whose node is gone, whatever the lock's state,
+// so the answer tells it nothing of the name.
+func (f *FSM) fenceNode(fc *Fence, principal string, admin bool) *Node {
+	n := f.nodes[fc.Path]
+	if n == nil || principal == "" || f.check(principal, admin, n, acl.Read) == nil {
+		return n
+	}
+	return nil
+}
+
+// FenceValidFor is FenceValid as principal (admin: it is the cell's
+// admin) may know it: a lock the principal may not read answers as a lock
+// whose node is gone.
+func (f *FSM) FenceValidFor(fc *Fence, principal string, admin bool) (bool, string) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	r := fenceReasonOf(fc, f.fenceNode(fc, principal, admin))
+	return r == "", r
+}
+
 // SessionPrincipal returns the principal that created a live session.
 func (f *FSM) SessionPrincipal(session uint64) (string, bool) {
 	f.mu.RLock()

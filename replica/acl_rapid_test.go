@@ -47,6 +47,15 @@ func (m *rapidACLModel) allowed(who, node string, p acl.Perm) bool {
 	return slices.Contains(list, who) || slices.Contains(list, "*")
 }
 
+// parentRel is the parent of a node name relative to the root ("" for
+// the root itself).
+func parentRel(rel string) string {
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		return rel[:i]
+	}
+	return ""
+}
+
 func TestACLRandomGraphsMatchReference(t *testing.T) {
 	checks := 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -94,6 +103,7 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 		writeFile(anyone, []string{"*"})
 		rootH := asAdmin(Command{Type: CmdOpen, Path: fsmtRoot, Flags: fsmtRW | FlagDirectory}).Handle
 		asAdmin(Command{Type: CmdSetACL, Handle: rootH, ACL: &ACLNames{Write: anyone}})
+		m.nodes[""] = &rapidNode{names: [3]string{"", anyone, ""}, dir: true} // the root
 		nameGen := rapid.SampledFrom(append([]string{""}, fileNames...))
 		nNodes := rapid.IntRange(1, 5).Draw(rt, "nodes")
 		var nodeNames []string
@@ -142,15 +152,43 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 			if !r && !w {
 				hide = KindNotFound
 			}
+			// expectKind checks an answer's kind; a hidden node's answer
+			// must also be the very answer (kind and message, the names
+			// swapped) of the same call on a missing name, which missing
+			// makes for the missing twin of node.
+			parent := parentRel(node)
+			twin := strings.TrimPrefix(parent+"/zz"+node[len(parent):], "/")
+			expectKind := func(op string, got *Result, want Kind, missing func(twin string) *Result) {
+				checks++
+				if kindOf(got) != want {
+					rt.Fatalf("%s %s %s (files %v, node %+v): got %v, want kind %d", who, op, node, m.files, *n, got.Err, want)
+				}
+				if hide != KindNone && missing != nil {
+					mr := missing(twin)
+					if mr.Err == nil || got.Err.Kind != mr.Err.Kind ||
+						strings.ReplaceAll(got.Err.Msg, fsmtPath(node), fsmtPath(twin)) != mr.Err.Msg {
+						rt.Fatalf("%s %s hidden %s: %v; on the missing %s: %v", who, op, node, got.Err, twin, mr.Err)
+					}
+				}
+			}
 			dirFlag := uint32(0)
 			if n.dir {
 				dirFlag = FlagDirectory
 			}
-			switch op := rapid.IntRange(0, 6).Draw(rt, "op"); op {
+			openAs := func(rel string, flags uint32) *Result {
+				return h.aclDo(sess[who], who, Command{Type: CmdOpen, Path: fsmtPath(rel), Flags: flags})
+			}
+			switch op := rapid.IntRange(0, 8).Draw(rt, "op"); op {
 			case 0:
-				expect("open-read", r, h.aclDo(sess[who], who, Command{Type: CmdOpen, Path: fsmtPath(node), Flags: FlagRead | dirFlag}), hide)
+				expect("open-read", r, openAs(node, FlagRead|dirFlag), hide)
+				if hide != KindNone {
+					expectKind("open-read", openAs(node, FlagRead|dirFlag), KindNotFound, func(tw string) *Result { return openAs(tw, FlagRead|dirFlag) })
+				}
 			case 1:
-				expect("open-write", w, h.aclDo(sess[who], who, Command{Type: CmdOpen, Path: fsmtPath(node), Flags: FlagWrite | dirFlag}), hide)
+				expect("open-write", w, openAs(node, FlagWrite|dirFlag), hide)
+				if hide != KindNone {
+					expectKind("open-write", openAs(node, FlagWrite|dirFlag), KindNotFound, func(tw string) *Result { return openAs(tw, FlagWrite|dirFlag) })
+				}
 			case 2:
 				got := KindNone
 				if err := h.f.Allowed(fsmtPath(node), who, who == "admin", acl.Read); err != nil {
@@ -176,13 +214,38 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 					h.release(sess[who], hd)
 				}
 			case 5:
-				if !n.dir {
-					break
+				// A create below node: below a hidden node it answers as
+				// below a missing one, whether node is a file or a
+				// directory, and so does a create one level deeper.
+				flags := fsmtRWC | rapid.SampledFrom([]uint32{0, FlagExcl, FlagDirectory, FlagEphemeral}).Draw(rt, "create flags")
+				base := fmt.Sprintf("/c%d", h.idx)
+				deeper := rapid.Bool().Draw(rt, "deeper")
+				if deeper {
+					base = "/x" + base
 				}
-				child := fmt.Sprintf("%s/c%d", node, h.idx)
-				res := h.aclDo(sess[who], who, Command{Type: CmdOpen, Path: fsmtPath(child), Flags: fsmtRWC})
-				expect("create-child", w, res, KindNone)
+				child := node + base
+				res := openAs(child, flags)
+				want := KindNone
+				switch {
+				case hide != KindNone || deeper:
+					want = KindNotFound
+				case !n.dir:
+					want = KindNotDir
+				case !w:
+					want = KindPermission
+				}
+				expectKind("create-child", res, want, func(tw string) *Result { return openAs(tw+base, flags) })
 				if res.Err == nil {
+					h.do(sess[who], Command{Type: CmdClose, Handle: res.Handle})
+					if flags&FlagEphemeral != 0 || flags&FlagDirectory != 0 {
+						// Gone with its last handle, or a directory the
+						// reference does not track: delete it as the
+						// admin if it is still there.
+						if h.f.nodes[fsmtPath(child)] != nil {
+							asAdmin(Command{Type: CmdDelete, Handle: asAdmin(Command{Type: CmdOpen, Path: fsmtPath(child), Flags: fsmtRW}).Handle})
+						}
+						break
+					}
 					// The child is the creator's, under the parent's names.
 					m.nodes[child] = &rapidNode{names: n.names, creator: who}
 					hd := internal(who, child, fsmtRW)
@@ -197,6 +260,61 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 			case 6:
 				f := rapid.SampledFrom(fileNames[:3]).Draw(rt, "rewrite")
 				writeFile(f, subset.Draw(rt, "new "+f))
+			case 7:
+				// A create of the existing node. Visible: an open, then
+				// exclusive and kind checks. Hidden: the missing name's
+				// answer, up to a create the caller may make, which
+				// finds the name taken.
+				flags := FlagCreate | rapid.Uint32Range(0, 3).Draw(rt, "rw") |
+					rapid.SampledFrom([]uint32{0, FlagExcl}).Draw(rt, "excl") |
+					rapid.SampledFrom([]uint32{0, FlagDirectory}).Draw(rt, "dir")
+				pr, pw := m.allowed(who, parent, acl.Read), m.allowed(who, parent, acl.Write)
+				want := KindNone
+				var missing func(string) *Result
+				switch {
+				case hide != KindNone && !pr && !pw:
+					want, missing = KindNotFound, func(tw string) *Result { return openAs(tw, flags) }
+				case hide != KindNone && !pw:
+					want, missing = KindPermission, func(tw string) *Result { return openAs(tw, flags) }
+				case hide != KindNone:
+					want = KindExists
+				case flags&FlagRead != 0 && !r, flags&FlagWrite != 0 && !w:
+					want = KindPermission
+				case flags&FlagExcl != 0, (flags&FlagDirectory != 0) != n.dir:
+					want = KindExists
+				}
+				res := openAs(node, flags)
+				expectKind("create-existing", res, want, missing)
+				if hide != KindNone && want == KindExists && res.Err.Msg != fsmtPath(node)+" already exists" {
+					rt.Fatalf("%s create-existing hidden %s: %q says more than that the name is taken", who, node, res.Err.Msg)
+				}
+				if res.Err == nil {
+					h.do(sess[who], Command{Type: CmdClose, Handle: res.Handle})
+				}
+			case 8:
+				// A sequencer of node's lock, checked by who: true only
+				// for a reader; for anyone else, the answer of a lock
+				// whose node is gone.
+				hd := internal("admin", node, fsmtRW|dirFlag)
+				res := h.do(sess["admin"], Command{Type: CmdAcquire, Handle: hd, Mode: LockExclusive})
+				if res.Err != nil {
+					break // held by another call's handle
+				}
+				fc := Fence{Path: fsmtPath(node), Mode: LockExclusive, Generation: res.LockGen}
+				ok, reason := h.f.FenceValidFor(&fc, who, who == "admin")
+				checks++
+				if ok != r {
+					rt.Fatalf("%s checks a sequencer of %s (files %v, node %+v): valid %v (%s), want %v", who, node, m.files, *n, ok, reason, r)
+				}
+				if !r {
+					gone := fc
+					gone.Path = fsmtPath(twin)
+					_, want := h.f.FenceValidFor(&gone, who, who == "admin")
+					if strings.ReplaceAll(reason, fsmtPath(node), fsmtPath(twin)) != want {
+						rt.Fatalf("%s checks a sequencer of %s it may not read: %q; of a missing lock: %q", who, node, reason, want)
+					}
+				}
+				h.release(sess["admin"], hd)
 			}
 		}
 	})

@@ -279,7 +279,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 
 func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 	if c.Session == 0 || c.Seq == 0 {
-		if err := f.checkFence(c.Fence); err != nil {
+		if err := f.checkFence(c); err != nil {
 			return &Result{Err: err}
 		}
 		return f.apply(index, c)
@@ -303,7 +303,7 @@ func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 		return r
 	}
 	var r *Result
-	if err := f.checkFence(c.Fence); err != nil {
+	if err := f.checkFence(c); err != nil {
 		r = &Result{Err: err}
 	} else {
 		r = f.apply(index, c)
@@ -394,12 +394,14 @@ func (f *FSM) addWatch(h *Handle) {
 	w[h.ID] = h.EventMask
 }
 
-// checkFence reports whether a sequencer's lock is still held as claimed.
-func (f *FSM) checkFence(fc *Fence) *Error {
-	if fc == nil {
+// checkFence reports whether the sequencer c carries names a lock still
+// held as claimed. A lock c's principal may not read is checked as if its
+// node were gone (fenceNode).
+func (f *FSM) checkFence(c *Command) *Error {
+	if c.Fence == nil {
 		return nil
 	}
-	if reason := f.fenceReason(fc); reason != "" {
+	if reason := fenceReasonOf(c.Fence, f.fenceNode(c.Fence, c.Principal, c.Admin)); reason != "" {
 		return errf(KindStaleSequencer, "%s", reason)
 	}
 	return nil
@@ -407,8 +409,11 @@ func (f *FSM) checkFence(fc *Fence) *Error {
 
 // fenceReason is "" when the lock fc names is held at fc's generation in
 // fc's mode, else why not.
-func (f *FSM) fenceReason(fc *Fence) string {
-	n := f.nodes[fc.Path]
+func (f *FSM) fenceReason(fc *Fence) string { return fenceReasonOf(fc, f.nodes[fc.Path]) }
+
+// fenceReasonOf is fenceReason given n, the node of the lock fc names
+// (nil: there is none).
+func fenceReasonOf(fc *Fence, n *Node) string {
 	switch {
 	case n == nil:
 		return fmt.Sprintf("%s no longer exists", fc.Path)
@@ -450,29 +455,23 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
 	}
 	n := f.nodes[c.Path]
+	if n != nil && f.hiddenFrom(c, n) {
+		// Answer as for a missing name, up to the one point where that
+		// cannot be done: a create the caller may make cannot make a
+		// taken name (see openHidden).
+		return &Result{Err: f.openHidden(c)}
+	}
 	created := false
 	if n == nil {
 		if c.Flags&FlagCreate == 0 {
 			return &Result{Err: errf(KindNotFound, "%s does not exist", c.Path)}
 		}
-		parentPath := parentOf(c.Path)
-		parent := f.nodes[parentPath]
-		if parent == nil {
-			return &Result{Err: errf(KindNotFound, "%s: parent directory %s does not exist", c.Path, parentPath)}
-		}
-		if !parent.Dir {
-			return &Result{Err: errf(KindNotDir, "%s: parent %s is a file", c.Path, parentPath)}
-		}
-		if err := f.permit(c, parent, acl.Write); err != nil {
+		parent, err := f.checkCreate(c)
+		if err != nil {
 			return &Result{Err: err}
 		}
-		if err := f.checkACLContents(c.Path, c.Contents); err != nil {
-			return &Result{Err: err}
-		}
+		parentPath := parent.Path
 		dir := c.Flags&FlagDirectory != 0
-		if dir && len(c.Contents) > 0 {
-			return &Result{Err: errf(KindBadRequest, "%s: a directory has no contents", c.Path)}
-		}
 		n = &Node{
 			Path: c.Path, Dir: dir, Ephemeral: c.Flags&FlagEphemeral != 0,
 			Contents: c.Contents, Instance: index, ContentGen: index, ACLGen: index,
@@ -493,6 +492,7 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		f.note(Change{Kind: ChangeNode, Path: parentPath})
 		f.note(Change{Kind: ChangeChildAdded, Path: parentPath, Child: baseOf(c.Path)})
 	} else if err := f.permitOpen(c, n); err != nil {
+		// Not hidden (checked above): the caller may read or write n.
 		return &Result{Err: err}
 	} else if c.Flags&FlagCreate != 0 {
 		if c.Flags&FlagExcl != 0 {
@@ -511,6 +511,32 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 	f.addWatch(h)
 	n.openHandles++
 	return &Result{Handle: index, Created: created, Stat: n.stat()}
+}
+
+// checkCreate makes the checks a create of the missing name c.Path must
+// pass, and returns the parent directory. A parent the caller may not see
+// answers as a missing one, so what lies below a hidden name reads as
+// below a missing name. openHidden relies on every answer here depending
+// on nothing but the parent and the command.
+func (f *FSM) checkCreate(c *Command) (*Node, *Error) {
+	parentPath := parentOf(c.Path)
+	parent := f.nodes[parentPath]
+	if parent == nil || f.hiddenFrom(c, parent) {
+		return nil, errf(KindNotFound, "%s: parent directory %s does not exist", c.Path, parentPath)
+	}
+	if !parent.Dir {
+		return nil, errf(KindNotDir, "%s: parent %s is a file", c.Path, parentPath)
+	}
+	if err := f.permit(c, parent, acl.Write); err != nil {
+		return nil, err
+	}
+	if err := f.checkACLContents(c.Path, c.Contents); err != nil {
+		return nil, err
+	}
+	if c.Flags&FlagDirectory != 0 && len(c.Contents) > 0 {
+		return nil, errf(KindBadRequest, "%s: a directory has no contents", c.Path)
+	}
+	return parent, nil
 }
 
 func (f *FSM) setContents(index uint64, c *Command) *Result {
@@ -557,7 +583,8 @@ func (f *FSM) delete(index uint64, c *Command) *Result {
 		return &Result{Err: err}
 	}
 	if n.Dir && len(n.children) > 0 {
-		return &Result{Err: errf(KindNotEmpty, "%s has %d children", n.Path, len(n.children))}
+		// No count: it would tell of children the caller may not see.
+		return &Result{Err: errf(KindNotEmpty, "%s is not empty", n.Path)}
 	}
 	f.removeNode(index, n, c.Time)
 	return &Result{}
