@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -285,33 +287,118 @@ func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 	return statFrom(resp.Stat), nil
 }
 
-// ReadDir lists a directory's children in name order.
+// ReadDir lists a directory's children in name order, leaving out those
+// the session's principal may neither read nor write. A large directory
+// is read page by page (ReadDirPage), each page a linearizable read of its
+// own: a child present throughout the listing is listed exactly once, one
+// created or deleted meanwhile may or may not be, and no name is listed
+// twice. The whole listing is cached only if every page was served
+// cacheable and no invalidation of the directory arrived since the first
+// was asked for, so a listing served from the cache is the directory at
+// one point in time.
 func (h *Handle) ReadDir(ctx context.Context) ([]DirEntry, error) {
 	if err := h.check(); err != nil {
 		return nil, opErr("readdir", h.path, err)
 	}
 	key, useCache := h.cacheKey(kindDir)
-	var resp wire.ReadDirResponse
 	if v, ok := h.c.cacheGet(key, useCache); ok {
-		resp.Entries = v.entries
-	} else {
-		req := h.request()
-		var tok cache.Token
-		if useCache {
-			tok, req.Cache = h.c.cache.Token(h.path), true
-		}
-		if err := h.do(ctx, "readdir", wire.MethodReadDir, req, &resp); err != nil {
+		return dirEntries(v.entries), nil
+	}
+	var tok cache.Token
+	if useCache {
+		tok = h.c.cache.Token(h.path)
+	}
+	// Past this size the listing is not worth a large share of the cache.
+	budget := h.c.cfg.CacheBytes / 4
+	var all []wire.DirEntry
+	after, size := "", int64(0)
+	for {
+		resp, err := h.readDirPage(ctx, after, 0, useCache)
+		if err != nil {
 			return nil, err
 		}
-		if useCache && resp.Cacheable {
-			h.c.cache.PutIf(key, cached{entries: resp.Entries}, tok)
+		all = append(all, resp.Entries...)
+		for _, e := range resp.Entries {
+			size += int64(len(e.Name)) + 24
 		}
+		useCache = useCache && resp.Cacheable && size <= budget
+		if !resp.More {
+			break
+		}
+		after = resp.Entries[len(resp.Entries)-1].Name
 	}
-	out := make([]DirEntry, len(resp.Entries))
-	for i, e := range resp.Entries {
+	if useCache {
+		h.c.cache.PutIf(key, cached{entries: all}, tok)
+	}
+	return dirEntries(all), nil
+}
+
+// ReadDirPage reads one page of a directory's listing: children whose
+// names sort strictly after after ("" from the start), in name order, at
+// most limit of them (0, or more than the cell's page size of 4096:
+// the page size; the cell may return fewer, never more than about 512 KiB
+// of names), and whether more follow. To read on, pass the last returned
+// name as after. The page is a linearizable read; successive pages are
+// separate reads (see ReadDir for what that means for a whole listing).
+// A page with more is never empty. Pages are served from the cache when
+// the whole listing is cached; a first page that is the whole listing
+// fills it.
+func (h *Handle) ReadDirPage(ctx context.Context, after string, limit int) (entries []DirEntry, more bool, err error) {
+	if err := h.check(); err != nil {
+		return nil, false, opErr("readdir", h.path, err)
+	}
+	if limit < 0 {
+		return nil, false, opErr("readdir", h.path, wire.Errorf(wire.CodeBadRequest, "negative page limit %d", limit))
+	}
+	if limit == 0 || limit > wire.MaxDirPage {
+		limit = wire.MaxDirPage
+	}
+	key, useCache := h.cacheKey(kindDir)
+	if v, ok := h.c.cacheGet(key, useCache); ok {
+		i, _ := slices.BinarySearchFunc(v.entries, after, func(e wire.DirEntry, t string) int { return strings.Compare(e.Name, t) })
+		if i < len(v.entries) && v.entries[i].Name == after {
+			i++
+		}
+		j := min(i+limit, len(v.entries))
+		return dirEntries(v.entries[i:j]), j < len(v.entries), nil
+	}
+	fill := useCache && after == ""
+	var tok cache.Token
+	if fill {
+		tok = h.c.cache.Token(h.path)
+	}
+	resp, err := h.readDirPage(ctx, after, limit, fill)
+	if err != nil {
+		return nil, false, err
+	}
+	if fill && resp.Cacheable && !resp.More {
+		h.c.cache.PutIf(key, cached{entries: resp.Entries}, tok)
+	}
+	return dirEntries(resp.Entries), resp.More, nil
+}
+
+// readDirPage asks the master for one page, checking that it moves the
+// cursor on: a page with more must end past after, or a listing would loop.
+func (h *Handle) readDirPage(ctx context.Context, after string, limit int, cache bool) (*wire.ReadDirResponse, error) {
+	req := h.request()
+	req.After, req.Limit, req.Cache = after, uint32(limit), cache
+	var resp wire.ReadDirResponse
+	if err := h.do(ctx, "readdir", wire.MethodReadDir, req, &resp); err != nil {
+		return nil, err
+	}
+	if resp.More && (len(resp.Entries) == 0 || resp.Entries[len(resp.Entries)-1].Name <= after) {
+		return nil, opErr("readdir", h.path, wire.Errorf(wire.CodeInternal, "the cell answered a listing page that does not move past %q", after))
+	}
+	return &resp, nil
+}
+
+// dirEntries copies wire entries out (cached slices are never handed out).
+func dirEntries(ents []wire.DirEntry) []DirEntry {
+	out := make([]DirEntry, len(ents))
+	for i, e := range ents {
 		out[i] = DirEntry{Name: e.Name, Dir: e.Dir}
 	}
-	return out, nil
+	return out
 }
 
 // SetOption adjusts a SetContents.

@@ -127,15 +127,7 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 			Mode: sequencer.Mode(held.Mode), Generation: held.Generation})
 		return &wire.SequencerResponse{Sequencer: seq}, nil
 	case wire.MethodReadDir:
-		ents, err := c.fsm.ReadDir(c.h.Session, req.Handle)
-		if err != nil {
-			return nil, err
-		}
-		out := &wire.ReadDirResponse{Entries: make([]wire.DirEntry, len(ents)), Cacheable: cacheable}
-		for i, e := range ents {
-			out.Entries[i] = wire.DirEntry{Name: e.Name, Dir: e.Dir}
-		}
-		return out, nil
+		return c.readDir(req, cacheable)
 	case wire.MethodGetStat:
 		v, err := c.fsm.LookupHandle(c.h.Session, req.Handle)
 		if err != nil {
@@ -152,6 +144,32 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		}
 		return &wire.ContentsResponse{Contents: v.Contents, Stat: toStat(v.Stat), Cacheable: cacheable}, nil
 	}
+}
+
+// readDir answers one page of a listing (the cursor and limit are in the
+// request), as the caller sees it: children it may neither read nor write
+// are left out, exactly as Open reports them absent. A page is at most
+// wire.MaxDirPage entries and wire.DirPageBytes of names, so the reply
+// always fits a frame however large the directory.
+func (c *call) readDir(req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
+	if len(req.After) > wire.MaxNameLen {
+		return nil, wire.Errorf(wire.CodeBadRequest, "listing cursor of %d bytes: no name is longer than %d", len(req.After), wire.MaxNameLen)
+	}
+	limit := int(req.Limit)
+	if limit <= 0 || limit > wire.MaxDirPage {
+		limit = wire.MaxDirPage
+	}
+	page, err := c.fsm.ReadDirPage(c.h.Session, req.Handle, replica.DirQuery{
+		After: req.After, Limit: limit, MaxBytes: wire.DirPageBytes, EntryOverhead: wire.DirEntryOverhead,
+		Principal: c.caller.Principal, Admin: c.isAdmin()})
+	if err != nil {
+		return nil, err
+	}
+	out := &wire.ReadDirResponse{Entries: make([]wire.DirEntry, len(page.Entries)), Cacheable: cacheable, More: page.More}
+	for i, e := range page.Entries {
+		out.Entries[i] = wire.DirEntry{Name: e.Name, Dir: e.Dir}
+	}
+	return out, nil
 }
 
 // acquire takes a lock. A blocking acquire queues in the replicated FIFO

@@ -542,6 +542,10 @@ func (s *Server) handleEvents(changes []replica.Change) []sessionEvent {
 			if !s.fsm.CanRead(w.Session, c.Path, s.cfg.Admin) {
 				continue // events are reads: none for who may not read
 			}
+			if (c.Kind == replica.ChangeChildAdded || c.Kind == replica.ChangeChildRemoved) &&
+				!s.fsm.ChildVisible(w.Session, c.ChildACL, s.cfg.Admin) {
+				continue // as in listings: a child one may neither read nor write is not named
+			}
 			out = append(out, sessionEvent{w.Session, wire.Event{Kind: e.kind, Path: c.Path, Handle: w.Handle, Child: c.Child}})
 		}
 	}

@@ -76,6 +76,7 @@ type Node struct {
 	Creator string `msgpack:"cr,omitempty"`
 
 	children    map[string]bool // child name -> is directory; rebuilt on restore
+	kids        []string        // the children's names, sorted (view.go); rebuilt on restore
 	openHandles int             // handles open on this instance; rebuilt on restore
 }
 
@@ -179,6 +180,9 @@ type Change struct {
 	Seq     uint64
 	Time    int64
 	Child   string
+	// ChildACL is the added or removed child's ACL, so the master tells
+	// of it only watchers who may see it, also once it is gone.
+	ChildACL acl.NodeACL
 }
 
 // Observer receives the changes of each applied entry, in log order, on
@@ -487,10 +491,11 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		}
 		f.nodes[c.Path] = n
 		parent.children[baseOf(c.Path)] = dir
+		parent.addKid(baseOf(c.Path))
 		created = true
 		f.note(Change{Kind: ChangeNode, Path: c.Path})
 		f.note(Change{Kind: ChangeNode, Path: parentPath})
-		f.note(Change{Kind: ChangeChildAdded, Path: parentPath, Child: baseOf(c.Path)})
+		f.note(Change{Kind: ChangeChildAdded, Path: parentPath, Child: baseOf(c.Path), ChildACL: nodeACL(n)})
 	} else if err := f.permitOpen(c, n); err != nil {
 		// Not hidden (checked above): the caller may read or write n.
 		return &Result{Err: err}
@@ -607,9 +612,10 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 		return
 	}
 	delete(parent.children, baseOf(n.Path))
+	parent.removeKid(baseOf(n.Path))
 	parent.MTime = now
 	f.note(Change{Kind: ChangeNode, Path: parentPath})
-	f.note(Change{Kind: ChangeChildRemoved, Path: parentPath, Child: baseOf(n.Path)})
+	f.note(Change{Kind: ChangeChildRemoved, Path: parentPath, Child: baseOf(n.Path), ChildACL: nodeACL(n)})
 	if parent.Ephemeral && len(parent.children) == 0 && parent.openHandles == 0 {
 		f.removeNode(index, parent, now)
 	}
@@ -1194,7 +1200,9 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 			return bad("node %q has no parent directory", n.Path)
 		}
 		p.children[baseOf(n.Path)] = n.Dir
+		p.kids = append(p.kids, baseOf(n.Path))
 	}
+	sortKids(next.nodes)
 	for i, s := range img.Sessions {
 		switch {
 		case s == nil:

@@ -1,6 +1,11 @@
 package replica
 
-import "sort"
+import (
+	"slices"
+	"sort"
+
+	"lockcell/acl"
+)
 
 // HandleView is what a read needs to know about an open handle and its
 // node, copied out under the FSM's read lock. Contents alias the stored
@@ -30,24 +35,139 @@ func (f *FSM) LookupHandle(session, handle uint64) (HandleView, error) {
 	return HandleView{Handle: *h, Contents: n.Contents, Stat: n.stat()}, nil
 }
 
-// ReadDir lists the children of the directory the handle names, in name
-// order.
+// ReadDir lists every child of the directory the handle names, in name
+// order, as the admin sees them (no child is left out). The master lists
+// through ReadDirPage, which pages and hides what a caller may not see.
 func (f *FSM) ReadDir(session, handle uint64) ([]DirEntry, error) {
+	var out []DirEntry
+	q := DirQuery{Limit: 1 << 16}
+	for {
+		p, err := f.ReadDirPage(session, handle, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Entries...)
+		if !p.More {
+			return out, nil
+		}
+		q.After = p.Entries[len(p.Entries)-1].Name
+	}
+}
+
+// DirQuery selects one page of a directory's listing.
+type DirQuery struct {
+	// After: only children whose names sort strictly after it ("" lists
+	// from the start). It need not name a child.
+	After string
+	// Limit bounds the page's entries (at least 1 is used).
+	Limit int
+	// MaxBytes, when positive, ends the page before the sum of
+	// len(name)+EntryOverhead over its entries would exceed it; the first
+	// entry is always taken, so a page with More is never empty.
+	MaxBytes      int
+	EntryOverhead int
+	// Principal, when set and not Admin, is whose view the page is: a
+	// child that principal may neither read nor write is left out, as
+	// Open reports it absent.
+	Principal string
+	Admin     bool
+}
+
+// DirPage is one page of a listing: entries in name order, and whether
+// further children (visible to the query's principal) follow the last.
+type DirPage struct {
+	Entries []DirEntry
+	More    bool
+}
+
+// ReadDirPage returns the page q selects of the listing of the directory
+// the handle names, read under one read lock: the page is the state at one
+// applied index. Its cost is O(log n + scanned children): the sorted names
+// are kept on the node, so a listing of n children in pages costs
+// O(n + pages * log n) in all, not a sort per page. Hidden children are
+// skipped after the cursor is placed, so they never end a page early and
+// the cursor is always a name the caller was shown.
+func (f *FSM) ReadDirPage(session, handle uint64, q DirQuery) (DirPage, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	_, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
 	if err != nil {
-		return nil, err
+		return DirPage{}, err
 	}
 	if !n.Dir {
-		return nil, errf(KindNotDir, "%s is a file", n.Path)
+		return DirPage{}, errf(KindNotDir, "%s is a file", n.Path)
 	}
-	out := make([]DirEntry, 0, len(n.children))
-	for name, dir := range n.children {
-		out = append(out, DirEntry{Name: name, Dir: dir})
+	limit := max(q.Limit, 1)
+	filter := q.Principal != "" && !q.Admin
+	var page DirPage
+	var buf []byte
+	used := 0
+	for i := sort.Search(len(n.kids), func(i int) bool { return n.kids[i] > q.After }); i < len(n.kids); i++ {
+		name := n.kids[i]
+		if filter {
+			buf = append(append(append(buf[:0], n.Path...), '/'), name...)
+			child := f.nodes[string(buf)] // no allocation for the lookup
+			if child == nil || f.hidden(child, q.Principal, q.Admin) {
+				continue
+			}
+		}
+		size := len(name) + q.EntryOverhead
+		if len(page.Entries) == limit || q.MaxBytes > 0 && len(page.Entries) > 0 && used+size > q.MaxBytes {
+			page.More = true
+			break
+		}
+		page.Entries = append(page.Entries, DirEntry{Name: name, Dir: n.children[name]})
+		used += size
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return page, nil
+}
+
+// addKid inserts a new child's name into the sorted names: a binary search
+// and one copy of the tail (none when names arrive in order). Apply calls
+// it under the write lock.
+func (n *Node) addKid(name string) {
+	i, found := slices.BinarySearch(n.kids, name)
+	if !found {
+		n.kids = slices.Insert(n.kids, i, name)
+	}
+}
+
+// removeKid deletes a child's name from the sorted names. The slice of a
+// directory left empty is dropped, so a node's derived state is the same
+// whether it was built by applying entries or by a restore.
+func (n *Node) removeKid(name string) {
+	if i, found := slices.BinarySearch(n.kids, name); found {
+		n.kids = slices.Delete(n.kids, i, i+1)
+	}
+	if len(n.kids) == 0 {
+		n.kids = nil
+	}
+}
+
+// sortKids orders the child names a restore appended (a snapshot lists
+// nodes by name, so each is usually in order already).
+func sortKids(nodes map[string]*Node) {
+	for _, n := range nodes {
+		if len(n.kids) > 1 {
+			slices.Sort(n.kids)
+		}
+	}
+}
+
+// ChildVisible reports whether the principal of session (admin: the cell's
+// admin principal) may see a child whose ACL is a, that is read or write
+// it: listings and child events name only such children. A missing
+// session or a command of the master's own sees everything.
+func (f *FSM) ChildVisible(session uint64, a acl.NodeACL, admin string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.sessions[session]
+	if s == nil || s.Principal == "" {
+		return true
+	}
+	pol := policyOf(s.Principal, s.Principal == admin)
+	src := aclSource{f}
+	return acl.Check(src, s.Principal, a, acl.Read, pol) == nil || acl.Check(src, s.Principal, a, acl.Write, pol) == nil
 }
 
 // WaitState says where a blocking Acquire (handle, wait seq) stands.
@@ -187,20 +307,27 @@ func (f *FSM) AffectedPaths(cmd *Command) []string {
 	case CmdOpen:
 		if f.nodes[cmd.Path] == nil && cmd.Flags&FlagCreate != 0 {
 			addNode(cmd.Path)
+			f.addACLDependents(set, cmd.Path)
 		}
 	case CmdSetContents, CmdAcquire, CmdRelease, CmdCancelWait, CmdSetACL:
 		if h := f.handles[cmd.Handle]; h != nil {
 			set[h.Path] = true
-			if cmd.Type == CmdSetContents {
-				// Rewriting an ACL file can take away a cacher's right
-				// to read every node that names it.
-				for _, p := range f.namingACLLocked(h.Path) {
-					set[p] = true
+			switch cmd.Type {
+			case CmdSetContents:
+				f.addACLDependents(set, h.Path)
+			case CmdSetACL:
+				// The parent's listing shows the node only to whom
+				// its ACLs let read or write it.
+				if parent := parentOf(h.Path); parent != "" {
+					set[parent] = true
 				}
 			}
 		}
 	case CmdDelete, CmdClose:
 		handlePath(cmd.Handle)
+		if h := f.handles[cmd.Handle]; h != nil && cmd.Type == CmdDelete {
+			f.addACLDependents(set, h.Path)
+		}
 	case CmdGrant:
 		set[cmd.Path] = true
 	case CmdCloseSession:
@@ -221,6 +348,28 @@ func (f *FSM) AffectedPaths(cmd *Command) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// addACLDependents adds what creating, rewriting or deleting the file at
+// path changes if it is an ACL file: every node whose read ACL names it
+// (a cacher may lose the right to read it) and the parent of every node
+// whose read or write ACL names it (the parent's listing shows a child
+// only to whom may read or write it, so children appear and vanish).
+func (f *FSM) addACLDependents(set map[string]bool, path string) {
+	if !f.isACLFile(path) {
+		return
+	}
+	for _, p := range f.namingACLLocked(path) {
+		set[p] = true
+	}
+	name := path[len(f.aclDir())+1:]
+	for p, n := range f.nodes {
+		if n.ReadACL == name || n.WriteACL == name {
+			if parent := parentOf(p); parent != "" {
+				set[parent] = true
+			}
+		}
+	}
 }
 
 // HandlePath returns the name a live handle of session names.

@@ -249,7 +249,34 @@ type HandleRequest struct {
 	// Cache says the caller will cache the answer: the master then sends
 	// it an invalidation before any write that would make it stale.
 	Cache bool `msgpack:"c,omitempty"`
+	// After (ReadDir only) is the listing's cursor: the page holds only
+	// children whose names sort strictly after it ("" from the start).
+	// It need not name a child, so it reveals nothing.
+	After string `msgpack:"a,omitempty"`
+	// Limit (ReadDir only) bounds the page's entries; 0 or more than
+	// MaxDirPage means MaxDirPage. The master also stops a page before
+	// its names pass DirPageBytes, so a page may hold fewer.
+	Limit uint32 `msgpack:"l,omitempty"`
 }
+
+// Listing pages. A directory's listing can hold any number of children,
+// so ReadDir answers one page of at most MaxDirPage entries and about
+// DirPageBytes: the largest page, 255-byte names throughout, encodes to
+// well under MaxFrameSize (TestDirPageFitsAFrame).
+const (
+	// MaxDirPage bounds the entries of one ReadDir page.
+	MaxDirPage = 4096
+	// DirPageBytes bounds the sum of DirEntrySize over a page's entries;
+	// a page always holds at least one entry.
+	DirPageBytes = 512 << 10
+	// DirEntryOverhead is the most a DirEntry's encoding costs beyond its
+	// name's bytes (map and string headers, keys, the directory flag).
+	DirEntryOverhead = 8
+)
+
+// DirEntrySize is the most bytes the encoding of a DirEntry named name
+// takes in a ReadDirResponse.
+func DirEntrySize(name string) int { return len(name) + DirEntryOverhead }
 
 // SequencerResponse carries a signed sequencer (GetSequencer).
 type SequencerResponse struct {
@@ -291,10 +318,15 @@ type DirEntry struct {
 	Dir  bool   `msgpack:"d,omitempty"`
 }
 
-// ReadDirResponse lists a directory's children in name order.
+// ReadDirResponse is one page of a directory's listing: children in name
+// order, strictly after the request's After, leaving out those the caller
+// may neither read nor write. More says further children follow: ask
+// again with After set to the last entry's name (a page with More is
+// never empty). Each page is a linearizable read of its own.
 type ReadDirResponse struct {
 	Entries   []DirEntry `msgpack:"e"`
 	Cacheable bool       `msgpack:"k,omitempty"`
+	More      bool       `msgpack:"m,omitempty"`
 }
 
 // SetContentsRequest replaces a file's contents. With HasIfGeneration the
