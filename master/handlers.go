@@ -28,9 +28,11 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	if req.Flags&wire.OpenCreate == 0 && (req.Flags&(wire.OpenExcl|wire.OpenEphemeral) != 0 || len(req.Contents) > 0) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "%s: exclusive, ephemeral and initial contents need the create flag", req.Path)
 	}
-	if n := c.fsm.SessionHandles(c.h.Session); n >= c.cfg.Limits.HandlesPerSession {
-		return nil, wire.Errorf(wire.CodeTooMany, "session %d has %d open handles, the limit", c.h.Session, n)
+	unreserve, err := c.reserveHandle(c.h.Session)
+	if err != nil {
+		return nil, err
 	}
+	defer unreserve()
 	c.path = req.Path
 	delay := time.Duration(req.LockDelayMillis) * time.Millisecond
 	switch {
@@ -113,7 +115,7 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		}
 	}
 	if fence != nil {
-		if ok, reason := c.fsm.FenceValid(fence); !ok {
+		if ok, reason := c.fsm.FenceValidFor(fence, c.caller.Principal, c.isAdmin()); !ok {
 			return nil, wire.Errorf(wire.CodeStaleSequencer, "%s", reason)
 		}
 	}
@@ -281,7 +283,9 @@ func (c *call) verifySequencer(seq []byte) (sequencer.Sequencer, error) {
 
 // checkSequencer answers whether a sequencer is still valid: signed by
 // this cell, and its lock held at that generation in that mode right now
-// (a linearizable read).
+// (a linearizable read). It reads the lock's state, so it needs read on
+// the lock's node: a caller without it hears what it would of a lock
+// whose node is gone, which tells it nothing about the name.
 func (c *call) checkSequencer(ctx context.Context, req *wire.CheckSequencerRequest) (*wire.CheckSequencerResponse, error) {
 	s, err := c.verifySequencer(req.Sequencer)
 	if err != nil {
@@ -290,6 +294,7 @@ func (c *call) checkSequencer(ctx context.Context, req *wire.CheckSequencerReque
 	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
 	}
-	ok, reason := c.fsm.FenceValid(&replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation})
+	ok, reason := c.fsm.FenceValidFor(&replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation},
+		c.caller.Principal, c.isAdmin())
 	return &wire.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
 }

@@ -1,5 +1,7 @@
 package master
 
+import "lockcell/cell/wire"
+
 // Limits cap what one principal, connection or session may hold, so one
 // misbehaving client cannot exhaust the master (TESTPLAN "Bad input").
 // Each limit reached is answered with wire.CodeTooMany.
@@ -31,4 +33,72 @@ func (l *Limits) setDefaults() {
 	if l.SessionsPerConn <= 0 {
 		l.SessionsPerConn = DefaultLimits.SessionsPerConn
 	}
+}
+
+// reservations are sessions and handles whose creating command is being
+// proposed: admitted against a cap but not yet counted by the state
+// machine. Counting them closes the window between the check and the
+// apply, in which concurrent callers used to pass the same check and
+// overshoot the cap. A command admitted by a deposed master either
+// commits before its successor's epoch entry (and the successor counts it
+// in the state) or never, so the caps hold across fail-overs too. For a
+// moment after the apply a reservation and the state both count the same
+// session or handle: a caller racing at the cap may be refused early,
+// never let past it.
+type reservations struct {
+	principal map[string]int
+	cell      int
+	conn      map[uint64]int
+	handles   map[uint64]int // by session
+}
+
+// reserveSessionLocked admits one more session of caller against the
+// per-principal, per-cell and per-connection caps, or says which is
+// reached. s.mu is held.
+func (s *Server) reserveSessionLocked(caller Caller) (func(), error) {
+	r := &s.reserved
+	lim := s.cfg.Limits
+	if n := s.fsm.PrincipalSessions(caller.Principal) + r.principal[caller.Principal]; n >= lim.SessionsPerPrincipal {
+		return nil, wire.Errorf(wire.CodeTooMany, "principal %q has %d live sessions, the limit", caller.Principal, n)
+	}
+	if _, sessions, _, _ := s.fsm.Counts(); sessions+r.cell >= lim.Sessions {
+		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d sessions, the limit", sessions+r.cell)
+	}
+	if caller.Conn != 0 {
+		if n := s.connSessions[caller.Conn] + r.conn[caller.Conn]; n >= lim.SessionsPerConn {
+			return nil, wire.Errorf(wire.CodeTooMany, "%d live sessions were created over this connection, the limit", n)
+		}
+	}
+	r.principal[caller.Principal]++
+	r.cell++
+	r.conn[caller.Conn]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r.principal[caller.Principal]--; r.principal[caller.Principal] <= 0 {
+			delete(r.principal, caller.Principal)
+		}
+		r.cell--
+		if r.conn[caller.Conn]--; r.conn[caller.Conn] <= 0 {
+			delete(r.conn, caller.Conn)
+		}
+	}, nil
+}
+
+// reserveHandle admits one more handle of session against its cap.
+func (s *Server) reserveHandle(session uint64) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &s.reserved
+	if n := s.fsm.SessionHandles(session) + r.handles[session]; n >= s.cfg.Limits.HandlesPerSession {
+		return nil, wire.Errorf(wire.CodeTooMany, "session %d has %d open handles, the limit", session, n)
+	}
+	r.handles[session]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r.handles[session]--; r.handles[session] <= 0 {
+			delete(r.handles, session)
+		}
+	}, nil
 }

@@ -111,12 +111,19 @@ type Server struct {
 	busy          map[string]int
 	inflight      map[string][]pendingInval // invalidations sent for busy names
 	invalidations uint64
-	stop          chan struct{} // closed by Stop; a fresh one per term of service
-	leases        map[uint64]*lease
-	connSessions  map[uint64]int // live sessions by the connection that created them
-	waits         map[waitKey]chan struct{}
-	delays        map[string]*time.Timer
-	wg            sync.WaitGroup
+	// lateInvalidations counts waits that ended at the cacher's deadline
+	// without its acknowledgement; cacheBarred holds principals barred
+	// from caching until a time (invalidate.go).
+	lateInvalidations uint64
+	cacheBarred       map[string]time.Time
+	droppedEvents     uint64        // handle events not queued: the session's queue was full
+	reserved          reservations  // sessions and handles being created (limits.go)
+	stop              chan struct{} // closed by Stop; a fresh one per term of service
+	leases            map[uint64]*lease
+	connSessions      map[uint64]int // live sessions by the connection that created them
+	waits             map[waitKey]chan struct{}
+	delays            map[string]*time.Timer
+	wg                sync.WaitGroup
 	// proof vouches for leadership before a lease is granted or a call
 	// admitted (leadership.go); servingSince is when this term began.
 	proof        *leadershipProof
@@ -131,7 +138,9 @@ func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, cons: cons, fsm: fsm, log: cfg.Logger,
 		leases: map[uint64]*lease{}, connSessions: map[uint64]int{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{},
-		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}, inflight: map[string][]pendingInval{}}
+		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}, inflight: map[string][]pendingInval{},
+		cacheBarred: map[string]time.Time{},
+		reserved:    reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Now}
 	fsm.SetObserver(s.observe)
 	return s
@@ -241,6 +250,7 @@ func (s *Server) Stop() {
 	s.leases = map[uint64]*lease{}
 	s.connSessions = map[uint64]int{}
 	s.cachers = map[string]map[uint64]bool{}
+	s.cacheBarred = map[string]time.Time{}
 	for p, t := range s.delays {
 		t.Stop()
 		delete(s.delays, p)
@@ -267,6 +277,12 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 	if s.serving {
 		for _, n := range notes {
 			if l := s.leases[n.session]; l != nil && !l.closed {
+				if len(l.events) >= l.eventRoom() {
+					// Handle events are notifications: a session that
+					// does not take them does not get to pile them up.
+					s.droppedEvents++
+					continue
+				}
 				n.ev.Seq = s.nextEventLocked()
 				l.events = append(l.events, n.ev)
 				l.wakeLocked()

@@ -25,9 +25,38 @@ type lease struct {
 	ackCh chan struct{}
 	// cached lists the names the session may have cached.
 	cached map[string]bool
+	// lastInval is the sequence of the newest invalidation queued for the
+	// session: while acked is below it, the session caches nothing more.
+	lastInval uint64
+	// delivered is the newest event sequence a KeepAlive reply carried;
+	// ignored counts KeepAlives that arrived acknowledging less than it
+	// (an honest client acknowledges what it was sent on its next call,
+	// so this happens only when a reply was lost, or to a client that
+	// does not play by the rules).
+	delivered   uint64
+	ignored     int
+	redelivered bool // the last KeepAlive ignored delivered events and was answered at once
 	// conn is the client connection the session was created over (0 if
 	// created under another master), for Limits.SessionsPerConn.
 	conn uint64
+}
+
+// Bounds on a session's queue of unacknowledged events. Invalidations are
+// always queued (a write's safety rests on them, and a session has at most
+// one per name it registered); handle events are dropped past the bound,
+// a tighter one once the session has ignored events it was sent.
+const (
+	maxPendingEvents        = 4096
+	maxPendingEventsIgnorer = 64
+)
+
+// eventRoom is how many events the session may have queued before handle
+// events are dropped.
+func (l *lease) eventRoom() int {
+	if l.ignored > 0 {
+		return maxPendingEventsIgnorer
+	}
+	return maxPendingEvents
 }
 
 func newLease(end time.Time) *lease {
@@ -51,18 +80,13 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 	if len(req.ClientName) > 256 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "client name of %d bytes exceeds 256", len(req.ClientName))
 	}
-	if n := c.fsm.PrincipalSessions(c.caller.Principal); n >= c.cfg.Limits.SessionsPerPrincipal {
-		return nil, wire.Errorf(wire.CodeTooMany, "principal %q has %d live sessions, the limit", c.caller.Principal, n)
-	}
-	if _, sessions, _, _ := c.fsm.Counts(); sessions >= c.cfg.Limits.Sessions {
-		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d sessions, the limit", sessions)
-	}
 	c.mu.Lock()
-	onConn := c.connSessions[c.caller.Conn]
+	unreserve, err := c.reserveSessionLocked(c.caller)
 	c.mu.Unlock()
-	if c.caller.Conn != 0 && onConn >= c.cfg.Limits.SessionsPerConn {
-		return nil, wire.Errorf(wire.CodeTooMany, "%d live sessions were created over this connection, the limit", onConn)
+	if err != nil {
+		return nil, err
 	}
+	defer unreserve() // after the lease below counts it on its connection
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdCreateSession, Client: req.ClientName})
 	if err != nil {
 		return nil, err
@@ -124,6 +148,18 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		l.acked = req.AckEvent
 		l.signalAckLocked()
 	}
+	redeliver := false
+	if req.AckEvent < l.delivered {
+		// Events we sent are not acknowledged: the reply was lost, or the
+		// client ignores them. Send them again at once, but only once in
+		// a row, so a client that ignores them cannot make us answer in
+		// a loop.
+		l.ignored++
+		redeliver = !l.redelivered
+		l.redelivered = true
+	} else {
+		l.redelivered = false
+	}
 	if l.failoverSeq != 0 && req.AckEvent >= l.failoverSeq {
 		c.ackedLocked(c.h.Session)
 	}
@@ -132,7 +168,7 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		// event queued: tell it (SPEC 7 step 4), so it flushes its cache.
 		l.events = append(l.events, wire.Event{Seq: c.nextEventLocked(), Kind: wire.EventMasterFailover})
 	}
-	pending := len(l.events) > 0 || req.Prompt
+	pending := redeliver || req.Prompt || len(l.events) > 0 && l.events[len(l.events)-1].Seq > l.delivered
 	c.mu.Unlock()
 
 	if !pending {
@@ -181,12 +217,40 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 	if e := proven.Add(c.cfg.LeaseTTL); e.Before(granted) {
 		granted = e
 	}
+	// The reply carries the oldest unacknowledged events, as many as fit a
+	// bounded reply; acknowledgements are cumulative, so the rest follow
+	// on the next calls. Every lease extension therefore travels with
+	// every outstanding invalidation it could cover (invalidate.go).
+	events := replyEvents(l.events)
+	if n := len(events); n > 0 {
+		l.delivered = max(l.delivered, events[n-1].Seq)
+	}
 	return &wire.KeepAliveResponse{
 		Epoch:       c.epoch,
 		HeldMillis:  replied.Sub(arrived).Milliseconds(),
 		LeaseMillis: granted.Sub(replied).Milliseconds(),
-		Events:      append([]wire.Event(nil), l.events...),
+		Events:      events,
 	}, nil
+}
+
+// Bounds on one KeepAlive reply's events, well inside a frame (names are
+// at most 1 KiB).
+const (
+	maxReplyEvents     = 1024
+	maxReplyEventBytes = 512 << 10
+)
+
+// replyEvents copies the oldest events that fit one reply.
+func replyEvents(evs []wire.Event) []wire.Event {
+	n, size := 0, 0
+	for n < len(evs) && n < maxReplyEvents {
+		size += 64 + len(evs[n].Path) + len(evs[n].Child)
+		if n > 0 && size > maxReplyEventBytes {
+			break
+		}
+		n++
+	}
+	return append([]wire.Event(nil), evs[:n]...)
 }
 
 func dropAcked(evs []wire.Event, ack uint64) []wire.Event {
@@ -253,13 +317,25 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 	}
 }
 
-// listSessions reports every live session with the lease this master
-// grants it (memory) and what it holds (replicated state).
+// listSessions reports live sessions with the lease this master grants
+// each (memory) and what each holds (replicated state): every session to
+// the admin, to anyone else only the sessions of its own principal, and
+// Total counts only what the caller may see. Others' sessions would name
+// their principals, clients and the locks they hold.
 func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, error) {
 	if err := c.cons.VerifyLeader(ctx); err != nil {
 		return nil, err
 	}
 	views := c.fsm.Sessions()
+	if !c.isAdmin() {
+		own := views[:0]
+		for _, v := range views {
+			if v.Principal == c.caller.Principal {
+				own = append(own, v)
+			}
+		}
+		views = own
+	}
 	now := c.cfg.Now()
 	out := &wire.ListSessionsResponse{Total: uint64(len(views))}
 	if len(views) > wire.MaxListedSessions {
