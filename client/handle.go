@@ -564,19 +564,26 @@ func (h *Handle) cacheKey(kind uint8) (cache.Key, bool) {
 	return cache.Key{Name: h.path, Kind: kind}, true
 }
 
-// cacheGet returns a cached entry only if the session's local lease was
-// still running after the entry was read. The master completes a write
-// without our acknowledgement only once our lease ran out, so an entry
-// read while the lease still ran (checked after the read: a pause between
-// the two only makes us refuse) cannot be older than a completed write,
-// even if the KeepAlive goroutine has not yet noticed a lapse (a process
-// paused past its lease serves nothing stale on resume).
+// cacheGet returns a cached entry only if the local lease as it stood
+// before the lookup was still running after it. The master completes a
+// write without our acknowledgement only once the lease we held when it
+// queued the invalidation ran out, and a KeepAlive reply that extends the
+// lease first applies the invalidations it carries. So an entry read
+// within the lease taken before the read (checked after the read: a pause
+// between the two only makes us refuse) cannot be older than a completed
+// write, even if the KeepAlive goroutine has not yet noticed a lapse (a
+// process paused past its lease serves nothing stale on resume) or extends
+// the lease between the lookup and the check.
 func (c *Client) cacheGet(key cache.Key, use bool) (cached, bool) {
 	if !use {
 		return cached{}, false
 	}
+	end, running := c.sess.leaseUntil()
+	if !running {
+		return cached{}, false
+	}
 	v, ok := c.cache.Get(key)
-	if !ok || !c.sess.leaseRunning() {
+	if !ok || !c.sess.clock.Now().Before(end) {
 		return cached{}, false
 	}
 	return v, true

@@ -122,15 +122,16 @@ type sessionState struct {
 	leaseTTL time.Duration
 }
 
-// leaseRunning reports whether the local lease has not yet run out and the
-// session is not in jeopardy.
-func (s *sessionState) leaseRunning() bool {
+// leaseUntil returns the end of the local lease as it stands now, and
+// false in jeopardy. A later KeepAlive may extend the lease; an end read
+// before a cache lookup is the lease that lookup may rely on.
+func (s *sessionState) leaseUntil() (time.Time, bool) {
 	if s == nil {
-		return false
+		return time.Time{}, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.jeopardy && s.clock.Now().Before(s.leaseEnd)
+	return s.leaseEnd, !s.jeopardy
 }
 
 func newSessionState(clock Clock, end time.Time, ttlMillis int64) *sessionState {
@@ -175,14 +176,11 @@ func (c *Client) keepAliveLoop() {
 		}
 		switch {
 		case err == nil:
-			lease := time.Duration(resp.HeldMillis+resp.LeaseMillis) * time.Millisecond
-			s.mu.Lock()
-			s.leaseEnd = sent.Add(lease - driftMargin(lease))
-			wasJeopardy := s.jeopardy
-			s.jeopardy = false
-			s.mu.Unlock()
-			// Apply every event before acknowledging any: the master
-			// completes a write once we have acknowledged its invalidation.
+			// Apply every event before adopting the new lease, and before
+			// acknowledging any. The master completes a write once we
+			// acknowledged its invalidation, or once the lease we held
+			// when it was queued has run out: this reply's lease must not
+			// keep alive a cache entry that the same reply invalidates.
 			for _, ev := range resp.Events {
 				switch ev.Kind {
 				case wire.EventInvalidate:
@@ -199,6 +197,12 @@ func (c *Client) keepAliveLoop() {
 				}
 			}
 			c.noteEpoch(resp.Epoch)
+			lease := time.Duration(resp.HeldMillis+resp.LeaseMillis) * time.Millisecond
+			s.mu.Lock()
+			s.leaseEnd = sent.Add(lease - driftMargin(lease))
+			wasJeopardy := s.jeopardy
+			s.jeopardy = false
+			s.mu.Unlock()
 			if wasJeopardy && c.cache != nil {
 				c.cache.Enable()
 			}

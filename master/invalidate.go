@@ -14,18 +14,53 @@ import (
 // proposed, the name is marked busy (reads of it are then served
 // uncacheable), every session that may have cached it is sent an
 // Invalidate event on its KeepAlive, and the command waits until each has
-// acknowledged the event or its lease has run out (a client whose lease ran
-// out has disabled its cache: jeopardy). Only then is the command applied,
-// so a write completes only after no cache can serve the old data.
+// acknowledged the event or the lease that session held when the event was
+// queued has run out. Only then is the command applied, so a write
+// completes only after no cache can serve the old data.
+//
+// Why the lease held at queue time, and not the lease as later KeepAlives
+// extend it: a cacher that keeps its lease alive but never acknowledges
+// would otherwise hold every write of the name for as long as it likes.
+// Waiting out the old lease is enough, because every later extension
+// reaches the client only in a KeepAlive reply, every reply carries all of
+// the session's unacknowledged events, and the client applies a reply's
+// invalidations before it adopts the reply's lease. So once the old lease
+// is over, the client has either dropped the entry or stopped trusting its
+// cache (jeopardy). A write therefore waits at most one lease for any
+// cacher, however it behaves.
+//
+// Two rules keep a cacher that never acknowledges from stalling the next
+// write too: a session with an unacknowledged invalidation is registered
+// for nothing more (its reads are answered uncacheable, as Chubby treats a
+// node with invalidations outstanding), and a principal (other than the
+// admin) whose live session let an invalidation's lease run out while it
+// kept sending KeepAlives that ignored the delivered event may cache
+// nothing for cachePenaltyLeases leases. A client that lost the reply
+// carrying an event gets it again at once on its next KeepAlive, so only
+// a client that ignores events, or never hears the master's replies, is
+// barred; barring only turns its caching off.
+
+// cachePenaltyLeases is how many leases a principal may cache nothing
+// after one of its sessions ignored an invalidation until its deadline.
+const cachePenaltyLeases = 10
 
 // registerCacher records that session may cache name, unless a write of
-// name is in flight. It reports whether the answer may be cached.
+// name is in flight, the session has an invalidation outstanding, or its
+// principal is barred from caching. It reports whether the answer may be
+// cached.
 func (s *Server) registerCacher(session uint64, name string) bool {
+	principal, _ := s.fsm.SessionPrincipal(session)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.leases[session]
-	if l == nil || l.closed || s.busy[name] > 0 {
+	if l == nil || l.closed || s.busy[name] > 0 || l.acked < l.lastInval {
 		return false
+	}
+	if until, ok := s.cacheBarred[principal]; ok {
+		if s.cfg.Now().Before(until) {
+			return false
+		}
+		delete(s.cacheBarred, principal)
 	}
 	set := s.cachers[name]
 	if set == nil {
@@ -53,9 +88,13 @@ func (s *Server) forgetCacherLocked(session uint64, l *lease) {
 	l.cached = nil
 }
 
+// pendingInval is one invalidation a change waits for: event seq on the
+// session of lease l, due by deadline, the lease l held when it was queued.
 type pendingInval struct {
-	l   *lease
-	seq uint64
+	l        *lease
+	session  uint64
+	seq      uint64
+	deadline time.Time
 }
 
 // invalidate marks names busy, sends invalidations to every session that
@@ -78,9 +117,10 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 			}
 			seq := s.nextEventLocked()
 			l.events = append(l.events, wire.Event{Seq: seq, Kind: wire.EventInvalidate, Path: name})
+			l.lastInval = seq
 			delete(l.cached, name)
 			l.wakeLocked()
-			w := pendingInval{l, seq}
+			w := pendingInval{l: l, session: session, seq: seq, deadline: l.end}
 			waits = append(waits, w)
 			s.inflight[name] = append(s.inflight[name], w)
 		}
@@ -108,18 +148,28 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 	return release, nil
 }
 
-// awaitAck waits until the session acknowledged event seq, or its lease
-// ran out or ended.
+// awaitAck waits until the session acknowledged event seq, or the lease
+// it held when the event was queued ran out, or it ended. A live session
+// that ran out the deadline while ignoring the delivered event bars its
+// principal from caching (see the top of this file).
 func (s *Server) awaitAck(ctx context.Context, stop <-chan struct{}, w pendingInval) error {
 	for {
 		s.mu.Lock()
-		done := bugNoInval || w.l.acked >= w.seq || w.l.closed || !w.l.end.After(s.cfg.Now())
-		ch, end := w.l.ackCh, w.l.end
+		now := s.cfg.Now()
+		acked := bugNoInval || w.l.acked >= w.seq || w.l.closed
+		late := !acked && !w.deadline.After(now)
+		if late {
+			s.lateInvalidations++
+			if w.l.ignored > 0 && w.l.delivered >= w.seq {
+				s.barCachingLocked(w.session, now)
+			}
+		}
+		ch := w.l.ackCh
 		s.mu.Unlock()
-		if done {
+		if acked || late {
 			return nil
 		}
-		t := time.NewTimer(time.Until(end) + time.Millisecond)
+		t := time.NewTimer(w.deadline.Sub(now) + time.Millisecond)
 		select {
 		case <-ch:
 		case <-t.C:
@@ -143,4 +193,34 @@ func (s *Server) applyInvalidating(ctx context.Context, stop <-chan struct{}, cm
 		return nil, err
 	}
 	return s.cons.Apply(ctx, cmd)
+}
+
+// barCachingLocked bars the principal of session from caching for
+// cachePenaltyLeases leases: one of its live sessions was told of an
+// invalidation and let its deadline pass without acknowledging it.
+func (s *Server) barCachingLocked(session uint64, now time.Time) {
+	principal, ok := s.fsm.SessionPrincipal(session)
+	if !ok || principal == s.cfg.Admin {
+		// The admin may do anything to any node anyway; and without TLS
+		// every caller is the admin, where barring would bar everyone.
+		return
+	}
+	if _, barred := s.cacheBarred[principal]; !barred {
+		s.log.Warn("a session ignored an invalidation until its lease deadline: its principal may not cache for a while",
+			"principal", principal, "session", session, "for", cachePenaltyLeases*s.cfg.LeaseTTL)
+	}
+	s.cacheBarred[principal] = now.Add(cachePenaltyLeases * s.cfg.LeaseTTL)
+}
+
+// InvalidationStats counts invalidations sent and those whose change went
+// ahead at the cacher's lease deadline without its acknowledgement.
+type InvalidationStats struct {
+	Sent, Late uint64
+}
+
+// InvalidationStats reports the master's invalidation counters.
+func (s *Server) InvalidationStats() InvalidationStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return InvalidationStats{Sent: s.invalidations, Late: s.lateInvalidations}
 }
