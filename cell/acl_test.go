@@ -87,6 +87,7 @@ var refFiles = map[string][]string{
 	"writers":   {"writer"},
 	"acladmins": {"acladmin"},
 	"homew":     {"alice"},
+	"everyone":  {"alice", "reader", "writer", "acladmin", "stranger"},
 }
 
 func refAllowed(who string, n refNode, p refPerm) bool {
@@ -168,14 +169,27 @@ func TestACLMatrix(t *testing.T) {
 		h.Close()
 	}
 	owned := refNode{creator: "alice"}
-	nodes := []struct {
-		name string
-		ref  refNode
-	}{
+	// shared is everyone's to create in; shared/s is named like d/f, so hidden
+	// from the same principals, in a directory they may write.
+	ph := create(admin, "shared", client.Read|client.Write|client.Directory)
+	_, err = ph.SetACL(ctx, client.ACL{Write: "everyone"})
+	must(err, "name shared's ACLs")
+	ph.Close()
+	sh := create(admin, "shared/s", client.Read|client.Write, client.WithContents([]byte("s")))
+	_, err = sh.SetACL(ctx, client.ACL{Read: named.read, Write: named.write, ChangeACL: named.change})
+	must(err, "name shared/s's ACLs")
+	sh.Close()
+	nodes := []matrixNode{
 		{"d", refNode{named.read, named.write, named.change, "admin", true}},
 		{"d/f", named},
 		{"home/o", owned},
 		{"home/od", refNode{creator: "alice", dir: true}},
+		{"shared", refNode{write: "everyone", creator: "admin", dir: true}},
+		{"shared/s", named},
+	}
+	parentRef := map[string]refNode{ // the parents of the nodes, for creates
+		"d": {creator: ""}, "d/f": nodes[0].ref, "home/o": {write: "homew", change: "homew", creator: "admin", dir: true},
+		"home/od": {write: "homew", change: "homew", creator: "admin", dir: true}, "shared": {creator: ""}, "shared/s": nodes[4].ref,
 	}
 
 	checked := 0
@@ -255,10 +269,13 @@ func TestACLMatrix(t *testing.T) {
 				if got {
 					seq, err := h.GetSequencer(ctx)
 					check(who, n.name, "get-sequencer", err, "ok")
+					// Checking a sequencer reads the lock's state: a
+					// holder without read hears what it would of a lock
+					// whose file is gone (see hidden names below).
 					valid, err := cl.CheckSequencer(ctx, seq)
 					check(who, n.name, "check-sequencer", err, "ok")
-					if !valid {
-						t.Errorf("%s: sequencer of a held lock is not valid", who)
+					if valid != r {
+						t.Errorf("%s: sequencer of its held lock of %s: valid %v, want %v", who, n.name, valid, r)
 					}
 					check(who, n.name, "release", h.Release(ctx), "ok")
 				}
@@ -269,6 +286,9 @@ func TestACLMatrix(t *testing.T) {
 			h.Close()
 		}
 	}
+	checked += hiddenNamesAnswerAsMissing(t, ctx, c, clients, nodes, parentRef)
+	checked += sessionsAreOwnOnly(t, ctx, c, certs, clients)
+
 	// Acquire without write: a read-only handle is refused by the handle
 	// mode; so is a writer-less principal holding a write handle. The one
 	// way to hold a write handle without write permission is to lose the

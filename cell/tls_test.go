@@ -60,7 +60,9 @@ func TestTLSPrincipalIsCertificateName(t *testing.T) {
 	bob := c.ClientWith(t, c.ClientConfigAs("bob"))
 	clientWorks(t, c, c.Client(t), true) // the admin
 	clientWorks(t, c, alice, false)
-	sessions, err := bob.Sessions(ctx)
+	// The admin sees every session under its principal; bob sees only
+	// his own principal's.
+	sessions, err := c.Client(t).Sessions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +77,12 @@ func TestTLSPrincipalIsCertificateName(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Fatalf("sessions %v not listed in %+v", want, sessions)
+	}
+	if sessions, err = bob.Sessions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(sessions) != 1 || sessions[0].ID != bob.Session() || sessions[0].Principal != "bob" {
+		t.Fatalf("bob's session list: %+v, want his session %d alone", sessions, bob.Session())
 	}
 	// A status query needs TLS too.
 	if _, err := client.QueryStatusWith(ctx, c.ClientConfigAs("alice"), c.Addrs()[0]); err != nil {

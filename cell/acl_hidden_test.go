@@ -1,0 +1,281 @@
+package cell_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"lockcell/cell/wire"
+	"lockcell/client"
+	"lockcell/fixtures"
+)
+
+// The ACL matrix's checks of every answer that could name something the
+// caller may not see: a name the caller may neither read nor write answers
+// each call exactly as a missing name does (wire code and message, the
+// names swapped), sequencers of locks the caller may not read check as
+// locks whose file is gone, and the session list shows a non-admin only
+// its own principal's sessions.
+
+// matrixNode is one node of the ACL matrix with its reference ACL.
+type matrixNode struct {
+	name string
+	ref  refNode
+}
+
+// answerOf renders a call's outcome for comparison: the wire code, the
+// wire message and the client's whole error text.
+func answerOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		return "untyped: " + err.Error()
+	}
+	return we.Code.String() + " | " + we.Msg + " | " + err.Error()
+}
+
+// twinOf names a missing node in the same directory as rel.
+func twinOf(rel string) string {
+	if d := path.Dir(rel); d != "." {
+		return d + "/zz" + path.Base(rel)
+	}
+	return "zz" + rel
+}
+
+var hiddenOpenModes = map[string]client.OpenMode{
+	"read":                  client.Read,
+	"write":                 client.Write,
+	"read-dir":              client.Read | client.Directory,
+	"write-dir":             client.Write | client.Directory,
+	"create":                client.Read | client.Write | client.Create,
+	"create-excl":           client.Read | client.Write | client.Create | client.Excl,
+	"create-dir":            client.Read | client.Write | client.Create | client.Directory,
+	"create-excl-dir":       client.Read | client.Write | client.Create | client.Excl | client.Directory,
+	"create-ephemeral":      client.Read | client.Write | client.Create | client.Ephemeral,
+	"create-excl-ephemeral": client.Read | client.Write | client.Create | client.Excl | client.Ephemeral,
+}
+
+// hiddenNamesAnswerAsMissing tries, as every principal that may neither
+// read nor write a node of the matrix, every open and create of the node
+// and of names below it, and compares each answer with the answer for the
+// node's missing twin; then it checks sequencers of every node's lock as
+// every principal. It returns the number of checks.
+func hiddenNamesAnswerAsMissing(t *testing.T, ctx context.Context, c *fixtures.Cell, clients map[string]*client.Client,
+	nodes []matrixNode, parentRef map[string]refNode) int {
+	t.Helper()
+	checked := 0
+	open := func(cl *client.Client, rel string, mode client.OpenMode) string {
+		h, err := cl.Open(ctx, c.Name(rel), mode)
+		if err == nil {
+			h.Close()
+		}
+		return answerOf(err)
+	}
+	whos := make([]string, 0, len(clients))
+	for who := range clients {
+		whos = append(whos, who)
+	}
+	slices.Sort(whos)
+	for _, n := range nodes {
+		twin := twinOf(n.name)
+		for _, who := range whos {
+			if refAllowed(who, n.ref, refRead) || refAllowed(who, n.ref, refWrite) {
+				continue // visible: the matrix tried it
+			}
+			cl := clients[who]
+			mayCreate := refAllowed(who, parentRef[n.name], refWrite)
+			same := func(what, hidden, missing string) {
+				t.Helper()
+				checked++
+				if got := strings.ReplaceAll(hidden, c.Name(n.name), c.Name(twin)); got != missing {
+					t.Errorf("%s %s: the hidden %s answers\n\t%s\nthe missing %s answers\n\t%s", who, what, n.name, hidden, twin, missing)
+				}
+			}
+			for mname, mode := range hiddenOpenModes {
+				got := open(cl, n.name, mode)
+				if mode&client.Create != 0 && mayCreate {
+					// Where who may create, a taken name cannot be
+					// created; it says so and no more.
+					checked++
+					if want := wire.CodeExists.String() + " | " + c.Name(n.name) + " already exists"; !strings.HasPrefix(got, want+" | ") {
+						t.Errorf("%s %s %s where it may create: %s, want %s", who, mname, n.name, got, want)
+					}
+				} else {
+					same(mname, got, open(cl, twin, mode))
+				}
+				for _, below := range []string{"/x", "/x/y"} {
+					same(mname+" "+n.name+below, open(cl, n.name+below, mode), open(cl, twin+below, mode))
+				}
+			}
+		}
+	}
+
+	// A sequencer of a lock whose file is gone, for the answer a caller
+	// without read must get.
+	admin := clients["admin"]
+	sequencerOf := func(rel string, mode client.OpenMode) ([]byte, *client.Handle) {
+		t.Helper()
+		h, err := admin.Open(ctx, c.Name(rel), mode)
+		if err != nil {
+			t.Fatalf("admin opens %s: %v", rel, err)
+		}
+		if got, err := h.TryAcquire(ctx, client.Exclusive); err != nil || !got {
+			t.Fatalf("admin locks %s: %v %v", rel, got, err)
+		}
+		seq, err := h.GetSequencer(ctx)
+		if err != nil {
+			t.Fatalf("sequencer of %s: %v", rel, err)
+		}
+		return seq, h
+	}
+	goneSeq, gh := sequencerOf("gone", client.Read|client.Write|client.Create|client.Excl)
+	if err := gh.Delete(ctx); err != nil {
+		t.Fatalf("delete gone: %v", err)
+	}
+	gh.Close()
+	gone, err := admin.SequencerStatus(ctx, goneSeq)
+	if err != nil || gone.Valid {
+		t.Fatalf("the sequencer of a deleted lock: %+v %v", gone, err)
+	}
+	for _, n := range nodes {
+		mode := client.Write
+		if n.ref.dir {
+			mode |= client.Directory
+		}
+		seq, h := sequencerOf(n.name, mode)
+		for _, who := range whos {
+			checked++
+			r := refAllowed(who, n.ref, refRead)
+			st, err := clients[who].SequencerStatus(ctx, seq)
+			switch {
+			case err != nil:
+				t.Errorf("%s checks a sequencer of %s: %v", who, n.name, err)
+			case st.Valid != r:
+				t.Errorf("%s checks a sequencer of %s: valid %v (%s), want %v", who, n.name, st.Valid, st.Reason, r)
+			case !r && strings.ReplaceAll(st.Reason, c.Name(n.name), c.Name("gone")) != gone.Reason:
+				t.Errorf("%s checks a sequencer of %s it may not read: %q; of a lock whose file is gone: %q", who, n.name, st.Reason, gone.Reason)
+			}
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatalf("admin releases %s: %v", n.name, err)
+		}
+		h.Close()
+	}
+	return checked
+}
+
+// sessionsAreOwnOnly checks that the admin lists every principal's
+// session and anyone else only its own principal's, with a Total that
+// counts no one else's.
+func sessionsAreOwnOnly(t *testing.T, ctx context.Context, c *fixtures.Cell, certs *fixtures.CertSet, clients map[string]*client.Client) int {
+	t.Helper()
+	checked := 0
+	for who, cl := range clients {
+		checked++
+		list, err := cl.Sessions(ctx)
+		if err != nil {
+			t.Errorf("%s lists sessions: %v", who, err)
+			continue
+		}
+		seen := map[uint64]string{}
+		for _, s := range list {
+			seen[s.ID] = s.Principal
+			if who != "admin" && s.Principal != who {
+				t.Errorf("%s's session list shows session %d of %q (client %q, locks %v)", who, s.ID, s.Principal, s.Client, s.Locks)
+			}
+		}
+		for other, ocl := range clients {
+			p, ok := seen[ocl.Session()]
+			switch {
+			case (other == who || who == "admin") && (!ok || p != other):
+				t.Errorf("%s's session list: %s's session %d listed %v as %q", who, other, ocl.Session(), ok, p)
+			case other != who && who != "admin" && ok:
+				t.Errorf("%s's session list shows %s's session %d", who, other, ocl.Session())
+			}
+		}
+	}
+	// Total, which the client does not show, on the wire.
+	for _, who := range []string{"stranger", "admin"} {
+		checked++
+		var resp wire.ListSessionsResponse
+		rawMasterCall(t, ctx, c, certs, who, wire.MethodListSessions, &wire.ListSessionsRequest{}, &resp)
+		if int(resp.Total) != len(resp.Sessions) {
+			t.Errorf("%s: ListSessions Total %d for %d sessions listed", who, resp.Total, len(resp.Sessions))
+		}
+		if who == "stranger" && resp.Total != 1 {
+			t.Errorf("the stranger, with one session, is told of %d", resp.Total)
+		}
+		if who == "admin" && int(resp.Total) < len(clients) {
+			t.Errorf("the admin is told of %d sessions, fewer than the %d principals' clients", resp.Total, len(clients))
+		}
+	}
+	return checked
+}
+
+// rawMasterCall makes one call as principal who over its own mutual-TLS
+// connection to the master, with no session, learning the master's epoch
+// from a first refused try; resp receives the body.
+func rawMasterCall(t *testing.T, ctx context.Context, c *fixtures.Cell, certs *fixtures.CertSet, who string, m wire.Method, req, resp any) {
+	t.Helper()
+	var epoch uint64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conf := certs.ClientTLS(t, who).Clone()
+		conf.ServerName = "127.0.0.1"
+		mi := c.WaitForMaster(30 * time.Second)
+		status := func() wire.Status {
+			tc, err := tls.Dial("tcp", c.Addrs()[mi], conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tc.Close()
+			if _, err := tc.Write([]byte{wire.RPCMultiplex}); err != nil {
+				t.Fatal(err)
+			}
+			ycfg := yamux.DefaultConfig()
+			ycfg.LogOutput = io.Discard
+			mux, err := yamux.Client(tc, ycfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mux.Close()
+			st, err := mux.OpenStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			st.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := wire.WriteMessage(st, &wire.Header{Method: m, Epoch: epoch}, req); err != nil {
+				t.Fatal(err)
+			}
+			var status wire.Status
+			if err := wire.ReadMessage(st, &status); err != nil {
+				t.Fatal(err)
+			}
+			if status.Code == wire.CodeOK {
+				if err := wire.ReadMessage(st, resp); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return status
+		}()
+		switch {
+		case status.Code == wire.CodeOK:
+			return
+		case time.Now().After(deadline):
+			t.Fatalf("%s %s: %v %q", who, m, status.Code, status.Msg)
+		case status.Code == wire.CodeBadEpoch:
+			epoch = status.Epoch
+		}
+	}
+}
