@@ -20,7 +20,9 @@ func lsCommand(e *env) *cli.Command {
 		Description: "Prints one child a line, directories with a trailing /. A file is listed as itself. " +
 			"With -l each line is MODE SIZE GENERATION LOCK-GENERATION HOLDERS MTIME NAME, where MODE is d (directory) or -, " +
 			"then e (ephemeral) or -, then the lock: x (exclusive), s (shared) or - (free); " +
-			"GENERATION is the content generation." +
+			"GENERATION is the content generation. " +
+			"A large directory is listed in pages of up to 4096 names, each printed as it arrives " +
+			"(with -l, columns are aligned within a page); --json prints one document once the listing is whole." +
 			"\n\nExample: lockcell ls -l /ls/local/cfg",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "long form: mode, size, generation, mtime"},
@@ -36,7 +38,17 @@ func lsCommand(e *env) *cli.Command {
 					return err
 				}
 			}
-			ents, err := e.list(name, c.Bool("long"))
+			long := c.Bool("long")
+			// People see each page as it arrives; scripts get one JSON
+			// document, so it is printed only once the listing is whole.
+			all := []lsEntry{}
+			err := e.list(name, long, func(page []lsEntry) error {
+				if e.json {
+					all = append(all, page...)
+					return nil
+				}
+				return e.printList(page, long)
+			})
 			if err != nil {
 				return fail("ls", name, err)
 			}
@@ -44,10 +56,10 @@ func lsCommand(e *env) *cli.Command {
 				out := struct {
 					Name    string    `json:"name"`
 					Entries []lsEntry `json:"entries"`
-				}{name, ents}
+				}{name, all}
 				return e.printJSON(out)
 			}
-			return e.printList(ents, c.Bool("long"))
+			return nil
 		},
 	}
 }
@@ -66,41 +78,59 @@ type lsEntry struct {
 // burst would flood the master.
 const lsWorkers = 8
 
-// list returns the children of name (or name itself when it is a file),
-// with their stats when long.
-func (e *env) list(name string, long bool) ([]lsEntry, error) {
+// list hands emit the children of name (or name itself when it is a
+// file) a page at a time, with their stats when long: a directory of any
+// size is listed in pages the cell bounds, never held whole.
+func (e *env) list(name string, long bool, emit func([]lsEntry) error) error {
 	cl, err := e.client()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	h, err := cl.Open(e.ctx, name, client.Read)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer h.Close()
-	dents, err := h.ReadDir(e.ctx)
-	if errors.Is(err, client.ErrNotDir) {
-		// Like ls(1): a file lists as itself.
-		ent := lsEntry{Name: wire.Base(name)}
-		if long {
-			if ent.st, err = h.GetStat(e.ctx); err != nil {
-				return nil, err
+	after := ""
+	for {
+		dents, more, err := h.ReadDirPage(e.ctx, after, 0)
+		if errors.Is(err, client.ErrNotDir) && after == "" {
+			// Like ls(1): a file lists as itself.
+			ent := lsEntry{Name: wire.Base(name)}
+			if long {
+				if ent.st, err = h.GetStat(e.ctx); err != nil {
+					return err
+				}
+				sj := toStatJSON(name, ent.st)
+				ent.Stat = &sj
 			}
-			sj := toStatJSON(name, ent.st)
-			ent.Stat = &sj
+			return emit([]lsEntry{ent})
 		}
-		return []lsEntry{ent}, nil
+		if err != nil {
+			return err
+		}
+		ents := make([]lsEntry, len(dents))
+		for i, d := range dents {
+			ents[i] = lsEntry{Name: d.Name, Dir: d.Dir}
+		}
+		if long {
+			if ents, err = e.statEntries(name, ents); err != nil {
+				return err
+			}
+		}
+		if err := emit(ents); err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		after = dents[len(dents)-1].Name
 	}
-	if err != nil {
-		return nil, err
-	}
-	ents := make([]lsEntry, len(dents))
-	for i, d := range dents {
-		ents[i] = lsEntry{Name: d.Name, Dir: d.Dir}
-	}
-	if !long {
-		return ents, nil
-	}
+}
+
+// statEntries fills in the stats of dir's children ents, lsWorkers at a
+// time, leaving out children deleted since they were listed.
+func (e *env) statEntries(dir string, ents []lsEntry) ([]lsEntry, error) {
 	errs := make([]error, len(ents))
 	gone := make([]bool, len(ents))
 	sem := make(chan struct{}, lsWorkers)
@@ -111,11 +141,11 @@ func (e *env) list(name string, long bool) ([]lsEntry, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			child := name + "/" + ents[i].Name
+			child := dir + "/" + ents[i].Name
 			st, err := e.stat(child)
 			switch {
 			case errors.Is(err, client.ErrNotFound):
-				gone[i] = true // deleted since ReadDir: not there any more
+				gone[i] = true // deleted since it was listed: not there any more
 			case err != nil:
 				errs[i] = err
 			default:
@@ -137,7 +167,8 @@ func (e *env) list(name string, long bool) ([]lsEntry, error) {
 	return out, nil
 }
 
-// printList prints ls's human output.
+// printList prints one page of ls's human output; with long, columns are
+// aligned within the page.
 func (e *env) printList(ents []lsEntry, long bool) error {
 	if !long {
 		for _, ent := range ents {

@@ -84,11 +84,14 @@ func (e *env) remove(name string, recursive bool) error {
 		return err
 	}
 	defer h.Close()
-	if recursive {
-		ents, err := h.ReadDir(e.ctx)
-		switch {
-		case errors.Is(err, client.ErrNotDir): // a file: nothing under it
-		case err != nil:
+	// A page at a time: a directory of any size is emptied without
+	// holding its whole listing.
+	for after := ""; recursive; {
+		ents, more, err := h.ReadDirPage(e.ctx, after, 0)
+		if errors.Is(err, client.ErrNotDir) {
+			break // a file: nothing under it
+		}
+		if err != nil {
 			return err
 		}
 		for _, ent := range ents {
@@ -97,6 +100,10 @@ func (e *env) remove(name string, recursive bool) error {
 				return err
 			}
 		}
+		if !more {
+			break
+		}
+		after = ents[len(ents)-1].Name
 	}
 	return h.Delete(e.ctx)
 }

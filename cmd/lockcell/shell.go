@@ -543,22 +543,51 @@ func (sh *shell) complete(line string, pos int) (word string, cands []string) {
 		return word, nil
 	}
 	defer h.Close()
-	dents, err := h.ReadDir(ctx)
-	if err != nil {
-		return word, nil
-	}
-	for _, d := range dents {
-		if !strings.HasPrefix(d.Name, base) {
-			continue
+	// Names come sorted: start the listing just before the first name
+	// with the prefix and stop past the last, so completing in a huge
+	// directory reads only the pages that matter.
+	after := beforePrefix(base)
+	for len(cands) < maxCompletions {
+		dents, more, err := h.ReadDirPage(ctx, after, 0)
+		if err != nil {
+			return word, nil
 		}
-		c := dirPart + d.Name
-		if d.Dir {
-			c += "/"
+		for _, d := range dents {
+			if !strings.HasPrefix(d.Name, base) {
+				if d.Name > base {
+					more = false
+					break
+				}
+				continue
+			}
+			c := dirPart + d.Name
+			if d.Dir {
+				c += "/"
+			}
+			cands = append(cands, c)
 		}
-		cands = append(cands, c)
+		if !more || len(dents) == 0 {
+			break
+		}
+		after = dents[len(dents)-1].Name
 	}
 	sort.Strings(cands)
 	return word, cands
+}
+
+// maxCompletions bounds the names one completion offers: past a few
+// hundred a list helps nobody, and a prefix of one letter in a directory
+// of a million names must not read them all.
+const maxCompletions = 1000
+
+// beforePrefix returns a listing cursor that sorts before every name with
+// prefix p and after every name without it that sorts below p: p with its
+// last byte lowered, followed by a byte above every byte a name may hold.
+func beforePrefix(p string) string {
+	if p == "" {
+		return ""
+	}
+	return p[:len(p)-1] + string([]byte{p[len(p)-1] - 1, 0x7f})
 }
 
 // verbs are the words the first word completes to.
