@@ -89,7 +89,7 @@ type Config struct {
 }
 
 // ConnLimits bound what one client host or connection may hold on the
-// client port (TESTPLAN "Bad input").
+// client port: counts of connections and calls, times, and bytes.
 type ConnLimits struct {
 	// MaxConnsPerIP caps open connections from one remote IP address;
 	// more are closed as soon as they are accepted.
@@ -98,23 +98,42 @@ type ConnLimits struct {
 	// Acquires included) on one connection; a stream beyond it is
 	// answered with wire.CodeTooMany and closed. It is large because one
 	// connection may carry thousands of sessions (each parks a KeepAlive);
-	// MaxCallsPerSession is the tight bound.
+	// MaxCallsPerSession is the tight bound, and memory is bounded in
+	// bytes by MaxConnBuffer, not by this count.
 	MaxStreamsPerConn int
 	// MaxCallsPerSession caps one session's calls in flight on a
-	// connection (TESTPLAN: ≤ 256 outstanding requests per session); a
-	// call beyond it is answered with wire.CodeTooMany.
+	// connection; a call beyond it is answered with wire.CodeTooMany.
 	MaxCallsPerSession int
 	// HandshakeTimeout bounds a new connection's TLS handshake and its
 	// protocol byte together; a slower one is dropped (slow-loris).
 	HandshakeTimeout time.Duration
 	// RequestTimeout bounds how long a stream may take to deliver its
-	// request once opened.
+	// request once opened, and how long a reply may take to be written.
 	RequestTimeout time.Duration
+
+	// MaxConnBuffer caps the request bytes one connection holds: received
+	// and not yet served, in yamux's stream buffers or in request frames.
+	// Replies being written have a budget of the same size of their own.
+	// A connection at its cap is not read (TCP flow control stops the
+	// client); one that frees none of its bytes for BufferStall is closed.
+	// A client must keep less than this in requests in transit on one
+	// connection, or its calls can wait on each other's bytes.
+	MaxConnBuffer int64
+	// MaxIPBuffer is MaxConnBuffer for all connections of one remote IP
+	// address together.
+	MaxIPBuffer int64
+	// MaxBuffer is MaxConnBuffer for the whole process: the last resort
+	// when many addresses push at once.
+	MaxBuffer int64
+	// BufferStall is how long a connection over a budget may go without
+	// freeing any of its bytes before it is closed.
+	BufferStall time.Duration
 }
 
 // DefaultConnLimits are the client port's limits when none are set.
 var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
-	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second}
+	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second,
+	MaxConnBuffer: 16 << 20, MaxIPBuffer: 64 << 20, MaxBuffer: 256 << 20, BufferStall: time.Second}
 
 func (l ConnLimits) withDefaults() ConnLimits {
 	d := DefaultConnLimits
@@ -132,6 +151,18 @@ func (l ConnLimits) withDefaults() ConnLimits {
 	}
 	if l.RequestTimeout <= 0 {
 		l.RequestTimeout = d.RequestTimeout
+	}
+	if l.MaxConnBuffer <= 0 {
+		l.MaxConnBuffer = d.MaxConnBuffer
+	}
+	if l.MaxIPBuffer <= 0 {
+		l.MaxIPBuffer = d.MaxIPBuffer
+	}
+	if l.MaxBuffer <= 0 {
+		l.MaxBuffer = d.MaxBuffer
+	}
+	if l.BufferStall <= 0 {
+		l.BufferStall = d.BufferStall
 	}
 	return l
 }

@@ -39,6 +39,7 @@ type Server struct {
 	closed  bool
 	connSeq atomic.Uint64 // connection ids for master.Caller.Conn
 	stats   connCounters
+	budget  *budgets // memory budgets of the client port (budget.go)
 
 	hashes *hashGate // rations CellStatus state hashes
 
@@ -88,6 +89,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, log: cfg.Logger.With("replica", cfg.Self), rep: rep, ln: ln, ctx: ctx, cancel: cancel,
 		limits: cfg.Limits.withDefaults(), conns: map[*yamux.Session]struct{}{}, perIP: map[string]int{}}
+	s.budget = newBudgets(s.limits, s.log)
 	if cfg.TLS == nil {
 		s.log.Warn("no TLS: every caller is principal " + master.AnonymousPrincipal + ", the admin; do not expose this port")
 	} else if cfg.Admin == "" {
@@ -278,12 +280,25 @@ type ConnStats struct {
 	// RefusedStreams are calls answered wire.CodeTooMany because their
 	// connection had MaxStreamsPerConn in flight.
 	RefusedStreams uint64
+	// OverBudgetConn, OverBudgetIP and OverBudgetProcess are connections
+	// closed because they held bytes over a memory budget (MaxConnBuffer,
+	// MaxIPBuffer, MaxBuffer: the level that bound) and freed none for
+	// BufferStall.
+	OverBudgetConn, OverBudgetIP, OverBudgetProcess uint64
+	// RequestBytes are the request bytes the client port holds now
+	// (received, not yet served), and RequestBytesPeak the most it ever
+	// held; ReplyBytes are the reply bytes being written now.
+	RequestBytes, RequestBytesPeak, ReplyBytes int64
 }
 
-// ConnStats reports what the client port has refused.
+// ConnStats reports what the client port has refused and the bytes it
+// holds.
 func (s *Server) ConnStats() ConnStats {
+	b := s.budget
 	return ConnStats{RefusedPerIP: s.stats.perIP.Load(), FailedHandshakes: s.stats.handshake.Load(),
-		RefusedStreams: s.stats.streams.Load()}
+		RefusedStreams: s.stats.streams.Load(),
+		OverBudgetConn: b.over[levelConn].Load(), OverBudgetIP: b.over[levelIP].Load(), OverBudgetProcess: b.over[levelProcess].Load(),
+		RequestBytes: b.in.used.Load(), RequestBytesPeak: b.inPeak.Load(), ReplyBytes: b.out.used.Load()}
 }
 
 func yamuxConfig() *yamux.Config {
@@ -339,7 +354,9 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		drop(raw, err)
 		return
 	}
-	sess, err := yamux.Server(conn, yamuxConfig())
+	cb := s.budget.conn(ip)
+	defer cb.end() // after the session has closed: nothing is read any more
+	sess, err := yamux.Server(&budgetConn{Conn: conn, c: cb}, yamuxConfig())
 	if err != nil {
 		conn.Close()
 		return
@@ -367,14 +384,14 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 			return
 		}
 		if inflight.Load() >= int64(s.limits.MaxStreamsPerConn) {
-			s.refuseStream(st)
+			s.refuseStream(st, cb)
 			continue
 		}
 		inflight.Add(1)
 		s.wg.Add(1)
 		go func() {
 			defer inflight.Add(-1)
-			s.serveStream(st, caller, calls)
+			s.serveStream(st, caller, calls, cb)
 		}()
 	}
 }
@@ -402,36 +419,59 @@ func drop(raw net.Conn, err error) {
 // without reading its request. It runs in the connection's accept loop,
 // so a client that opens streams faster than it reads answers is slowed
 // to one refusal at a time; the write deadline keeps one that reads
-// nothing from stalling the loop for long.
-func (s *Server) refuseStream(st *yamux.Stream) {
+// nothing from stalling the loop for long. The reply is a few dozen bytes
+// written one at a time, so it is not charged to the reply budget; the
+// request bytes the stream holds stay charged until the client closes it.
+func (s *Server) refuseStream(st *yamux.Stream, cb *connBudget) {
 	s.stats.streams.Add(1)
 	st.SetWriteDeadline(time.Now().Add(time.Second))
 	wire.WriteMessage(st, &wire.Status{Code: wire.CodeTooMany,
 		Msg: fmt.Sprintf("more than %d calls in flight on one connection", s.limits.MaxStreamsPerConn)}, &wire.Empty{})
 	st.Close()
+	cb.finished(st.StreamID(), 0)
+}
+
+// streamReader counts the bytes a handler reads off its stream: they are
+// released from the request budget once the call no longer holds them.
+type streamReader struct {
+	st *yamux.Stream
+	n  atomic.Int64
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	n, err := r.st.Read(p)
+	r.n.Add(int64(n))
+	return n, err
 }
 
 // serveStream runs one call: request frames in, response frames out. A
 // blocking call (KeepAlive, waiting Acquire) is cancelled when the client
-// closes or resets its stream.
-func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls) {
+// closes or resets its stream, or sends anything after its request.
+func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget) {
 	defer s.wg.Done()
-	defer st.Close()
+	in := &streamReader{st: st}
+	defer func() {
+		st.Close()
+		cb.finished(st.StreamID(), in.n.Swap(0))
+	}()
 	st.SetReadDeadline(time.Now().Add(s.limits.RequestTimeout))
 	var h wire.Header
-	if err := wire.ReadMessage(st, &h); err != nil {
-		s.replyErr(st, err)
+	if err := wire.ReadMessage(in, &h); err != nil {
+		s.replyErr(st, cb, err)
 		return
 	}
-	body, err := wire.ReadFrame(st)
+	body, err := wire.ReadFrame(in)
 	if err != nil {
-		s.replyErr(st, err)
+		s.replyErr(st, cb, err)
 		return
 	}
 	st.SetReadDeadline(time.Time{})
+	// A parked call keeps its stream for minutes: let yamux drop the
+	// receive buffer the request arrived in (it is empty now).
+	st.Shrink()
 	if !calls.enter(h.Session) {
 		s.stats.streams.Add(1)
-		wire.WriteMessage(st, &wire.Status{Code: wire.CodeTooMany,
+		s.writeReply(st, cb, &wire.Status{Code: wire.CodeTooMany,
 			Msg: fmt.Sprintf("session %d has more than %d calls in flight", h.Session, calls.max)}, &wire.Empty{})
 		return
 	}
@@ -442,9 +482,11 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			// Any read result means the client is gone or misbehaving.
+			// Any read result means the client is gone or misbehaving
+			// (bytes after a request are charged to the connection
+			// until the call ends and the stream closes).
 			var b [1]byte
-			st.Read(b[:])
+			in.Read(b[:])
 			cancel()
 		}()
 		defer func() {
@@ -461,6 +503,10 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 	} else {
 		resp, epoch, err = s.master.Dispatch(ctx, caller, &h, body)
 	}
+	// The request's frames are garbage now: release their bytes before
+	// the reply waits for room, so replies never wait on requests.
+	body = nil
+	cb.consumed(st.StreamID(), in.n.Swap(0))
 	status := wire.Status{Code: wire.CodeOf(err), Epoch: epoch}
 	if err != nil {
 		status.Msg = err.(*wire.Error).Msg
@@ -481,20 +527,72 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 				}
 			}
 		}
-		wire.WriteMessage(st, &status, &wire.Empty{})
+		s.writeReply(st, cb, &status, &wire.Empty{})
 		return
 	}
-	if err := wire.WriteMessage(st, &status, resp); err != nil {
-		s.log.Debug("write response", "method", h.Method, "err", err)
+	if wrote, werr := s.writeReply(st, cb, &status, resp); werr != nil {
+		s.log.Debug("write response", "method", h.Method, "err", werr)
+		if !wrote {
+			// Nothing went out: the reply could not be encoded, most
+			// likely too large for a frame. Say so instead of closing
+			// the stream without a status.
+			we := &wire.Error{Code: wire.CodeInternal, Msg: "reply not encoded: " + werr.Error()}
+			errors.As(werr, &we)
+			err = we // for the metrics
+			s.writeReply(st, cb, &wire.Status{Code: we.Code, Msg: we.Msg, Epoch: epoch}, &wire.Empty{})
+		}
 	}
 }
 
-func (s *Server) replyErr(st *yamux.Stream, err error) {
+// writeReply writes a call's reply frames once the reply budget has room,
+// charging them while they are written, with RequestTimeout to do it. It
+// reports whether any byte was handed to the stream. A connection whose
+// replies hold the budget and are not read within BufferStall is closed.
+func (s *Server) writeReply(st *yamux.Stream, cb *connBudget, vals ...any) (wrote bool, err error) {
+	deadline := time.Now().Add(s.limits.RequestTimeout)
+	st.SetWriteDeadline(deadline)
+	cb.outMu.Lock()
+	if err := cb.await(cb.fullOut, &cb.out.used, "replies", deadline); err != nil {
+		cb.outMu.Unlock()
+		if errors.Is(err, errOverBudget) {
+			st.Session().Close()
+		}
+		return false, err
+	}
+	w := replyWriter{st: st, cb: cb, locked: true}
+	err = wire.WriteMessage(&w, vals...)
+	if w.locked {
+		cb.outMu.Unlock()
+	}
+	cb.chargeOut(-w.charged)
+	return w.charged > 0, err
+}
+
+// replyWriter charges an encoded reply to the reply budget, then lets the
+// next reply of the connection be admitted while this one is written.
+type replyWriter struct {
+	st      *yamux.Stream
+	cb      *connBudget
+	charged int64
+	locked  bool // holds cb.outMu
+}
+
+func (w *replyWriter) Write(b []byte) (int, error) {
+	w.cb.chargeOut(int64(len(b)))
+	w.charged += int64(len(b))
+	if w.locked {
+		w.locked = false
+		w.cb.outMu.Unlock()
+	}
+	return w.st.Write(b)
+}
+
+func (s *Server) replyErr(st *yamux.Stream, cb *connBudget, err error) {
 	var we *wire.Error
 	if !errors.As(err, &we) {
 		return // the stream broke; nobody to tell
 	}
-	wire.WriteMessage(st, &wire.Status{Code: we.Code, Msg: we.Msg}, &wire.Empty{})
+	s.writeReply(st, cb, &wire.Status{Code: we.Code, Msg: we.Msg}, &wire.Empty{})
 }
 
 // leaderHint returns the client address of the replica Raft says leads.

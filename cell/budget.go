@@ -1,0 +1,522 @@
+package cell
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Memory budgets of the client port.
+//
+// Every byte a client sends in a yamux data frame is charged, the moment it
+// comes off the socket, to its connection, the connection's remote IP and
+// the process (the request budget); every encoded reply is charged the same
+// way while it is being written (the reply budget). A connection may read
+// from its socket only while all three request levels are below their caps;
+// one read is at most budgetReadChunk bytes, so a level exceeds its cap by at
+// most one read per connection reading at that level. A connection whose
+// reads wait and that frees none of its own bytes for BufferStall is
+// closed: it holds bytes that cannot turn into a served call (partial
+// frames whose rest is behind the bytes we refuse to read).
+//
+// Why the count does not drift. yamux holds a stream's received bytes in
+// its receive buffer until the handler reads them; the handler holds them
+// in its frame buffers until the call is dispatched. The reader parses
+// yamux's frame headers and charges each data payload to its stream
+// (streamBytes.held); bytes for a stream yamux does not know are not
+// charged, because yamux discards them (it has no buffer for them). A
+// stream's bytes are released in two steps:
+//
+//   - the bytes its handler consumed (read off the stream) are released
+//     when the call has been dispatched (consumed): they were in frame
+//     buffers that are garbage then;
+//   - the rest, bytes yamux still buffers for the stream (a client that
+//     sent more than its request, or a stream refused unread), stay
+//     charged until yamux drops the stream: when our side is done and the
+//     client's FIN or RST has been seen, when yamux resets the stream
+//     itself (its accept backlog overflowed, or the client never closed
+//     its side within StreamCloseTimeout: we see the RST yamux writes), or
+//     when the connection ends, which releases everything it holds.
+//
+// Honest clients send exactly their request, so nothing stays charged
+// after a call. Stream ids must grow (yamux clients allocate them in
+// order); a client reusing one is closed, so an id names one stream.
+// Releasing consumed bytes never exceeds what the stream holds, and a
+// stream's bytes are released once (it is deleted when they are), so the
+// count never goes below what is held.
+
+// budgetReadChunk bounds one read from a client connection, and so how far
+// a read may take a budget past its cap.
+const budgetReadChunk = 32 << 10
+
+// yamux frame header: version, type, flags (2), stream id (4), length (4).
+const (
+	muxHeaderSize = 12
+	muxTypeData   = 0
+	muxTypeWindow = 1
+	muxFlagSYN    = 1
+	muxFlagFIN    = 4
+	muxFlagRST    = 8
+)
+
+// budgetLevel is where a budget bound: the connection, its IP or the
+// process.
+type budgetLevel int
+
+const (
+	levelNone budgetLevel = iota
+	levelConn
+	levelIP
+	levelProcess
+)
+
+func (l budgetLevel) String() string {
+	switch l {
+	case levelConn:
+		return "connection"
+	case levelIP:
+		return "ip"
+	case levelProcess:
+		return "process"
+	}
+	return "none"
+}
+
+// byteCount is one level's bytes held against its cap.
+type byteCount struct {
+	max  int64
+	used atomic.Int64
+}
+
+// errOverBudget ends a connection that held its bytes without progress
+// while over a memory budget.
+var errOverBudget = errors.New("over its memory budget")
+
+// errStreamReused ends a connection that opened a stream id twice.
+var errStreamReused = errors.New("stream id reused")
+
+// budgets are the client port's memory budgets: the process-wide levels
+// and one pair per remote IP with connections.
+type budgets struct {
+	limits ConnLimits
+	log    *slog.Logger
+	in     byteCount // request bytes held, process-wide
+	out    byteCount // reply bytes being written, process-wide
+	inPeak atomic.Int64
+
+	mu  sync.Mutex
+	ips map[string]*ipBudget
+
+	over    [levelProcess + 1]atomic.Uint64 // connections closed, by level
+	lastLog atomic.Int64                    // unix nanoseconds of the last warning
+	quiet   atomic.Uint64                   // closures not logged since
+}
+
+type ipBudget struct {
+	refs    int
+	in, out byteCount
+}
+
+// budgetLogEvery is the most often a budget closure is logged.
+const budgetLogEvery = 10 * time.Second
+
+func newBudgets(l ConnLimits, log *slog.Logger) *budgets {
+	b := &budgets{limits: l, log: log, ips: map[string]*ipBudget{}}
+	b.in.max, b.out.max = l.MaxBuffer, l.MaxBuffer
+	return b
+}
+
+// conn starts the accounting of a new connection from ip.
+func (b *budgets) conn(ip string) *connBudget {
+	b.mu.Lock()
+	e := b.ips[ip]
+	if e == nil {
+		e = &ipBudget{}
+		e.in.max, e.out.max = b.limits.MaxIPBuffer, b.limits.MaxIPBuffer
+		b.ips[ip] = e
+	}
+	e.refs++
+	b.mu.Unlock()
+	c := &connBudget{b: b, ipName: ip, ip: e, streams: map[uint32]*streamBytes{}, done: make(chan struct{})}
+	c.in.max, c.out.max = b.limits.MaxConnBuffer, b.limits.MaxConnBuffer
+	return c
+}
+
+// closed counts and (at most once per budgetLogEvery) logs a connection
+// closed over its budget.
+func (b *budgets) closed(level budgetLevel, ip, what string) {
+	b.over[level].Add(1)
+	now := time.Now().UnixNano()
+	last := b.lastLog.Load()
+	if now-last < int64(budgetLogEvery) || !b.lastLog.CompareAndSwap(last, now) {
+		b.quiet.Add(1)
+		return
+	}
+	b.log.Warn("client connection closed: over its memory budget", "level", level.String(), "ip", ip, "held", what,
+		"also_closed_since_last_warning", b.quiet.Swap(0))
+}
+
+// connBudget is one connection's share of the budgets and the per-stream
+// accounting of its bytes.
+type connBudget struct {
+	b       *budgets
+	ipName  string
+	ip      *ipBudget
+	in, out byteCount
+	done    chan struct{} // closed when the connection ends
+	endOnce sync.Once
+
+	// outMu admits one reply at a time: a reply waits for room before it
+	// is encoded, so replies waiting hold no encoded bytes.
+	outMu sync.Mutex
+
+	mu       sync.Mutex // guards what follows and every charge and release
+	streams  map[uint32]*streamBytes
+	lastSYN  uint32
+	detached bool // the connection ended: nothing is charged any more
+}
+
+// streamBytes are the request bytes charged for one stream.
+type streamBytes struct {
+	held   int64 // charged, not yet released
+	local  bool  // our side is done with the stream
+	remote bool  // the client closed or reset it
+	gone   bool  // released and forgotten
+}
+
+// chargeIn adds n request bytes at every level; mu held.
+func (c *connBudget) chargeIn(n int64) {
+	if c.detached || n == 0 {
+		return
+	}
+	c.in.used.Add(n)
+	c.ip.in.used.Add(n)
+	if v := c.b.in.used.Add(n); n > 0 {
+		for p := c.b.inPeak.Load(); v > p && !c.b.inPeak.CompareAndSwap(p, v); p = c.b.inPeak.Load() {
+		}
+	}
+}
+
+func (c *connBudget) chargeOut(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.detached {
+		return
+	}
+	c.out.used.Add(n)
+	c.ip.out.used.Add(n)
+	c.b.out.used.Add(n)
+}
+
+// forget releases everything st holds and deletes it; mu held.
+func (c *connBudget) forget(id uint32, st *streamBytes) {
+	c.chargeIn(-st.held)
+	st.held, st.gone = 0, true
+	delete(c.streams, id)
+}
+
+// consumed releases n bytes the handler of stream id read and no longer
+// holds.
+func (c *connBudget) consumed(id uint32, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.consumedLocked(id, n)
+}
+
+func (c *connBudget) consumedLocked(id uint32, n int64) {
+	if st := c.streams[id]; st != nil && n > 0 {
+		n = min(n, st.held)
+		st.held -= n
+		c.chargeIn(-n)
+	}
+}
+
+// finished marks our side done with stream id (closed, after consuming n
+// more bytes); its remaining bytes go when the client closes it too.
+func (c *connBudget) finished(id uint32, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.consumedLocked(id, n)
+	if st := c.streams[id]; st != nil {
+		st.local = true
+		if st.remote {
+			c.forget(id, st)
+		}
+	}
+}
+
+// end releases everything the connection holds; later charges and
+// releases are no-ops.
+func (c *connBudget) end() {
+	c.endOnce.Do(func() {
+		close(c.done)
+		c.mu.Lock()
+		c.detached = true
+		in, out := c.in.used.Swap(0), c.out.used.Swap(0)
+		c.ip.in.used.Add(-in)
+		c.ip.out.used.Add(-out)
+		c.b.in.used.Add(-in)
+		c.b.out.used.Add(-out)
+		for id, st := range c.streams {
+			st.held, st.gone = 0, true
+			delete(c.streams, id)
+		}
+		c.mu.Unlock()
+		c.b.mu.Lock()
+		if c.ip.refs--; c.ip.refs == 0 {
+			delete(c.b.ips, c.ipName)
+		}
+		c.b.mu.Unlock()
+	})
+}
+
+// fullIn names the first request level at or over its cap.
+func (c *connBudget) fullIn() budgetLevel {
+	switch {
+	case c.in.used.Load() >= c.in.max:
+		return levelConn
+	case c.ip.in.used.Load() >= c.ip.in.max:
+		return levelIP
+	case c.b.in.used.Load() >= c.b.in.max:
+		return levelProcess
+	}
+	return levelNone
+}
+
+func (c *connBudget) fullOut() budgetLevel {
+	switch {
+	case c.out.used.Load() >= c.out.max:
+		return levelConn
+	case c.ip.out.used.Load() >= c.ip.out.max:
+		return levelIP
+	case c.b.out.used.Load() >= c.b.out.max:
+		return levelProcess
+	}
+	return levelNone
+}
+
+// budgetPoll is how often a waiting connection looks for room.
+const budgetPoll = 5 * time.Millisecond
+
+// await waits until full reports no level at its cap. While it waits, a
+// connection that holds bytes of its own (own) and frees none of them for
+// BufferStall is over its budget: await returns errOverBudget, counted by
+// the level that bound. One that holds nothing waits on (closing it would
+// free nothing) until giveUp, if set, passes. It returns net.ErrClosed
+// once the connection ends.
+func (c *connBudget) await(full func() budgetLevel, own *atomic.Int64, what string, giveUp time.Time) error {
+	if full() == levelNone {
+		return nil
+	}
+	t := time.NewTicker(budgetPoll)
+	defer t.Stop()
+	low := own.Load()
+	stall := time.Now().Add(c.b.limits.BufferStall)
+	for {
+		select {
+		case <-c.done:
+			return net.ErrClosed
+		case <-t.C:
+		}
+		level := full()
+		if level == levelNone {
+			return nil
+		}
+		now := time.Now()
+		if held := own.Load(); held < low || held == 0 {
+			low, stall = held, now.Add(c.b.limits.BufferStall)
+		}
+		if !giveUp.IsZero() && now.After(giveUp) {
+			return fmt.Errorf("no room for a reply before its deadline: %w", errOverBudget)
+		}
+		if now.After(stall) {
+			c.b.closed(level, c.ipName, what)
+			return errOverBudget
+		}
+	}
+}
+
+// budgetConn is the connection yamux reads and writes: reads wait for
+// room in the request budget and are charged to their streams; writes are
+// watched for the resets yamux sends, which drop a stream.
+type budgetConn struct {
+	net.Conn
+	c   *connBudget
+	in  muxParser // yamux's receive goroutine only
+	out muxParser // yamux's send goroutine only
+}
+
+func (bc *budgetConn) Read(p []byte) (int, error) {
+	if err := bc.c.await(bc.c.fullIn, &bc.c.in.used, "requests", time.Time{}); err != nil {
+		return 0, err
+	}
+	if len(p) > budgetReadChunk {
+		p = p[:budgetReadChunk]
+	}
+	n, err := bc.Conn.Read(p)
+	if n > 0 {
+		if perr := bc.c.received(&bc.in, p[:n]); perr != nil {
+			return 0, perr
+		}
+	}
+	return n, err
+}
+
+func (bc *budgetConn) Write(p []byte) (int, error) {
+	bc.c.sent(&bc.out, p)
+	return bc.Conn.Write(p)
+}
+
+func (bc *budgetConn) Close() error {
+	bc.c.end()
+	return bc.Conn.Close()
+}
+
+// muxParser follows yamux frames across reads or writes.
+type muxParser struct {
+	hdr     [muxHeaderSize]byte
+	have    int          // header bytes so far
+	payload uint32       // data bytes of the current frame still to come
+	st      *streamBytes // the stream they are charged to (nil: none)
+}
+
+// header is a complete frame header: its type, flags and stream.
+func (p *muxParser) header() (typ byte, flags uint16, id, length uint32) {
+	h := p.hdr[:]
+	return h[1], binary.BigEndian.Uint16(h[2:4]), binary.BigEndian.Uint32(h[4:8]), binary.BigEndian.Uint32(h[8:12])
+}
+
+// fill takes header bytes from b and reports how many it took and whether
+// the header is complete.
+func (p *muxParser) fill(b []byte) (int, bool) {
+	k := copy(p.hdr[p.have:], b)
+	p.have += k
+	if p.have < muxHeaderSize {
+		return k, false
+	}
+	p.have = 0
+	return k, true
+}
+
+// received charges the data payloads in b, bytes just read from the
+// client, to their streams.
+func (c *connBudget) received(p *muxParser, b []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var total int64
+	for len(b) > 0 {
+		if p.payload > 0 {
+			k := min(uint32(min(len(b), 1<<30)), p.payload)
+			if p.st != nil && !p.st.gone {
+				p.st.held += int64(k)
+				total += int64(k)
+			}
+			p.payload -= k
+			b = b[k:]
+			continue
+		}
+		k, ok := p.fill(b)
+		b = b[k:]
+		if !ok {
+			break
+		}
+		typ, flags, id, length := p.header()
+		p.st = nil
+		if typ != muxTypeData && typ != muxTypeWindow {
+			continue // ping and go-away: no stream, no payload
+		}
+		if flags&muxFlagSYN != 0 {
+			if id <= c.lastSYN {
+				c.chargeIn(total)
+				return fmt.Errorf("%w: %d after %d", errStreamReused, id, c.lastSYN)
+			}
+			c.lastSYN = id
+			c.streams[id] = &streamBytes{}
+		}
+		st := c.streams[id]
+		if st != nil && flags&(muxFlagFIN|muxFlagRST) != 0 {
+			st.remote = true
+			if st.local {
+				c.forget(id, st)
+				st = nil
+			}
+		}
+		if typ == muxTypeData {
+			p.st, p.payload = st, length
+		}
+	}
+	c.chargeIn(total)
+	return nil
+}
+
+// sent watches bytes yamux writes for the resets it sends on its own (an
+// accept backlog overflow, a stream the client never closed): yamux has
+// dropped that stream and everything it held.
+func (c *connBudget) sent(p *muxParser, b []byte) {
+	for len(b) > 0 {
+		if p.payload > 0 {
+			k := min(uint32(min(len(b), 1<<30)), p.payload)
+			p.payload -= k
+			b = b[k:]
+			continue
+		}
+		k, ok := p.fill(b)
+		b = b[k:]
+		if !ok {
+			return
+		}
+		typ, flags, id, length := p.header()
+		switch {
+		case typ == muxTypeData:
+			p.payload = length
+		case typ == muxTypeWindow && flags&muxFlagRST != 0:
+			c.mu.Lock()
+			if st := c.streams[id]; st != nil {
+				c.forget(id, st)
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// ParseBytes reads a byte size: a whole number optionally followed by
+// KiB, MiB or GiB (or B), e.g. "16MiB".
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a byte size (like 16MiB)", s)
+	}
+	return n * mult, nil
+}
+
+// FormatBytes writes n as ParseBytes reads it, in the largest unit that
+// divides it.
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}

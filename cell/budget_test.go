@@ -1,0 +1,218 @@
+package cell
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// muxFrame is one yamux frame: header and payload (data frames only).
+func muxFrame(typ byte, flags uint16, id uint32, payload []byte, length uint32) []byte {
+	h := make([]byte, muxHeaderSize, muxHeaderSize+len(payload))
+	h[1] = typ
+	binary.BigEndian.PutUint16(h[2:4], flags)
+	binary.BigEndian.PutUint32(h[4:8], id)
+	binary.BigEndian.PutUint32(h[8:12], length)
+	return append(h, payload...)
+}
+
+func testBudgets(conn, ip, process int64) *budgets {
+	return newBudgets(ConnLimits{MaxConnBuffer: conn, MaxIPBuffer: ip, MaxBuffer: process, BufferStall: 50 * time.Millisecond},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// feed hands b to the parser in pieces of every size from 1 to 13 bytes,
+// so frame headers and payloads are split at every offset.
+func feed(t *testing.T, c *connBudget, p *muxParser, b []byte) error {
+	t.Helper()
+	for step := 1; len(b) > 0; step = step%13 + 1 {
+		k := min(step, len(b))
+		if err := c.received(p, b[:k]); err != nil {
+			return err
+		}
+		b = b[k:]
+	}
+	return nil
+}
+
+func wantHeld(t *testing.T, b *budgets, c *connBudget, want int64) {
+	t.Helper()
+	ip := b.ips[c.ipName]
+	if got := c.in.used.Load(); got != want {
+		t.Fatalf("connection holds %d request bytes, want %d", got, want)
+	}
+	if ip != nil && ip.in.used.Load() != want || b.in.used.Load() != want {
+		t.Fatalf("ip holds %d, process %d, want %d", ip.in.used.Load(), b.in.used.Load(), want)
+	}
+}
+
+// Bytes are charged to their streams as they arrive, whatever the read
+// boundaries; control frames cost nothing; a stream's bytes go in the two
+// steps the accounting promises, and never twice.
+func TestBudgetChargesAndReleasesByStream(t *testing.T) {
+	b := testBudgets(1<<20, 2<<20, 4<<20)
+	c := b.conn("192.0.2.1")
+	var p muxParser
+	data := make([]byte, 1000)
+	var in []byte
+	in = append(in, muxFrame(muxTypeWindow, muxFlagSYN, 1, nil, 0)...)
+	in = append(in, muxFrame(muxTypeData, 0, 1, data[:700], 700)...)
+	in = append(in, muxFrame(2 /* ping */, muxFlagSYN, 0, nil, 99)...)
+	in = append(in, muxFrame(muxTypeData, muxFlagSYN, 3, data[:300], 300)...)
+	in = append(in, muxFrame(muxTypeData, 0, 1, data[:100], 100)...) // after its request: trailing bytes
+	in = append(in, muxFrame(muxTypeData, 0, 9, data[:50], 50)...)   // a stream yamux does not know
+	if err := feed(t, c, &p, in); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, b, c, 1100)
+	// Stream 1's handler read 700 bytes and dispatched: they go; the 100
+	// bytes it never read stay until the client closes the stream.
+	c.consumed(1, 700)
+	wantHeld(t, b, c, 400)
+	c.finished(1, 0)
+	wantHeld(t, b, c, 400)
+	if err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagFIN, 1, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, b, c, 300)
+	// Releasing more than a stream holds releases what it holds; a
+	// forgotten stream releases nothing.
+	c.consumed(1, 1000)
+	c.finished(3, 5000)
+	wantHeld(t, b, c, 0)
+	// The client closed stream 3 first; our side closing forgets it.
+	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 5, data[:10], 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagRST, 5, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, b, c, 10)
+	c.finished(5, 0)
+	wantHeld(t, b, c, 0)
+	if len(c.streams) != 1 { // stream 3: our side done, the client's not
+		t.Fatalf("%d streams tracked, want 1", len(c.streams))
+	}
+	// A reset yamux sends (backlog overflow, close timeout) drops the
+	// stream with its bytes, even mid-payload.
+	var out muxParser
+	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 7, data[:500], 800)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, b, c, 500)
+	c.sent(&out, muxFrame(muxTypeData, 0, 7, data[:20], 20)) // our reply: no effect
+	c.sent(&out, muxFrame(muxTypeWindow, muxFlagRST, 7, nil, 0))
+	wantHeld(t, b, c, 0)
+	if err := feed(t, c, &p, data[:300]); err != nil { // the rest of its payload
+		t.Fatal(err)
+	}
+	wantHeld(t, b, c, 0)
+	// Stream ids never come back.
+	err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagSYN, 7, nil, 0))
+	if !errors.Is(err, errStreamReused) {
+		t.Fatalf("a reused stream id: %v", err)
+	}
+	c.end()
+	if b.in.used.Load() != 0 || len(b.ips) != 0 {
+		t.Fatalf("after the connection ended: %d bytes, %d addresses", b.in.used.Load(), len(b.ips))
+	}
+}
+
+// A connection ending releases what it holds at every level, and late
+// releases of its handlers change nothing.
+func TestBudgetConnectionEndReleasesEverything(t *testing.T) {
+	b := testBudgets(1<<20, 2<<20, 4<<20)
+	c1, c2 := b.conn("192.0.2.1"), b.conn("192.0.2.1")
+	var p1, p2 muxParser
+	if err := feed(t, c1, &p1, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 600), 600)); err != nil {
+		t.Fatal(err)
+	}
+	if err := feed(t, c2, &p2, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 400), 400)); err != nil {
+		t.Fatal(err)
+	}
+	c1.chargeOut(50)
+	if got := b.ips["192.0.2.1"].in.used.Load(); got != 1000 {
+		t.Fatalf("the address holds %d, want 1000", got)
+	}
+	c1.end()
+	c1.consumed(1, 600)
+	c1.finished(1, 0)
+	c1.chargeOut(-50)
+	if got := b.in.used.Load(); got != 400 || b.ips["192.0.2.1"].in.used.Load() != 400 || b.out.used.Load() != 0 {
+		t.Fatalf("after one connection ended: process %d, address %d, replies %d; want 400, 400, 0",
+			got, b.ips["192.0.2.1"].in.used.Load(), b.out.used.Load())
+	}
+	c2.end()
+	if b.in.used.Load() != 0 || len(b.ips) != 0 {
+		t.Fatalf("after both ended: %d bytes, %d addresses", b.in.used.Load(), len(b.ips))
+	}
+}
+
+// A connection at its cap waits, proceeds when its bytes are released,
+// and is refused once it frees nothing for BufferStall; one that holds
+// nothing of its own waits for others.
+func TestBudgetAwait(t *testing.T) {
+	b := testBudgets(1000, 1500, 1<<20)
+	c1, c2 := b.conn("192.0.2.1"), b.conn("192.0.2.1")
+	defer c1.end()
+	defer c2.end()
+	var p1 muxParser
+	if err := c1.received(&p1, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 1000), 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if c1.fullIn() != levelConn || c2.fullIn() != levelNone {
+		t.Fatalf("levels %v %v, want connection, none", c1.fullIn(), c2.fullIn())
+	}
+	released := make(chan error, 1)
+	go func() { released <- c1.await(c1.fullIn, &c1.in.used, "requests", time.Time{}) }()
+	c1.consumed(1, 10)
+	if err := <-released; err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	var p2 muxParser
+	if err := c2.received(&p2, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 600), 600)); err != nil {
+		t.Fatal(err)
+	}
+	if c2.fullIn() != levelIP {
+		t.Fatalf("level %v, want ip", c2.fullIn())
+	}
+	if err := c2.await(c2.fullIn, &c2.in.used, "requests", time.Time{}); !errors.Is(err, errOverBudget) {
+		t.Fatalf("a stalled connection over its address's budget: %v", err)
+	}
+	if b.over[levelIP].Load() != 1 {
+		t.Fatalf("ip refusals %d, want 1", b.over[levelIP].Load())
+	}
+	// c3 holds nothing: it waits, and ends when its connection does.
+	c3 := b.conn("192.0.2.1")
+	done := make(chan error, 1)
+	go func() { done <- c3.await(c3.fullIn, &c3.in.used, "requests", time.Time{}) }()
+	select {
+	case err := <-done:
+		t.Fatalf("a connection holding nothing was refused: %v", err)
+	case <-time.After(4 * b.limits.BufferStall):
+	}
+	c3.end()
+	if err := <-done; err == nil {
+		t.Fatal("await returned nil after its connection ended")
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"16MiB": 16 << 20, "64 MiB": 64 << 20, "1GiB": 1 << 30, "512KiB": 512 << 10, "1000": 1000, "7B": 7} {
+		got, err := ParseBytes(in)
+		if err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+		if back, err := ParseBytes(FormatBytes(want)); err != nil || back != want {
+			t.Errorf("FormatBytes(%d) = %q does not parse back", want, FormatBytes(want))
+		}
+	}
+	for _, bad := range []string{"", "MiB", "-1MiB", "1.5MiB", "16MB", "99999999999GiB"} {
+		if _, err := ParseBytes(bad); err == nil {
+			t.Errorf("ParseBytes(%q) accepted", bad)
+		}
+	}
+}
