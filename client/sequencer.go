@@ -21,8 +21,9 @@ func (h *Handle) GetSequencer(ctx context.Context) ([]byte, error) {
 // SetSequencer attaches seq to the handle: from now on every call on the
 // handle (except Close and Release) fails with ErrStaleSequencer unless
 // seq's lock is still held at its generation and mode, and for writes the
-// check is atomic with the write. It fails at once if seq is not valid
-// now. A nil seq detaches.
+// check is atomic with the write. As for CheckSequencer, the principal
+// needs read permission on the lock's file. It fails at once if seq is
+// not valid now. A nil seq detaches.
 func (h *Handle) SetSequencer(ctx context.Context, seq []byte) error {
 	if err := h.check(); err != nil {
 		return opErr("set sequencer", h.path, err)
@@ -48,7 +49,9 @@ func (h *Handle) SetSequencer(ctx context.Context, seq []byte) error {
 
 // CheckSequencer asks the master whether seq is still valid: signed by
 // this cell, and its lock held right now at that generation in that mode.
-// A malformed or forged sequencer is an error wrapping ErrBadSequencer.
+// It needs read permission on the lock's file: to a principal without it
+// every sequencer of that lock is stale, as if the file were gone. A
+// malformed or forged sequencer is an error wrapping ErrBadSequencer.
 // Client satisfies sequencer.Checker.
 func (c *Client) CheckSequencer(ctx context.Context, seq []byte) (bool, error) {
 	st, err := c.SequencerStatus(ctx, seq)

@@ -105,7 +105,8 @@ type SessionInfo struct {
 
 // Sessions lists the cell's live sessions (from the master): who they
 // are, the lease the master grants them right now, their open handles and
-// the locks they hold.
+// the locks they hold. The admin sees every session; any other principal
+// sees only its own principal's sessions, as if no others existed.
 func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	var resp wire.ListSessionsResponse
 	if err := c.call(ctx, wire.MethodListSessions, false, &wire.ListSessionsRequest{}, &resp); err != nil {

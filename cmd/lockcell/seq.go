@@ -82,6 +82,8 @@ func seqCheckCommand(e *env) *cli.Command {
 		Description: "Prints valid (exit 0) when the cell signed the sequencer and its lock is held " +
 			"right now at that generation in that mode, and \"stale: REASON\" (exit 1) otherwise: the " +
 			"lock file is gone, the lock is free, held at another generation or in the other mode. " +
+			"Checking needs read permission on the lock file; without it every sequencer of that lock " +
+			"is stale, as if the file were gone. " +
 			"A malformed, forged or other cell's sequencer is an error (exit 1). With --json prints " +
 			`{"valid", "reason" (when stale), "cell", "path", "mode", "generation"}.` +
 			"\n\nExample: lockcell seq check \"$LOCKCELL_SEQUENCER\" && echo still the holder",

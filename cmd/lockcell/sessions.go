@@ -14,7 +14,8 @@ func sessionsCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "sessions",
 		Usage: "list live sessions: id, client, principal, lease remaining, handles, locks held",
-		Description: "Asks the master for every live session (at most 5000 are listed). The lease is what the " +
+		Description: "Asks the master for the live sessions you may see (at most 5000 are listed): the admin " +
+			"sees every session, anyone else only the sessions of its own principal. The lease is what the " +
 			"master grants the session right now. This command's own session is among them.\n\n" +
 			"Example: lockcell sessions",
 		Action: func(c *cli.Context) error {
