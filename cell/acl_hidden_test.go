@@ -279,3 +279,181 @@ func rawMasterCall(t *testing.T, ctx context.Context, c *fixtures.Cell, certs *f
 		}
 	}
 }
+
+// listingsAndEventsShowOnlyVisible checks, as every principal that may
+// read a directory of the matrix, that its listing names exactly the
+// matrix children the principal may see, and that a child-removed event of
+// shared/s reaches exactly the watchers that may see shared/s. It deletes
+// shared/s. It returns the number of checks.
+func listingsAndEventsShowOnlyVisible(t *testing.T, ctx context.Context, c *fixtures.Cell, clients map[string]*client.Client,
+	nodes []matrixNode) int {
+	t.Helper()
+	checked := 0
+	visible := func(who string, n refNode) bool {
+		return refAllowed(who, n, refRead) || refAllowed(who, n, refWrite)
+	}
+	for _, d := range nodes {
+		if !d.ref.dir {
+			continue
+		}
+		for who, cl := range clients {
+			if !refAllowed(who, d.ref, refRead) {
+				continue
+			}
+			h, err := cl.Open(ctx, c.Name(d.name), client.Read|client.Directory)
+			if err != nil {
+				t.Fatalf("%s opens %s: %v", who, d.name, err)
+			}
+			ents, err := h.ReadDir(ctx)
+			h.Close()
+			if err != nil {
+				t.Fatalf("%s lists %s: %v", who, d.name, err)
+			}
+			for _, n := range nodes {
+				if path.Dir(n.name) != d.name {
+					continue
+				}
+				checked++
+				listed := slices.ContainsFunc(ents, func(e client.DirEntry) bool { return e.Name == path.Base(n.name) })
+				if listed != visible(who, n.ref) {
+					t.Errorf("%s lists %s: %s listed %v, want %v", who, d.name, path.Base(n.name), listed, visible(who, n.ref))
+				}
+			}
+		}
+	}
+
+	// Every principal may read shared; shared/s is hidden from some.
+	var s matrixNode
+	for _, n := range nodes {
+		if n.name == "shared/s" {
+			s = n
+		}
+	}
+	watched := c.Name("shared")
+	for _, cl := range clients {
+		h, err := cl.Open(ctx, watched, client.Read|client.Directory, client.WithEvents(client.OnChildAdded|client.OnChildRemoved))
+		if err != nil {
+			t.Fatalf("open shared with events: %v", err)
+		}
+		defer h.Close()
+	}
+	admin := clients["admin"]
+	sh, err := admin.Open(ctx, c.Name("shared/s"), client.Write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Delete(ctx); err != nil {
+		t.Fatalf("delete shared/s: %v", err)
+	}
+	sh.Close()
+	// Then a visible child comes and goes: its removal, in order after
+	// shared/s's, ends each watcher's wait.
+	vh, err := admin.Open(ctx, c.Name("shared/v"), client.Read|client.Write|client.Create|client.Excl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vh.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vh.Close()
+	for who, cl := range clients {
+		checked++
+		heard := false
+		deadline := time.After(30 * time.Second)
+	wait:
+		for {
+			select {
+			case ev, ok := <-cl.Events():
+				if !ok {
+					t.Fatalf("%s's events closed", who)
+				}
+				if ev.Path != watched {
+					continue
+				}
+				switch path.Base(ev.Child) {
+				case "s":
+					heard = true
+				case "v":
+					if ev.Kind == client.ChildRemoved {
+						break wait
+					}
+				}
+			case <-deadline:
+				t.Fatalf("%s never heard shared/v removed", who)
+			}
+		}
+		if heard != visible(who, s.ref) {
+			t.Errorf("%s heard of shared/s's removal: %v, want %v", who, heard, visible(who, s.ref))
+		}
+	}
+	return checked
+}
+
+// A sequencer attached to a handle is checked on every call; once the
+// caller may no longer read the lock's file, it is stale as if the file
+// were gone, for reads (checked by the master) and writes (by the state
+// machine) alike, whatever the lock's state.
+func TestACLAttachedSequencerNeedsRead(t *testing.T) {
+	certs := fixtures.TestCerts(t, "admin", "reader")
+	c := fixtures.NewCell(t, 1, fixtures.Options{TLS: certs, Admin: "admin"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := c.ClientWith(t, c.ClientConfigAs("admin"))
+	reader := c.ClientWith(t, c.ClientConfigAs("reader"))
+	mk := func(rel string, mode client.OpenMode, contents string, a *client.ACL) *client.Handle {
+		t.Helper()
+		h, err := admin.Open(ctx, c.Name(rel), mode|client.Read|client.Write|client.Create, client.WithContents([]byte(contents)))
+		if err != nil {
+			t.Fatalf("create %s: %v", rel, err)
+		}
+		if a != nil {
+			if _, err := h.SetACL(ctx, *a); err != nil {
+				t.Fatalf("SetACL %s: %v", rel, err)
+			}
+		}
+		return h
+	}
+	mk("acl", client.Directory, "", nil).Close()
+	readers := mk("acl/readers", 0, "reader\n", nil)
+	mk("acl/pubw", 0, "reader\n", nil).Close()
+	lock := mk("lock", 0, "", &client.ACL{Read: "readers"})
+	mk("pub", 0, "p", &client.ACL{Write: "pubw"}).Close()
+	if got, err := lock.TryAcquire(ctx, client.Exclusive); err != nil || !got {
+		t.Fatalf("admin locks: %v %v", got, err)
+	}
+	seq, err := lock.GetSequencer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph, err := reader.Open(ctx, c.Name("pub"), client.Read|client.Write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.SetSequencer(ctx, seq); err != nil {
+		t.Fatalf("reader attaches a sequencer of a lock it may read: %v", err)
+	}
+	if _, _, err := ph.GetContentsAndStat(ctx); err != nil {
+		t.Fatalf("fenced read: %v", err)
+	}
+	if err := ph.SetContents(ctx, []byte("fenced")); err != nil {
+		t.Fatalf("fenced write: %v", err)
+	}
+	if err := readers.SetContents(ctx, []byte("# nobody\n")); err != nil {
+		t.Fatal(err)
+	}
+	gone := c.Name("lock") + " no longer exists"
+	_, _, rerr := ph.GetContentsAndStat(ctx)
+	werr := ph.SetContents(ctx, []byte("after"))
+	for what, err := range map[string]error{"read": rerr, "write": werr} {
+		var we *wire.Error
+		if !errors.Is(err, client.ErrStaleSequencer) || !errors.As(err, &we) || we.Msg != gone {
+			t.Errorf("fenced %s after losing read on the still held lock: %v, want stale %q", what, err, gone)
+		}
+	}
+	if st, err := reader.SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != gone {
+		t.Errorf("reader checks the sequencer after losing read: %+v %v, want stale %q", st, err, gone)
+	}
+	if st, err := admin.SequencerStatus(ctx, seq); err != nil || !st.Valid {
+		t.Errorf("the admin checks the sequencer: %+v %v, want valid", st, err)
+	}
+}

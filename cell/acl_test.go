@@ -288,6 +288,7 @@ func TestACLMatrix(t *testing.T) {
 	}
 	checked += hiddenNamesAnswerAsMissing(t, ctx, c, clients, nodes, parentRef)
 	checked += sessionsAreOwnOnly(t, ctx, c, certs, clients)
+	checked += listingsAndEventsShowOnlyVisible(t, ctx, c, clients, nodes)
 
 	// Acquire without write: a read-only handle is refused by the handle
 	// mode; so is a writer-less principal holding a write handle. The one
