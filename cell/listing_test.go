@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,7 +87,8 @@ func TestLargeDirectoryListsCompletely(t *testing.T) {
 	}
 	for _, opts := range [][]client.OpenOption{nil, {client.WithoutCache()}} {
 		h := mustOpen(t, ctx, lister, c.Name("big"), client.Read, opts...)
-		for round := range 2 { // the second may come from the cache
+		for round := range 2 {
+			hits := lister.CacheStats().Hits
 			ents, err := h.ReadDir(ctx)
 			if err != nil {
 				t.Fatalf("ReadDir (cache %v, round %d): %v", opts == nil, round, err)
@@ -94,9 +96,146 @@ func TestLargeDirectoryListsCompletely(t *testing.T) {
 			if got := names(ents); !slices.Equal(got, want) {
 				t.Fatalf("ReadDir (cache %v, round %d): %d names, want %d in order", opts == nil, round, len(got), len(want))
 			}
+			// The whole multi-page listing was cached: read again, it is
+			// a hit (only with the cache on).
+			if hit := lister.CacheStats().Hits > hits; hit != (round == 1 && opts == nil) {
+				t.Fatalf("ReadDir (cache %v, round %d): cache hit %v", opts == nil, round, hit)
+			}
 		}
 		h.Close()
 	}
+
+	// A create invalidates the cached listing; the next one has the child.
+	h := mustOpen(t, ctx, lister, c.Name("big"), client.Read)
+	defer h.Close()
+	mustOpen(t, ctx, maker, c.Name("big/zz-late"), client.Read|client.Write|client.Create)
+	ents, err := h.ReadDir(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(ents); len(got) != bigChildren+1 || got[bigChildren] != "zz-late" {
+		t.Fatalf("after a create: %d names, last %q", len(got), got[len(got)-1])
+	}
+
+	// ReadDirPage streams the listing; pages are bounded by bytes, so a
+	// page of 255-byte names holds fewer than the page size.
+	var got []string
+	pages := 0
+	for after := ""; ; pages++ {
+		page, more, err := h.ReadDirPage(ctx, after, 0)
+		if err != nil {
+			t.Fatalf("ReadDirPage after %.10q: %v", after, err)
+		}
+		got = append(got, names(page)...)
+		if len(page) > wire.MaxDirPage || more && len(page) == 0 {
+			t.Fatalf("page of %d entries, more %v", len(page), more)
+		}
+		if !more {
+			pages++
+			break
+		}
+		after = page[len(page)-1].Name
+	}
+	if len(got) != bigChildren+1 || !slices.Equal(got[:bigChildren], want) || pages < 2 {
+		t.Fatalf("ReadDirPage: %d names in %d pages", len(got), pages)
+	}
+	t.Logf("%d children of 255-byte names: %d pages", len(got), pages)
+}
+
+// Pages are separate reads: while children come and go between pages, a
+// listing names no child twice, keeps name order, and names every child
+// present throughout exactly once.
+func TestListingPagesUnderChurn(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{})
+	ctx := ctxT(t, 2*time.Minute)
+	cl, churner := c.Client(t), c.Client(t)
+	const rw = client.Read | client.Write | client.Create
+	mustOpen(t, ctx, cl, c.Name("d"), rw|client.Directory).Close()
+	// Stable children k0000-s .. k0299-s; churn names k<i>-c sort among
+	// them.
+	const stable = 300
+	var want []string
+	for i := range stable {
+		want = append(want, fmt.Sprintf("k%04d-s", i))
+	}
+	fillDir(t, ctx, cl, c.Name("d"), stable, func(i int) string { return want[i] })
+
+	stop := make(chan struct{})
+	const churners = 4
+	churnDone := make(chan error, churners)
+	var churned atomic.Int64
+	for w := range churners {
+		go func() {
+			for i := w; ; i += churners {
+				select {
+				case <-stop:
+					churnDone <- nil
+					return
+				default:
+				}
+				name := c.Name(fmt.Sprintf("d/k%04d-c", (i*37)%stable))
+				h, err := churner.Open(ctx, name, rw)
+				if err != nil {
+					churnDone <- err
+					return
+				}
+				if i/churners%2 == 1 { // every other one goes again
+					if err := h.Delete(ctx); err != nil && !errors.Is(err, client.ErrHandleInvalid) {
+						churnDone <- err
+						return
+					}
+				}
+				h.Close()
+				churned.Add(1)
+			}
+		}()
+	}
+	h := mustOpen(t, ctx, cl, c.Name("d"), client.Read)
+	before := churned.Load()
+	for round := range 5 {
+		var got []string
+		for after := ""; ; {
+			page, more, err := h.ReadDirPage(ctx, after, 9)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > 9 {
+				t.Fatalf("a page of %d entries for a limit of 9", len(page))
+			}
+			for _, e := range page {
+				got = append(got, e.Name)
+			}
+			if !more {
+				break
+			}
+			after = page[len(page)-1].Name
+		}
+		var stableSeen []string
+		for i, n := range got {
+			if i > 0 && got[i-1] >= n {
+				t.Fatalf("round %d: %q listed after %q: out of order or twice", round, n, got[i-1])
+			}
+			if strings.HasSuffix(n, "-s") {
+				stableSeen = append(stableSeen, n)
+			} else if !strings.HasSuffix(n, "-c") {
+				t.Fatalf("round %d: unknown name %q", round, n)
+			}
+		}
+		if !slices.Equal(stableSeen, want) {
+			t.Fatalf("round %d: %d of the %d stable children listed", round, len(stableSeen), stable)
+		}
+	}
+	during := churned.Load() - before
+	close(stop)
+	for range churners {
+		if err := <-churnDone; err != nil {
+			t.Fatalf("churn: %v", err)
+		}
+	}
+	if during == 0 {
+		t.Fatal("no child came or went while the listings ran: the test proved nothing")
+	}
+	t.Logf("%d churn operations during 5 listings", during)
 }
 
 // Listings and child events show a caller only the children it may read
@@ -117,10 +256,17 @@ func TestListingHidesUnreadableChildren(t *testing.T) {
 		mustOpen(t, ctx, admin, c.Name("acl/"+name), rw, client.WithContents([]byte(who))).Close()
 	}
 	mustOpen(t, ctx, admin, c.Name("d"), rw|client.Directory).Close()
-	setACL := func(name string, a client.ACL) {
+	// The admin's handles stay open: closing one counts as a change of
+	// the parent's listing (it could delete an ephemeral node), which
+	// would invalidate cached listings for another reason than the ACL.
+	handles := map[string]*client.Handle{}
+	setACL := func(t *testing.T, name string, a client.ACL) {
 		t.Helper()
-		h := mustOpen(t, ctx, admin, c.Name(name), client.Read)
-		defer h.Close()
+		h := handles[name]
+		if h == nil {
+			h = mustOpen(t, ctx, admin, c.Name(name), client.Read)
+			handles[name] = h
+		}
 		if _, err := h.SetACL(ctx, a); err != nil {
 			t.Fatalf("SetACL %s: %v", name, err)
 		}
@@ -130,14 +276,16 @@ func TestListingHidesUnreadableChildren(t *testing.T) {
 	for _, n := range []string{"pub", "sec", "wonly"} {
 		mustOpen(t, ctx, admin, c.Name("d/"+n), rw).Close()
 	}
-	setACL("d/sec", client.ACL{Read: "team", Write: "team", ChangeACL: "team"})
-	setACL("d/wonly", client.ACL{Read: "none", Write: "bobw"})
+	setACL(t, "d/sec", client.ACL{Read: "team", Write: "team", ChangeACL: "team"})
+	setACL(t, "d/wonly", client.ACL{Read: "none", Write: "bobw"})
 
-	list := func(cl *client.Client) []string {
+	dirs := map[*client.Client]*client.Handle{}
+	for _, cl := range []*client.Client{admin, alice, bob} {
+		dirs[cl] = mustOpen(t, ctx, cl, c.Name("d"), client.Read)
+	}
+	list := func(t *testing.T, cl *client.Client) []string {
 		t.Helper()
-		h := mustOpen(t, ctx, cl, c.Name("d"), client.Read)
-		defer h.Close()
-		ents, err := h.ReadDir(ctx)
+		ents, err := dirs[cl].ReadDir(ctx)
 		if err != nil {
 			t.Fatalf("ReadDir: %v", err)
 		}
@@ -147,43 +295,43 @@ func TestListingHidesUnreadableChildren(t *testing.T) {
 		}
 		return out
 	}
-	expect := func(who string, cl *client.Client, want ...string) {
+	expect := func(t *testing.T, who string, cl *client.Client, want ...string) {
 		t.Helper()
-		if got := list(cl); !slices.Equal(got, want) {
+		if got := list(t, cl); !slices.Equal(got, want) {
 			t.Fatalf("%s lists d as %q, want %q", who, got, want)
 		}
 	}
-	expect("admin", admin, "pub", "sec", "wonly")
-	expect("alice", alice, "pub", "sec")
-	expect("bob", bob, "pub", "wonly")
+	expect(t, "admin", admin, "pub", "sec", "wonly")
+	expect(t, "alice", alice, "pub", "sec")
+	expect(t, "bob", bob, "pub", "wonly")
 
 	t.Run("CachedListingFollowsACLs", func(t *testing.T) {
-		hits := bob.CacheStats().Hits
-		expect("bob", bob, "pub", "wonly")
-		if bob.CacheStats().Hits == hits {
+		hits, calls := bob.CacheStats().Hits, client.CallsSent()
+		expect(t, "bob", bob, "pub", "wonly")
+		if bob.CacheStats().Hits != hits+1 || client.CallsSent() > calls+1 { // a KeepAlive may go out meanwhile
 			t.Fatal("bob's second listing was no cache hit: the test would prove nothing about the cache")
 		}
-		setACL("d/pub", client.ACL{Read: "team", Write: "team"}) // hide pub from bob
-		expect("bob after pub was hidden", bob, "wonly")
-		setACL("d/pub", client.ACL{}) // and show it again
-		expect("bob after pub was shown", bob, "pub", "wonly")
+		setACL(t, "d/pub", client.ACL{Read: "team", Write: "team"}) // hide pub from bob
+		expect(t, "bob after pub was hidden", bob, "wonly")
+		setACL(t, "d/pub", client.ACL{}) // and show it again
+		expect(t, "bob after pub was shown", bob, "pub", "wonly")
 		// Rewriting an ACL file changes what its names show.
 		teamH := mustOpen(t, ctx, admin, c.Name("acl/team"), client.Read|client.Write)
 		defer teamH.Close()
-		expect("bob", bob, "pub", "wonly")
+		expect(t, "bob", bob, "pub", "wonly")
 		if err := teamH.SetContents(ctx, []byte("alice\nbob\n")); err != nil {
 			t.Fatal(err)
 		}
-		expect("bob after joining team", bob, "pub", "sec", "wonly")
+		expect(t, "bob after joining team", bob, "pub", "sec", "wonly")
 		if err := teamH.SetContents(ctx, []byte("alice\n")); err != nil {
 			t.Fatal(err)
 		}
-		expect("bob after leaving team", bob, "pub", "wonly")
+		expect(t, "bob after leaving team", bob, "pub", "wonly")
 	})
 
 	t.Run("NoEventNamesAHiddenChild", func(t *testing.T) {
 		mustOpen(t, ctx, admin, c.Name("d/gone"), rw).Close()
-		setACL("d/gone", client.ACL{Read: "team", Write: "team"})
+		setACL(t, "d/gone", client.ACL{Read: "team", Write: "team"})
 		ev := collectEvents(bob)
 		w := mustOpen(t, ctx, bob, c.Name("d"), client.Read, client.WithEvents(client.OnChildAdded|client.OnChildRemoved))
 		defer w.Close()
