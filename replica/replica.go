@@ -64,6 +64,9 @@ type Config struct {
 	// PeerHandshakeTimeout bounds a Raft connection's TLS handshake
 	// (default DefaultPeerHandshakeTimeout).
 	PeerHandshakeTimeout time.Duration
+	// RaftLimits bound the built-in transport's connections, TLS or
+	// plain (zero fields: DefaultRaftLimits).
+	RaftLimits RaftLimits
 }
 
 // Timings are the Raft timing knobs lockcell exposes.
@@ -126,6 +129,7 @@ type Replica struct {
 	fsm        *FSM
 	store      *Store
 	transport  raft.Transport
+	port       *streamLayer // the built-in transport's, or nil
 	notify     chan bool
 	leadership chan bool
 	done       chan struct{}
@@ -157,6 +161,7 @@ func Open(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("replica %s: snapshot store: %w", cfg.ID, err)
 	}
 	trans := cfg.Transport
+	var port *streamLayer
 	if trans == nil {
 		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
 		if err != nil {
@@ -168,19 +173,17 @@ func Open(cfg Config) (*Replica, error) {
 		// be given its own view of the others (a test harness points them
 		// at per-link proxies; an operator can re-address a member without
 		// a membership change).
-		ntc := &raft.NetworkTransportConfig{
-			ServerAddressProvider: peerAddrs(cfg.Peers),
-			Logger:                hlog,
-			MaxPool:               8,
-			Timeout:               5 * time.Second,
-		}
-		if cfg.PeerTLS != nil {
-			ntc.Stream, err = newTLSStreamLayer(cfg.RaftAddr, addr, cfg.PeerTLS, cfg.VerifyPeer, cfg.PeerHandshakeTimeout)
-			if err == nil {
-				trans = raft.NewNetworkTransportWithConfig(ntc)
-			}
-		} else {
-			trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, ntc)
+		stream, err := newStreamLayer(cfg.RaftAddr, addr, cfg.PeerTLS, cfg.VerifyPeer, cfg.PeerHandshakeTimeout,
+			cfg.RaftLimits.withDefaults(t.HeartbeatTimeout), log)
+		if err == nil {
+			trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+				ServerAddressProvider: peerAddrs(cfg.Peers),
+				Logger:                newTransportHCLogger(log, stream.stats),
+				Stream:                stream,
+				MaxPool:               8,
+				Timeout:               5 * time.Second,
+			})
+			port = stream
 		}
 		if err != nil {
 			store.Close()
@@ -201,7 +204,7 @@ func Open(cfg Config) (*Replica, error) {
 	// Group commit: the leader drains up to MaxAppendEntries queued applies
 	// into one batch, one StoreLogs and one fsync.
 	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = 256
+	rc.MaxAppendEntries = maxAppendEntries
 	rc.NoLegacyTelemetry = true
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
@@ -234,7 +237,7 @@ func Open(cfg Config) (*Replica, error) {
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
-	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans,
+	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port,
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{})}
 	go rep.forwardLeadership()
 	return rep, nil
@@ -397,6 +400,15 @@ type Status struct {
 func (r *Replica) Status() Status {
 	return Status{State: r.raft.State().String(), Term: r.raft.CurrentTerm(),
 		CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LastIndex: r.raft.LastIndex()}
+}
+
+// RaftPortStats counts what the built-in transport's Raft port refused or
+// dropped; zero with an injected Transport.
+func (r *Replica) RaftPortStats() RaftPortStats {
+	if r.port == nil {
+		return RaftPortStats{}
+	}
+	return r.port.Stats()
 }
 
 // Snapshot takes a snapshot now and compacts the log behind it.
