@@ -83,18 +83,51 @@ func raftTimings(c *cli.Context) replica.Timings {
 	return t
 }
 
-// limitFlags are the client port's connection limits (cell.ConnLimits).
+// limitFlags are the client port's limits (cell.ConnLimits); README's
+// table of them is checked against these flags.
 func limitFlags() []cli.Flag {
 	d := cell.DefaultConnLimits
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
 		&cli.IntFlag{Name: "max-streams-per-conn", Value: d.MaxStreamsPerConn, Usage: "calls in flight on one client connection (parked KeepAlives included)"},
+		&cli.IntFlag{Name: "max-calls-per-session", Value: d.MaxCallsPerSession, Usage: "calls in flight of one session on a connection"},
+		&cli.DurationFlag{Name: "handshake-timeout", Value: d.HandshakeTimeout, Usage: "time for a new client connection's TLS handshake and protocol byte"},
+		&cli.DurationFlag{Name: "request-timeout", Value: d.RequestTimeout, Usage: "time for a call to deliver its request, and for its reply to be written"},
+		&cli.GenericFlag{Name: "max-conn-buffer", Value: newByteSize(d.MaxConnBuffer), Usage: "request bytes one client connection may hold unserved (and reply bytes being written, separately), e.g. 16MiB"},
+		&cli.GenericFlag{Name: "max-ip-buffer", Value: newByteSize(d.MaxIPBuffer), Usage: "the same for all connections of one IP address together"},
+		&cli.GenericFlag{Name: "max-buffer", Value: newByteSize(d.MaxBuffer), Usage: "the same for the whole process"},
+		&cli.DurationFlag{Name: "buffer-stall", Value: d.BufferStall, Usage: "how long a connection over a buffer budget may free nothing before it is closed"},
 	}
 }
 
 func limits(c *cli.Context) cell.ConnLimits {
-	return cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxStreamsPerConn: c.Int("max-streams-per-conn")}
+	size := func(name string) int64 {
+		if b, ok := c.Generic(name).(*byteSize); ok {
+			return int64(*b)
+		}
+		return 0
+	}
+	return cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
+		MaxCallsPerSession: c.Int("max-calls-per-session"), HandshakeTimeout: c.Duration("handshake-timeout"),
+		RequestTimeout: c.Duration("request-timeout"), MaxConnBuffer: size("max-conn-buffer"), MaxIPBuffer: size("max-ip-buffer"),
+		MaxBuffer: size("max-buffer"), BufferStall: c.Duration("buffer-stall")}
 }
+
+// byteSize is a flag value in bytes, written like 16MiB (cell.ParseBytes).
+type byteSize int64
+
+func newByteSize(n int64) *byteSize { b := byteSize(n); return &b }
+
+func (b *byteSize) Set(s string) error {
+	n, err := cell.ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func (b *byteSize) String() string { return cell.FormatBytes(int64(*b)) }
 
 // tlsFlags name a replica's certificate, key and the cell's CA.
 func tlsFlags() []cli.Flag {

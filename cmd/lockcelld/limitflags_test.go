@@ -1,0 +1,103 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"lockcell/cell"
+)
+
+// flagDefault is a limit flag's default as README writes it.
+func flagDefault(t *testing.T, f cli.Flag) string {
+	t.Helper()
+	switch f := f.(type) {
+	case *cli.IntFlag:
+		return f.GetDefaultText()
+	case *cli.DurationFlag:
+		return f.Value.String()
+	case *cli.GenericFlag:
+		return f.Value.String()
+	}
+	t.Fatalf("flag %v of unexpected type %T", f.Names(), f)
+	return ""
+}
+
+// README's table of the client port's limits names every limit flag with
+// the default the code uses.
+func TestReadmeLimitsTableMatchesFlags(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "Limits of the client port")
+	if !ok {
+		t.Fatal("README has no table of the client port's limits")
+	}
+	flags := map[string]cli.Flag{}
+	for _, f := range limitFlags() {
+		flags["--"+f.Names()[0]] = f
+	}
+	seen := map[string]bool{}
+	rows := 0
+	for _, line := range strings.Split(rest, "\n")[2:] {
+		if !strings.HasPrefix(line, "|") {
+			if rows > 0 {
+				break
+			}
+			continue
+		}
+		cols := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cols {
+			cols[i] = strings.TrimSpace(cols[i])
+		}
+		if len(cols) != 4 || cols[0] == "limit" || strings.HasPrefix(cols[0], "---") {
+			continue
+		}
+		rows++
+		name := strings.Trim(cols[2], "`")
+		f, ok := flags[name]
+		if !ok {
+			t.Errorf("README row %q names flag %q, which is not a limit flag", cols[0], cols[2])
+			continue
+		}
+		seen[name] = true
+		if want := flagDefault(t, f); cols[1] != want {
+			t.Errorf("README gives %s the default %q; the flag's default is %q", name, cols[1], want)
+		}
+	}
+	for name := range flags {
+		if !seen[name] {
+			t.Errorf("README's limits table has no row for %s", name)
+		}
+	}
+}
+
+// The limit flags parse into cell.ConnLimits, and their defaults are
+// cell.DefaultConnLimits.
+func TestLimitFlags(t *testing.T) {
+	parse := func(args ...string) cell.ConnLimits {
+		t.Helper()
+		var got cell.ConnLimits
+		app := &cli.App{Flags: limitFlags(), Action: func(c *cli.Context) error { got = limits(c); return nil }}
+		if err := app.Run(append([]string{"lockcelld"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := parse(); got != cell.DefaultConnLimits {
+		t.Fatalf("defaults %+v, want %+v", got, cell.DefaultConnLimits)
+	}
+	got := parse("--max-conn-buffer", "1MiB", "--max-ip-buffer", "3MiB", "--max-buffer", "1GiB", "--buffer-stall", "2s", "--max-calls-per-session", "9")
+	if got.MaxConnBuffer != 1<<20 || got.MaxIPBuffer != 3<<20 || got.MaxBuffer != 1<<30 || got.BufferStall.Seconds() != 2 || got.MaxCallsPerSession != 9 {
+		t.Fatalf("parsed %+v", got)
+	}
+	app := &cli.App{Flags: limitFlags(), Action: func(*cli.Context) error { return nil }}
+	app.Writer, app.ErrWriter = flag.CommandLine.Output(), flag.CommandLine.Output()
+	if err := app.Run([]string{"lockcelld", "--max-conn-buffer", "16MB"}); err == nil {
+		t.Fatal("a byte size without a unit of KiB, MiB or GiB was accepted")
+	}
+}
