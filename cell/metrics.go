@@ -56,8 +56,18 @@ func newMetrics(s *Server) *metrics {
 		gauge("lockcell_raft_applied_index", "Index of the last entry applied to the state machine.", func() float64 {
 			return float64(s.rep.Status().AppliedIndex)
 		}),
+		gauge("lockcell_client_request_bytes", "Request bytes the client port holds: received, not yet served (the request budget).",
+			func() float64 { return float64(s.budget.in.used.Load()) }),
+		gauge("lockcell_client_reply_bytes", "Reply bytes the client port is writing (the reply budget).",
+			func() float64 { return float64(s.budget.out.used.Load()) }),
 		prometheus.NewGoCollector(),
 	)
+	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
+			Help:        "Client connections closed over a memory budget, by the level that bound (connection, ip, process).",
+			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": l.String()}},
+			func() float64 { return float64(s.budget.over[l].Load()) }))
+	}
 	return m
 }
 
