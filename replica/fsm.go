@@ -76,7 +76,7 @@ type Node struct {
 	Creator string `msgpack:"cr,omitempty"`
 
 	children    map[string]bool // child name -> is directory; rebuilt on restore
-	kids        []string        // the children's names, sorted (view.go); rebuilt on restore
+	kids        dirIndex        // the children in name order (kids.go); rebuilt on restore
 	openHandles int             // handles open on this instance; rebuilt on restore
 }
 
@@ -491,7 +491,7 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		}
 		f.nodes[c.Path] = n
 		parent.children[baseOf(c.Path)] = dir
-		parent.addKid(baseOf(c.Path))
+		parent.addKid(baseOf(c.Path), n)
 		created = true
 		f.note(Change{Kind: ChangeNode, Path: c.Path})
 		f.note(Change{Kind: ChangeNode, Path: parentPath})
@@ -1200,9 +1200,8 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 			return bad("node %q has no parent directory", n.Path)
 		}
 		p.children[baseOf(n.Path)] = n.Dir
-		p.kids = append(p.kids, baseOf(n.Path))
+		p.addKid(baseOf(n.Path), n)
 	}
-	sortKids(next.nodes)
 	for i, s := range img.Sessions {
 		switch {
 		case s == nil:

@@ -5,30 +5,96 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"sort"
+	"strings"
 	"testing"
 
 	"lockcell/acl"
 )
 
-// fsmtCheckKids checks every directory's sorted names against its child
+// fsmtCheckKids checks every directory's listing index against its child
 // set: the derived index must never drift from the state it indexes.
 func fsmtCheckKids(t testing.TB, f *FSM) {
 	t.Helper()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	for p, n := range f.nodes {
-		want := make([]string, 0, len(n.children))
-		for c := range n.children {
-			want = append(want, c)
+		var want []DirEntry
+		for c, d := range n.children {
+			want = append(want, DirEntry{c, d})
 		}
-		slices.Sort(want)
-		if len(want) == 0 {
-			want = nil
-		}
-		if !reflect.DeepEqual(n.kids, want) {
-			t.Fatalf("%s: sorted names %q, children %q", p, n.kids, want)
+		slices.SortFunc(want, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
+		if err := checkDirIndex(&n.kids, want); err != nil {
+			t.Fatalf("%s: %v", p, err)
 		}
 	}
+}
+
+// checkDirIndex checks x holds exactly want (sorted) in well-formed chunks.
+func checkDirIndex(x *dirIndex, want []DirEntry) error {
+	if got := x.entries(); !reflect.DeepEqual(got, want) {
+		return fmt.Errorf("index holds %v, want %v", got, want)
+	}
+	if x.Len() != len(want) {
+		return fmt.Errorf("index counts %d, holds %d", x.Len(), len(want))
+	}
+	for i, ch := range x.chunks {
+		if len(ch) == 0 || len(ch) > dirChunk {
+			return fmt.Errorf("chunk %d of %d entries (at most %d)", i, len(ch), dirChunk)
+		}
+		if i > 0 && len(ch)+len(x.chunks[i-1]) < dirChunk/4 {
+			return fmt.Errorf("chunks %d and %d hold %d entries: deletes left tiny chunks unmerged", i-1, i, len(ch)+len(x.chunks[i-1]))
+		}
+	}
+	return nil
+}
+
+// The listing index stays exact through random inserts and deletes of a
+// few thousand names, and seeks land on the first name after any cursor.
+func TestDirIndexRandomOps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var x dirIndex
+	ref := map[string]bool{}
+	sorted := func() []DirEntry {
+		var out []DirEntry
+		for n, d := range ref {
+			out = append(out, DirEntry{n, d})
+		}
+		slices.SortFunc(out, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
+		return out
+	}
+	for step := range 20000 {
+		name := fmt.Sprintf("n%04d", rng.IntN(3000))
+		// Grow first, then mostly shrink, so chunks split and merge.
+		if grow := step < 8000; grow == (rng.IntN(4) != 0) {
+			if _, ok := ref[name]; !ok {
+				ref[name] = rng.IntN(2) == 0
+			}
+			x.insert(kid{name, ref[name], &Node{Dir: ref[name]}})
+		} else {
+			delete(ref, name)
+			x.remove(name)
+		}
+		if step%500 == 0 || step == 19999 {
+			want := sorted()
+			if err := checkDirIndex(&x, want); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			for range 20 {
+				cur := fmt.Sprintf("n%04d", rng.IntN(3100))[:1+rng.IntN(5)]
+				c, i := x.after(cur)
+				k := sort.Search(len(want), func(k int) bool { return want[k].Name > cur })
+				if k == len(want) {
+					if c != len(x.chunks) {
+						t.Fatalf("after %q: position %d/%d, want the end", cur, c, i)
+					}
+				} else if c == len(x.chunks) || x.chunks[c][i].name != want[k].Name {
+					t.Fatalf("after %q: position %d/%d, want %v", cur, c, i, want[k])
+				}
+			}
+		}
+	}
+	t.Logf("%d names in %d chunks at the end", x.Len(), len(x.chunks))
 }
 
 // pageAll lists dir's handle page by page with q (its After is the start).
@@ -227,4 +293,80 @@ func TestFSMReadDirHidesChildren(t *testing.T) {
 	affects("create of an ACL file a child names", Command{Type: CmdOpen, Path: fsmtPath("acl/later"), Flags: fsmtRWC}, false)
 	setACL(hidden[1], ACLNames{Read: "later", Write: "later"})
 	affects("create of an ACL file a child names", Command{Type: CmdOpen, Path: fsmtPath("acl/later"), Flags: fsmtRWC}, true)
+}
+
+// fsmtBigDir builds an FSM with a directory of n children created in a
+// random order, and returns the driver, the session and a handle on it.
+// With hidden, the directory (so every child) names an ACL file that
+// lists only alice, for read and write.
+func fsmtBigDir(b *testing.B, n int, hidden bool) (*fsmtH, uint64, uint64) {
+	h := newFSMT(b)
+	s := h.session()
+	dh := h.mustOpen(s, "d", fsmtRWC|FlagDirectory)
+	if hidden {
+		h.mustOpen(s, "acl", fsmtRWC|FlagDirectory)
+		if r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath("acl/team"), Flags: fsmtRWC, Contents: []byte("alice\n")}); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		if r := h.do(s, Command{Type: CmdSetACL, Handle: dh, ACL: &ACLNames{Read: "team", Write: "team"}}); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	for _, i := range rand.New(rand.NewPCG(3, 4)).Perm(n) {
+		r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("d/job-%06d-%021d", i, i)), Flags: fsmtRWC | FlagDirectory})
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	return h, s, dh
+}
+
+// BenchmarkFSMReadDirPage: one page of 4096 from a random cursor in a
+// directory of 100,000 children (what the master does per ReadDir call),
+// the whole listing in pages, one create into that directory at a random
+// place in name order, and the worst page: a caller who may see none of
+// the 100,000 children, so one page checks the ACLs of all of them.
+func BenchmarkFSMReadDirPage(b *testing.B) {
+	const n = 100_000
+	b.Run("HiddenScan", func(b *testing.B) {
+		h, s, dh := fsmtBigDir(b, n, true)
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := h.f.ReadDirPage(s, dh, DirQuery{Limit: 4096, Principal: "bob"})
+			if err != nil || len(p.Entries) != 0 || p.More {
+				b.Fatal(p, err)
+			}
+		}
+	})
+	h, s, dh := fsmtBigDir(b, n, false)
+	b.Run("Page4096", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(5, 6))
+		b.ReportAllocs()
+		for b.Loop() {
+			i := rng.IntN(n)
+			p, err := h.f.ReadDirPage(s, dh, DirQuery{After: fmt.Sprintf("job-%06d", i), Limit: 4096, MaxBytes: 512 << 10, EntryOverhead: 8})
+			if err != nil || len(p.Entries) == 0 {
+				b.Fatal(p, err)
+			}
+		}
+	})
+	b.Run("WholeListing", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if ents, err := h.f.ReadDir(s, dh); err != nil || len(ents) != n {
+				b.Fatal(len(ents), err)
+			}
+		}
+	})
+	b.Run("CreateChild", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(7, 8))
+		b.ReportAllocs()
+		for b.Loop() {
+			i := rng.IntN(1 << 30)
+			r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("d/job-%06d-x%d", i%n, i)), Flags: fsmtRWC})
+			if r.Err != nil && r.Err.Kind != KindExists {
+				b.Fatal(r.Err)
+			}
+		}
+	})
 }
