@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"lockcell/cell"
 	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
@@ -369,4 +370,91 @@ func TestHostileAllocationBombs(t *testing.T) {
 	hdr := encodeFrames(t, &wire.Header{Method: wire.MethodOpen, Epoch: epoch, Seq: 1})
 	measure("open with a 4 GiB contents claim", append(hdr, frame([]byte{0x81, 0xa1, 'c', 0xc6, 0xff, 0xff, 0xff, 0xff})...), 1)
 	measure("header with a 4 GiB unknown field", append(frame([]byte{0x81, 0xa1, 'z', 0xdb, 0xff, 0xff, 0xff, 0xff}), frame([]byte{0x80})...), 30)
+}
+
+// hostileSession creates a session over sess with raw frames and returns
+// its id.
+func hostileSession(t *testing.T, sess *yamux.Session, epoch uint64) uint64 {
+	t.Helper()
+	s, err := sess.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(hostileWait))
+	if _, err := s.Write(encodeFrames(t, &wire.Header{Method: wire.MethodCreateSession, Epoch: epoch, Seq: 1}, &wire.CreateSessionRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	var st wire.Status
+	var resp wire.CreateSessionResponse
+	if err := wire.ReadMessage(s, &st); err != nil || st.Code != wire.CodeOK {
+		t.Fatalf("create session: %+v %v", st, err)
+	}
+	if err := wire.ReadMessage(s, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Session
+}
+
+// Bytes a client sends after a parked call's request cancel the call and
+// stay counted against the connection's budget for as long as the stream
+// holds them, not only while a handler runs: streams cannot park them
+// unaccounted. Closing the streams releases them; a connection that keeps
+// piling them up is cut.
+func TestHostileTrailingBytesOnParkedCalls(t *testing.T) {
+	const budget = 4 << 20
+	c := fixtures.NewCell(t, 1, fixtures.Options{LeaseTTL: 12 * time.Second, ConnLimits: cell.ConnLimits{MaxConnBuffer: budget}})
+	srv := c.Server(c.WaitForMaster(30 * time.Second))
+	_, epoch := srv.IsMaster()
+	sess := hostileMux(t, srv.ClientAddr())
+	id := hostileSession(t, sess, epoch)
+	const trailing = 100 << 10
+	parked := func(n int) []*yamux.Stream {
+		raw := append(encodeFrames(t, &wire.Header{Method: wire.MethodKeepAlive, Session: id, Epoch: epoch}, &wire.KeepAliveRequest{}),
+			make([]byte, trailing)...)
+		var out []*yamux.Stream
+		for range n {
+			s, err := sess.OpenStream()
+			if err != nil {
+				return out // cut
+			}
+			s.SetWriteDeadline(time.Now().Add(hostileWait))
+			if _, err := s.Write(raw); err != nil {
+				return out
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	// Ten parked KeepAlives with 100 KiB after each: the calls end, the
+	// bytes stay counted while the streams hold them (but the one byte
+	// each call's watcher read).
+	streams := parked(10)
+	deadline := time.Now().Add(hostileWait)
+	for srv.ConnStats().RequestBytes < 10*(trailing-1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("bytes after parked requests are not counted: %+v", srv.ConnStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, s := range streams {
+		s.Close()
+	}
+	deadline = time.Now().Add(hostileWait)
+	for srv.ConnStats().RequestBytes != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("closing the streams did not release their bytes: %+v", srv.ConnStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A hundred more, never closed: 10 MiB for a 4 MiB budget.
+	parked(100)
+	select {
+	case <-sess.CloseChan():
+	case <-time.After(2 * hostileWait):
+		t.Fatalf("a connection piling up bytes after its requests was not cut: %+v", srv.ConnStats())
+	}
+	if st := srv.ConnStats(); st.OverBudgetConn == 0 || st.RequestBytesPeak > budget+64<<10 {
+		t.Fatalf("after the cut: %+v (budget %d)", st, budget)
+	}
 }
