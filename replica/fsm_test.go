@@ -401,6 +401,7 @@ func fsmtCheckInvariants(t testing.TB, f *FSM) {
 			t.Fatalf("%s: held shared, yet a shared waiter heads the queue: %+v", p, n.Waiters)
 		}
 	}
+	fsmtCheckKidsLocked(t, f)
 }
 
 // ---------------------------------------------------------------------------

@@ -18,10 +18,24 @@ func fsmtCheckKids(t testing.TB, f *FSM) {
 	t.Helper()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	fsmtCheckKidsLocked(t, f)
+}
+
+// fsmtCheckKidsLocked is fsmtCheckKids under the caller's read lock
+// (fsmtCheckInvariants runs it after every check it makes).
+func fsmtCheckKidsLocked(t testing.TB, f *FSM) {
+	t.Helper()
 	for p, n := range f.nodes {
 		var want []DirEntry
 		for c, d := range n.children {
 			want = append(want, DirEntry{c, d})
+		}
+		for _, ch := range n.kids.chunks {
+			for _, k := range ch {
+				if f.nodes[p+"/"+k.name] != k.node {
+					t.Fatalf("%s: the index's node for %s is not the node of that name", p, k.name)
+				}
+			}
 		}
 		slices.SortFunc(want, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
 		if err := checkDirIndex(&n.kids, want); err != nil {
