@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,17 @@ type Config struct {
 	// required with TLS, so that a secured client port never sits next
 	// to an open Raft port.
 	PeerTLS *tls.Config
+	// Insecure must be set to run without TLS, a plain cell: every
+	// caller of the client port is master.AnonymousPrincipal, the admin,
+	// and anyone who reaches the Raft port is taken for a replica (it can
+	// depose the master and rewrite the log). Validate refuses a Config
+	// without TLS unless Insecure is set, and one with both.
+	Insecure bool
+	// InsecureAnyAddress lets an Insecure cell listen on addresses other
+	// than loopback (127.0.0.0/8, ::1, localhost). Without it, Validate
+	// refuses an Insecure cell whose client or Raft address is not
+	// loopback, so that a plain cell is reachable from this machine only.
+	InsecureAnyAddress bool
 	// Admin is the cell admin principal (master.Config.Admin): allowed
 	// everything, so broken ACLs can be repaired. Default "admin"
 	// (certs.AdminUser) with TLS, master.AnonymousPrincipal without.
@@ -207,6 +219,20 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("cell: the Raft transport's local address %q is not this replica's Raft address %q", got, want)
 		}
 	}
+	if c.TLS == nil && !c.Insecure {
+		return fmt.Errorf("cell: no TLS: a plain cell lets anyone in as the admin, so it must be asked for (Insecure)")
+	}
+	if c.TLS != nil && c.Insecure {
+		return fmt.Errorf("cell: Insecure and TLS contradict each other")
+	}
+	if c.Insecure && !c.InsecureAnyAddress {
+		self := c.self()
+		for _, a := range []string{self.ClientAddr, self.RaftAddr} {
+			if !IsLoopbackAddr(a) {
+				return fmt.Errorf("cell: a plain (Insecure) cell listens on loopback only, and %s is not (InsecureAnyAddress lifts this)", a)
+			}
+		}
+	}
 	if c.TLS != nil {
 		if c.PeerTLS == nil {
 			return fmt.Errorf("cell: TLS on the client port needs PeerTLS too: an open Raft port would let anyone in")
@@ -216,6 +242,25 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// AnonymousPrincipal is every caller's principal on a plain (Insecure)
+// cell, where it is also the admin unless Config.Admin says otherwise.
+const AnonymousPrincipal = master.AnonymousPrincipal
+
+// IsLoopbackAddr reports whether the listen address host:port can only be
+// reached from this machine: its host is a loopback IP (127.0.0.0/8,
+// ::1) or "localhost". An empty host (all interfaces) is not loopback.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // admin is the admin principal the master gets.

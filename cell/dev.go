@@ -39,6 +39,8 @@ type Dev struct {
 
 // StartDev starts every replica of a development cell in this process. It
 // returns once all replicas are up; use WaitForMaster to wait for service.
+// A development cell is plain (Config.Insecure), so its peers must be on
+// loopback.
 func StartDev(cfg DevConfig) (*Dev, error) {
 	if cfg.Cell == "" {
 		cfg.Cell = "local"
@@ -57,7 +59,7 @@ func StartDev(cfg DevConfig) (*Dev, error) {
 		}
 		s, err := New(Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
 			LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
-			MetricsAddr: metrics})
+			MetricsAddr: metrics, Insecure: true})
 		if err != nil {
 			d.Close()
 			return nil, fmt.Errorf("start replica %s: %w", p.ID, err)

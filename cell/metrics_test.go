@@ -20,7 +20,7 @@ func TestReplicaMetrics(t *testing.T) {
 	ports := fixtures.FreePorts(t, 3)
 	var servers []*cell.Server
 	for i, p := range peers {
-		s, err := cell.New(cell.Config{Cell: "t", Self: p.ID, Peers: peers, Dir: t.TempDir(), Timings: fixtures.TestTimings(),
+		s, err := cell.New(cell.Config{Cell: "t", Self: p.ID, Peers: peers, Dir: t.TempDir(), Timings: fixtures.TestTimings(), Insecure: true,
 			Logger: fixtures.Logger(), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[i])})
 		if err != nil {
 			t.Fatal(err)

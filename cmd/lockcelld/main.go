@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -136,7 +137,29 @@ func tlsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key", Usage: "this replica's private key (PEM)"},
 		&cli.StringFlag{Name: "ca", Usage: "the cell's CA certificate (PEM): users and replicas must be signed by it"},
 		&cli.StringFlag{Name: "admin", Usage: "admin principal (default: admin with TLS, anonymous without)"},
+		&cli.BoolFlag{Name: "insecure", Usage: "run without TLS: every caller is the admin and anyone who reaches the Raft port is taken for a replica; listens on loopback only"},
+		&cli.BoolFlag{Name: "insecure-bind-any", Usage: "with --insecure, allow --listen and --raft addresses other than loopback: the open cell is then reachable from the network"},
 	}
+}
+
+// insecureBanner is printed on stderr at every start of a plain cell: what
+// is open to whom.
+func insecureBanner(client, raft []string, anyAddr bool, admin string) string {
+	where := "loopback only: reachable from this machine, by every local user and process"
+	if anyAddr {
+		where = "ANY ADDRESS (--insecure-bind-any): reachable from the network"
+	}
+	role := "the cell admin: it may read, write, lock, delete and change the ACLs of every file"
+	if admin != "" && admin != cell.AnonymousPrincipal {
+		role = "the ACLs decide; the admin " + admin + " cannot be reached without TLS"
+	}
+	return "lockcelld: WARNING: INSECURE CELL: no TLS (--insecure)\n" +
+		"  client port " + strings.Join(client, ",") + ": no authentication; every caller is principal \"" +
+		cell.AnonymousPrincipal + "\", " + role + "\n" +
+		"  Raft port   " + strings.Join(raft, ",") + ": any peer is accepted; whoever connects can depose the master,\n" +
+		"              force elections and append entries that rewrite the replicated state\n" +
+		"  listening on " + where + "\n" +
+		"  For a real cell use mutual TLS: lockcelld certs, then serve --cert --key --ca.\n"
 }
 
 func splitList(s string) []string {
@@ -168,6 +191,13 @@ func devCommand() *cli.Command {
 		}, append(timingFlags(), limitFlags()...)...),
 		Action: func(c *cli.Context) error {
 			log := logger(c)
+			if !c.Bool("tls") {
+				var client, raft []string
+				for _, p := range cell.LoopbackPeers(c.Int("replicas"), c.Int("port"), c.Int("raft-port")) {
+					client, raft = append(client, p.ClientAddr), append(raft, p.RaftAddr)
+				}
+				fmt.Fprint(os.Stderr, insecureBanner(client, raft, false, ""))
+			}
 			dcfg := cell.DevConfig{Cell: c.String("cell"), Dir: c.String("data"),
 				Peers:    cell.LoopbackPeers(c.Int("replicas"), c.Int("port"), c.Int("raft-port")),
 				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
@@ -234,6 +264,10 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if cfg.Insecure {
+				self := cfg.Peers[slices.IndexFunc(cfg.Peers, func(p cell.Peer) bool { return p.ID == cfg.Self })]
+				fmt.Fprint(os.Stderr, insecureBanner([]string{self.ClientAddr}, []string{self.RaftAddr}, cfg.InsecureAnyAddress, cfg.Admin))
+			}
 			s, err := cell.New(cfg)
 			if err != nil {
 				return err
@@ -277,6 +311,19 @@ func serveConfig(c *cli.Context) (cell.Config, error) {
 		}
 	case cert != "" || key != "" || ca != "":
 		return cell.Config{}, cli.Exit("--cert, --key and --ca go together", 2)
+	case !c.Bool("insecure"):
+		return cell.Config{}, cli.Exit("no TLS: give --cert, --key and --ca (lockcelld certs writes a development set), "+
+			"or --insecure to run a plain cell where every caller is the admin and anyone who reaches the Raft port is taken for a replica", 2)
+	}
+	if c.Bool("insecure") && cfg.TLS != nil {
+		return cell.Config{}, cli.Exit("--insecure contradicts --cert, --key and --ca", 2)
+	}
+	if c.Bool("insecure-bind-any") && !c.Bool("insecure") {
+		return cell.Config{}, cli.Exit("--insecure-bind-any goes with --insecure only", 2)
+	}
+	cfg.Insecure, cfg.InsecureAnyAddress = c.Bool("insecure"), c.Bool("insecure-bind-any")
+	if err := cfg.Validate(); err != nil {
+		return cell.Config{}, cli.Exit(err.Error(), 2)
 	}
 	return cfg, nil
 }
@@ -345,6 +392,8 @@ func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, tlsFor func(id string
 		var err error
 		if tlsFor != nil {
 			sc.TLS, sc.PeerTLS, err = tlsFor(p.ID)
+		} else {
+			sc.Insecure = true
 		}
 		var s *cell.Server
 		if err == nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func serveConfigOf(t *testing.T, args ...string) cell.Config {
 		return err
 	}
 	app := &cli.App{Name: "lockcelld", Commands: []*cli.Command{cmd}}
-	base := []string{"lockcelld", "serve", "--id", "1", "--data", t.TempDir(), "--peers", "1=127.0.0.1:1/127.0.0.1:2"}
+	base := []string{"lockcelld", "serve", "--id", "1", "--data", t.TempDir(), "--peers", "1=127.0.0.1:1/127.0.0.1:2", "--insecure"}
 	if err := app.Run(append(base, args...)); err != nil {
 		t.Fatal(err)
 	}
@@ -42,5 +43,55 @@ func TestServeRaftFlags(t *testing.T) {
 	want.SnapshotInterval, want.SnapshotThreshold, want.TrailingLogs = 2*time.Second, 64, 32
 	if got != want {
 		t.Errorf("timings %+v, want %+v", got, want)
+	}
+}
+
+// serveConfigErr parses serve's flags from args and returns the usage
+// error serveConfig gives, or nil.
+func serveConfigErr(t *testing.T, peers string, args ...string) error {
+	t.Helper()
+	cmd := serveCommand()
+	var err error
+	cmd.Action = func(c *cli.Context) error {
+		_, err = serveConfig(c)
+		return nil
+	}
+	app := &cli.App{Name: "lockcelld", Commands: []*cli.Command{cmd}}
+	if rerr := app.Run(append([]string{"lockcelld", "serve", "--id", "1", "--data", t.TempDir(), "--peers", peers}, args...)); rerr != nil {
+		t.Fatal(rerr)
+	}
+	return err
+}
+
+// A plain cell is asked for, never fallen into: without TLS, serve wants
+// --insecure, and with it binds loopback addresses only unless
+// --insecure-bind-any says otherwise.
+func TestServePlainIsExplicit(t *testing.T) {
+	const loop = "1=127.0.0.1:1/127.0.0.1:2"
+	for _, c := range []struct {
+		name, peers string
+		args        []string
+		want        string // "" for accepted
+	}{
+		{"no TLS, no --insecure", loop, nil, "--insecure"},
+		{"--insecure on loopback", loop, []string{"--insecure"}, ""},
+		{"--insecure on localhost and ::1", "1=localhost:1/[::1]:2", []string{"--insecure"}, ""},
+		{"--insecure, client port on all interfaces", "1=:1/127.0.0.1:2", []string{"--insecure"}, "loopback"},
+		{"--insecure, Raft port on 0.0.0.0", "1=127.0.0.1:1/0.0.0.0:2", []string{"--insecure"}, "loopback"},
+		{"--insecure, a LAN address", "1=10.1.2.3:1/10.1.2.3:2", []string{"--insecure"}, "loopback"},
+		{"--insecure-bind-any", "1=10.1.2.3:1/0.0.0.0:2", []string{"--insecure", "--insecure-bind-any"}, ""},
+		{"--insecure-bind-any alone", loop, []string{"--insecure-bind-any"}, "--insecure"},
+	} {
+		err := serveConfigErr(t, c.peers, c.args...)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: got %v, want an error naming %s", c.name, err, c.want)
+		case c.want != "":
+			if ec, ok := err.(cli.ExitCoder); !ok || ec.ExitCode() != 2 {
+				t.Errorf("%s: %v is not a usage error (exit code 2)", c.name, err)
+			}
+		}
 	}
 }
