@@ -216,3 +216,45 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBudgetReceived is the request budget's cost on the read path:
+// parsing and charging the frames of honest calls (a 100-byte request and
+// a 256 KiB one per iteration) read 4 KiB at a time, as yamux reads.
+func BenchmarkBudgetReceived(b *testing.B) {
+	bud := testBudgets(1<<40, 1<<40, 1<<40)
+	c := bud.conn("192.0.2.1")
+	var p, out muxParser
+	var calls [][]byte
+	for _, n := range []int{100, 256 << 10} {
+		var in []byte
+		in = append(in, muxFrame(muxTypeWindow, muxFlagSYN, 0, nil, 0)...)
+		in = append(in, muxFrame(muxTypeData, 0, 0, make([]byte, n), uint32(n))...)
+		in = append(in, muxFrame(muxTypeWindow, muxFlagFIN, 0, nil, 0)...)
+		calls = append(calls, in)
+	}
+	reply := muxFrame(muxTypeData, 0, 0, nil, 0)
+	var id uint32
+	b.SetBytes(int64(len(calls[0]) + len(calls[1])))
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, in := range calls {
+			id += 2
+			n := len(in) - 3*muxHeaderSize
+			for _, off := range []int{4, muxHeaderSize + 4, 2*muxHeaderSize + n + 4} {
+				binary.BigEndian.PutUint32(in[off:], id)
+			}
+			for rest := in; len(rest) > 0; {
+				k := min(len(rest), 4096)
+				if err := c.received(&p, rest[:k]); err != nil {
+					b.Fatal(err)
+				}
+				rest = rest[k:]
+			}
+			c.sent(&out, reply)
+			c.finished(id, int64(n))
+		}
+	}
+	if c.in.used.Load() != 0 {
+		b.Fatalf("%d bytes left counted", c.in.used.Load())
+	}
+}
