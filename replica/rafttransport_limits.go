@@ -140,8 +140,9 @@ const (
 
 var statNames = [5]string{"refused", "handshake_failed", "idle_closed", "malformed", "errors"}
 
-// count records one event; the first event after a quiet interval is
-// logged at once, later ones are summed into the next report.
+// count records one event. The first event after a quiet interval is
+// logged at once; later ones are summed into the next report, so the port
+// logs at most one line per interval.
 func (s *portStats) count(kind int, what string) {
 	s.total[kind].Add(1)
 	s.mu.Lock()
@@ -149,8 +150,15 @@ func (s *portStats) count(kind int, what string) {
 	if what != "" {
 		s.last = what
 	}
+	s.mu.Unlock()
+	s.reportDue()
+}
+
+// reportDue reports when the last report is at least an interval old.
+func (s *portStats) reportDue() {
+	s.mu.Lock()
 	now := time.Now()
-	if now.Before(s.quietEnd) {
+	if now.Before(s.quietEnd) || s.pending == [5]int64{} {
 		s.mu.Unlock()
 		return
 	}
@@ -192,7 +200,7 @@ func (s *portStats) run(done <-chan struct{}) {
 	for {
 		select {
 		case <-t.C:
-			s.report()
+			s.reportDue()
 		case <-done:
 			s.report()
 			return
