@@ -92,15 +92,18 @@ fmt:
 clean:
 	rm -rf $(BIN)
 
-# The full campaign (TESTPLAN T-full), in three steps that all run even if
+# The full campaign (TESTPLAN T-full), in four steps that all run even if
 # one fails; the target fails if any did:
 #  1. the chaos tests (fixtures/chaos, the same as in `make test`) with long
 #     durations, a progress line per fault and per ~30 s;
 #  2. the safety tests (fixtures/safety: TESTPLAN 4, 5, 6 pause, 7, 9) with
 #     their long torture defaults (about 10-15 min in all);
-#  then a summary table with a row per chaos and per safety test (ops,
+#  3. the hostile-client campaign (fixtures/hostile) with a minute per
+#     attack class and a directory of 100,000 children (about 20 min),
+#     its own table (hostile-summary.txt) and a row per class;
+#  then a summary table with a row per chaos, safety and hostile test (ops,
 #  faults, unknown outcomes, violations, key figure);
-#  3. the seeded-bug suite (scripts/seeded-bugs.sh, SEEDS seeds, default 5),
+#  4. the seeded-bug suite (scripts/seeded-bugs.sh, SEEDS seeds, default 5),
 #     which prints its own catch table.
 # Reports of failed chaos runs stay under TORTURE_DIR. Knobs:
 # LOCKCELL_CHAOS_SEED, LOCKCELL_CHAOS_DURATION (fault phase, default 300s),
@@ -108,21 +111,25 @@ clean:
 # LOCKCELL_CHAOS_KEEP=1, TORTURE_RUN; LOCKCELL_CHAOS_NETNS=1 runs step 1
 # in a private network namespace with partitions as nftables drops (root,
 # nft: make netns-deps); LOCKCELL_SAFETY_SEED,
-# LOCKCELL_SAFETY_DURATION for the safety tests; SEEDS, BUGS for step 3.
+# LOCKCELL_SAFETY_DURATION for the safety tests; LOCKCELL_HOSTILE_DURATION
+# (each attack window, default 60s), LOCKCELL_HOSTILE_NODES for step 3;
+# SEEDS, BUGS for step 4.
 TORTURE_RUN   ?= ^Test(LinearizableFiles|StaleReadProbe|CacheNeverStale)$$
 TORTUREFLAGS  ?= -count=1 -timeout 100m
 torture:
 	@dir=$${TORTURE_DIR:-$${TMPDIR:-/tmp}/lockcell-torture-$$(date +%Y%m%d-%H%M%S)}; mkdir -p $$dir; \
 	echo "torture: reports and summary in $$dir"; \
-	echo "torture: 1/3 chaos tests"; \
+	echo "torture: 1/4 chaos tests"; \
 	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test $(TORTUREFLAGS) -v -run '$(TORTURE_RUN)' ./fixtures/chaos/; st=$$?; \
-	echo "torture: 2/3 safety tests"; \
+	echo "torture: 2/4 safety tests"; \
 	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -v ./fixtures/safety/; sf=$$?; \
+	echo "torture: 3/4 hostile clients"; \
+	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -v ./fixtures/hostile/; ho=$$?; \
 	$(GO) run ./fixtures/chaos/cmd/summary $$dir; sum=$$?; \
-	echo "torture: 3/3 seeded bugs (SEEDS=$${SEEDS:-5})"; \
+	echo "torture: 4/4 seeded bugs (SEEDS=$${SEEDS:-5})"; \
 	GO=$(GO) sh scripts/seeded-bugs.sh; sb=$$?; \
-	echo "torture: chaos exit $$st, safety exit $$sf, summary exit $$sum, seeded bugs exit $$sb"; \
-	test $$st -eq 0 -a $$sf -eq 0 -a $$sum -eq 0 -a $$sb -eq 0
+	echo "torture: chaos exit $$st, safety exit $$sf, hostile exit $$ho, summary exit $$sum, seeded bugs exit $$sb"; \
+	test $$st -eq 0 -a $$sf -eq 0 -a $$ho -eq 0 -a $$sum -eq 0 -a $$sb -eq 0
 
 # TESTPLAN test 16: each seeded bug (build tag) against the test that must
 # catch it, for SEEDS seeds (default 5; seed i is SEED_BASE+i, passed as
