@@ -46,11 +46,14 @@ import (
 //     when the connection ends, which releases everything it holds.
 //
 // Honest clients send exactly their request, so nothing stays charged
-// after a call. Stream ids must grow (yamux clients allocate them in
-// order); a client reusing one is closed, so an id names one stream.
-// Releasing consumed bytes never exceeds what the stream holds, and a
-// stream's bytes are released once (it is deleted when they are), so the
-// count never goes below what is held.
+// after a call. A handler holds its stream's record itself (taken when the
+// stream is accepted: yamux queues new streams in the order their SYNs
+// arrive, which is the order the reader saw them), so a stream id the
+// client reuses after yamux dropped the stream gets a record of its own;
+// a SYN for an id yamux still holds ends the connection (yamux refuses it
+// too). Releasing consumed bytes never exceeds what the stream holds, and
+// a stream's bytes are released once (its record is marked gone when they
+// are), so the count never goes below what is held.
 
 // budgetReadChunk bounds one read from a client connection, and so how far
 // a read may take a budget past its cap.
@@ -99,7 +102,8 @@ type byteCount struct {
 // while over a memory budget.
 var errOverBudget = errors.New("over its memory budget")
 
-// errStreamReused ends a connection that opened a stream id twice.
+// errStreamReused ends a connection that opened a stream id it still has
+// open.
 var errStreamReused = errors.New("stream id reused")
 
 // budgets are the client port's memory budgets: the process-wide levels
@@ -179,12 +183,13 @@ type connBudget struct {
 
 	mu       sync.Mutex // guards what follows and every charge and release
 	streams  map[uint32]*streamBytes
-	lastSYN  uint32
-	detached bool // the connection ended: nothing is charged any more
+	pending  []*streamBytes // opened, in SYN order, not yet accepted
+	detached bool           // the connection ended: nothing is charged any more
 }
 
 // streamBytes are the request bytes charged for one stream.
 type streamBytes struct {
+	id     uint32
 	held   int64 // charged, not yet released
 	local  bool  // our side is done with the stream
 	remote bool  // the client closed or reset it
@@ -215,40 +220,59 @@ func (c *connBudget) chargeOut(n int64) {
 	c.b.out.used.Add(n)
 }
 
-// forget releases everything st holds and deletes it; mu held.
-func (c *connBudget) forget(id uint32, st *streamBytes) {
+// forget releases everything st holds and drops it; mu held.
+func (c *connBudget) forget(st *streamBytes) {
+	if st.gone {
+		return
+	}
 	c.chargeIn(-st.held)
 	st.held, st.gone = 0, true
-	delete(c.streams, id)
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
+	}
 }
 
-// consumed releases n bytes the handler of stream id read and no longer
-// holds.
-func (c *connBudget) consumed(id uint32, n int64) {
+// accepted returns the record of the stream id yamux just handed to the
+// accept loop: the oldest pending one with that id. Records passed over
+// are of streams yamux refused (its backlog was full); the reset it sent
+// for each forgets them.
+func (c *connBudget) accepted(id uint32) *streamBytes {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.consumedLocked(id, n)
+	for i, st := range c.pending {
+		if st.id == id {
+			clear(c.pending[:i+1])
+			c.pending = c.pending[i+1:]
+			return st
+		}
+	}
+	return &streamBytes{id: id, gone: true} // not seen: nothing charged
 }
 
-func (c *connBudget) consumedLocked(id uint32, n int64) {
-	if st := c.streams[id]; st != nil && n > 0 {
+// consumed releases n bytes the handler of st read and no longer holds.
+func (c *connBudget) consumed(st *streamBytes, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.consumedLocked(st, n)
+}
+
+func (c *connBudget) consumedLocked(st *streamBytes, n int64) {
+	if !st.gone && n > 0 {
 		n = min(n, st.held)
 		st.held -= n
 		c.chargeIn(-n)
 	}
 }
 
-// finished marks our side done with stream id (closed, after consuming n
-// more bytes); its remaining bytes go when the client closes it too.
-func (c *connBudget) finished(id uint32, n int64) {
+// finished marks our side done with st (closed, after consuming n more
+// bytes); its remaining bytes go when the client closes it too.
+func (c *connBudget) finished(st *streamBytes, n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.consumedLocked(id, n)
-	if st := c.streams[id]; st != nil {
-		st.local = true
-		if st.remote {
-			c.forget(id, st)
-		}
+	c.consumedLocked(st, n)
+	st.local = true
+	if st.remote {
+		c.forget(st)
 	}
 }
 
@@ -268,6 +292,7 @@ func (c *connBudget) end() {
 			st.held, st.gone = 0, true
 			delete(c.streams, id)
 		}
+		c.pending = nil
 		c.mu.Unlock()
 		c.b.mu.Lock()
 		if c.ip.refs--; c.ip.refs == 0 {
@@ -433,18 +458,24 @@ func (c *connBudget) received(p *muxParser, b []byte) error {
 			continue // ping and go-away: no stream, no payload
 		}
 		if flags&muxFlagSYN != 0 {
-			if id <= c.lastSYN {
-				c.chargeIn(total)
-				return fmt.Errorf("%w: %d after %d", errStreamReused, id, c.lastSYN)
+			if old := c.streams[id]; old != nil {
+				if !old.remote {
+					c.chargeIn(total)
+					return fmt.Errorf("%w: %d", errStreamReused, id)
+				}
+				// yamux dropped the old stream (the client reset
+				// it); its handler keeps its own record.
+				delete(c.streams, id)
 			}
-			c.lastSYN = id
-			c.streams[id] = &streamBytes{}
+			st := &streamBytes{id: id}
+			c.streams[id] = st
+			c.pending = append(c.pending, st)
 		}
 		st := c.streams[id]
 		if st != nil && flags&(muxFlagFIN|muxFlagRST) != 0 {
 			st.remote = true
 			if st.local {
-				c.forget(id, st)
+				c.forget(st)
 				st = nil
 			}
 		}
@@ -479,7 +510,7 @@ func (c *connBudget) sent(p *muxParser, b []byte) {
 		case typ == muxTypeWindow && flags&muxFlagRST != 0:
 			c.mu.Lock()
 			if st := c.streams[id]; st != nil {
-				c.forget(id, st)
+				c.forget(st)
 			}
 			c.mu.Unlock()
 		}

@@ -68,11 +68,15 @@ func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantHeld(t, b, c, 1100)
+	s1, s3 := c.accepted(1), c.accepted(3)
+	if s1.id != 1 || s3.id != 3 || s1.gone || s3.gone {
+		t.Fatalf("accepted records %+v %+v", s1, s3)
+	}
 	// Stream 1's handler read 700 bytes and dispatched: they go; the 100
 	// bytes it never read stay until the client closes the stream.
-	c.consumed(1, 700)
+	c.consumed(s1, 700)
 	wantHeld(t, b, c, 400)
-	c.finished(1, 0)
+	c.finished(s1, 0)
 	wantHeld(t, b, c, 400)
 	if err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagFIN, 1, nil, 0)); err != nil {
 		t.Fatal(err)
@@ -80,21 +84,34 @@ func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 	wantHeld(t, b, c, 300)
 	// Releasing more than a stream holds releases what it holds; a
 	// forgotten stream releases nothing.
-	c.consumed(1, 1000)
-	c.finished(3, 5000)
+	c.consumed(s1, 1000)
+	c.finished(s3, 5000)
 	wantHeld(t, b, c, 0)
-	// The client closed stream 3 first; our side closing forgets it.
-	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 5, data[:10], 10)); err != nil {
-		t.Fatal(err)
+	// Streams open out of order (a client's streams race to send their
+	// SYNs). The client resets stream 11 while its handler still holds
+	// it, and opens id 11 again: the new stream is counted apart, and the
+	// old handler's releases do not touch it.
+	for _, f := range [][]byte{muxFrame(muxTypeData, muxFlagSYN, 11, data[:10], 10), muxFrame(muxTypeData, muxFlagSYN, 9, data[:20], 20),
+		muxFrame(muxTypeWindow, muxFlagRST, 11, nil, 0), muxFrame(muxTypeData, muxFlagSYN, 11, data[:40], 40)} {
+		if err := feed(t, c, &p, f); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagRST, 5, nil, 0)); err != nil {
-		t.Fatal(err)
+	wantHeld(t, b, c, 70)
+	s11, s9, s11b := c.accepted(11), c.accepted(9), c.accepted(11)
+	if s11 == s11b || s9.id != 9 || s11b.id != 11 {
+		t.Fatalf("accepted records %+v %+v %+v", s11, s9, s11b)
 	}
-	wantHeld(t, b, c, 10)
-	c.finished(5, 0)
+	c.finished(s11, 10)
+	c.finished(s11, 10)
+	wantHeld(t, b, c, 60)
+	c.consumed(s9, 20)
+	c.consumed(s11b, 40)
 	wantHeld(t, b, c, 0)
-	if len(c.streams) != 1 { // stream 3: our side done, the client's not
-		t.Fatalf("%d streams tracked, want 1", len(c.streams))
+	c.finished(s9, 0)
+	c.finished(s11b, 0)
+	if len(c.streams) != 3 { // 3, 9, 11: our side done, the client's not
+		t.Fatalf("%d streams tracked, want 3", len(c.streams))
 	}
 	// A reset yamux sends (backlog overflow, close timeout) drops the
 	// stream with its bytes, even mid-payload.
@@ -110,10 +127,10 @@ func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantHeld(t, b, c, 0)
-	// Stream ids never come back.
-	err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagSYN, 7, nil, 0))
+	// An id the client has not closed cannot be opened again.
+	err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagSYN, 9, nil, 0))
 	if !errors.Is(err, errStreamReused) {
-		t.Fatalf("a reused stream id: %v", err)
+		t.Fatalf("a stream id opened twice: %v", err)
 	}
 	c.end()
 	if b.in.used.Load() != 0 || len(b.ips) != 0 {
@@ -137,9 +154,10 @@ func TestBudgetConnectionEndReleasesEverything(t *testing.T) {
 	if got := b.ips["192.0.2.1"].in.used.Load(); got != 1000 {
 		t.Fatalf("the address holds %d, want 1000", got)
 	}
+	r1 := c1.accepted(1)
 	c1.end()
-	c1.consumed(1, 600)
-	c1.finished(1, 0)
+	c1.consumed(r1, 600)
+	c1.finished(r1, 0)
 	c1.chargeOut(-50)
 	if got := b.in.used.Load(); got != 400 || b.ips["192.0.2.1"].in.used.Load() != 400 || b.out.used.Load() != 0 {
 		t.Fatalf("after one connection ended: process %d, address %d, replies %d; want 400, 400, 0",
@@ -168,7 +186,7 @@ func TestBudgetAwait(t *testing.T) {
 	}
 	released := make(chan error, 1)
 	go func() { released <- c1.await(c1.fullIn, &c1.in.used, "requests", time.Time{}) }()
-	c1.consumed(1, 10)
+	c1.consumed(c1.accepted(1), 10)
 	if err := <-released; err != nil {
 		t.Fatalf("after a release: %v", err)
 	}
@@ -250,8 +268,9 @@ func BenchmarkBudgetReceived(b *testing.B) {
 				}
 				rest = rest[k:]
 			}
+			sb := c.accepted(id)
 			c.sent(&out, reply)
-			c.finished(id, int64(n))
+			c.finished(sb, int64(n))
 		}
 	}
 	if c.in.used.Load() != 0 {

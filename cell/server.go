@@ -383,15 +383,16 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		if err != nil {
 			return
 		}
+		sb := cb.accepted(st.StreamID())
 		if inflight.Load() >= int64(s.limits.MaxStreamsPerConn) {
-			s.refuseStream(st, cb)
+			s.refuseStream(st, cb, sb)
 			continue
 		}
 		inflight.Add(1)
 		s.wg.Add(1)
 		go func() {
 			defer inflight.Add(-1)
-			s.serveStream(st, caller, calls, cb)
+			s.serveStream(st, caller, calls, cb, sb)
 		}()
 	}
 }
@@ -422,13 +423,13 @@ func drop(raw net.Conn, err error) {
 // nothing from stalling the loop for long. The reply is a few dozen bytes
 // written one at a time, so it is not charged to the reply budget; the
 // request bytes the stream holds stay charged until the client closes it.
-func (s *Server) refuseStream(st *yamux.Stream, cb *connBudget) {
+func (s *Server) refuseStream(st *yamux.Stream, cb *connBudget, sb *streamBytes) {
 	s.stats.streams.Add(1)
 	st.SetWriteDeadline(time.Now().Add(time.Second))
 	wire.WriteMessage(st, &wire.Status{Code: wire.CodeTooMany,
 		Msg: fmt.Sprintf("more than %d calls in flight on one connection", s.limits.MaxStreamsPerConn)}, &wire.Empty{})
 	st.Close()
-	cb.finished(st.StreamID(), 0)
+	cb.finished(sb, 0)
 }
 
 // streamReader counts the bytes a handler reads off its stream: they are
@@ -447,12 +448,12 @@ func (r *streamReader) Read(p []byte) (int, error) {
 // serveStream runs one call: request frames in, response frames out. A
 // blocking call (KeepAlive, waiting Acquire) is cancelled when the client
 // closes or resets its stream, or sends anything after its request.
-func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget) {
+func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget, sb *streamBytes) {
 	defer s.wg.Done()
 	in := &streamReader{st: st}
 	defer func() {
 		st.Close()
-		cb.finished(st.StreamID(), in.n.Swap(0))
+		cb.finished(sb, in.n.Swap(0))
 	}()
 	st.SetReadDeadline(time.Now().Add(s.limits.RequestTimeout))
 	var h wire.Header
@@ -506,7 +507,7 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 	// The request's frames are garbage now: release their bytes before
 	// the reply waits for room, so replies never wait on requests.
 	body = nil
-	cb.consumed(st.StreamID(), in.n.Swap(0))
+	cb.consumed(sb, in.n.Swap(0))
 	status := wire.Status{Code: wire.CodeOf(err), Epoch: epoch}
 	if err != nil {
 		status.Msg = err.(*wire.Error).Msg
