@@ -448,6 +448,67 @@ func TestHonestConcurrentLargeWritesAreNotCut(t *testing.T) {
 	waitReleased(t, srv)
 }
 
+// A client with more large writes in flight than a replica's connection
+// budget, while a cut-off cacher holds every one of them for up to its
+// lease, is not cut: the client library keeps its request bytes in flight
+// below the budget (client.maxBytesInFlight), so the replica never stalls
+// over it without progress.
+func TestLargeWritesHeldByACacherAreNotCut(t *testing.T) {
+	const lease = 2 * time.Second
+	c := fixtures.NewCell(t, 1, fixtures.Options{LeaseTTL: lease})
+	srv := c.Server(c.WaitForMaster(30 * time.Second))
+	ctx := ctxT(t, 3*time.Minute)
+	cl := c.Client(t)
+	// 96 writes of 256 KiB: 24 MiB, over the 16 MiB connection budget.
+	const writers = 96
+	handles := make([]*client.Handle, writers)
+	for i := range handles {
+		h, err := cl.Open(ctx, c.Name(fmt.Sprintf("w%d", i)), client.Read|client.Write|client.Create)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles[i] = h
+	}
+	// A second client caches every file, then is cut off: each write waits
+	// for its lease to run out.
+	cut := fixtures.NewCutter()
+	cfg := c.ClientConfig()
+	cfg.Dialer, cfg.GracePeriod = cut.Dial, time.Second
+	cacher := c.ClientWith(t, cfg)
+	for i := range writers {
+		h, err := cacher.Open(ctx, c.Name(fmt.Sprintf("w%d", i)), client.Read)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := h.GetContentsAndStat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut.Cut()
+	data := bytes.Repeat([]byte("w"), wire.MaxContents)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for _, h := range handles {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- h.SetContents(ctx, data)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("write: %v (%+v)", err, srv.ConnStats())
+		}
+	}
+	st := srv.ConnStats()
+	if st.OverBudgetConn+st.OverBudgetIP+st.OverBudgetProcess != 0 {
+		t.Fatalf("an honest connection was cut: %+v", st)
+	}
+	t.Logf("peak request bytes %d KiB", st.RequestBytesPeak>>10)
+}
+
 // A reply too large for a frame is answered with a typed error, never a
 // silent close: a session holding locks whose names add up to more than a
 // frame lists the sessions.

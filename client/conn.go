@@ -23,6 +23,9 @@ type conn struct {
 	addr string
 	mux  *yamux.Session
 	tls  *watchedConn // nil without TLS
+	// sending bounds the request bytes in flight on the connection
+	// (sendbudget.go).
+	sending *sendBudget
 }
 
 // ErrCertificateRefused means a replica refused this client's TLS
@@ -156,7 +159,7 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 		tc.Close()
 		return nil, err
 	}
-	return &conn{addr: addr, mux: mux, tls: watched}, nil
+	return &conn{addr: addr, mux: mux, tls: watched, sending: newSendBudget(maxBytesInFlight)}, nil
 }
 
 func (c *conn) alive() bool { return !c.mux.IsClosed() }
@@ -179,6 +182,11 @@ var errTransport = errors.New("transport")
 func (c *conn) call(ctx context.Context, h *wire.Header, req, resp any) (wire.Status, error) {
 	callsSent.Add(1)
 	var st wire.Status
+	weight := requestWeight(req)
+	if err := c.sending.acquire(ctx, weight); err != nil {
+		return st, c.linkErr(ctx, "send to", err)
+	}
+	defer c.sending.release(weight)
 	s, err := c.mux.OpenStream()
 	if err != nil {
 		return st, fmt.Errorf("%w: open stream to %s: %v", errTransport, c.addr, err)
