@@ -142,6 +142,13 @@ type ConnLimits struct {
 	BufferStall time.Duration
 }
 
+// SessionLimits are the master's caps on sessions, handles and reads
+// (master.Limits), named here so that binaries need not import master.
+type SessionLimits = master.Limits
+
+// DefaultSessionLimits are the master's limits when none are set.
+var DefaultSessionLimits = master.DefaultLimits
+
 // DefaultConnLimits are the client port's limits when none are set.
 var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
 	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second,

@@ -15,10 +15,16 @@ type Limits struct {
 	// SessionsPerConn caps live sessions created over one client
 	// connection (counted by the master that created them).
 	SessionsPerConn int
+	// ReadBytesPerSecond is the rate at which each principal but the
+	// admin may make the master read: reply bytes plus 2 KiB per call,
+	// for listings, contents, stats, session lists and sequencer checks
+	// (rations.go). A principal over it waits.
+	ReadBytesPerSecond int
 }
 
 // DefaultLimits are the limits of a cell that sets none.
-var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096}
+var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
+	ReadBytesPerSecond: 8 << 20}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -32,6 +38,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.SessionsPerConn <= 0 {
 		l.SessionsPerConn = DefaultLimits.SessionsPerConn
+	}
+	if l.ReadBytesPerSecond <= 0 {
+		l.ReadBytesPerSecond = DefaultLimits.ReadBytesPerSecond
 	}
 }
 

@@ -118,6 +118,7 @@ type Server struct {
 	cacheBarred       map[string]time.Time
 	droppedEvents     uint64        // handle events not queued: the session's queue was full
 	reserved          reservations  // sessions and handles being created (limits.go)
+	reads             *readRations  // each principal's read budget (rations.go)
 	stop              chan struct{} // closed by Stop; a fresh one per term of service
 	leases            map[uint64]*lease
 	connSessions      map[uint64]int // live sessions by the connection that created them
@@ -142,6 +143,7 @@ func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
 		cacheBarred: map[string]time.Time{},
 		reserved:    reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Now}
+	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, time.Now)
 	fsm.SetObserver(s.observe)
 	return s
 }
@@ -392,7 +394,16 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 		return nil, epoch, err
 	}
 	c := &call{Server: s, caller: caller, h: h, epoch: epoch, stop: stop}
+	ration := rationed(h.Method) && caller.Principal != s.cfg.Admin
+	if ration {
+		if err := s.reads.wait(ctx, caller.Principal); err != nil {
+			return nil, epoch, toWire(err)
+		}
+	}
 	resp, err := c.dispatch(ctx, body)
+	if ration {
+		s.reads.charge(caller.Principal, replyBytes(resp))
+	}
 	err = toWire(err)
 	c.audit(err)
 	return resp, epoch, err

@@ -87,7 +87,7 @@ func raftTimings(c *cli.Context) replica.Timings {
 // limitFlags are the client port's limits (cell.ConnLimits); README's
 // table of them is checked against these flags.
 func limitFlags() []cli.Flag {
-	d := cell.DefaultConnLimits
+	d, sd := cell.DefaultConnLimits, cell.DefaultSessionLimits
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
 		&cli.IntFlag{Name: "max-streams-per-conn", Value: d.MaxStreamsPerConn, Usage: "calls in flight on one client connection (parked KeepAlives included)"},
@@ -98,7 +98,22 @@ func limitFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "max-ip-buffer", Value: newByteSize(d.MaxIPBuffer), Usage: "the same for all connections of one IP address together"},
 		&cli.GenericFlag{Name: "max-buffer", Value: newByteSize(d.MaxBuffer), Usage: "the same for the whole process"},
 		&cli.DurationFlag{Name: "buffer-stall", Value: d.BufferStall, Usage: "how long a connection over a buffer budget may free nothing before it is closed"},
+		&cli.IntFlag{Name: "max-sessions-per-principal", Value: sd.SessionsPerPrincipal, Usage: "live sessions of one principal"},
+		&cli.IntFlag{Name: "max-sessions", Value: sd.Sessions, Usage: "live sessions in the cell"},
+		&cli.IntFlag{Name: "max-sessions-per-conn", Value: sd.SessionsPerConn, Usage: "live sessions created over one client connection"},
+		&cli.IntFlag{Name: "max-handles-per-session", Value: sd.HandlesPerSession, Usage: "open handles of one session"},
+		&cli.GenericFlag{Name: "max-read-rate", Value: newByteSize(int64(sd.ReadBytesPerSecond)), Usage: "bytes per second each principal but the admin may read from the master (replies plus 2KiB a call), e.g. 8MiB"},
 	}
+}
+
+// sessionLimits are the master's limits the flags of limitFlags set.
+func sessionLimits(c *cli.Context) cell.SessionLimits {
+	rate := 0
+	if b, ok := c.Generic("max-read-rate").(*byteSize); ok {
+		rate = int(*b)
+	}
+	return cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
+		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate}
 }
 
 func limits(c *cli.Context) cell.ConnLimits {
@@ -302,7 +317,7 @@ func serveConfig(c *cli.Context) (cell.Config, error) {
 	}
 	cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
 		LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
-		MetricsAddr: c.String("metrics"), Admin: c.String("admin"), Limits: limits(c)}
+		MetricsAddr: c.String("metrics"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c)}
 	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
 	switch {
 	case cert != "" && key != "" && ca != "":

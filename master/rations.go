@@ -1,0 +1,126 @@
+package master
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"lockcell/cell/wire"
+)
+
+// Reads cost the master work that no Raft queue paces: a linearizable read
+// takes a round of contact with a quorum, and a listing page builds and
+// encodes up to half a MiB. A principal reading in a loop from many
+// streams (huge listings, say) could take the master's CPU from everyone
+// else, so each principal's reads are rationed: a token bucket per
+// principal, filled at Limits.ReadBytesPerSecond, charged after each read
+// with the bytes of its reply plus readCallCost for the call itself. A
+// read that finds its principal's bucket in debt waits until it is paid
+// off (or the caller gives up), so the cost is paced before the work is
+// done again. The admin is not rationed: it may do anything anyway, and
+// without TLS every caller is the admin. Honest clients read mostly from
+// their cache and never notice.
+
+// readCallCost is what one rationed call costs beyond its reply's bytes.
+const readCallCost = 2 << 10
+
+// rationed reports whether calls of method m are rationed reads.
+func rationed(m wire.Method) bool {
+	switch m {
+	case wire.MethodReadDir, wire.MethodGetContentsAndStat, wire.MethodGetStat,
+		wire.MethodListSessions, wire.MethodCheckSequencer:
+		return true
+	}
+	return false
+}
+
+// readRations holds one token bucket per principal that read lately.
+type readRations struct {
+	rate  float64 // bytes per second; also the bucket's size
+	now   func() time.Time
+	mu    sync.Mutex
+	bytes map[string]*readBucket
+}
+
+type readBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func newReadRations(rate int, now func() time.Time) *readRations {
+	return &readRations{rate: float64(rate), now: now, bytes: map[string]*readBucket{}}
+}
+
+// refillLocked brings b up to now, and reports its tokens.
+func (r *readRations) refillLocked(b *readBucket, now time.Time) float64 {
+	b.tokens = min(r.rate, b.tokens+now.Sub(b.at).Seconds()*r.rate)
+	b.at = now
+	return b.tokens
+}
+
+// wait returns once principal's bucket is out of debt, or ctx ends.
+func (r *readRations) wait(ctx context.Context, principal string) error {
+	for {
+		r.mu.Lock()
+		b := r.bytes[principal]
+		var debt float64
+		if b != nil {
+			debt = -r.refillLocked(b, r.now())
+		}
+		r.mu.Unlock()
+		if debt <= 0 {
+			return nil
+		}
+		t := time.NewTimer(time.Duration(debt / r.rate * float64(time.Second)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// charge takes n bytes from principal's bucket, which may go into debt.
+func (r *readRations) charge(principal string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	b := r.bytes[principal]
+	if b == nil {
+		if len(r.bytes) >= 4096 {
+			// Forget principals whose buckets are full again: they owe
+			// nothing, and a new bucket starts full.
+			for p, old := range r.bytes {
+				if r.refillLocked(old, now) >= r.rate {
+					delete(r.bytes, p)
+				}
+			}
+		}
+		b = &readBucket{tokens: r.rate, at: now}
+		r.bytes[principal] = b
+	}
+	r.refillLocked(b, now)
+	b.tokens -= float64(n)
+}
+
+// replyBytes estimates the encoded size of a rationed read's reply.
+func replyBytes(resp any) int {
+	n := readCallCost
+	switch r := resp.(type) {
+	case *wire.ReadDirResponse:
+		for _, e := range r.Entries {
+			n += len(e.Name) + 4
+		}
+	case *wire.ContentsResponse:
+		n += len(r.Contents)
+	case *wire.ListSessionsResponse:
+		for _, s := range r.Sessions {
+			n += 64 + len(s.Client) + len(s.Principal)
+			for _, l := range s.Locks {
+				n += len(l) + 4
+			}
+		}
+	}
+	return n
+}
