@@ -2,16 +2,12 @@ package cell_test
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"io"
 	"path"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/yamux"
 
 	"lockcell/cell/wire"
 	"lockcell/client"
@@ -234,20 +230,7 @@ func rawMasterCall(t *testing.T, ctx context.Context, c *fixtures.Cell, certs *f
 		conf.ServerName = "127.0.0.1"
 		mi := c.WaitForMaster(30 * time.Second)
 		status := func() wire.Status {
-			tc, err := tls.Dial("tcp", c.Addrs()[mi], conf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tc.Close()
-			if _, err := tc.Write([]byte{wire.RPCMultiplex}); err != nil {
-				t.Fatal(err)
-			}
-			ycfg := yamux.DefaultConfig()
-			ycfg.LogOutput = io.Discard
-			mux, err := yamux.Client(tc, ycfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			mux := dialRawMux(t, c.Addrs()[mi], conf)
 			defer mux.Close()
 			st, err := mux.OpenStream()
 			if err != nil {

@@ -3,14 +3,10 @@ package cell_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
-	"io"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/yamux"
 
 	"lockcell/cell/certs"
 	"lockcell/cell/wire"
@@ -155,33 +151,20 @@ func TestStateHashIsAdminOnlyAndRationed(t *testing.T) {
 
 	// The serving master declines without AllowMaster (it would pause the
 	// cell's writes), even for the admin.
-	st := rawStateHash(t, c, set, c.Addrs()[m], false)
+	st := rawStateHash(t, set, c.Addrs()[m], false)
 	if st.Code != wire.CodeUnavailable {
 		t.Fatalf("the master asked for a hash without AllowMaster: %+v, want Unavailable", st)
 	}
-	if st := rawStateHash(t, c, set, c.Addrs()[m], true); st.Code != wire.CodeOK {
+	if st := rawStateHash(t, set, c.Addrs()[m], true); st.Code != wire.CodeOK {
 		t.Fatalf("the master asked with AllowMaster: %+v, want a hash", st)
 	}
 }
 
 // rawStateHash asks addr for a state hash as the admin over the raw wire
 // (the client library always allows the master) and returns the status.
-func rawStateHash(t *testing.T, c *fixtures.Cell, set *fixtures.CertSet, addr string, allowMaster bool) wire.Status {
+func rawStateHash(t *testing.T, set *fixtures.CertSet, addr string, allowMaster bool) wire.Status {
 	t.Helper()
-	conn, err := tls.Dial("tcp", addr, set.ClientTLS(t, certs.AdminUser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte{wire.RPCMultiplex}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := yamux.DefaultConfig()
-	cfg.LogOutput = io.Discard
-	sess, err := yamux.Client(conn, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := dialRawMux(t, addr, set.ClientTLS(t, certs.AdminUser))
 	defer sess.Close()
 	s, err := sess.OpenStream()
 	if err != nil {
