@@ -442,6 +442,11 @@ type streamReader struct {
 func (r *streamReader) Read(p []byte) (int, error) {
 	n, err := r.st.Read(p)
 	r.n.Add(int64(n))
+	// yamux keeps a stream's receive buffer once it is drained, sized to
+	// the most that ever waited in it (and doubled past its first frame):
+	// memory no budget counts while the handler waits for the rest of a
+	// frame. Drop it; the next frame brings one of its own size.
+	r.st.Shrink()
 	return n, err
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -67,13 +66,17 @@ func WriteMessage(w io.Writer, vals ...any) error {
 
 // frameChunk is the most ReadFrame allocates ahead of the bytes it has
 // actually received.
-const frameChunk = 64 << 10
+const frameChunk = 16 << 10
 
 // ReadFrame reads one frame into a freshly allocated, length-checked
-// buffer. The length is checked before any allocation, and the buffer grows
-// only as bytes arrive (at most frameChunk ahead of them), so a peer that
-// claims a large frame and sends nothing holds no more than a chunk of
-// memory while it stalls.
+// buffer. The length is checked before any allocation. A frame of up to
+// frameChunk bytes is read into one exact allocation; a larger one is read
+// into chunks of frameChunk bytes, allocated one at a time as bytes
+// arrive, then joined into one exact allocation. So a peer that claims a
+// large frame and sends part of it holds what it sent plus at most one
+// chunk (never a buffer doubled ahead of its bytes, nor the garbage of
+// earlier doublings), and a completed frame costs its size twice only
+// while it is joined.
 func ReadFrame(r io.Reader) ([]byte, error) {
 	var hdr [frameHeader]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -83,21 +86,39 @@ func ReadFrame(r io.Reader) ([]byte, error) {
 	if n > MaxFrameSize {
 		return nil, Errorf(CodeTooLarge, "frame of %d bytes exceeds the limit of %d", n, MaxFrameSize)
 	}
-	buf := make([]byte, 0, min(n, frameChunk))
-	for len(buf) < n {
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, min(n-len(buf), max(cap(buf), frameChunk)))
-		}
-		m, err := r.Read(buf[len(buf):min(n, cap(buf))])
-		buf = buf[:len(buf)+m]
-		if err != nil && len(buf) < n {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
+	if n <= frameChunk {
+		buf := make([]byte, n)
+		if err := readFull(r, buf); err != nil {
 			return nil, err
 		}
+		return buf, nil
+	}
+	var chunks [][]byte
+	for got := 0; got < n; {
+		c := make([]byte, min(n-got, frameChunk))
+		if err := readFull(r, c); err != nil {
+			return nil, err
+		}
+		chunks = append(chunks, c)
+		got += len(c)
+	}
+	buf := make([]byte, 0, n)
+	for i, c := range chunks {
+		buf = append(buf, c...)
+		chunks[i] = nil // garbage as soon as it is copied
 	}
 	return buf, nil
+}
+
+// readFull fills b from r; a frame cut short is io.ErrUnexpectedEOF.
+func readFull(r io.Reader, b []byte) error {
+	if _, err := io.ReadFull(r, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
 }
 
 // Decode decodes one frame's bytes into v, which must be a pointer to a
