@@ -152,7 +152,7 @@ var DefaultSessionLimits = master.DefaultLimits
 // DefaultConnLimits are the client port's limits when none are set.
 var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
 	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second,
-	MaxConnBuffer: 16 << 20, MaxIPBuffer: 64 << 20, MaxBuffer: 256 << 20, BufferStall: time.Second}
+	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second}
 
 func (l ConnLimits) withDefaults() ConnLimits {
 	d := DefaultConnLimits

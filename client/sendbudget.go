@@ -9,12 +9,14 @@ import (
 
 // maxBytesInFlight bounds the request bytes one connection has sent and
 // not yet had answered. A replica charges every request byte it holds to
-// its connection's memory budget (16 MiB by default) until the call is
+// its connection's memory budget (4 MiB by default) until the call is
 // dispatched, and closes a connection that stays over it without
 // progress, which it cannot tell apart from an attack; so a client with
-// many large writes in flight (60 of 256 KiB) waits here, below the
-// replica's budget, instead of being cut.
-const maxBytesInFlight = 8 << 20
+// many large writes in flight (more than 7 of 256 KiB) waits here, at
+// half the replica's budget, instead of being cut. Half, not all: the
+// estimate per request is rough, and bytes a replica has not yet
+// released after answering still count there for a moment.
+const maxBytesInFlight = 2 << 20
 
 // sendBudget is a weighted semaphore over request bytes.
 type sendBudget struct {
