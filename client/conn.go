@@ -182,11 +182,12 @@ var errTransport = errors.New("transport")
 func (c *conn) call(ctx context.Context, h *wire.Header, req, resp any) (wire.Status, error) {
 	callsSent.Add(1)
 	var st wire.Status
-	weight := requestWeight(req)
-	if err := c.sending.acquire(ctx, weight); err != nil {
-		return st, c.linkErr(ctx, "send to", err)
+	if weight := requestWeight(req); weight >= smallRequest {
+		if err := c.sending.acquire(ctx, weight); err != nil {
+			return st, c.linkErr(ctx, "send to", err)
+		}
+		defer c.sending.release(weight)
 	}
-	defer c.sending.release(weight)
 	s, err := c.mux.OpenStream()
 	if err != nil {
 		return st, fmt.Errorf("%w: open stream to %s: %v", errTransport, c.addr, err)

@@ -18,6 +18,12 @@ import (
 // released after answering still count there for a moment.
 const maxBytesInFlight = 2 << 20
 
+// smallRequest is the weight below which a call does not wait on the
+// budget: KeepAlives, releases and most calls carry a few hundred bytes,
+// must never queue behind large writes (a KeepAlive that waited could
+// cost the session), and are too small to add up to a replica's budget.
+const smallRequest = 16 << 10
+
 // sendBudget is a weighted semaphore over request bytes.
 type sendBudget struct {
 	mu    sync.Mutex
