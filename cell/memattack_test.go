@@ -24,14 +24,13 @@ const envMemProfile = "LOCKCELL_MEMATTACK_PROFILE"
 // memory: from two addresses, three connections each, 200 streams per
 // connection each holding an almost-full frame, 50 unread 256 KiB replies
 // per connection, redialling when cut) against one replica with the
-// default budgets: the replica's RSS stays well within 256 MiB of its
-// baseline while the attack runs.
+// default budgets: the replica's RSS stays within 256 MiB of its
+// baseline while the attack runs. Under the race detector, whose shadow
+// memory swamps RSS, the memory the Go runtime holds from the system
+// (heap not released, stacks) stands in for it.
 func TestMemoryAttackKeepsRSSBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs an attacker process for several seconds")
-	}
-	if raceEnabled {
-		t.Skip("the race detector's shadow memory makes RSS meaningless")
 	}
 	certs := fixtures.TestCerts(t, "attacker")
 	c := fixtures.NewCell(t, 1, fixtures.Options{TLS: certs, LeaseTTL: 5 * time.Second})
@@ -50,7 +49,7 @@ func TestMemoryAttackKeepsRSSBounded(t *testing.T) {
 	t.Logf("config %+v", cfg)
 
 	runtime.GC()
-	base := selfRSS(t)
+	base := heldMemory(t)
 	a := hostile.StartAttacker(t, bin, cfg, filepath.Join(t.TempDir(), "attacker.log"))
 	if !a.WaitReady(30 * time.Second) {
 		t.Fatalf("the attack never got going: %s", a.Log)
@@ -70,7 +69,7 @@ func TestMemoryAttackKeepsRSSBounded(t *testing.T) {
 	start := time.Now()
 	for time.Since(start) < window {
 		time.Sleep(100 * time.Millisecond)
-		rss := selfRSS(t)
+		rss := heldMemory(t)
 		if rss > peak {
 			peak, peakAt = rss, time.Since(start)
 			runtime.ReadMemStats(&atPeak)
@@ -89,18 +88,29 @@ func TestMemoryAttackKeepsRSSBounded(t *testing.T) {
 	}
 	t.Logf("at the peak: heap in use %d MiB, heap idle %d MiB (released %d), stacks %d MiB, next GC at %d MiB, %d GCs",
 		atPeak.HeapInuse>>20, atPeak.HeapIdle>>20, atPeak.HeapReleased>>20, atPeak.StackInuse>>20, atPeak.NextGC>>20, atPeak.NumGC)
-	t.Logf("RSS baseline %d MiB, peak %d MiB (+%d MiB) at %.1fs; request bytes peak %d KiB; %+v",
-		base>>20, peak>>20, (peak-base)>>20, peakAt.Seconds(), st.RequestBytesPeak>>10, st)
+	what := "RSS"
+	if raceEnabled {
+		what = "runtime-held memory (race detector on)"
+	}
+	t.Logf("%s baseline %d MiB, peak %d MiB (+%d MiB) at %.1fs; request bytes peak %d KiB; %+v",
+		what, base>>20, peak>>20, (peak-base)>>20, peakAt.Seconds(), st.RequestBytesPeak>>10, st)
 	if rep != nil {
 		t.Logf("attacker: %s; %v", rep.Refusals(), rep.Figures)
 	}
 	if peak-base > 256<<20 {
-		t.Errorf("the replica's RSS grew %d MiB over its baseline during the attack (bound 256 MiB)", (peak-base)>>20)
+		t.Errorf("the replica's %s grew %d MiB over its baseline during the attack (bound 256 MiB)", what, (peak-base)>>20)
 	}
 }
 
-func selfRSS(t *testing.T) int64 {
+// heldMemory is the process's RSS, or under the race detector what the
+// Go runtime holds from the system for its heap and stacks.
+func heldMemory(t *testing.T) int64 {
 	t.Helper()
+	if raceEnabled {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapSys - ms.HeapReleased + ms.StackSys)
+	}
 	v, err := hostile.ReadRSS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
