@@ -410,7 +410,8 @@ func TestHonestConcurrentLargeWritesAreNotCut(t *testing.T) {
 	srv := c.Server(c.WaitForMaster(30 * time.Second))
 	ctx := ctxT(t, 3*time.Minute)
 	cl := c.Client(t)
-	// 48 writes of 256 KiB in flight: 12 MiB of the 16 MiB budget.
+	// 48 writes of 256 KiB at once: 12 MiB, three times the 4 MiB
+	// connection budget (the client library keeps 2 MiB in flight).
 	const writers = 48
 	handles := make([]*client.Handle, writers)
 	for i := range handles {
@@ -459,7 +460,7 @@ func TestLargeWritesHeldByACacherAreNotCut(t *testing.T) {
 	srv := c.Server(c.WaitForMaster(30 * time.Second))
 	ctx := ctxT(t, 3*time.Minute)
 	cl := c.Client(t)
-	// 96 writes of 256 KiB: 24 MiB, over the 16 MiB connection budget.
+	// 96 writes of 256 KiB: 24 MiB, six times the 4 MiB connection budget.
 	const writers = 96
 	handles := make([]*client.Handle, writers)
 	for i := range handles {

@@ -94,7 +94,7 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-calls-per-session", Value: d.MaxCallsPerSession, Usage: "calls in flight of one session on a connection"},
 		&cli.DurationFlag{Name: "handshake-timeout", Value: d.HandshakeTimeout, Usage: "time for a new client connection's TLS handshake and protocol byte"},
 		&cli.DurationFlag{Name: "request-timeout", Value: d.RequestTimeout, Usage: "time for a call to deliver its request, and for its reply to be written"},
-		&cli.GenericFlag{Name: "max-conn-buffer", Value: newByteSize(d.MaxConnBuffer), Usage: "request bytes one client connection may hold unserved (and reply bytes being written, separately), e.g. 16MiB"},
+		&cli.GenericFlag{Name: "max-conn-buffer", Value: newByteSize(d.MaxConnBuffer), Usage: "request bytes one client connection may hold unserved (and reply bytes being written, separately), e.g. 4MiB"},
 		&cli.GenericFlag{Name: "max-ip-buffer", Value: newByteSize(d.MaxIPBuffer), Usage: "the same for all connections of one IP address together"},
 		&cli.GenericFlag{Name: "max-buffer", Value: newByteSize(d.MaxBuffer), Usage: "the same for the whole process"},
 		&cli.DurationFlag{Name: "buffer-stall", Value: d.BufferStall, Usage: "how long a connection over a buffer budget may free nothing before it is closed"},
