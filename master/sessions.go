@@ -29,10 +29,10 @@ type lease struct {
 	// session: while acked is below it, the session caches nothing more.
 	lastInval uint64
 	// delivered is the newest event sequence a KeepAlive reply carried;
-	// ignored counts KeepAlives that arrived acknowledging less than it
-	// (an honest client acknowledges what it was sent on its next call,
-	// so this happens only when a reply was lost, or to a client that
-	// does not play by the rules).
+	// ignored counts KeepAlives in a row that arrived acknowledging less
+	// than it (an honest client acknowledges what it was sent on its next
+	// call, so this happens only when a reply was lost, or to a client
+	// that does not play by the rules).
 	delivered   uint64
 	ignored     int
 	redelivered bool // the last KeepAlive ignored delivered events and was answered at once
@@ -158,7 +158,9 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		redeliver = !l.redelivered
 		l.redelivered = true
 	} else {
-		l.redelivered = false
+		// Everything sent is acknowledged: the session is in good
+		// standing again.
+		l.redelivered, l.ignored = false, 0
 	}
 	if l.failoverSeq != 0 && req.AckEvent >= l.failoverSeq {
 		c.ackedLocked(c.h.Session)
