@@ -212,15 +212,16 @@ func (s *Server) barCachingLocked(session uint64, now time.Time) {
 	s.cacheBarred[principal] = now.Add(cachePenaltyLeases * s.cfg.LeaseTTL)
 }
 
-// InvalidationStats counts invalidations sent and those whose change went
-// ahead at the cacher's lease deadline without its acknowledgement.
+// InvalidationStats counts invalidations sent, those whose change went
+// ahead at the cacher's lease deadline without its acknowledgement, and
+// handle events dropped because a session's queue was full.
 type InvalidationStats struct {
-	Sent, Late uint64
+	Sent, Late, EventsDropped uint64
 }
 
 // InvalidationStats reports the master's invalidation counters.
 func (s *Server) InvalidationStats() InvalidationStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return InvalidationStats{Sent: s.invalidations, Late: s.lateInvalidations}
+	return InvalidationStats{Sent: s.invalidations, Late: s.lateInvalidations, EventsDropped: s.droppedEvents}
 }
