@@ -62,6 +62,18 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return float64(s.budget.out.used.Load()) }),
 		prometheus.NewGoCollector(),
 	)
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f)
+	}
+	m.reg.MustRegister(
+		counter("lockcell_invalidations_sent_total", "Cache invalidations this replica's master sent.",
+			func() float64 { return float64(s.master.InvalidationStats().Sent) }),
+		counter("lockcell_invalidations_late_total",
+			"Invalidations whose write went ahead at the cacher's lease deadline without its acknowledgement.",
+			func() float64 { return float64(s.master.InvalidationStats().Late) }),
+		counter("lockcell_events_dropped_total", "Handle events dropped because a session's queue of unacknowledged events was full.",
+			func() float64 { return float64(s.master.InvalidationStats().EventsDropped) }),
+	)
 	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
 			Help:        "Client connections closed over a memory budget, by the level that bound (connection, ip, process).",
