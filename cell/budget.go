@@ -303,25 +303,20 @@ func (c *connBudget) end() {
 }
 
 // fullIn names the first request level at or over its cap.
-func (c *connBudget) fullIn() budgetLevel {
-	switch {
-	case c.in.used.Load() >= c.in.max:
-		return levelConn
-	case c.ip.in.used.Load() >= c.ip.in.max:
-		return levelIP
-	case c.b.in.used.Load() >= c.b.in.max:
-		return levelProcess
-	}
-	return levelNone
-}
+func (c *connBudget) fullIn() budgetLevel { return firstFull(&c.in, &c.ip.in, &c.b.in) }
 
-func (c *connBudget) fullOut() budgetLevel {
+// fullOut names the first reply level at or over its cap.
+func (c *connBudget) fullOut() budgetLevel { return firstFull(&c.out, &c.ip.out, &c.b.out) }
+
+// firstFull names the first of the connection, IP and process counts that
+// is at or over its cap.
+func firstFull(conn, ip, process *byteCount) budgetLevel {
 	switch {
-	case c.out.used.Load() >= c.out.max:
+	case conn.used.Load() >= conn.max:
 		return levelConn
-	case c.ip.out.used.Load() >= c.ip.out.max:
+	case ip.used.Load() >= ip.max:
 		return levelIP
-	case c.b.out.used.Load() >= c.b.out.max:
+	case process.used.Load() >= process.max:
 		return levelProcess
 	}
 	return levelNone
