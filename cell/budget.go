@@ -119,6 +119,7 @@ type budgets struct {
 	ips map[string]*ipBudget
 
 	over    [levelProcess + 1]atomic.Uint64 // connections closed, by level
+	slowed  atomic.Int64                    // nanoseconds reads waited on MaxIPRate
 	lastLog atomic.Int64                    // unix nanoseconds of the last warning
 	quiet   atomic.Uint64                   // closures not logged since
 }
@@ -126,6 +127,48 @@ type budgets struct {
 type ipBudget struct {
 	refs    int
 	in, out byteCount
+	rate    rateBucket // bytes read per second
+}
+
+// rateBucket is a token bucket of bytes: it fills at rate bytes per
+// second up to one second's worth, and every byte read takes one. A read
+// waits while the bucket is empty; the read that empties it may take it
+// below zero by at most one read, which the next reads wait out.
+type rateBucket struct {
+	mu     sync.Mutex
+	rate   float64
+	tokens float64
+	last   time.Time
+}
+
+// wait is how long a read must wait before it may read now.
+func (r *rateBucket) wait(now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refill(now)
+	if r.tokens > 0 {
+		return 0
+	}
+	return time.Duration((1 - r.tokens) / r.rate * float64(time.Second))
+}
+
+// take counts n bytes read.
+func (r *rateBucket) take(now time.Time, n int) {
+	r.mu.Lock()
+	r.refill(now)
+	r.tokens -= float64(n)
+	r.mu.Unlock()
+}
+
+func (r *rateBucket) refill(now time.Time) {
+	if r.last.IsZero() {
+		r.tokens, r.last = r.rate, now
+		return
+	}
+	if d := now.Sub(r.last); d > 0 {
+		r.tokens = min(r.rate, r.tokens+d.Seconds()*r.rate)
+		r.last = now
+	}
 }
 
 // budgetLogEvery is the most often a budget closure is logged.
@@ -144,6 +187,7 @@ func (b *budgets) conn(ip string) *connBudget {
 	if e == nil {
 		e = &ipBudget{}
 		e.in.max, e.out.max = b.limits.MaxIPBuffer, b.limits.MaxIPBuffer
+		e.rate.rate = float64(b.limits.MaxIPRate)
 		b.ips[ip] = e
 	}
 	e.refs++
@@ -363,6 +407,24 @@ func (c *connBudget) await(full func() budgetLevel, own *atomic.Int64, what stri
 	}
 }
 
+// paced waits until the connection's IP may read again under MaxIPRate.
+// The wait is not a stall: the bytes held do not change while it lasts.
+func (c *connBudget) paced() error {
+	d := c.ip.rate.wait(time.Now())
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	c.b.slowed.Add(int64(d))
+	select {
+	case <-c.done:
+		return net.ErrClosed
+	case <-t.C:
+		return nil
+	}
+}
+
 // budgetConn is the connection yamux reads and writes: reads wait for
 // room in the request budget and are charged to their streams; writes are
 // watched for the resets yamux sends, which drop a stream.
@@ -377,11 +439,15 @@ func (bc *budgetConn) Read(p []byte) (int, error) {
 	if err := bc.c.await(bc.c.fullIn, &bc.c.in.used, "requests", time.Time{}); err != nil {
 		return 0, err
 	}
+	if err := bc.c.paced(); err != nil {
+		return 0, err
+	}
 	if len(p) > budgetReadChunk {
 		p = p[:budgetReadChunk]
 	}
 	n, err := bc.Conn.Read(p)
 	if n > 0 {
+		bc.c.ip.rate.take(time.Now(), n)
 		if perr := bc.c.received(&bc.in, p[:n]); perr != nil {
 			return 0, perr
 		}

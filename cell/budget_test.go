@@ -277,3 +277,30 @@ func BenchmarkBudgetReceived(b *testing.B) {
 		b.Fatalf("%d bytes left counted", c.in.used.Load())
 	}
 }
+
+// The rate bucket lets a second's worth through at once, then holds the
+// address to its rate: a read that overdraws it waits the debt out, and
+// idle time refills it no further than one second's worth.
+func TestRateBucketHoldsAnAddressToItsRate(t *testing.T) {
+	r := rateBucket{rate: 1000}
+	t0 := time.Unix(1000, 0)
+	if d := r.wait(t0); d != 0 {
+		t.Fatalf("a fresh bucket makes the first read wait %v", d)
+	}
+	r.take(t0, 1500) // a read may overdraw by what it read
+	if d := r.wait(t0); d < 500*time.Millisecond || d > 502*time.Millisecond {
+		t.Fatalf("500 bytes over at 1000 B/s: wait %v, want about 501ms", d)
+	}
+	at := t0.Add(501 * time.Millisecond)
+	if d := r.wait(at); d != 0 {
+		t.Fatalf("after the debt is paid: wait %v", d)
+	}
+	r.take(at, 1)
+	if d := r.wait(at.Add(time.Hour)); d != 0 {
+		t.Fatalf("after an idle hour: wait %v", d)
+	}
+	r.take(at.Add(time.Hour), 2000)
+	if d := r.wait(at.Add(time.Hour)); d < time.Second {
+		t.Fatalf("an idle hour saved more than a second's worth: wait %v after 2000 bytes", d)
+	}
+}

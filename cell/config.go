@@ -140,6 +140,13 @@ type ConnLimits struct {
 	// BufferStall is how long a connection over a budget may go without
 	// freeing any of its bytes before it is closed.
 	BufferStall time.Duration
+	// MaxIPRate caps the bytes per second read from all connections of
+	// one remote IP address together, with a burst of one second's worth.
+	// The byte budgets bound what a client holds; this bounds the work it
+	// makes the replica do (decrypting, framing, allocating) by streams
+	// it keeps abandoning and replacing. A connection over it is not read
+	// for a while (TCP flow control slows the client); it is not closed.
+	MaxIPRate int64
 }
 
 // SessionLimits are the master's caps on sessions, handles and reads
@@ -152,7 +159,8 @@ var DefaultSessionLimits = master.DefaultLimits
 // DefaultConnLimits are the client port's limits when none are set.
 var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
 	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second,
-	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second}
+	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second,
+	MaxIPRate: 8 << 20}
 
 func (l ConnLimits) withDefaults() ConnLimits {
 	d := DefaultConnLimits
@@ -179,6 +187,9 @@ func (l ConnLimits) withDefaults() ConnLimits {
 	}
 	if l.MaxBuffer <= 0 {
 		l.MaxBuffer = d.MaxBuffer
+	}
+	if l.MaxIPRate <= 0 {
+		l.MaxIPRate = d.MaxIPRate
 	}
 	if l.BufferStall <= 0 {
 		l.BufferStall = d.BufferStall

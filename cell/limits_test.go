@@ -568,3 +568,43 @@ func TestReplyTooLargeIsATypedError(t *testing.T) {
 		t.Fatalf("after the refused listing: %v", err)
 	}
 }
+
+// One address that writes faster than MaxIPRate is slowed to it, not cut
+// off: every write lands, the burst of a second's worth comes at once,
+// and the wait shows in the port's counters.
+func TestIPRateSlowsAnAddressWithoutCuttingIt(t *testing.T) {
+	const rate = 512 << 10
+	c := fixtures.NewCell(t, 1, fixtures.Options{ConnLimits: cell.ConnLimits{MaxIPRate: rate}})
+	srv := c.Server(c.WaitForMaster(30 * time.Second))
+	ctx := ctxT(t, 2*time.Minute)
+	cl := c.Client(t)
+	h, err := cl.Open(ctx, c.Name("rated"), client.Read|client.Write|client.Create)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 12 writes of 200 KiB: 2.3 MiB, of which the burst covers 0.5 MiB
+	// and the last read may overdraw by up to 32 KiB (a read waits for the
+	// debt of the one before), so the rest takes at least 3.6 s.
+	const writes, size = 12, 200 << 10
+	start := time.Now()
+	for i := range writes {
+		want := bytes.Repeat([]byte{byte('a' + i)}, size)
+		if err := h.SetContents(ctx, want); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	took := time.Since(start)
+	floor := time.Duration(float64(writes*size-rate-32<<10) / rate * float64(time.Second))
+	st := srv.ConnStats()
+	t.Logf("%d KiB in %v (floor %v at %d KiB/s); reads waited %v in all", writes*size>>10, took.Round(time.Millisecond), floor.Round(time.Millisecond), rate>>10, st.RateWait.Round(time.Millisecond))
+	if took < floor {
+		t.Fatalf("%d bytes from one address in %v: faster than %d B/s allows (at least %v)", writes*size, took, rate, floor)
+	}
+	if st.RateWait == 0 || st.OverBudgetConn+st.OverBudgetIP+st.OverBudgetProcess != 0 {
+		t.Fatalf("the rate is not what slowed the writes: %+v", st)
+	}
+	got, _, err := h.GetContentsAndStat(ctx)
+	if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte('a' + writes - 1)}, size)) {
+		t.Fatalf("after the slowed writes: %d bytes, %v", len(got), err)
+	}
+}

@@ -71,6 +71,9 @@ func newMetrics(s *Server) *metrics {
 		counter("lockcell_invalidations_late_total",
 			"Invalidations whose write went ahead at the cacher's lease deadline without its acknowledgement.",
 			func() float64 { return float64(s.master.InvalidationStats().Late) }),
+		counter("lockcell_client_rate_wait_seconds_total",
+			"Time client connections' reads waited, added up, because their IP address read faster than its rate limit.",
+			func() float64 { return time.Duration(s.budget.slowed.Load()).Seconds() }),
 		counter("lockcell_events_dropped_total", "Handle events dropped because a session's queue of unacknowledged events was full.",
 			func() float64 { return float64(s.master.InvalidationStats().EventsDropped) }),
 	)

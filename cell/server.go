@@ -289,6 +289,9 @@ type ConnStats struct {
 	// (received, not yet served), and RequestBytesPeak the most it ever
 	// held; ReplyBytes are the reply bytes being written now.
 	RequestBytes, RequestBytesPeak, ReplyBytes int64
+	// RateWait is the time connections' reads waited, added up, because
+	// their IP address read more than MaxIPRate.
+	RateWait time.Duration
 }
 
 // ConnStats reports what the client port has refused and the bytes it
@@ -298,7 +301,8 @@ func (s *Server) ConnStats() ConnStats {
 	return ConnStats{RefusedPerIP: s.stats.perIP.Load(), FailedHandshakes: s.stats.handshake.Load(),
 		RefusedStreams: s.stats.streams.Load(),
 		OverBudgetConn: b.over[levelConn].Load(), OverBudgetIP: b.over[levelIP].Load(), OverBudgetProcess: b.over[levelProcess].Load(),
-		RequestBytes: b.in.used.Load(), RequestBytesPeak: b.inPeak.Load(), ReplyBytes: b.out.used.Load()}
+		RequestBytes: b.in.used.Load(), RequestBytesPeak: b.inPeak.Load(), ReplyBytes: b.out.used.Load(),
+		RateWait: time.Duration(b.slowed.Load())}
 }
 
 func yamuxConfig() *yamux.Config {

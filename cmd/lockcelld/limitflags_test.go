@@ -91,8 +91,9 @@ func TestLimitFlags(t *testing.T) {
 	if got := parse(); got != cell.DefaultConnLimits {
 		t.Fatalf("defaults %+v, want %+v", got, cell.DefaultConnLimits)
 	}
-	got := parse("--max-conn-buffer", "1MiB", "--max-ip-buffer", "3MiB", "--max-buffer", "1GiB", "--buffer-stall", "2s", "--max-calls-per-session", "9")
-	if got.MaxConnBuffer != 1<<20 || got.MaxIPBuffer != 3<<20 || got.MaxBuffer != 1<<30 || got.BufferStall.Seconds() != 2 || got.MaxCallsPerSession != 9 {
+	got := parse("--max-conn-buffer", "1MiB", "--max-ip-buffer", "3MiB", "--max-buffer", "1GiB", "--buffer-stall", "2s", "--max-calls-per-session", "9",
+		"--max-ip-rate", "2MiB")
+	if got.MaxIPRate != 2<<20 || got.MaxConnBuffer != 1<<20 || got.MaxIPBuffer != 3<<20 || got.MaxBuffer != 1<<30 || got.BufferStall.Seconds() != 2 || got.MaxCallsPerSession != 9 {
 		t.Fatalf("parsed %+v", got)
 	}
 	app := &cli.App{Flags: limitFlags(), Action: func(*cli.Context) error { return nil }}

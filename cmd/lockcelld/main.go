@@ -97,6 +97,7 @@ func limitFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "max-conn-buffer", Value: newByteSize(d.MaxConnBuffer), Usage: "request bytes one client connection may hold unserved (and reply bytes being written, separately), e.g. 4MiB"},
 		&cli.GenericFlag{Name: "max-ip-buffer", Value: newByteSize(d.MaxIPBuffer), Usage: "the same for all connections of one IP address together"},
 		&cli.GenericFlag{Name: "max-buffer", Value: newByteSize(d.MaxBuffer), Usage: "the same for the whole process"},
+		&cli.GenericFlag{Name: "max-ip-rate", Value: newByteSize(d.MaxIPRate), Usage: "bytes per second read from all client connections of one IP address together (a second's worth may come at once), e.g. 16MiB"},
 		&cli.DurationFlag{Name: "buffer-stall", Value: d.BufferStall, Usage: "how long a connection over a buffer budget may free nothing before it is closed"},
 		&cli.IntFlag{Name: "max-sessions-per-principal", Value: sd.SessionsPerPrincipal, Usage: "live sessions of one principal"},
 		&cli.IntFlag{Name: "max-sessions", Value: sd.Sessions, Usage: "live sessions in the cell"},
@@ -126,7 +127,7 @@ func limits(c *cli.Context) cell.ConnLimits {
 	return cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
 		MaxCallsPerSession: c.Int("max-calls-per-session"), HandshakeTimeout: c.Duration("handshake-timeout"),
 		RequestTimeout: c.Duration("request-timeout"), MaxConnBuffer: size("max-conn-buffer"), MaxIPBuffer: size("max-ip-buffer"),
-		MaxBuffer: size("max-buffer"), BufferStall: c.Duration("buffer-stall")}
+		MaxBuffer: size("max-buffer"), BufferStall: c.Duration("buffer-stall"), MaxIPRate: size("max-ip-rate")}
 }
 
 // byteSize is a flag value in bytes, written like 16MiB (cell.ParseBytes).
