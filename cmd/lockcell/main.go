@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"lockcell/buildinfo"
 )
 
 // Defaults of the global flags: they match what `lockcelld dev` starts.
@@ -107,6 +109,7 @@ func newApp(e *env) *cli.App {
 	app := &cli.App{
 		Name:      "lockcell",
 		Usage:     "operate a lockcell cell",
+		Version:   buildinfo.Version(),
 		UsageText: "lockcell [global options] command [command options] [arguments...]",
 		Description: "Names are relative to the cell root (cfg/flag means /ls/<cell>/cfg/flag) " +
 			"unless they start with /. Options go before the arguments they apply to: " +

@@ -21,6 +21,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"lockcell/buildinfo"
 	"lockcell/cell"
 	"lockcell/cell/certs"
 	"lockcell/replica"
@@ -28,8 +29,9 @@ import (
 
 func main() {
 	app := &cli.App{
-		Name:  "lockcelld",
-		Usage: "lockcell replica daemon",
+		Name:    "lockcelld",
+		Usage:   "lockcell replica daemon",
+		Version: buildinfo.Version(),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "debug, info, warn or error", EnvVars: []string{"LOCKCELL_LOG_LEVEL"}},
 			&cli.BoolFlag{Name: "log-json", Usage: "structured JSON logs"},
