@@ -32,6 +32,13 @@ var (
 	// ErrTooMany: a limit of the cell was reached (sessions per principal
 	// or connection, handles per session, calls in flight per session).
 	ErrTooMany = wire.ErrTooMany
+	// ErrQuotaExceeded: a create or write would take the cell past its
+	// quota of nodes or of content bytes, or the caller's principal past
+	// its quota of nodes; the message names the quota and its limit.
+	// Nothing was changed: no node was created, the old contents stand.
+	// Reads, deletes, locks and KeepAlives keep working, and a delete
+	// frees room.
+	ErrQuotaExceeded = wire.ErrQuotaExceeded
 
 	// ErrNoMaster means no master answered within Config.RetryTimeout: the
 	// cell has lost its quorum, or none of its replicas is reachable.

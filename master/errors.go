@@ -25,6 +25,7 @@ var kindCodes = map[replica.Kind]wire.Code{
 	replica.KindPermission:         wire.CodePermission,
 	replica.KindCanceled:           wire.CodeCanceled,
 	replica.KindStaleSequencer:     wire.CodeStaleSequencer,
+	replica.KindQuotaExceeded:      wire.CodeQuotaExceeded,
 }
 
 // toWire converts any error a handler meets into a typed wire error, so

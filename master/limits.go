@@ -3,8 +3,9 @@ package master
 import "lockcell/cell/wire"
 
 // Limits cap what one principal, connection or session may hold, so one
-// misbehaving client cannot exhaust the master (TESTPLAN "Bad input").
-// Each limit reached is answered with wire.CodeTooMany.
+// misbehaving client cannot exhaust the master. A session or handle cap
+// reached is answered with wire.CodeTooMany, a quota on the namespace
+// (Nodes, ContentBytes, NodesPerPrincipal) with wire.CodeQuotaExceeded.
 type Limits struct {
 	// SessionsPerPrincipal caps live sessions of one principal.
 	SessionsPerPrincipal int
@@ -20,11 +21,24 @@ type Limits struct {
 	// for listings, contents, stats, session lists and sequencer checks
 	// (rations.go). A principal over it waits.
 	ReadBytesPerSecond int
+	// Nodes caps the files and directories of the cell, ephemeral ones
+	// included and the root not counted. The admin is held to it.
+	Nodes int
+	// ContentBytes caps the bytes of all files' contents in the cell
+	// together: a write counts by what it grows a file, a shrinking write
+	// or a delete frees room. The admin is held to it. Every replica holds
+	// the contents in memory and in its snapshots, which are at most
+	// 1 GiB: keep this plus about 200 bytes a node below that.
+	ContentBytes int64
+	// NodesPerPrincipal caps the existing nodes one principal created.
+	// The admin is exempt (it builds and repairs the tree); its nodes
+	// count towards Nodes.
+	NodesPerPrincipal int
 }
 
 // DefaultLimits are the limits of a cell that sets none.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
-	ReadBytesPerSecond: 8 << 20}
+	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -41,6 +55,15 @@ func (l *Limits) setDefaults() {
 	}
 	if l.ReadBytesPerSecond <= 0 {
 		l.ReadBytesPerSecond = DefaultLimits.ReadBytesPerSecond
+	}
+	if l.Nodes <= 0 {
+		l.Nodes = DefaultLimits.Nodes
+	}
+	if l.ContentBytes <= 0 {
+		l.ContentBytes = DefaultLimits.ContentBytes
+	}
+	if l.NodesPerPrincipal <= 0 {
+		l.NodesPerPrincipal = DefaultLimits.NodesPerPrincipal
 	}
 }
 

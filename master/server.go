@@ -490,6 +490,7 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 	cmd.Time = c.now()
 	cmd.Session = c.h.Session
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
+	cmd.Quota = c.quotaFor(cmd)
 	if c.path == "" && cmd.Handle != 0 {
 		c.path, _ = c.fsm.HandlePath(c.h.Session, cmd.Handle) // for the audit log
 	}

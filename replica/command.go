@@ -107,6 +107,10 @@ type Command struct {
 	// Fence, when set, makes the command apply only if the lock it names
 	// is still held at that generation in that mode (SetSequencer).
 	Fence *Fence `msgpack:"fc,omitempty"`
+	// Quota, when set, caps what an Open that creates or a SetContents
+	// may add to the namespace (quota.go). Entries without it are not
+	// capped.
+	Quota *Quota `msgpack:"qu,omitempty"`
 }
 
 // Fence is a sequencer's claim, checked atomically with a command.

@@ -29,6 +29,7 @@ const (
 	KindPermission
 	KindCanceled
 	KindStaleSequencer
+	KindQuotaExceeded
 )
 
 // Error is a state-machine error: deterministic, stored in the request

@@ -210,6 +210,9 @@ type FSM struct {
 	observer   Observer
 	// watch indexes handles that asked for events: name -> handle -> mask.
 	watch map[string]map[uint64]uint32
+	// usage counts what the quotas cap (quota.go; derived, rebuilt on
+	// restore).
+	usage usage
 
 	changes []Change // scratch, used under mu by apply
 
@@ -243,6 +246,7 @@ func (f *FSM) reset() {
 	f.nodes = map[string]*Node{root: {Path: root, Dir: true, children: map[string]bool{}}}
 	f.sessions = map[uint64]*Session{}
 	f.principals = map[string]int{}
+	f.usage = newUsage()
 	f.handles = map[uint64]*Handle{}
 	f.watch = map[string]map[uint64]uint32{}
 }
@@ -490,6 +494,7 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 			n.children = map[string]bool{}
 		}
 		f.nodes[c.Path] = n
+		f.usage.add(n)
 		parent.children[baseOf(c.Path)] = dir
 		parent.addKid(baseOf(c.Path), n)
 		created = true
@@ -541,6 +546,9 @@ func (f *FSM) checkCreate(c *Command) (*Node, *Error) {
 	if c.Flags&FlagDirectory != 0 && len(c.Contents) > 0 {
 		return nil, errf(KindBadRequest, "%s: a directory has no contents", c.Path)
 	}
+	if err := f.checkQuota(c, 1, int64(len(c.Contents))); err != nil {
+		return nil, err
+	}
 	return parent, nil
 }
 
@@ -564,6 +572,11 @@ func (f *FSM) setContents(index uint64, c *Command) *Result {
 	if err := f.checkACLContents(n.Path, c.Contents); err != nil {
 		return &Result{Err: err}
 	}
+	grow := int64(len(c.Contents)) - int64(len(n.Contents))
+	if err := f.checkQuota(c, 0, grow); err != nil {
+		return &Result{Err: err}
+	}
+	f.usage.bytes += grow
 	n.Contents = c.Contents
 	n.ContentGen = index
 	n.Checksum = checksum(c.Contents)
@@ -604,6 +617,7 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	}
 	n.Waiters, n.Holders = nil, nil
 	delete(f.nodes, n.Path)
+	f.usage.remove(n)
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
 	f.note(Change{Kind: ChangeDeleted, Path: n.Path})
 	parentPath := parentOf(n.Path)
@@ -1006,6 +1020,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, s := range f.sessions {
 		f.principals[s.Principal]++
 	}
+	f.usage = usageOf(f.nodes, f.Root())
 	// Parsed ACL files are derived from the state just replaced.
 	f.aclMu.Lock()
 	f.aclParsed = nil

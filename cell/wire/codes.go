@@ -41,6 +41,7 @@ const (
 	CodeIsDir              Code = 23 // a file operation (contents) on a directory
 	CodeStaleSequencer     Code = 24 // the sequencer's lock is no longer held at that generation and mode
 	CodeBadSequencer       Code = 25 // the sequencer is malformed, forged, or of another cell
+	CodeQuotaExceeded      Code = 26 // a create or write would take the cell or the principal past a quota on nodes or content bytes; nothing changed
 )
 
 var codeNames = map[Code]string{
@@ -53,6 +54,7 @@ var codeNames = map[Code]string{
 	CodeLockDelay: "lock under lock-delay", CodeDuplicate: "duplicate request", CodeUnavailable: "master unavailable",
 	CodeUnknownSession: "unknown session", CodeTooMany: "limit reached", CodeCanceled: "canceled",
 	CodeIsDir: "is a directory", CodeStaleSequencer: "stale sequencer", CodeBadSequencer: "bad sequencer",
+	CodeQuotaExceeded: "quota exceeded",
 }
 
 // String names the code for people.
@@ -91,6 +93,7 @@ var (
 	ErrCanceled           = &Error{Code: CodeCanceled}
 	ErrStaleSequencer     = &Error{Code: CodeStaleSequencer}
 	ErrBadSequencer       = &Error{Code: CodeBadSequencer}
+	ErrQuotaExceeded      = &Error{Code: CodeQuotaExceeded}
 )
 
 // Error is a typed protocol error. Two Errors match under errors.Is when

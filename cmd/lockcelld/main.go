@@ -106,6 +106,9 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-sessions-per-conn", Value: sd.SessionsPerConn, Usage: "live sessions created over one client connection"},
 		&cli.IntFlag{Name: "max-handles-per-session", Value: sd.HandlesPerSession, Usage: "open handles of one session"},
 		&cli.GenericFlag{Name: "max-read-rate", Value: newByteSize(int64(sd.ReadBytesPerSecond)), Usage: "bytes per second each principal but the admin may read from the master (replies plus 2KiB a call), e.g. 8MiB"},
+		&cli.IntFlag{Name: "max-nodes", Value: sd.Nodes, Usage: "files and directories in the cell, ephemeral ones included (the admin too)"},
+		&cli.GenericFlag{Name: "max-content-bytes", Value: newByteSize(sd.ContentBytes), Usage: "bytes of all files' contents in the cell together (the admin too), e.g. 512MiB; keep it plus about 200 bytes a node under 1GiB, the largest snapshot"},
+		&cli.IntFlag{Name: "max-nodes-per-principal", Value: sd.NodesPerPrincipal, Usage: "existing files and directories one principal created (the admin is exempt)"},
 	}
 }
 
@@ -115,8 +118,13 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 	if b, ok := c.Generic("max-read-rate").(*byteSize); ok {
 		rate = int(*b)
 	}
+	var content int64
+	if b, ok := c.Generic("max-content-bytes").(*byteSize); ok {
+		content = int64(*b)
+	}
 	return cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
-		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate}
+		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
+		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal")}
 }
 
 func limits(c *cli.Context) cell.ConnLimits {

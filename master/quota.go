@@ -1,0 +1,27 @@
+package master
+
+import "lockcell/replica"
+
+// Quotas on the namespace (Limits.Nodes, ContentBytes, NodesPerPrincipal)
+// are not admitted here the way sessions and handles are (limits.go): the
+// master puts them into each command that may grow the namespace, and the
+// state machine decides when it applies the command, against the counts
+// of the state it applies to (replica/quota.go). That makes them exact
+// with no reservation to keep: concurrent creates racing for the last
+// node are ordered by Raft and only those that fit succeed; a command a
+// deposed master proposed carries its quota into the log and is judged
+// there against the state its successor sees too; and a retried request
+// id gets its first answer from the de-duplication table, never a second
+// judgement. A refused command costs one Raft entry and changes nothing.
+
+// quotaFor returns the quota an Open that may create, or a SetContents,
+// carries; nil for commands that cannot grow the namespace, which so stay
+// the size they were.
+func (s *Server) quotaFor(cmd *replica.Command) *replica.Quota {
+	switch {
+	case cmd.Type == replica.CmdOpen && cmd.Flags&replica.FlagCreate != 0, cmd.Type == replica.CmdSetContents:
+		l := s.cfg.Limits
+		return &replica.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal)}
+	}
+	return nil
+}
