@@ -275,12 +275,17 @@ func serveCommand() *cli.Command {
 			"snapshots often, so a lagging follower installs a snapshot instead of catching up from the log:\n\n" +
 			"Example:\n   lockcelld serve --id 1 --data ./r1 --peers 1=127.0.0.1:7001/127.0.0.1:7101,2=...,3=... \\\n" +
 			"      --raft-heartbeat 500ms --raft-election 1s --raft-leader-lease 300ms \\\n" +
-			"      --snapshot-interval 1s --snapshot-threshold 64 --trailing-logs 32",
+			"      --snapshot-interval 1s --snapshot-threshold 64 --trailing-logs 32\n\n" +
+			"Every flag can be set in a YAML file instead (--config FILE), one per replica; a flag on the " +
+			"command line overrides the file, and a key that is no flag is an error:\n\n" +
+			"   id: \"1\"\n   data: /var/lib/lockcell\n   peers: [1=10.0.0.1:7001/10.0.0.1:7101, 2=...]\n   max-conn-buffer: 8MiB",
+		Before: applyConfigFile,
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "id", Required: true, Usage: "this replica's id (one of --peers)"},
-			&cli.StringFlag{Name: "data", Required: true, Usage: "data folder"},
+			&cli.StringFlag{Name: "config", Usage: "YAML file of this replica's settings: flag names without dashes as keys (flags given here override it)"},
+			&cli.StringFlag{Name: "id", Usage: "this replica's id (one of --peers); required, here or in --config"},
+			&cli.StringFlag{Name: "data", Usage: "data folder; required, here or in --config"},
 			&cli.StringFlag{Name: "cell", Value: "local", Usage: "cell name"},
-			&cli.StringFlag{Name: "peers", Required: true, Usage: "all members: id=clientaddr/raftaddr,..."},
+			&cli.StringFlag{Name: "peers", Usage: "all members: id=clientaddr/raftaddr,...; required, here or in --config"},
 			&cli.StringFlag{Name: "listen", Usage: "client address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://ADDR/metrics (off when empty)"},
@@ -310,6 +315,11 @@ func serveCommand() *cli.Command {
 // serveConfig is the replica configuration the serve command's flags
 // describe.
 func serveConfig(c *cli.Context) (cell.Config, error) {
+	for _, name := range []string{"id", "data", "peers"} {
+		if c.String(name) == "" {
+			return cell.Config{}, cli.Exit("--"+name+" is required (on the command line or in --config)", 2)
+		}
+	}
 	log := logger(c)
 	peers, err := cell.ParsePeers(c.String("peers"))
 	if err != nil {
@@ -352,6 +362,45 @@ func serveConfig(c *cli.Context) (cell.Config, error) {
 		return cell.Config{}, cli.Exit(err.Error(), 2)
 	}
 	return cfg, nil
+}
+
+// applyConfigFile sets the flags the --config file names, except those
+// given on the command line or in the environment, which win. A key that
+// names no flag of the command (or a global one) is a usage error: a
+// mistyped setting must not be silently ignored.
+func applyConfigFile(c *cli.Context) error {
+	path := c.String("config")
+	if path == "" {
+		return nil
+	}
+	settings, err := cell.ReadSettings(path)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	known := map[string]bool{}
+	for _, fs := range [][]cli.Flag{c.Command.Flags, c.App.Flags} {
+		for _, f := range fs {
+			for _, n := range f.Names() {
+				known[n] = true
+			}
+		}
+	}
+	for _, n := range []string{"config", "help", "h", "version", "v"} {
+		delete(known, n)
+	}
+	for _, s := range settings {
+		if !known[s.Key] {
+			return cli.Exit(fmt.Sprintf("config file %s line %d: unknown setting %q (not a flag of lockcelld %s)",
+				path, s.Line, s.Key, c.Command.Name), 2)
+		}
+		if c.IsSet(s.Key) {
+			continue
+		}
+		if err := c.Set(s.Key, s.Value); err != nil {
+			return cli.Exit(fmt.Sprintf("config file %s line %d: %s: %v", path, s.Line, s.Key, err), 2)
+		}
+	}
+	return nil
 }
 
 func certsCommand() *cli.Command {
