@@ -123,11 +123,9 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 			w := pendingInval{l: l, session: session, seq: seq, deadline: l.end}
 			waits = append(waits, w)
 			s.inflight[name] = append(s.inflight[name], w)
+			s.invalidations++ // the waits taken over from an earlier change were counted by it
 		}
 		delete(s.cachers, name)
-	}
-	if len(waits) > 0 {
-		s.invalidations += uint64(len(waits))
 	}
 	s.mu.Unlock()
 	release := func() {
@@ -212,16 +210,20 @@ func (s *Server) barCachingLocked(session uint64, now time.Time) {
 	s.cacheBarred[principal] = now.Add(cachePenaltyLeases * s.cfg.LeaseTTL)
 }
 
-// InvalidationStats counts invalidations sent, those whose change went
-// ahead at the cacher's lease deadline without its acknowledgement, and
-// handle events dropped because a session's queue was full.
+// InvalidationStats counts invalidations sent, those the cacher
+// acknowledged, those whose change went ahead at the cacher's lease
+// deadline without its acknowledgement, and handle events dropped because
+// a session's queue was full. An invalidation acknowledged after its
+// deadline counts as late and as acknowledged; one whose session ended
+// first counts as neither.
 type InvalidationStats struct {
-	Sent, Late, EventsDropped uint64
+	Sent, Acked, Late, EventsDropped uint64
 }
 
 // InvalidationStats reports the master's invalidation counters.
 func (s *Server) InvalidationStats() InvalidationStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return InvalidationStats{Sent: s.invalidations, Late: s.lateInvalidations, EventsDropped: s.droppedEvents}
+	return InvalidationStats{Sent: s.invalidations, Acked: s.stats.invalAcked.Load(), Late: s.lateInvalidations,
+		EventsDropped: s.droppedEvents}
 }

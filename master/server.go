@@ -129,6 +129,7 @@ type Server struct {
 	// admitted (leadership.go); servingSince is when this term began.
 	proof        *leadershipProof
 	servingSince time.Time
+	stats        masterStats // operators' figures (stats.go)
 }
 
 type waitKey struct{ handle, seq uint64 }
@@ -452,7 +453,7 @@ func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
 		if err := wire.Decode(body, &req); err != nil {
 			return nil, err
 		}
-		return c.acquire(ctx, &req)
+		return c.acquireTimed(ctx, &req)
 	case wire.MethodCancelAcquire:
 		var req wire.CancelAcquireRequest
 		if err := wire.Decode(body, &req); err != nil {

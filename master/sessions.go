@@ -137,12 +137,14 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		c.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", c.h.Session)
 	}
+	c.stats.leaseLeft.Observe(l.end.Sub(arrived))
 	// The previous lease end bounds how long the call may be held: reply
 	// with a quarter of the lease to spare so the next call arrives in time.
 	holdUntil := l.end.Add(-c.cfg.LeaseTTL / 4)
 	if e := arrived.Add(c.cfg.LeaseTTL); e.After(l.end) {
 		l.end = e
 	}
+	c.stats.noteAcked(l.events, req.AckEvent)
 	l.events = dropAcked(l.events, req.AckEvent)
 	if req.AckEvent > l.acked {
 		l.acked = req.AckEvent

@@ -133,6 +133,7 @@ type Replica struct {
 	notify     chan bool
 	leadership chan bool
 	done       chan struct{}
+	stats      *replicaStats // operators' figures (stats.go)
 }
 
 // Open starts a replica on its data folder, bootstrapping the cell when the
@@ -227,18 +228,20 @@ func Open(cfg Config) (*Replica, error) {
 			return nil, fmt.Errorf("replica %s: bootstrap: %w", cfg.ID, err)
 		}
 	}
-	r, err := raft.NewRaft(rc, fsm, store, store, snaps, trans)
+	st := &replicaStats{}
+	r, err := raft.NewRaft(rc, timedFSM{fsm, &st.apply}, timedLogStore{store, &st.logStore}, store, snaps, trans)
 	if err != nil {
 		store.Close()
 		closeTransport(trans)
 		return nil, fmt.Errorf("replica %s: start raft: %w", cfg.ID, err)
 	}
 	fsm.live.Store(true) // NewRaft restored the latest snapshot synchronously; later restores are installs
+	st.countLeaders(r)
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
 	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port,
-		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{})}
+		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st}
 	go rep.forwardLeadership()
 	return rep, nil
 }

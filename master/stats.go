@@ -1,0 +1,110 @@
+package master
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// Operators' figures about the master: how long blocking acquires waited,
+// how much lease sessions had left when their KeepAlives arrived, and how
+// many invalidations cachers acknowledged. They are atomics, counted on the
+// calls' own goroutines, so a scrape never takes the master's lock for
+// them.
+
+// masterStats are the live counters behind Stats.
+type masterStats struct {
+	lockWait   replica.Histogram
+	leaseLeft  replica.Histogram
+	invalAcked atomic.Uint64
+}
+
+// Stats are the master's operating figures since the process started (they
+// add up over every term this replica served).
+type Stats struct {
+	// LockWait times each granted blocking Acquire, from its arrival at
+	// this master to the grant: the time spent queued behind other
+	// holders (plus one commit). TryAcquire and acquires that fail or
+	// are given up are not counted.
+	LockWait replica.HistogramSnapshot
+	// LeaseLeft is how much of its lease a session had left when each of
+	// its KeepAlives arrived. Healthy clients arrive with about a quarter
+	// of a lease or more to spare; values near zero mean clients (or the
+	// network to them) are late.
+	LeaseLeft replica.HistogramSnapshot
+	// LeaseTTL is the lease each KeepAlive grants.
+	LeaseTTL time.Duration
+}
+
+// Stats reports the master's operating figures.
+func (s *Server) Stats() Stats {
+	return Stats{LockWait: s.stats.lockWait.Snapshot(), LeaseLeft: s.stats.leaseLeft.Snapshot(), LeaseTTL: s.cfg.LeaseTTL}
+}
+
+// acquireTimed runs acquire and, for a blocking acquire that was granted,
+// counts the time it took.
+func (c *call) acquireTimed(ctx context.Context, req *wire.AcquireRequest) (*wire.AcquireResponse, error) {
+	start := time.Now()
+	resp, err := c.acquire(ctx, req)
+	if err == nil && req.Wait {
+		c.stats.lockWait.Observe(time.Since(start))
+	}
+	return resp, err
+}
+
+// noteAcked counts the invalidations among evs that an acknowledgement up
+// to seq ack covers (evs are a session's unacknowledged events, before
+// they are dropped).
+func (st *masterStats) noteAcked(evs []wire.Event, ack uint64) {
+	n := uint64(0)
+	for _, e := range evs {
+		if e.Seq <= ack && e.Kind == wire.EventInvalidate {
+			n++
+		}
+	}
+	if n > 0 {
+		st.invalAcked.Add(n)
+	}
+}
+
+// SessionStatus describes one live session as this master sees it.
+type SessionStatus struct {
+	ID        uint64
+	Client    string
+	Principal string
+	Handles   int
+	// Locks are the names whose lock the session holds, sorted.
+	Locks []string
+	// LeaseLeft is how long the lease this master granted has to run
+	// (zero once run out); HasLease is false when the master holds no
+	// lease for the session (it is not serving, or has not seen it yet).
+	LeaseLeft time.Duration
+	HasLease  bool
+}
+
+// SessionStatuses lists up to limit live sessions in id order, with the
+// lease each has left at this master, and the number of live sessions. On
+// a replica whose master does not serve, no session has a lease. It reads
+// the whole session table, so callers ration it.
+func (s *Server) SessionStatuses(limit int) (total int, out []SessionStatus) {
+	views := s.fsm.Sessions()
+	total = len(views)
+	if len(views) > limit {
+		views = views[:limit]
+	}
+	out = make([]SessionStatus, 0, len(views))
+	now := s.cfg.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range views {
+		st := SessionStatus{ID: v.ID, Client: v.Client, Principal: v.Principal, Handles: v.Handles, Locks: v.Locks}
+		if l := s.leases[v.ID]; s.serving && l != nil && !l.closed {
+			st.HasLease, st.LeaseLeft = true, max(l.end.Sub(now), 0)
+		}
+		out = append(out, st)
+	}
+	return total, out
+}
