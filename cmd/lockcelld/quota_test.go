@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"lockcell/cell"
+	"lockcell/client"
+	"lockcell/fixtures"
+)
+
+// The quota flags reach the master's limits; left out, they are the
+// defaults.
+func TestServeQuotaFlags(t *testing.T) {
+	d := cell.DefaultSessionLimits
+	got := serveConfigOf(t).SessionLimits
+	if got.Nodes != d.Nodes || got.ContentBytes != d.ContentBytes || got.NodesPerPrincipal != d.NodesPerPrincipal {
+		t.Errorf("default quotas %+v, want %+v", got, d)
+	}
+	got = serveConfigOf(t, "--max-nodes", "7", "--max-content-bytes", "3MiB", "--max-nodes-per-principal", "5").SessionLimits
+	if got.Nodes != 7 || got.ContentBytes != 3<<20 || got.NodesPerPrincipal != 5 {
+		t.Errorf("quotas %+v, want 7 nodes, 3 MiB, 5 per principal", got)
+	}
+}
+
+// A `lockcelld serve` process enforces the quotas its flags set, each with
+// the typed error naming it and its limit.
+func TestServeQuotaProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a process")
+	}
+	bin := fixtures.BuildLockcelld(t, "../..")
+	set := fixtures.TestCerts(t, "alice")
+	pc := fixtures.NewProcCellWith(t, bin, "quota", 1, 4*time.Second, fixtures.ProcOptions{TLS: set,
+		ExtraArgs: []string{"--max-nodes", "6", "--max-content-bytes", "1KiB", "--max-nodes-per-principal", "1"}})
+	pc.MasterIndex(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin, err := client.Dial(ctx, pc.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	acfg := pc.ClientConfig()
+	acfg.TLS = set.ClientTLS(t, "alice")
+	alice, err := client.Dial(ctx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	const rwc = client.Read | client.Write | client.Create
+	open := func(cl *client.Client, rel string, mode client.OpenMode, opts ...client.OpenOption) (*client.Handle, error) {
+		return cl.Open(ctx, pc.Name(rel), mode, opts...)
+	}
+	must := func(h *client.Handle, err error) *client.Handle {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	quotaErr := func(what string, err error, mention string) {
+		t.Helper()
+		if !errors.Is(err, client.ErrQuotaExceeded) || !strings.Contains(err.Error(), mention) {
+			t.Fatalf("%s: %v, want a quota error saying %q", what, err, mention)
+		}
+	}
+	// Three nodes of the admin's (exempt from the per-principal quota).
+	must(open(admin, "acl", rwc|client.Directory)).Close()
+	must(open(admin, "acl/all", rwc, client.WithContents([]byte("alice\n")))).Close()
+	pub := must(open(admin, "pub", rwc|client.Directory))
+	if _, err := pub.SetACL(ctx, client.ACL{Write: "all"}); err != nil {
+		t.Fatal(err)
+	}
+	must(open(alice, "pub/a1", rwc)).Close()
+	_, err = open(alice, "pub/a2", rwc)
+	quotaErr("alice's second node", err, "limit is 1")
+	// 6 bytes of acl/all and 1018 here make the 1 KiB.
+	big := must(open(admin, "pub/big", rwc, client.WithContents(bytes.Repeat([]byte("b"), 1018))))
+	quotaErr("one byte more", big.SetContents(ctx, bytes.Repeat([]byte("b"), 1019)), "limit of 1024")
+	must(open(admin, "pub/sixth", rwc)).Close()
+	_, err = open(admin, "pub/seventh", rwc)
+	quotaErr("the seventh node", err, "limit is 6")
+	// Full on all three quotas, the cell still reads and deletes.
+	if data, _, err := big.GetContentsAndStat(ctx); err != nil || len(data) != 1018 {
+		t.Fatalf("read of a full cell: %d bytes, %v", len(data), err)
+	}
+	if err := big.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	must(open(admin, "pub/seventh", rwc)).Close()
+}
