@@ -306,8 +306,22 @@ func serveCommand() *cli.Command {
 			fmt.Printf("lockcell replica %s of cell %q listening on %s\n", c.String("id"), c.String("cell"), s.ClientAddr())
 			ctx, cancel := signalContext()
 			defer cancel()
-			<-ctx.Done()
-			return s.Close()
+			// SIGHUP re-reads the certificate, key and CA files.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-ctx.Done():
+					return s.Close()
+				case <-hup:
+					if reloader == nil {
+						cfg.Logger.Warn("SIGHUP: no certificates to reload (no TLS)")
+					} else if reloader.Reload() == nil {
+						fmt.Printf("lockcell replica %s: certificate reloaded (serial %s)\n", c.String("id"), reloader.Serial())
+					}
+				}
+			}
 		},
 	}
 }
@@ -315,6 +329,29 @@ func serveCommand() *cli.Command {
 // serveConfig is the replica configuration the serve command's flags
 // describe.
 func serveConfig(c *cli.Context) (cell.Config, error) {
+	cfg, _, err := serveSetup(c)
+	return cfg, err
+}
+
+// serveSetup is serveConfig and, with TLS, the reloader that holds the
+// replica's certificates (for SIGHUP).
+func serveSetup(c *cli.Context) (cell.Config, *cell.CertReloader, error) {
+	var rl *cell.CertReloader
+	cfg, err := serveConfigWith(c, func(cert, key, ca string, log *slog.Logger) (server, peer *tls.Config, err error) {
+		if rl, err = cell.NewCertReloader(cert, key, ca, log); err != nil {
+			return nil, nil, err
+		}
+		return rl.ServerTLS(), rl.PeerTLS(), nil
+	})
+	if err != nil {
+		return cell.Config{}, nil, err
+	}
+	return cfg, rl, nil
+}
+
+// serveConfigWith is serveConfig with the function that loads the TLS
+// configurations from the certificate, key and CA files.
+func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slog.Logger) (server, peer *tls.Config, err error)) (cell.Config, error) {
 	for _, name := range []string{"id", "data", "peers"} {
 		if c.String(name) == "" {
 			return cell.Config{}, cli.Exit("--"+name+" is required (on the command line or in --config)", 2)
@@ -342,7 +379,7 @@ func serveConfig(c *cli.Context) (cell.Config, error) {
 	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
 	switch {
 	case cert != "" && key != "" && ca != "":
-		if cfg.TLS, cfg.PeerTLS, err = certs.LoadReplicaConfigs(cert, key, ca); err != nil {
+		if cfg.TLS, cfg.PeerTLS, err = loadTLS(cert, key, ca, log.With("replica", cfg.Self)); err != nil {
 			return cell.Config{}, cli.Exit(err.Error(), 2)
 		}
 	case cert != "" || key != "" || ca != "":
