@@ -1,0 +1,40 @@
+package replica
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// BenchmarkNodeCost measures what one empty file costs a replica, in its
+// snapshot and in its heap, with names of typical length
+// (/ls/c/dir-NNN/file-NNNNNN) and a creator: the per-node figure the
+// default quotas are sized with (a snapshot is at most 1 GiB).
+func BenchmarkNodeCost(b *testing.B) {
+	const dirs, perDir = 100, 1000
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		h := newFSMT(b)
+		s := h.session()
+		for d := range dirs {
+			h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("dir-%03d", d)), Flags: fsmtRWC | FlagDirectory, Principal: "principal-1", Admin: true})
+			for f := range perDir {
+				r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("dir-%03d/file-%06d", d, f)), Flags: fsmtRWC, Principal: "principal-1", Admin: true})
+				h.do(s, Command{Type: CmdClose, Handle: r.Handle})
+			}
+		}
+		h.f.mu.Lock()
+		for _, sess := range h.f.sessions {
+			sess.Results = nil // the de-duplication table is not the nodes' cost
+		}
+		h.f.mu.Unlock()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		nodes := float64(h.f.Usage().Nodes)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/nodes, "heap-B/node")
+		b.ReportMetric(float64(len(h.snapshot()))/nodes, "snapshot-B/node")
+		runtime.KeepAlive(h)
+	}
+}
