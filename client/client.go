@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,6 +119,10 @@ type Client struct {
 	expired  bool
 	closed   bool
 	closing  bool // Close has begun: the session's end is the application's doing
+	// refused, while Dial runs (nil after), holds the replicas that
+	// refused the connection since any replica last did anything else:
+	// when it covers them all, Dial fails with ErrAllRefused.
+	refused map[string]bool
 
 	// cache holds what reads returned, kept fresh by invalidations on
 	// KeepAlive replies; nil with Config.DisableCache.
@@ -137,7 +142,10 @@ type Client struct {
 }
 
 // Dial connects to the cell, finds its master and creates a session. The
-// session is kept alive in the background until Close.
+// session is kept alive in the background until Close. Finding the master
+// is retried for up to Config.RetryTimeout (ErrNoMaster after that), except
+// when every configured replica refuses the connection: then Dial fails
+// at once with ErrAllRefused.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -150,7 +158,12 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	var resp wire.CreateSessionResponse
 	sent := c.clock.Now()
-	if err := c.call(ctx, wire.MethodCreateSession, false, &wire.CreateSessionRequest{ClientName: cfg.ClientName}, &resp); err != nil {
+	c.refused = map[string]bool{}
+	err := c.call(ctx, wire.MethodCreateSession, false, &wire.CreateSessionRequest{ClientName: cfg.ClientName}, &resp)
+	c.mu.Lock()
+	c.refused = nil
+	c.mu.Unlock()
+	if err != nil {
 		c.cancel()
 		c.closeConns()
 		return nil, opErr("dial", "", err)
@@ -273,7 +286,7 @@ func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, re
 		}
 		retryNow := false
 		cn, err := c.masterConn(ctx)
-		if errors.Is(err, ErrCertificateRefused) {
+		if errors.Is(err, ErrCertificateRefused) || errors.Is(err, ErrAllRefused) {
 			return err
 		}
 		if err == nil {
@@ -366,8 +379,16 @@ func (c *Client) masterConn(ctx context.Context) (*conn, error) {
 		if errors.Is(err, ErrCertificateRefused) {
 			return nil, err // every replica would say the same: no retry
 		}
+		if c.refused != nil {
+			if !refusedConn(err) {
+				clear(c.refused)
+			} else if c.refused[addr] = true; c.allRefusedLocked() {
+				return nil, fmt.Errorf("%w: %s", ErrAllRefused, strings.Join(c.cfg.Replicas, ", "))
+			}
+		}
 		return nil, fmt.Errorf("%w: dial %s: %v", errTransport, addr, err)
 	}
+	clear(c.refused) // someone listens
 	if c.closed {
 		cn.close()
 		return nil, ErrClosed
@@ -378,6 +399,17 @@ func (c *Client) masterConn(ctx context.Context) (*conn, error) {
 	}
 	c.conns[addr] = cn
 	return cn, nil
+}
+
+// allRefusedLocked reports whether every configured replica is in
+// c.refused.
+func (c *Client) allRefusedLocked() bool {
+	for _, a := range c.cfg.Replicas {
+		if !c.refused[a] {
+			return false
+		}
+	}
+	return true
 }
 
 // redirect follows a NotMaster answer. It reports whether to retry at once

@@ -30,14 +30,23 @@ type env struct {
 	cell        string
 	replicas    []string
 	timeout     time.Duration
-	json        bool
-	verbose     bool
+	// timeoutSet: --timeout was given (lock waits without limit unless
+	// it, or --wait, was).
+	timeoutSet bool
+	// retry is the client's Config.RetryTimeout when set (lock's hidden
+	// --retry-timeout); zero means timeout.
+	retry   time.Duration
+	json    bool
+	verbose bool
 	// grace is the session's grace period after its lease runs out
 	// (client.Config.GracePeriod); zero means the library's default.
 	grace time.Duration
 	// tls is the mutual TLS configuration from --cert, --key and --ca
 	// (nil: plain TCP).
 	tls *tls.Config
+	// certFiles are the --cert, --key and --ca files (empty without TLS):
+	// the shell passes them on to its lines.
+	certFiles [3]string
 
 	// ctx carries the --timeout deadline, counted from when the options
 	// were parsed, so that it bounds the whole command.
@@ -64,6 +73,7 @@ func (e *env) setup(c *cli.Context) error {
 		return usageErrorf(c, "--replicas: no replica addresses given")
 	}
 	e.timeout = c.Duration("timeout")
+	e.timeoutSet = c.IsSet("timeout")
 	if e.timeout <= 0 {
 		return usageErrorf(c, "--timeout must be positive, got %v", e.timeout)
 	}
@@ -75,6 +85,7 @@ func (e *env) setup(c *cli.Context) error {
 			return fmt.Errorf("TLS: %s", strings.TrimPrefix(err.Error(), "certs: "))
 		}
 		e.tls = cfg
+		e.certFiles = [3]string{cert, key, ca}
 	case cert != "" || key != "" || ca != "":
 		return usageErrorf(c, "--cert, --key and --ca (or LOCKCELL_CERT, LOCKCELL_KEY and LOCKCELL_CA) go together")
 	}
@@ -91,8 +102,12 @@ func (e *env) client() (*client.Client, error) {
 	if e.verbose {
 		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	retry := e.timeout
+	if e.retry > 0 {
+		retry = e.retry
+	}
 	cl, err := client.Dial(e.ctx, client.Config{Cell: e.cell, Replicas: e.replicas, ClientName: "lockcell-cli",
-		RetryTimeout: e.timeout, DialTimeout: min(e.timeout, 2*time.Second), GracePeriod: e.grace, Logger: log,
+		RetryTimeout: retry, DialTimeout: min(e.timeout, 2*time.Second), GracePeriod: e.grace, Logger: log,
 		TLS: e.tls})
 	if err != nil {
 		return nil, err
@@ -193,6 +208,10 @@ func errText(err error) string {
 		return "timed out (raise --timeout)"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
+	case errors.Is(err, client.ErrAllRefused):
+		// Nothing listens at --replicas: waiting longer would not help.
+		return strings.TrimPrefix(err.Error()[strings.Index(err.Error(), client.ErrAllRefused.Error()):], "lockcell: ") +
+			" (is the cell running? are --replicas right?)"
 	case errors.As(err, &we):
 		if we.Msg == "" {
 			return we.Code.String()
@@ -227,6 +246,8 @@ func errorCode(err error) string {
 		return "timeout"
 	case errors.Is(err, client.ErrNoMaster):
 		return "no_master"
+	case errors.Is(err, client.ErrAllRefused):
+		return "refused"
 	case errors.Is(err, client.ErrClosed):
 		return "closed"
 	case errors.As(err, &we):

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,6 +36,9 @@ const (
 	maxLockDelay = time.Minute
 	// defaultGrace is the client library's grace period (SPEC 4).
 	defaultGrace = 45 * time.Second
+	// exitTimeout is lock's exit code when --timeout (or --wait) ended
+	// the wait for the lock: EX_TEMPFAIL of sysexits.h, "try again later".
+	exitTimeout = 75
 )
 
 // lockCommand runs a command while holding a lock.
@@ -51,8 +53,15 @@ func lockCommand(e *env) *cli.Command {
 			"and lockcell's stdin, stdout and stderr. When CMD exits the lock is released and lockcell " +
 			"exits with CMD's status (128+N if signal N killed it; 127 if CMD is not found, 126 if it " +
 			"cannot be run). SIGINT, SIGTERM and SIGHUP are passed on to CMD.\n\n" +
-			"Without --try lock waits for the lock, up to --timeout (which bounds getting the lock, " +
-			"not CMD). If the session is in jeopardy while CMD runs lockcell warns on stderr; if it " +
+			"Without --try lock waits for the lock for as long as it takes (as flock does), through " +
+			"another holder's lock-delay and master fail-overs; --timeout D (or --wait D) bounds the wait, " +
+			"not CMD, and when it runs out lockcell exits " + fmt.Sprint(exitTimeout) + " without running CMD. " +
+			"NAME must be a file: a directory is refused.\n\n" +
+			"With --ephemeral lockcell deletes NAME when it is done with it, while still holding the lock, " +
+			"unless another lock run is waiting for it; a run waiting for a file deleted this way creates it " +
+			"again and goes on waiting. A holder that dies leaves NAME in place: its lock-delay, which keeps " +
+			"the next holder out for a while, lives on the file.\n\n" +
+			"If the session is in jeopardy while CMD runs lockcell warns on stderr; if it " +
 			"expires, the lock is lost: CMD is sent SIGTERM (SIGKILL " + killAfter.String() + " later) and " +
 			"lockcell exits 1. Unless stdin is a terminal CMD runs in its own process group, and " +
 			"signals reach the whole group." +
@@ -62,12 +71,20 @@ func lockCommand(e *env) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "shared", Usage: "take the lock in shared (reader) mode instead of exclusive"},
 			&cli.BoolFlag{Name: "try", Usage: "fail (exit 1) at once if the lock is held instead of waiting"},
+			&cli.DurationFlag{Name: "wait", DefaultText: "no limit",
+				Usage: "give up waiting for the lock after `D` (exit " + fmt.Sprint(exitTimeout) + "); the same as --timeout"},
+			&cli.BoolFlag{Name: "ephemeral", Usage: "delete NAME when done with it, unless another lock run is waiting for it"},
 			&cli.DurationFlag{Name: "lock-delay", DefaultText: "the cell's",
 				Usage: "if this session fails while holding the lock, others cannot take it for `D` (1ms to 1m)"},
 			// For tests: a session that cannot reach the cell expires
 			// after its lease plus this.
 			&cli.DurationFlag{Name: "grace", Value: defaultGrace, Hidden: true,
 				Usage: "how long a session in jeopardy keeps looking for the cell before it expires"},
+			// For tests: how long one call keeps looking for a master
+			// (client.Config.RetryTimeout); the wait for the lock itself
+			// is not bounded by it.
+			&cli.DurationFlag{Name: "retry-timeout", Hidden: true,
+				Usage: "how long one call keeps looking for a master"},
 		},
 		Action: e.lock,
 	}
@@ -85,8 +102,9 @@ func lockArgs(c *cli.Context) (string, []string, error) {
 	case dash > 1:
 		hint := ""
 		for _, a := range args[1:dash] {
-			if len(a) > 1 && strings.HasPrefix(a, "-") {
-				hint = fmt.Sprintf(" (options such as %s must come before NAME)", a)
+			if isOptionWord(a) {
+				// arrangeArgs moved every known option out of the way.
+				hint = fmt.Sprintf(" (%s is not an option of lock)", a)
 				break
 			}
 		}
@@ -120,6 +138,29 @@ func (e *env) lock(c *cli.Context) error {
 	if e.grace = c.Duration("grace"); e.grace <= 0 {
 		return usageErrorf(c, "--grace must be positive, got %v", e.grace)
 	}
+	if c.IsSet("retry-timeout") {
+		if e.retry = c.Duration("retry-timeout"); e.retry <= 0 {
+			return usageErrorf(c, "--retry-timeout must be positive, got %v", e.retry)
+		}
+	}
+	// The wait is bounded only when asked for: --wait is lock's name for
+	// --timeout.
+	wait, bounded := e.timeout, e.timeoutSet
+	if c.IsSet("wait") {
+		if w := c.Duration("wait"); bounded && w != wait {
+			return usageErrorf(c, "--wait and --timeout are the same option for lock; give one")
+		} else if w <= 0 {
+			return usageErrorf(c, "--wait must be positive, got %v", w)
+		} else {
+			wait, bounded = w, true
+		}
+	}
+	e.cancel() // the whole-command deadline setup armed: lock has its own
+	if bounded {
+		e.ctx, e.cancel = context.WithTimeout(c.Context, wait)
+	} else {
+		e.ctx, e.cancel = context.WithCancel(c.Context)
+	}
 	name, err := e.name("lock", arg)
 	if err != nil {
 		return err
@@ -133,7 +174,11 @@ func (e *env) lock(c *cli.Context) error {
 	if cmd.Err != nil {
 		return cannotRun(name, cmd.Err)
 	}
-	l := &locker{e: e, name: name}
+	l := &locker{e: e, name: name, ephemeral: c.Bool("ephemeral")}
+	if l.ephemeral {
+		// done counts the waiters: a cached stat could miss one.
+		opts = append(opts, client.WithoutCache())
+	}
 	l.sharedStreams()
 	defer l.finish()
 
@@ -164,6 +209,14 @@ func (e *env) lock(c *cli.Context) error {
 		<-got // the wait is withdrawn; closing the session drops any lock
 		return &exitStatus{code: 128 + signalNumber(sig), kind: "interrupted",
 			err: fmt.Errorf("lock %s: interrupted by %v while getting the lock", name, sig)}
+	}
+	if bounded && errors.Is(err, context.DeadlineExceeded) {
+		why := "the cell did not answer in time"
+		if l.waiting {
+			why = "another session still holds it"
+		}
+		return &exitStatus{code: exitTimeout, kind: "timeout",
+			err: fmt.Errorf("lock %s: not acquired within %v (%s); the command was not run", name, wait, why)}
 	}
 	if err != nil {
 		return err
@@ -215,7 +268,7 @@ func (e *env) lock(c *cli.Context) error {
 		return fail("lock", name, errors.New("lost track of the command"))
 	}
 	code := exitCode(cmd.ProcessState)
-	if err := l.release(); err != nil {
+	if err := l.done(); err != nil {
 		if errors.Is(err, client.ErrSessionExpired) || l.isLost() {
 			// The lock went before the command ended, even if the
 			// Expired event had not arrived yet.
@@ -243,10 +296,14 @@ func cannotRun(name string, err error) error {
 
 // locker is the state of one lock run.
 type locker struct {
-	e    *env
-	name string
-	h    *client.Handle
-	seq  []byte
+	e         *env
+	name      string
+	ephemeral bool // --ephemeral: delete the file when done, if nobody waits
+	h         *client.Handle
+	seq       []byte
+	// waiting: the lock's node is open and the wait for the lock has
+	// begun (set by acquire, read once acquire has returned).
+	waiting bool
 
 	lost      chan struct{} // closed when the session expires
 	watchDone chan struct{} // closed when the event watcher ends
@@ -298,6 +355,44 @@ func (l *locker) acquire(mode client.LockMode, try bool, opts []client.OpenOptio
 		return fail("lock", l.name, err)
 	}
 	l.watch(cl)
+	for {
+		h, err := l.open(cl, opts)
+		if err != nil {
+			return err
+		}
+		l.h = h
+		l.waiting = true
+		if try {
+			var ok bool
+			if ok, err = h.TryAcquire(ctx, mode); err == nil && !ok {
+				return &opError{op: "lock", path: l.name, err: client.ErrLockHeld,
+					hint: "another session holds it; --try does not wait"}
+			}
+		} else {
+			err = h.Acquire(ctx, mode)
+		}
+		if err == nil {
+			l.seq, err = h.GetSequencer(ctx)
+		}
+		if errors.Is(err, client.ErrHandleInvalid) && ctx.Err() == nil {
+			// The file was deleted under us (another run's --ephemeral,
+			// or rm): the lock of a file that is gone protects nothing,
+			// so make the file again and queue anew.
+			h.Close()
+			l.h = nil
+			continue
+		}
+		if err != nil {
+			return fail("lock", l.name, err)
+		}
+		return nil
+	}
+}
+
+// open opens the lock's file, creating it and its missing parents as put
+// does; a directory is refused with a message that says so.
+func (l *locker) open(cl *client.Client, opts []client.OpenOption) (*client.Handle, error) {
+	e, ctx := l.e, l.e.ctx
 	const open = client.Read | client.Write | client.Create
 	h, err := cl.Open(ctx, l.name, open, opts...)
 	if errors.Is(err, client.ErrNotFound) {
@@ -306,26 +401,15 @@ func (l *locker) acquire(mode client.LockMode, try bool, opts []client.OpenOptio
 			h, err = cl.Open(ctx, l.name, open, opts...)
 		}
 	}
+	if errors.Is(err, client.ErrExists) {
+		// Create without Excl fails only on a node of the other kind.
+		return nil, &opError{op: "lock", path: l.name, err: wire.Errorf(wire.CodeIsDir, "%s is a directory", l.name),
+			hint: "lock takes a file's lock: name a file, such as " + l.name + "/lock"}
+	}
 	if err != nil {
-		return fail("lock", l.name, err)
+		return nil, fail("lock", l.name, err)
 	}
-	l.h = h
-	if try {
-		ok, err := h.TryAcquire(ctx, mode)
-		if err != nil {
-			return fail("lock", l.name, err)
-		}
-		if !ok {
-			return &opError{op: "lock", path: l.name, err: client.ErrLockHeld,
-				hint: "another session holds it; --try does not wait"}
-		}
-	} else if err := h.Acquire(ctx, mode); err != nil {
-		return fail("lock", l.name, err)
-	}
-	if l.seq, err = h.GetSequencer(ctx); err != nil {
-		return fail("lock", l.name, err)
-	}
-	return nil
+	return h, nil
 }
 
 // watch reads the session's events until the client is closed: the
@@ -373,11 +457,27 @@ func (l *locker) lostError(hint string) error {
 	return &opError{op: "lock", path: l.name, err: client.ErrSessionExpired, hint: hint}
 }
 
-// release gives the lock up, with a deadline of its own: --timeout bounds
-// getting the lock, and the command may have run far longer.
-func (l *locker) release() error {
+// done gives the lock up once the command has ended, with a deadline of
+// its own: --timeout bounds getting the lock, and the command may have run
+// far longer. With --ephemeral it deletes the file instead, while still
+// holding the lock, when nobody waits for it: a run that opened the file
+// meanwhile finds it gone and makes it again.
+func (l *locker) done() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.e.timeout)
 	defer cancel()
+	if l.ephemeral {
+		st, err := l.h.GetStat(ctx)
+		if err == nil && st.LockWaiters == 0 {
+			err = l.h.Delete(ctx)
+			if err == nil || errors.Is(err, client.ErrSessionExpired) {
+				return err
+			}
+		}
+		if errors.Is(err, client.ErrSessionExpired) {
+			return err
+		}
+		// Someone waits (or the delete failed): hand the lock on.
+	}
 	return l.h.Release(ctx)
 }
 

@@ -392,7 +392,8 @@ func TestLock(t *testing.T) {
 		r.fails(exitUsage, "no command after --", "lock", "lk/u", "--")
 		r.fails(exitUsage, "no -- before", "lock", "--", "/bin/true")
 		r.fails(exitUsage, "no NAME", "lock", "--try", "--", "--", "/bin/true")
-		r.fails(exitUsage, "must come before NAME", "lock", "lk/u", "--try", "--", "/bin/true")
+		r.fails(exitUsage, "--bogus is not an option of lock", "lock", "lk/u", "--bogus", "--", "/bin/true")
+		r.ok("lock", "lk/u", "--try", "--", "/bin/true") // options may follow NAME
 		r.fails(exitUsage, "lock-delay", "lock", "--lock-delay", "2m", "lk/u", "--", "/bin/true")
 		r.fails(exitUsage, "lock-delay", "lock", "--lock-delay", "0s", "lk/u", "--", "/bin/true")
 		r.fails(exitUsage, "no seq command", "seq")

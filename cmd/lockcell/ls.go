@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"path"
 	"sync"
 
 	"github.com/urfave/cli/v2"
@@ -22,10 +23,15 @@ func lsCommand(e *env) *cli.Command {
 			"then e (ephemeral) or -, then the lock: x (exclusive), s (shared) or - (free); " +
 			"GENERATION is the content generation. " +
 			"A large directory is listed in pages of up to 4096 names, each printed as it arrives " +
-			"(with -l, columns are aligned within a page); --json prints one document once the listing is whole." +
-			"\n\nExample: lockcell ls -l /ls/local/cfg",
+			"(with -l, columns are aligned within a page); --json prints one document once the listing is whole.\n\n" +
+			"With -R ls also lists every directory below NAME, depth first in name order, each under a " +
+			"\"DIR:\" line (its full name) after a blank line, as ls(1) -R does; with --json the entries of " +
+			"all of them come in one list, named relative to NAME (sub/file). Directories deleted during " +
+			"the listing are skipped." +
+			"\n\nExamples: lockcell ls -l /ls/local/cfg; lockcell ls -R svc",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "long form: mode, size, generation, mtime"},
+			&cli.BoolFlag{Name: "recursive", Aliases: []string{"R"}, Usage: "list the directories below NAME too"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, 1); err != nil {
@@ -38,14 +44,28 @@ func lsCommand(e *env) *cli.Command {
 					return err
 				}
 			}
-			long := c.Bool("long")
+			long, recursive := c.Bool("long"), c.Bool("recursive")
 			// People see each page as it arrives; scripts get one JSON
 			// document, so it is printed only once the listing is whole.
 			all := []lsEntry{}
-			err := e.list(name, long, func(page []lsEntry) error {
+			shown := "" // the directory whose entries are being printed
+			err := e.walk(name, "", long, recursive, func(dir, rel string, page []lsEntry) error {
 				if e.json {
-					all = append(all, page...)
+					for _, ent := range page {
+						ent.Name = path.Join(rel, ent.Name)
+						all = append(all, ent)
+					}
 					return nil
+				}
+				if recursive && dir != shown && !(len(page) == 1 && page[0].self) {
+					sep := "\n"
+					if shown == "" {
+						sep = ""
+					}
+					if _, err := fmt.Fprintf(e.stdout, "%s%s:\n", sep, dir); err != nil {
+						return err
+					}
+					shown = dir
 				}
 				return e.printList(page, long)
 			})
@@ -70,7 +90,8 @@ type lsEntry struct {
 	Dir  bool      `json:"dir"`
 	Stat *statJSON `json:"stat,omitempty"`
 
-	st client.Stat
+	st   client.Stat
+	self bool // the file ls was pointed at, listed as itself
 }
 
 // lsWorkers bounds the stat calls ls -l runs at once: one round trip per
@@ -96,7 +117,7 @@ func (e *env) list(name string, long bool, emit func([]lsEntry) error) error {
 		dents, more, err := h.ReadDirPage(e.ctx, after, 0)
 		if errors.Is(err, client.ErrNotDir) && after == "" {
 			// Like ls(1): a file lists as itself.
-			ent := lsEntry{Name: wire.Base(name)}
+			ent := lsEntry{Name: wire.Base(name), self: true}
 			if long {
 				if ent.st, err = h.GetStat(e.ctx); err != nil {
 					return err
@@ -126,6 +147,33 @@ func (e *env) list(name string, long bool, emit func([]lsEntry) error) error {
 		}
 		after = dents[len(dents)-1].Name
 	}
+}
+
+// walk hands emit the listing of dir, a page at a time (list), and with
+// recursive then walks each of its subdirectories in name order; rel is
+// dir's name relative to where the walk began. Only the names of one
+// directory's subdirectories are held at a time per level, never a whole
+// listing.
+func (e *env) walk(dir, rel string, long, recursive bool, emit func(dir, rel string, page []lsEntry) error) error {
+	var subs []string
+	err := e.list(dir, long, func(page []lsEntry) error {
+		for _, ent := range page {
+			if ent.Dir && recursive {
+				subs = append(subs, ent.Name)
+			}
+		}
+		return emit(dir, rel, page)
+	})
+	if err != nil {
+		return err
+	}
+	for _, sub := range subs {
+		err := e.walk(dir+"/"+sub, path.Join(rel, sub), long, true, emit)
+		if err != nil && !errors.Is(err, client.ErrNotFound) { // deleted meanwhile: skipped
+			return err
+		}
+	}
+	return nil
 }
 
 // statEntries fills in the stats of dir's children ents, lsWorkers at a

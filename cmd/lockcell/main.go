@@ -58,7 +58,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(e)
 	startActions(app.Commands, unlock)
 	app.Action = startAction(app.Action, unlock)
-	err := app.RunContext(context.Background(), args)
+	argv := args
+	if len(args) > 0 {
+		argv = append([]string{args[0]}, arrangeArgs(app, args[1:])...)
+	}
+	err := app.RunContext(context.Background(), argv)
 	return exitCodeOf(e, args, err, false)
 }
 
@@ -112,9 +116,11 @@ func newApp(e *env) *cli.App {
 		Version:   buildinfo.Version(),
 		UsageText: "lockcell [global options] command [command options] [arguments...]",
 		Description: "Names are relative to the cell root (cfg/flag means /ls/<cell>/cfg/flag) " +
-			"unless they start with /. Options go before the arguments they apply to: " +
-			"global options before the command, command options before its arguments.\n\n" +
-			"Exit codes: 0 ok, 1 error, 2 usage error; lock exits with its command's status.\n\n" +
+			"unless they start with /. Options, global or the command's, may come anywhere before " +
+			"\"--\" (lockcell ls /ls/local --json works); \"--\" ends them, so an argument that " +
+			"looks like an option can follow it.\n\n" +
+			"Exit codes: 0 ok, 1 error, 2 usage error; lock exits with its command's status, or " +
+			"75 when --timeout ends its wait for the lock.\n\n" +
 			"Examples:\n" +
 			"   lockcell put svc/config 'mode=on'\n" +
 			"   lockcell touch svc/ready\n" +
@@ -273,11 +279,11 @@ func wantArgs(c *cli.Context, min, max int) error {
 	}
 	hint := ""
 	if n > max && max >= 0 {
-		// Go's flag parsing stops at the first argument, so a flag typed
-		// after the arguments arrives here as an extra argument.
+		// arrangeArgs leaves words that name no option among the
+		// arguments: a mistyped option arrives here as an extra argument.
 		for _, a := range c.Args().Slice()[max:] {
-			if len(a) > 1 && strings.HasPrefix(a, "-") {
-				hint = fmt.Sprintf(" (options such as %s must come before the arguments)", a)
+			if isOptionWord(a) {
+				hint = fmt.Sprintf(" (%s is not an option of %s)", a, c.Command.HelpName)
 				break
 			}
 		}

@@ -20,11 +20,17 @@ func putCommand(e *env) *cli.Command {
 		ArgsUsage: "NAME VALUE",
 		Description: "Creates the file, and its missing parent directories, when needed. " +
 			"With --if-generation N the write is a compare-and-swap: it happens only if the " +
-			"file exists and its content generation is still N, and otherwise changes nothing." +
-			"\n\nExample: lockcell put --if-generation 42 cfg/flag off",
+			"file exists and its content generation is still N, and otherwise changes nothing.\n\n" +
+			"With --ephemeral the file is created ephemeral: the cell deletes it when lockcell's session " +
+			"ends, so on the command line it lasts only as long as put runs, and in 'lockcell shell' until " +
+			"the shell exits (or its session is lost). An existing file is written only if it is " +
+			"ephemeral already." +
+			"\n\nExamples: lockcell put --if-generation 42 cfg/flag off; " +
+			"echo 'put --ephemeral svc/members/me up' | lockcell shell",
 		Flags: []cli.Flag{
 			&cli.Uint64Flag{Name: "if-generation", Usage: "write only if the content generation is still `N`"},
 			&cli.BoolFlag{Name: "no-parents", Usage: "fail instead of creating missing parent directories"},
+			&cli.BoolFlag{Name: "ephemeral", Usage: "create the file ephemeral: deleted when this session ends"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 2, 2); err != nil {
@@ -41,6 +47,12 @@ func putCommand(e *env) *cli.Command {
 			var opts []client.SetOption
 			mode := client.Read | client.Write | client.Create
 			cas := c.IsSet("if-generation")
+			if c.Bool("ephemeral") {
+				if cas {
+					return usageErrorf(c, "--ephemeral creates a file; --if-generation needs one that exists")
+				}
+				mode |= client.Ephemeral
+			}
 			if cas {
 				opts = append(opts, client.IfGeneration(c.Uint64("if-generation")))
 				// A file that does not exist has no generation to match:
@@ -77,6 +89,9 @@ func (e *env) value(arg string) ([]byte, error) {
 }
 
 // put opens (maybe creating) name and writes data, returning the new stat.
+// With Ephemeral in mode an existing file must be ephemeral too, and the
+// handle stays open until the session ends: closing the last handle of an
+// ephemeral file deletes it.
 func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, opts []client.SetOption) (client.Stat, error) {
 	cl, err := e.client()
 	if err != nil {
@@ -91,7 +106,7 @@ func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, 
 				return h, err == nil, err
 			}
 		}
-		h, err := cl.Open(e.ctx, name, mode&^client.Create)
+		h, err := cl.Open(e.ctx, name, mode&^(client.Create|client.Ephemeral))
 		return h, false, err
 	}
 	h, created, err := open()
@@ -106,9 +121,21 @@ func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, 
 	if err != nil {
 		return client.Stat{}, err
 	}
-	defer h.Close()
+	if mode&client.Ephemeral == 0 {
+		defer h.Close()
+	}
 	if created {
 		return h.GetStat(e.ctx)
+	}
+	if mode&client.Ephemeral != 0 {
+		st, err := h.GetStat(e.ctx)
+		if err != nil {
+			return client.Stat{}, err
+		}
+		if !st.Ephemeral {
+			h.Close()
+			return client.Stat{}, wire.Errorf(wire.CodeExists, "%s exists and is not ephemeral (--ephemeral makes new files only)", name)
+		}
 	}
 	return h.SetContentsAndStat(e.ctx, data, opts...)
 }

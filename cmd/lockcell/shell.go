@@ -85,6 +85,10 @@ func newShell(e *env) *shell {
 	if e.verbose {
 		g = append(g, "--verbose")
 	}
+	if e.certFiles[0] != "" {
+		// Given as flags or in the environment: the lines dial alike.
+		g = append(g, "--cert", e.certFiles[0], "--key", e.certFiles[1], "--ca", e.certFiles[2])
+	}
 	return &shell{e: e, globals: g, in: e.stdin, cmdStdin: e.stdin, cwd: e.root()}
 }
 
@@ -109,7 +113,7 @@ func (sh *shell) client(ctx context.Context) (*client.Client, error) {
 		return sh.cl, nil
 	}
 	te := &env{stderr: sh.e.stderr, cell: sh.e.cell, replicas: sh.e.replicas, timeout: sh.e.timeout,
-		verbose: sh.e.verbose, ctx: ctx}
+		verbose: sh.e.verbose, tls: sh.e.tls, ctx: ctx}
 	cl, err := te.client()
 	if err != nil {
 		return nil, err
@@ -370,7 +374,7 @@ func (sh *shell) run(ctx context.Context, words []string) int {
 	}
 	startActions(app.Commands, unlock)
 	app.Action = startAction(app.Action, unlock)
-	args := append(append([]string{"lockcell"}, sh.globals...), sh.resolveNames(app, words)...)
+	args := append(append([]string{"lockcell"}, sh.globals...), sh.resolveNames(app, arrangeArgs(app, words))...)
 	err := app.RunContext(ctx, args)
 	return exitCodeOf(e, args, err, true)
 }
