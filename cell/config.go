@@ -50,8 +50,15 @@ type Config struct {
 	Timings replica.Timings
 	// Logger receives structured logs.
 	Logger *slog.Logger
-	// MetricsAddr, when set, serves Prometheus metrics at /metrics there.
+	// MetricsAddr, when set, is the replica's HTTP port for operators:
+	// Prometheus metrics at /metrics, /healthz, /readyz and a status page
+	// at / (with /status.json). It has no authentication; keep it on
+	// loopback or an operators' network.
 	MetricsAddr string
+	// Pprof also serves Go's profiler at /debug/pprof/ on MetricsAddr
+	// (off by default: a profile costs CPU and shows the program's
+	// internals).
+	Pprof bool
 
 	// TLS, when set, secures the client port with mutual TLS: the
 	// replica's server configuration, which must require and verify
@@ -228,6 +235,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Dir == "" {
 		return fmt.Errorf("cell: no data folder")
+	}
+	if c.Pprof && c.MetricsAddr == "" {
+		return fmt.Errorf("cell: Pprof serves on the HTTP port, and no MetricsAddr is set")
 	}
 	if c.Transport != nil {
 		if c.PeerTLS != nil {

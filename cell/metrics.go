@@ -8,17 +8,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"lockcell/cell/wire"
+	"lockcell/replica"
 )
 
 // metrics are one replica's Prometheus metrics, in a registry of its own
-// (a dev cell runs five replicas in one process).
+// (a dev cell runs five replicas in one process), and the status page's
+// rationing (statuspage.go).
 type metrics struct {
 	reg      *prometheus.Registry
 	calls    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	status   statusGate
 }
 
 func newMetrics(s *Server) *metrics {
@@ -60,7 +62,17 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return float64(s.budget.in.used.Load()) }),
 		gauge("lockcell_client_reply_bytes", "Reply bytes the client port is writing (the reply budget).",
 			func() float64 { return float64(s.budget.out.used.Load()) }),
+		gauge("lockcell_lease_seconds", "The session lease each KeepAlive grants.", func() float64 {
+			return s.master.Stats().LeaseTTL.Seconds()
+		}),
+		gauge("lockcell_ready", "1 while /readyz answers 200: a member of the cell with a master it can reach.", func() float64 {
+			if ok, _ := s.readiness(); ok {
+				return 1
+			}
+			return 0
+		}),
 		prometheus.NewGoCollector(),
+		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 	)
 	counter := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f)
@@ -68,6 +80,10 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(
 		counter("lockcell_invalidations_sent_total", "Cache invalidations this replica's master sent.",
 			func() float64 { return float64(s.master.InvalidationStats().Sent) }),
+		counter("lockcell_invalidations_acked_total", "Cache invalidations cachers acknowledged to this replica's master.",
+			func() float64 { return float64(s.master.InvalidationStats().Acked) }),
+		counter("lockcell_leader_changes_total", "Times this replica learned of a new Raft leader (itself included).",
+			func() float64 { return float64(s.rep.Stats().LeaderChanges) }),
 		counter("lockcell_invalidations_late_total",
 			"Invalidations whose write went ahead at the cacher's lease deadline without its acknowledgement.",
 			func() float64 { return float64(s.master.InvalidationStats().Late) }),
@@ -76,6 +92,20 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return time.Duration(s.budget.slowed.Load()).Seconds() }),
 		counter("lockcell_events_dropped_total", "Handle events dropped because a session's queue of unacknowledged events was full.",
 			func() float64 { return float64(s.master.InvalidationStats().EventsDropped) }),
+	)
+	histogram := func(name, help string, f func() replica.HistogramSnapshot) prometheus.Collector {
+		return histogramFunc{desc: prometheus.NewDesc(name, help, nil, labels), read: f}
+	}
+	m.reg.MustRegister(
+		histogram("lockcell_lock_wait_seconds",
+			"Time from a blocking Acquire's arrival at this replica's master to its grant (granted acquires only).",
+			func() replica.HistogramSnapshot { return s.master.Stats().LockWait }),
+		histogram("lockcell_keepalive_lease_left_seconds", "Lease a session had left when its KeepAlive reached this replica's master.",
+			func() replica.HistogramSnapshot { return s.master.Stats().LeaseLeft }),
+		histogram("lockcell_log_store_seconds", "Time to write one batch of Raft log entries to the store and fsync it.",
+			func() replica.HistogramSnapshot { return s.rep.Stats().LogStore }),
+		histogram("lockcell_apply_seconds", "Time the state machine took to apply one committed entry.",
+			func() replica.HistogramSnapshot { return s.rep.Stats().Apply }),
 	)
 	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
@@ -92,15 +122,33 @@ func (m *metrics) observe(method wire.Method, code wire.Code, took time.Duration
 	m.duration.WithLabelValues(name).Observe(took.Seconds())
 }
 
-// serveMetrics serves /metrics on addr until the server closes.
+// histogramFunc exposes a replica.Histogram, read at each scrape, as a
+// Prometheus histogram (the buckets are replica.HistogramBound's).
+type histogramFunc struct {
+	desc *prometheus.Desc
+	read func() replica.HistogramSnapshot
+}
+
+func (h histogramFunc) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+func (h histogramFunc) Collect(ch chan<- prometheus.Metric) {
+	snap := h.read()
+	buckets := make(map[float64]uint64, replica.HistogramBuckets)
+	for i, n := range snap.Buckets {
+		buckets[replica.HistogramBound(i).Seconds()] = n
+	}
+	ch <- prometheus.MustNewConstHistogram(h.desc, snap.Count, snap.Sum.Seconds(), buckets)
+}
+
+// serveMetrics serves the HTTP port on addr until the server closes:
+// /metrics, /healthz, /readyz, the status page and, with Config.Pprof,
+// /debug/pprof/ (http.go).
 func (s *Server) serveMetrics(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 	s.metricsSrv = srv
 	s.metricsAddr = ln.Addr().String()
 	s.wg.Add(1)
@@ -113,5 +161,6 @@ func (s *Server) serveMetrics(addr string) error {
 	return nil
 }
 
-// MetricsAddr returns where /metrics is served ("" when off).
+// MetricsAddr returns the address of the HTTP port, where /metrics,
+// /healthz, /readyz and the status page are served ("" when off).
 func (s *Server) MetricsAddr() string { return s.metricsAddr }

@@ -1,0 +1,259 @@
+package cell
+
+import (
+	_ "embed"
+	"encoding/json"
+	"html/template"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"lockcell/replica"
+)
+
+// The status page: one server-rendered HTML page (html/template, which
+// escapes every name, principal and client name: they are user data) that
+// reloads itself every few seconds, and the same facts as JSON for
+// scripts. What it shows is read from the replica's own view: its Raft
+// state, the replicated state (sessions, locks), and, on the master, the
+// lease each session has left, which only the master keeps.
+
+//go:embed statuspage.html
+var statusPageHTML string
+
+var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
+	"ms": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+}).Parse(statusPageHTML))
+
+// Bounds on what one status page lists, and how often it is computed: the
+// sessions and the busiest locks are read from the whole replicated state
+// under its read lock, which holds off applies, so any number of viewers
+// cost at most one computation per statusEvery.
+const (
+	statusSessions = 100
+	statusLocks    = 10
+	statusEvery    = time.Second
+	// statusRefresh is how often the page reloads itself.
+	statusRefresh = 5
+)
+
+// cellStatusPage is what the status page and /status.json show.
+type cellStatusPage struct {
+	Cell         string          `json:"cell"`
+	Self         string          `json:"self"`
+	Time         time.Time       `json:"time"`
+	State        string          `json:"state"` // this replica's Raft state
+	Ready        bool            `json:"ready"`
+	ReadyReason  string          `json:"ready_reason"`
+	IsMaster     bool            `json:"is_master"`
+	Master       *statusMaster   `json:"master,omitempty"`
+	Epoch        uint64          `json:"epoch"`
+	Term         uint64          `json:"term"`
+	CommitIndex  uint64          `json:"commit_index"`
+	AppliedIndex uint64          `json:"applied_index"`
+	Nodes        int             `json:"nodes"`
+	LeaseTTL     time.Duration   `json:"lease_ttl_ns"`
+	Replicas     []statusReplica `json:"replicas"`
+	SessionCount int             `json:"session_count"`
+	Sessions     []statusSession `json:"sessions"`
+	Locks        []statusLock    `json:"locks"`
+	Refresh      int             `json:"-"`
+}
+
+type statusMaster struct {
+	ID         string `json:"id"`
+	ClientAddr string `json:"client_addr,omitempty"`
+	// StatusURL is the master's status page, assuming it keeps the same
+	// distance between client and HTTP ports as this replica (as
+	// lockcelld dev does, and a deployment with one port layout on every
+	// host); empty on the master itself or when it cannot be guessed.
+	StatusURL string `json:"status_url,omitempty"`
+}
+
+type statusReplica struct {
+	ID         string `json:"id"`
+	ClientAddr string `json:"client_addr,omitempty"`
+	RaftAddr   string `json:"raft_addr"`
+	Role       string `json:"role"` // leader, follower, candidate, unknown, not a member
+	Voter      bool   `json:"voter"`
+	Self       bool   `json:"self"`
+}
+
+type statusSession struct {
+	ID        uint64   `json:"id"`
+	Client    string   `json:"client,omitempty"`
+	Principal string   `json:"principal"`
+	Handles   int      `json:"handles"`
+	Locks     []string `json:"locks,omitempty"`
+	// LeaseLeft is known on the master only.
+	LeaseLeft *time.Duration `json:"lease_left_ns,omitempty"`
+}
+
+type statusLock struct {
+	Name           string     `json:"name"`
+	Mode           string     `json:"mode"`
+	Holders        int        `json:"holders"`
+	Waiters        int        `json:"waiters"`
+	LockGen        uint64     `json:"lock_gen"`
+	LockDelayUntil *time.Time `json:"lock_delay_until,omitempty"`
+}
+
+// statusGate computes the status at most once per statusEvery, whoever
+// asks; callers in between share the last one.
+type statusGate struct {
+	mu   sync.Mutex
+	at   time.Time
+	page *cellStatusPage
+}
+
+func (g *statusGate) get(compute func() *cellStatusPage) *cellStatusPage {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.page == nil || time.Since(g.at) >= statusEvery {
+		g.page, g.at = compute(), time.Now()
+	}
+	return g.page
+}
+
+// statusPage returns the replica's status, at most statusEvery old.
+func (s *Server) statusPage() *cellStatusPage { return s.metrics.status.get(s.computeStatus) }
+
+func (s *Server) computeStatus() *cellStatusPage {
+	st := s.rep.Status()
+	epoch, _, nodes, _ := s.rep.FSM().Counts()
+	isMaster, _ := s.master.Serving()
+	ready, why := s.readiness()
+	p := &cellStatusPage{Cell: s.cfg.Cell, Self: s.cfg.Self, Time: time.Now().UTC(), State: st.State, Ready: ready, ReadyReason: why,
+		IsMaster: isMaster, Epoch: epoch, Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Nodes: nodes,
+		LeaseTTL: s.master.Stats().LeaseTTL, Refresh: statusRefresh}
+	leader, _ := s.rep.Leader()
+	if leader != "" {
+		m := &statusMaster{ID: leader}
+		for _, peer := range s.cfg.Peers {
+			if peer.ID == leader {
+				m.ClientAddr = peer.ClientAddr
+			}
+		}
+		if leader != s.cfg.Self {
+			m.StatusURL = s.guessStatusURL(m.ClientAddr)
+		}
+		p.Master = m
+	}
+	p.Replicas = s.statusReplicas(leader, st.State)
+	total, sessions := s.master.SessionStatuses(statusSessions)
+	p.SessionCount = total
+	for _, ss := range sessions {
+		row := statusSession{ID: ss.ID, Client: ss.Client, Principal: ss.Principal, Handles: ss.Handles, Locks: ss.Locks}
+		if ss.HasLease {
+			left := ss.LeaseLeft
+			row.LeaseLeft = &left
+		}
+		p.Sessions = append(p.Sessions, row)
+	}
+	for _, l := range s.rep.FSM().BusiestLocks(statusLocks) {
+		row := statusLock{Name: l.Path, Mode: lockModeName(l.Mode), Holders: l.Holders, Waiters: l.Waiters, LockGen: l.LockGen}
+		if l.LockDelayUntil > 0 {
+			if t := time.Unix(0, l.LockDelayUntil); t.After(p.Time) {
+				t = t.UTC()
+				row.LockDelayUntil = &t
+			}
+		}
+		p.Locks = append(p.Locks, row)
+	}
+	return p
+}
+
+// statusReplicas lists the configured peers and any other member of the
+// Raft configuration, with the role this replica believes each has: it
+// knows its own Raft state and the leader; any other member follows when a
+// leader is known, and is of unknown role otherwise.
+func (s *Server) statusReplicas(leader, selfState string) []statusReplica {
+	members := s.rep.Members()
+	inRaft := map[string]replica.Member{}
+	for _, m := range members {
+		inRaft[m.ID] = m
+	}
+	role := func(id string) string {
+		m, ok := inRaft[id]
+		switch {
+		case !ok && len(members) > 0:
+			return "not a member"
+		case id == s.cfg.Self:
+			return strings.ToLower(selfState)
+		case id == leader:
+			return "leader"
+		case leader != "" && m.Voter:
+			return "follower"
+		case leader != "":
+			return "non-voter"
+		}
+		return "unknown"
+	}
+	var out []statusReplica
+	seen := map[string]bool{}
+	for _, p := range s.cfg.Peers {
+		seen[p.ID] = true
+		out = append(out, statusReplica{ID: p.ID, ClientAddr: p.ClientAddr, RaftAddr: p.RaftAddr, Role: role(p.ID),
+			Voter: inRaft[p.ID].Voter, Self: p.ID == s.cfg.Self})
+	}
+	for _, m := range members {
+		if !seen[m.ID] {
+			out = append(out, statusReplica{ID: m.ID, RaftAddr: m.RaftAddr, Role: role(m.ID), Voter: m.Voter, Self: m.ID == s.cfg.Self})
+		}
+	}
+	return out
+}
+
+// guessStatusURL is the master's status page if the master's HTTP port
+// lies as far from its client port as this replica's does ("" when an
+// address does not parse).
+func (s *Server) guessStatusURL(masterClient string) string {
+	mhost, mport, err1 := net.SplitHostPort(masterClient)
+	_, hport, err2 := net.SplitHostPort(s.metricsAddr)
+	_, cport, err3 := net.SplitHostPort(s.ClientAddr())
+	m, err4 := strconv.Atoi(mport)
+	h, err5 := strconv.Atoi(hport)
+	c, err6 := strconv.Atoi(cport)
+	for _, err := range []error{err1, err2, err3, err4, err5, err6} {
+		if err != nil {
+			return ""
+		}
+	}
+	port := m + h - c
+	if port <= 0 || port > 65535 {
+		return ""
+	}
+	return "http://" + net.JoinHostPort(mhost, strconv.Itoa(port)) + "/"
+}
+
+func lockModeName(m uint8) string {
+	switch m {
+	case replica.LockExclusive:
+		return "exclusive"
+	case replica.LockShared:
+		return "shared"
+	}
+	return "free"
+}
+
+func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
+	p := s.statusPage()
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := statusTemplate.Execute(w, p); err != nil {
+		s.log.Debug("status page", "err", err)
+	}
+}
+
+func (s *Server) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(s.statusPage()); err != nil {
+		s.log.Debug("status json", "err", err)
+	}
+}
