@@ -288,7 +288,8 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "peers", Usage: "all members: id=clientaddr/raftaddr,...; required, here or in --config"},
 			&cli.StringFlag{Name: "listen", Usage: "client address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
-			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://ADDR/metrics (off when empty)"},
+			&cli.StringFlag{Name: "metrics", Usage: "serve the HTTP port for operators at ADDR: /metrics, /healthz, /readyz, a status page at / (off when empty)"},
+			&cli.BoolFlag{Name: "pprof", Usage: "also serve Go's profiler at /debug/pprof/ on the --metrics port"},
 		}, append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serveConfig(c)
@@ -375,7 +376,7 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 	}
 	cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
 		LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
-		MetricsAddr: c.String("metrics"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c)}
+		MetricsAddr: c.String("metrics"), Pprof: c.Bool("pprof"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c)}
 	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
 	switch {
 	case cert != "" && key != "" && ca != "":
