@@ -621,7 +621,10 @@ func (s *Server) leaderHint() string {
 
 // Close stops serving clients, steps the master down and shuts the replica
 // down (Raft, transport, store). It waits for every goroutine it started.
+// A master first hands its leadership over (handOver, bounded by
+// HandOverTimeout).
 func (s *Server) Close() error {
+	s.handOver()
 	s.connsMu.Lock()
 	if s.closed {
 		s.connsMu.Unlock()
