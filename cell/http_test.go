@@ -28,12 +28,15 @@ import (
 // port lies as far from the client port on every replica.
 type httpCell struct {
 	t       *testing.T
+	certs   *fixtures.CertSet // mutual TLS on the client and Raft ports, when set
 	peers   []cell.Peer
 	http    []string
 	servers []*cell.Server
 }
 
-func newHTTPCell(t *testing.T, n int, pprof bool) *httpCell {
+func newHTTPCell(t *testing.T, n int, pprof bool) *httpCell { return newHTTPCellTLS(t, n, pprof, nil) }
+
+func newHTTPCellTLS(t *testing.T, n int, pprof bool, certs *fixtures.CertSet) *httpCell {
 	t.Helper()
 	var base int
 	for tries := 0; ; tries++ {
@@ -56,7 +59,7 @@ func newHTTPCell(t *testing.T, n int, pprof bool) *httpCell {
 			break
 		}
 	}
-	hc := &httpCell{t: t}
+	hc := &httpCell{t: t, certs: certs}
 	for i := range n {
 		hc.peers = append(hc.peers, cell.Peer{ID: strconv.Itoa(i + 1), ClientAddr: "127.0.0.1:" + strconv.Itoa(base+i),
 			RaftAddr: "127.0.0.1:" + strconv.Itoa(base+10+i)})
@@ -64,8 +67,12 @@ func newHTTPCell(t *testing.T, n int, pprof bool) *httpCell {
 	}
 	dir := t.TempDir()
 	for i, p := range hc.peers {
-		s, err := cell.New(cell.Config{Cell: "t", Self: p.ID, Peers: hc.peers, Dir: dir + "/r" + p.ID, LeaseTTL: 2 * time.Second,
-			Timings: fixtures.TestTimings(), Insecure: true, Logger: fixtures.Logger(), MetricsAddr: hc.http[i], Pprof: pprof})
+		cfg := cell.Config{Cell: "t", Self: p.ID, Peers: hc.peers, Dir: dir + "/r" + p.ID, LeaseTTL: 2 * time.Second,
+			Timings: fixtures.TestTimings(), Insecure: certs == nil, Logger: fixtures.Logger(), MetricsAddr: hc.http[i], Pprof: pprof}
+		if certs != nil {
+			cfg.TLS, cfg.PeerTLS = certs.ReplicaTLS(t, p.ID)
+		}
+		s, err := cell.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,14 +114,19 @@ func (hc *httpCell) master(ctx context.Context) int {
 	return -1
 }
 
+// client dials the cell as the client named name (with TLS: as the user
+// of that name).
 func (hc *httpCell) client(ctx context.Context, name string) *client.Client {
 	hc.t.Helper()
 	var addrs []string
 	for _, p := range hc.peers {
 		addrs = append(addrs, p.ClientAddr)
 	}
-	cl, err := client.Dial(ctx, client.Config{Cell: "t", Replicas: addrs, ClientName: name, Logger: fixtures.Logger(),
-		RetryTimeout: 20 * time.Second})
+	cfg := client.Config{Cell: "t", Replicas: addrs, ClientName: name, Logger: fixtures.Logger(), RetryTimeout: 20 * time.Second}
+	if hc.certs != nil {
+		cfg.TLS = hc.certs.ClientTLS(hc.t, name)
+	}
+	cl, err := client.Dial(ctx, cfg)
 	if err != nil {
 		hc.t.Fatal(err)
 	}
@@ -498,6 +510,32 @@ func TestStatusPageScraped(t *testing.T) {
 	_, fpage, _ := hc.get(f, "/")
 	if want := `<a id="master-link" href="http://` + hc.http[m] + `/">`; !strings.Contains(fpage, want) {
 		t.Errorf("the follower's page lacks the master link %q", want)
+	}
+}
+
+// On a cell with mutual TLS, each session's principal is its
+// certificate's name, on the page and in the JSON.
+func TestStatusPageShowsPrincipals(t *testing.T) {
+	hc := newHTTPCellTLS(t, 3, false, fixtures.TestCerts(t, "alice", "bob"))
+	ctx := ctxT(t, 60*time.Second)
+	m := hc.master(ctx)
+	hc.client(ctx, "alice")
+	hc.client(ctx, "bob")
+	var st statusJSON
+	waitFor(t, 15*time.Second, "both sessions listed", func() (bool, string) {
+		_, body, err := hc.get(m, "/status.json")
+		st = statusJSON{}
+		return err == nil && json.Unmarshal([]byte(body), &st) == nil && st.SessionCount == 2, body
+	})
+	got := map[string]bool{}
+	for _, s := range st.Sessions {
+		got[s.Principal] = true
+	}
+	if !got["alice"] || !got["bob"] || len(got) != 2 {
+		t.Errorf("principals on the status: %v", got)
+	}
+	if _, page, _ := hc.get(m, "/"); !strings.Contains(page, "<td>alice</td>") || !strings.Contains(page, "<td>bob</td>") {
+		t.Errorf("the page does not show both principals:\n%s", page)
 	}
 }
 
