@@ -50,6 +50,10 @@ type Config struct {
 	Timings replica.Timings
 	// Logger receives structured logs.
 	Logger *slog.Logger
+	// AuditLogger, when set, receives the master's audit lines (every
+	// permission denial and ACL change, at Info) instead of Logger, so
+	// that they are kept whatever level Logger keeps (master.Config.Audit).
+	AuditLogger *slog.Logger
 	// MetricsAddr, when set, is the replica's HTTP port for operators:
 	// Prometheus metrics at /metrics, /healthz, /readyz and a status page
 	// at / (with /status.json). It has no authentication; keep it on

@@ -96,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 		s.log.Info("mutual TLS on: principals are client certificate names; the admin is " + cfg.admin())
 	}
 	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay,
-		Logger: s.log, Admin: cfg.admin(), Limits: cfg.SessionLimits}, rep, rep.FSM())
+		Logger: s.log, Audit: cfg.auditLogger(), Admin: cfg.admin(), Limits: cfg.SessionLimits}, rep, rep.FSM())
 	s.hashes = &hashGate{interval: cfg.StateHashInterval, now: time.Now}
 	if s.hashes.interval <= 0 {
 		s.hashes.interval = DefaultStateHashInterval

@@ -82,7 +82,7 @@ func (c *call) audit(err error) {
 	if err != nil {
 		result = code.String()
 	}
-	c.log.Info("audit", "principal", c.caller.Principal, "op", c.h.Method.String(), "path", c.path,
+	c.cfg.Audit.Info("audit", "principal", c.caller.Principal, "op", c.h.Method.String(), "path", c.path,
 		"session", c.h.Session, "result", result)
 }
 

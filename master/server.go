@@ -51,6 +51,10 @@ type Config struct {
 	// Limits cap what one principal or session may hold (zero values take
 	// the defaults of DefaultLimits).
 	Limits Limits
+	// Audit receives the audit lines, at Info: every permission denial
+	// and every ACL change. It is a stream of its own so that they are
+	// kept whatever level Logger keeps (default: Logger).
+	Audit *slog.Logger
 }
 
 // AnonymousPrincipal is the one principal of a cell without TLS: every
@@ -79,6 +83,9 @@ func (c *Config) setDefaults() {
 	c.DefaultLockDelay = min(c.DefaultLockDelay, MaxLockDelay)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Audit == nil {
+		c.Audit = c.Logger
 	}
 	if c.Admin == "" {
 		c.Admin = AnonymousPrincipal
@@ -390,7 +397,7 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 		caller.Principal = AnonymousPrincipal
 	}
 	if err := s.checkSessionOwner(caller, h); err != nil {
-		s.log.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
+		s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
 			"result", wire.CodePermission.String())
 		return nil, epoch, err
 	}

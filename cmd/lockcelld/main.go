@@ -35,6 +35,8 @@ func main() {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "debug, info, warn or error", EnvVars: []string{"LOCKCELL_LOG_LEVEL"}},
 			&cli.BoolFlag{Name: "log-json", Usage: "structured JSON logs"},
+			&cli.StringFlag{Name: "audit-log", Value: "stderr", EnvVars: []string{"LOCKCELL_AUDIT_LOG"},
+				Usage: "where audit lines (permission denials, ACL changes) go, whatever --log-level says: stderr, stdout, a file (appended) or off"},
 		},
 		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand()},
 	}
@@ -54,6 +56,16 @@ func logger(c *cli.Context) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// auditLogger opens the --audit-log stream; it stays open for the life of
+// the process.
+func auditLogger(c *cli.Context) (*slog.Logger, error) {
+	l, _, err := cell.OpenAuditLog(c.String("audit-log"), c.Bool("log-json"))
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 2)
+	}
+	return l, nil
 }
 
 func timingFlags() []cli.Flag {
@@ -228,12 +240,15 @@ func devCommand() *cli.Command {
 				Peers:    cell.LoopbackPeers(c.Int("replicas"), c.Int("port"), c.Int("raft-port")),
 				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
 				MetricsPort: c.Int("metrics-port")}
+			audit, err := auditLogger(c)
+			if err != nil {
+				return err
+			}
 			var d *cell.Dev
-			var err error
 			if c.Bool("tls") {
-				d, err = startDevTLS(dcfg, limits(c))
+				d, err = startDevTLS(dcfg, limits(c), audit)
 			} else {
-				d, err = startDevWith(dcfg, limits(c), nil)
+				d, err = startDevWith(dcfg, limits(c), audit, nil)
 			}
 			if err != nil {
 				return err
@@ -292,7 +307,7 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "pprof", Usage: "also serve Go's profiler at /debug/pprof/ on the --metrics port"},
 		}, append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...)...),
 		Action: func(c *cli.Context) error {
-			cfg, err := serveConfig(c)
+			cfg, reloader, err := serveSetup(c)
 			if err != nil {
 				return err
 			}
@@ -392,6 +407,9 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 	if c.Bool("insecure") && cfg.TLS != nil {
 		return cell.Config{}, cli.Exit("--insecure contradicts --cert, --key and --ca", 2)
 	}
+	if cfg.AuditLogger, err = auditLogger(c); err != nil {
+		return cell.Config{}, err
+	}
 	if c.Bool("insecure-bind-any") && !c.Bool("insecure") {
 		return cell.Config{}, cli.Exit("--insecure-bind-any goes with --insecure only", 2)
 	}
@@ -473,7 +491,7 @@ func devCertDir(data string) string { return filepath.Join(data, "certs") }
 
 // startDevTLS starts a development cell with mutual TLS, creating the
 // development certificates under DATA/certs when missing.
-func startDevTLS(cfg cell.DevConfig, lim cell.ConnLimits) (*cell.Dev, error) {
+func startDevTLS(cfg cell.DevConfig, lim cell.ConnLimits, audit *slog.Logger) (*cell.Dev, error) {
 	dir := devCertDir(cfg.Dir)
 	var ids []string
 	for _, p := range cfg.Peers {
@@ -482,15 +500,16 @@ func startDevTLS(cfg cell.DevConfig, lim cell.ConnLimits) (*cell.Dev, error) {
 	if err := certs.WriteDevSet(dir, ids); err != nil {
 		return nil, err
 	}
-	return startDevWith(cfg, lim, func(id string) (server, peer *tls.Config, err error) {
+	return startDevWith(cfg, lim, audit, func(id string) (server, peer *tls.Config, err error) {
 		cf, kf := certs.ReplicaFiles(dir, id)
 		return certs.LoadReplicaConfigs(cf, kf, certs.CAFile(dir))
 	})
 }
 
-// startDevWith is cell.StartDev with connection limits and, when tlsFor
-// is set, each replica's TLS configurations (cell.DevConfig has neither).
-func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, tlsFor func(id string) (server, peer *tls.Config, err error)) (*cell.Dev, error) {
+// startDevWith is cell.StartDev with connection limits, the audit stream
+// and, when tlsFor is set, each replica's TLS configurations
+// (cell.DevConfig has none of them).
+func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, audit *slog.Logger, tlsFor func(id string) (server, peer *tls.Config, err error)) (*cell.Dev, error) {
 	if cfg.Cell == "" {
 		cfg.Cell = "local"
 	}
@@ -498,7 +517,7 @@ func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, tlsFor func(id string
 	for i, p := range cfg.Peers {
 		sc := cell.Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
 			LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
-			Limits: lim}
+			Limits: lim, AuditLogger: audit}
 		if cfg.MetricsPort != 0 {
 			sc.MetricsAddr = "127.0.0.1:" + strconv.Itoa(cfg.MetricsPort+i)
 		}
