@@ -386,15 +386,18 @@ type statusJSON struct {
 		Mode    string `json:"mode"`
 		Holders int    `json:"holders"`
 		Waiters int    `json:"waiters"`
+		Grants  int    `json:"grants"`
 	} `json:"locks"`
 }
 
 // statusFixture is a cell with two sessions: one holds a lock, the other
-// waits for it; the holder's client name is markup.
+// waits for it; the holder's client name is markup. The holder also took
+// and released another lock three times.
 type statusFixture struct {
 	hc       *httpCell
 	m, f     int
 	lockName string
+	hotName  string
 }
 
 const evilClient = `<script>alert("x")</script>&co`
@@ -403,8 +406,17 @@ func newStatusFixture(t *testing.T) *statusFixture {
 	hc := newHTTPCell(t, 3, false)
 	ctx := ctxT(t, 90*time.Second)
 	m := hc.master(ctx)
-	fx := &statusFixture{hc: hc, m: m, f: (m + 1) % 3, lockName: "/ls/t/jobs.nightly-etl"}
+	fx := &statusFixture{hc: hc, m: m, f: (m + 1) % 3, lockName: "/ls/t/jobs.nightly-etl", hotName: "/ls/t/hot"}
 	holder, waiter := hc.client(ctx, evilClient), hc.client(ctx, "waiter")
+	hot := mustOpen(t, ctx, holder, fx.hotName, client.Read|client.Write|client.Create)
+	for range 3 {
+		if ok, err := hot.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if err := hot.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h := mustOpen(t, ctx, holder, fx.lockName, client.Read|client.Write|client.Create)
 	if err := h.Acquire(ctx, client.Exclusive); err != nil {
 		t.Fatal(err)
@@ -436,7 +448,7 @@ func (fx *statusFixture) status(t *testing.T, i int) statusJSON {
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			return false, err.Error()
 		}
-		return len(st.Locks) == 1 && st.Locks[0].Waiters == 1 && st.Ready, body
+		return len(st.Locks) > 0 && st.Locks[0].Waiters == 1 && st.Ready, body
 	})
 	return st
 }
@@ -451,8 +463,14 @@ func TestStatusPageScraped(t *testing.T) {
 	if !ms.IsMaster || ms.Cell != "t" || ms.Self != hc.peers[m].ID || ms.SessionCount != 2 || len(ms.Sessions) != 2 {
 		t.Fatalf("master's status: %+v", ms)
 	}
-	if l := ms.Locks[0]; l.Name != fx.lockName || l.Mode != "exclusive" || l.Holders != 1 {
-		t.Errorf("master's lock row: %+v", l)
+	if len(ms.Locks) != 2 {
+		t.Fatalf("master's busiest locks: %+v", ms.Locks)
+	}
+	if l := ms.Locks[0]; l.Name != fx.lockName || l.Mode != "exclusive" || l.Holders != 1 || l.Grants != 1 {
+		t.Errorf("master's first lock row: %+v", l)
+	}
+	if l := ms.Locks[1]; l.Name != fx.hotName || l.Mode != "free" || l.Holders != 0 || l.Waiters != 0 || l.Grants != 3 {
+		t.Errorf("master's second lock row: %+v", l)
 	}
 	holders := 0
 	for _, s := range ms.Sessions {
@@ -483,6 +501,9 @@ func TestStatusPageScraped(t *testing.T) {
 	fs := fx.status(t, f)
 	if fs.IsMaster || fs.Master == nil || fs.Master.ID != hc.peers[m].ID || fs.SessionCount != 2 {
 		t.Fatalf("follower's status: %+v", fs)
+	}
+	if len(fs.Locks) != 1 || fs.Locks[0].Name != fx.lockName || fs.Locks[0].Grants != 0 {
+		t.Errorf("a follower knows the locks in use, and grants only its master counts: %+v", fs.Locks)
 	}
 	if want := "http://" + hc.http[m] + "/"; fs.Master.StatusURL != want {
 		t.Errorf("follower links the master at %q, want %q", fs.Master.StatusURL, want)

@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +98,7 @@ type statusLock struct {
 	Mode           string     `json:"mode"`
 	Holders        int        `json:"holders"`
 	Waiters        int        `json:"waiters"`
+	Grants         uint64     `json:"grants"` // by this replica's master, recent ones weighing most
 	LockGen        uint64     `json:"lock_gen"`
 	LockDelayUntil *time.Time `json:"lock_delay_until,omitempty"`
 }
@@ -153,17 +155,53 @@ func (s *Server) computeStatus() *cellStatusPage {
 		}
 		p.Sessions = append(p.Sessions, row)
 	}
-	for _, l := range s.rep.FSM().BusiestLocks(statusLocks) {
-		row := statusLock{Name: l.Path, Mode: lockModeName(l.Mode), Holders: l.Holders, Waiters: l.Waiters, LockGen: l.LockGen}
+	p.Locks = s.busiestLocks(p.Time)
+	return p
+}
+
+// busiestLocks merges the locks most waited for now (the replicated state)
+// with those this replica's master granted most often (its memory), and
+// keeps the statusLocks first: most waiters, then most grants, then most
+// holders.
+func (s *Server) busiestLocks(now time.Time) []statusLock {
+	fsm := s.rep.FSM()
+	views := fsm.BusiestLocks(statusLocks)
+	grants := map[string]uint64{}
+	var more []string
+	for _, g := range s.master.BusiestGrants(statusLocks) {
+		grants[g.Name] = g.Grants
+		more = append(more, g.Name)
+	}
+	seen := map[string]bool{}
+	var out []statusLock
+	for _, l := range append(views, fsm.LockViews(more)...) {
+		if seen[l.Path] {
+			continue
+		}
+		seen[l.Path] = true
+		row := statusLock{Name: l.Path, Mode: lockModeName(l.Mode), Holders: l.Holders, Waiters: l.Waiters, Grants: grants[l.Path],
+			LockGen: l.LockGen}
 		if l.LockDelayUntil > 0 {
-			if t := time.Unix(0, l.LockDelayUntil); t.After(p.Time) {
+			if t := time.Unix(0, l.LockDelayUntil); t.After(now) {
 				t = t.UTC()
 				row.LockDelayUntil = &t
 			}
 		}
-		p.Locks = append(p.Locks, row)
+		out = append(out, row)
 	}
-	return p
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		switch {
+		case a.Waiters != b.Waiters:
+			return a.Waiters > b.Waiters
+		case a.Grants != b.Grants:
+			return a.Grants > b.Grants
+		case a.Holders != b.Holders:
+			return a.Holders > b.Holders
+		}
+		return a.Name < b.Name
+	})
+	return out[:min(statusLocks, len(out))]
 }
 
 // statusReplicas lists the configured peers and any other member of the

@@ -226,3 +226,18 @@ func (f *FSM) BusiestLocks(n int) []LockView {
 	}
 	return out
 }
+
+// LockViews describes the locks of the named nodes that exist, in the
+// order given.
+func (f *FSM) LockViews(names []string) []LockView {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []LockView
+	for _, p := range names {
+		if nd := f.nodes[p]; nd != nil {
+			out = append(out, LockView{Path: p, Mode: nd.LockMode, Holders: len(nd.Holders), Waiters: len(nd.Waiters),
+				LockGen: nd.LockGen, LockDelayUntil: nd.LockDelayUntil})
+		}
+	}
+	return out
+}
