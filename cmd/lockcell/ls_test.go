@@ -97,6 +97,13 @@ func TestLsLargeDirectory(t *testing.T) {
 			t.Fatalf("ls --json: name %q, %d entries; want %q and the %d names", out.Name, len(got), c.Name("big"), len(want))
 		}
 	})
+	t.Run("Recursive", func(t *testing.T) {
+		// ls -R pages through big directories as ls does.
+		got := strings.Split(strings.TrimSuffix(cliRunner{t, flags}.ok("ls", "-R", "big").stdout, "\n"), "\n")
+		if len(got) == 0 || got[0] != c.Name("big")+":" || !slices.Equal(got[1:], want) {
+			t.Fatalf("ls -R big: %d lines, want a %s: line and the %d names in order", len(got), c.Name("big"), len(want))
+		}
+	})
 	t.Run("CompleteOnALaterPage", func(t *testing.T) {
 		var out, errb bytes.Buffer
 		e := &env{stdout: &out, stderr: &errb, cell: "t", replicas: c.Addrs(), timeout: 20 * time.Second}

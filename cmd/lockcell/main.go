@@ -138,7 +138,7 @@ func newApp(e *env) *cli.App {
 			&cli.StringFlag{Name: "replicas", Value: defaultReplicas, EnvVars: []string{"LOCKCELL_REPLICAS"},
 				Usage: "comma-separated client addresses of the cell's replicas"},
 			&cli.DurationFlag{Name: "timeout", Value: defaultTimeout,
-				Usage: "overall deadline for the command, including finding the master (for lock: for getting the lock, not for running its command)"},
+				Usage: "overall deadline for the command, including finding the master (for lock: bounds the wait for the lock, only when given; without it lock waits as long as it takes)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine output: one JSON document per command; errors as JSON on stderr"},
 			&cli.BoolFlag{Name: "verbose", Usage: "show the client library's logs on stderr"},
 			&cli.StringFlag{Name: "cert", EnvVars: []string{"LOCKCELL_CERT"},
