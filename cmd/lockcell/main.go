@@ -248,17 +248,6 @@ func usageErrorf(c *cli.Context, format string, args ...any) error {
 // onUsageError turns flag parsing errors into usage errors (instead of
 // urfave/cli's "Incorrect Usage" plus the whole help on stdout).
 func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
-	const undefined = "flag provided but not defined: -"
-	if msg := err.Error(); isSubcommand && strings.HasPrefix(msg, undefined) {
-		name, _, _ := strings.Cut(strings.TrimLeft(strings.TrimPrefix(msg, undefined), "-"), "=")
-		for _, f := range c.App.Flags {
-			for _, n := range f.Names() {
-				if n == name {
-					return usageErrorf(c, "%v (--%s is a global option: put it before the command)", err, name)
-				}
-			}
-		}
-	}
 	return usageErrorf(c, "%v", err)
 }
 

@@ -78,7 +78,12 @@ type shell struct {
 }
 
 func newShell(e *env) *shell {
-	g := []string{"--cell", e.cell, "--replicas", strings.Join(e.replicas, ","), "--timeout", e.timeout.String()}
+	g := []string{"--cell", e.cell, "--replicas", strings.Join(e.replicas, ",")}
+	if e.timeoutSet {
+		// Only when given: a --timeout bounds lock's wait, which is
+		// otherwise endless.
+		g = append(g, "--timeout", e.timeout.String())
+	}
 	if e.json {
 		g = append(g, "--json")
 	}
