@@ -316,6 +316,28 @@ func TestCLIWithoutSurprises(t *testing.T) {
 			t.Fatalf("second lock --ephemeral: exit %d, stderr %q", got.code, got.stderr)
 		}
 		r.fails(exitError, "not found", "stat", "eph/lk")
+		// A lock file deleted while a run waits for it (as --ephemeral
+		// does when it sees no waiter yet): the run makes it again and
+		// gets the lock instead of failing.
+		ctx := t.Context()
+		h, err := other.Open(ctx, c.Name("eph/gone"), client.Read|client.Write|client.Create)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Acquire(ctx, client.Exclusive); err != nil {
+			t.Fatal(err)
+		}
+		res3 := startLock(r, filepath.Join(dir, "seq3"), filepath.Join(dir, "go3"), "eph/gone")
+		waitForWaiters(t, r, "eph/gone", 1)
+		if err := h.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+		waitFile(t, filepath.Join(dir, "seq3"), res3)
+		touch(t, filepath.Join(dir, "go3"))
+		if got := waitResult(t, res3, 20*time.Second); got.code != exitOK {
+			t.Fatalf("lock whose file was deleted while it waited: exit %d, stderr %q", got.code, got.stderr)
+		}
 		// Through the binary too.
 		if res := runBin("", with("lock", "--ephemeral", "eph/lk2", "--", "/bin/true")...); res.code != exitOK {
 			t.Fatalf("lock --ephemeral: exit %d, stderr %q", res.code, res.stderr)
