@@ -177,13 +177,13 @@ func Open(cfg Config) (*Replica, error) {
 		stream, err := newStreamLayer(cfg.RaftAddr, addr, cfg.PeerTLS, cfg.VerifyPeer, cfg.PeerHandshakeTimeout,
 			cfg.RaftLimits.withDefaults(t.HeartbeatTimeout), log)
 		if err == nil {
-			trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			trans = unpipelined{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 				ServerAddressProvider: peerAddrs(cfg.Peers),
 				Logger:                newTransportHCLogger(log, stream.stats),
 				Stream:                stream,
 				MaxPool:               8,
 				Timeout:               5 * time.Second,
-			})
+			})}
 			port = stream
 		}
 		if err != nil {
