@@ -15,9 +15,11 @@ TESTFLAGS ?= -race -count=1 -timeout 14m
 
 all: build
 
+# -buildvcs=auto stamps the commit into --version wherever the checkout
+# has its git metadata, even when GOFLAGS turns stamping off.
 build:
-	$(GO) build -o $(BIN)/lockcelld ./cmd/lockcelld
-	$(GO) build -o $(BIN)/lockcell ./cmd/lockcell
+	$(GO) build -buildvcs=auto -o $(BIN)/lockcelld ./cmd/lockcelld
+	$(GO) build -buildvcs=auto -o $(BIN)/lockcell ./cmd/lockcell
 
 run: build
 	$(BIN)/lockcelld dev --data $(DATA)
