@@ -57,7 +57,7 @@ func lockCommand(e *env) *cli.Command {
 			"another holder's lock-delay and master fail-overs; --timeout D (or --wait D) bounds the wait, " +
 			"not CMD, and when it runs out lockcell exits " + fmt.Sprint(exitTimeout) + " without running CMD. " +
 			"NAME must be a file: a directory is refused.\n\n" +
-			"With --ephemeral lockcell deletes NAME when it is done with it, while still holding the lock, " +
+			"With --ephemeral (not with --shared) lockcell deletes NAME when it is done with it, while still holding the lock, " +
 			"unless another lock run is waiting for it; a run waiting for a file deleted this way creates it " +
 			"again and goes on waiting. A holder that dies leaves NAME in place: its lock-delay, which keeps " +
 			"the next holder out for a while, lives on the file.\n\n" +
@@ -124,6 +124,11 @@ func (e *env) lock(c *cli.Context) error {
 	mode := client.Exclusive
 	if c.Bool("shared") {
 		mode = client.Shared
+		if c.Bool("ephemeral") {
+			// Another shared holder may join between looking and
+			// deleting: only an exclusive holder can delete safely.
+			return usageErrorf(c, "--ephemeral needs an exclusive lock: a shared holder cannot delete the file under the others")
+		}
 	}
 	var opts []client.OpenOption
 	if c.IsSet("lock-delay") {

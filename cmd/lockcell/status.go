@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -50,8 +52,11 @@ func statusCommand(e *env) *cli.Command {
 				return err
 			}
 			if masterID == "" && masterAddr == "" {
-				return &exitStatus{code: exitError, kind: "no_quorum",
-					err: errors.New("status: no quorum: no replica knows a master")}
+				msg := "status: no quorum: no replica knows a master"
+				if !slices.ContainsFunc(rows, func(r statusRow) bool { return !r.refused }) {
+					msg += " (every replica refused the connection: is the cell running? are --replicas right?)"
+				}
+				return &exitStatus{code: exitError, kind: "no_quorum", err: errors.New(msg)}
 			}
 			return nil
 		},
@@ -65,6 +70,8 @@ type statusRow struct {
 	IsMaster bool               `json:"is_master"`
 	Error    string             `json:"error,omitempty"`
 	Status   *client.CellStatus `json:"status,omitempty"`
+
+	refused bool // nothing listens at Addr
 }
 
 // queryStatus asks every replica at once.
@@ -84,6 +91,7 @@ func (e *env) queryStatus() []statusRow {
 				msg := errText(err)
 				msg = strings.TrimPrefix(msg, "status of "+addr+": ")
 				rows[i].Error = msg
+				rows[i].refused = errors.Is(err, syscall.ECONNREFUSED)
 			case st.Cell != e.cell:
 				rows[i].Error = fmt.Sprintf("serves cell %q, not %q", st.Cell, e.cell)
 			default:

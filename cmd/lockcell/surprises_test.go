@@ -338,6 +338,7 @@ func TestCLIWithoutSurprises(t *testing.T) {
 		if got := waitResult(t, res3, 20*time.Second); got.code != exitOK {
 			t.Fatalf("lock whose file was deleted while it waited: exit %d, stderr %q", got.code, got.stderr)
 		}
+		r.fails(exitUsage, "exclusive", "lock", "--ephemeral", "--shared", "eph/sh", "--", "/bin/true")
 		// Through the binary too.
 		if res := runBin("", with("lock", "--ephemeral", "eph/lk2", "--", "/bin/true")...); res.code != exitOK {
 			t.Fatalf("lock --ephemeral: exit %d, stderr %q", res.code, res.stderr)
@@ -411,6 +412,10 @@ func TestCLIWithoutSurprises(t *testing.T) {
 				t.Fatalf("lockcell %s took %v to find no cell running", strings.Join(args, " "), took)
 			}
 			t.Logf("lockcell %s: %v: %s", strings.Join(args, " "), took, strings.TrimSpace(res.stderr))
+		}
+		res := runBin("", "--cell", "t", "--replicas", strings.Join(dead, ","), "status")
+		if res.code != exitError || !strings.Contains(res.stderr, "no quorum") || !strings.Contains(res.stderr, "every replica refused") {
+			t.Fatalf("status with no cell: exit %d, stderr %q", res.code, res.stderr)
 		}
 	})
 }
