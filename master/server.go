@@ -137,6 +137,7 @@ type Server struct {
 	proof        *leadershipProof
 	servingSince time.Time
 	stats        masterStats // operators' figures (stats.go)
+	backups      backupStore // backups being paged out (backup.go)
 }
 
 type waitKey struct{ handle, seq uint64 }
@@ -475,6 +476,12 @@ func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
 		return c.setACL(ctx, &req)
 	case wire.MethodListSessions:
 		return c.listSessions(ctx)
+	case wire.MethodBackup:
+		var req wire.BackupRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return c.backup(ctx, &req)
 	case wire.MethodCheckSequencer:
 		var req wire.CheckSequencerRequest
 		if err := wire.Decode(body, &req); err != nil {

@@ -41,6 +41,7 @@ var methodNames = map[Method]string{
 	MethodCancelAcquire: "CancelAcquire", MethodCellStatus: "CellStatus",
 	MethodGetSequencer: "GetSequencer", MethodCheckSequencer: "CheckSequencer",
 	MethodListSessions: "ListSessions", MethodSetACL: "SetACL",
+	MethodBackup: "Backup",
 }
 
 // String names the method for logs and errors.

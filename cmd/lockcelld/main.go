@@ -38,7 +38,7 @@ func main() {
 			&cli.StringFlag{Name: "audit-log", Value: "stderr", EnvVars: []string{"LOCKCELL_AUDIT_LOG"},
 				Usage: "where audit lines (permission denials, ACL changes) go, whatever --log-level says: stderr, stdout, a file (appended) or off"},
 		},
-		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand()},
+		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "lockcelld:", err)

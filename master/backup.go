@@ -1,0 +1,123 @@
+package master
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// Backups in flight are held in the master's memory between pages. A
+// backup nobody asks a page of for backupIdle is dropped; at most
+// maxBackups are held at once, so an admin cannot make the master hold
+// many copies of the state.
+const (
+	backupIdle = time.Minute
+	maxBackups = 2
+)
+
+// backupStore holds the backups being paged out. The zero value is ready.
+type backupStore struct {
+	mu   sync.Mutex
+	next uint64
+	held map[uint64]*heldBackup
+}
+
+type heldBackup struct {
+	b     *replica.Backup
+	timer *time.Timer // drops the backup when idle
+}
+
+// termer is what a Consensus that knows its Raft term offers (the
+// replica does); the term goes into the backup's header.
+type termer interface{ Term() uint64 }
+
+// backup serves one page of a backup file (wire.BackupRequest). Only the
+// admin may take one: a backup holds every node, ACL and the sequencer key.
+// Anyone else is refused before anything is read, with a message that
+// names nothing of the cell.
+func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.BackupResponse, error) {
+	if !c.isAdmin() {
+		return nil, wire.Errorf(wire.CodePermission, "only the cell's admin may take a backup")
+	}
+	st := &c.backups
+	if req.ID == 0 {
+		// The snapshot holds every write acknowledged before this call:
+		// a quorum confirms this replica still leads, so they are applied
+		// here.
+		if err := c.verifyRead(ctx); err != nil {
+			return nil, err
+		}
+		var term uint64
+		if t, ok := c.cons.(termer); ok {
+			term = t.Term()
+		}
+		st.mu.Lock()
+		full := len(st.held) >= maxBackups
+		st.mu.Unlock()
+		if full {
+			return nil, wire.Errorf(wire.CodeTooMany, "%d backups are being taken; finish or abandon one (an abandoned one is dropped after %s)", maxBackups, backupIdle)
+		}
+		b, err := c.fsm.Backup(term, c.cfg.Now())
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeInternal, "backup: %v", err)
+		}
+		c.log.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", len(b.File),
+			"lock_held", b.LockHeld)
+		req.ID = st.add(b)
+	}
+	b, ok := st.get(req.ID)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeBadRequest,
+			"backup %d is not held by this master (finished, idle for %s, or the master changed): start the backup again", req.ID, backupIdle)
+	}
+	if req.Offset > uint64(len(b.File)) {
+		return nil, wire.Errorf(wire.CodeBadRequest, "offset %d is past the backup's %d bytes", req.Offset, len(b.File))
+	}
+	end := min(req.Offset+wire.BackupChunk, uint64(len(b.File)))
+	h := b.Header
+	resp := &wire.BackupResponse{ID: req.ID, Offset: req.Offset, Chunk: b.File[req.Offset:end], Total: uint64(len(b.File)),
+		Checksum: b.Checksum[:], Cell: h.Cell, Applied: h.Applied, Term: h.Term, Epoch: h.Epoch, Time: h.Time,
+		Nodes: h.Nodes, Sessions: h.Sessions}
+	if end == uint64(len(b.File)) {
+		st.drop(req.ID) // the reply still holds its bytes
+	}
+	return resp, nil
+}
+
+// add holds b and returns its id.
+func (st *backupStore) add(b *replica.Backup) uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.held == nil {
+		st.held = map[uint64]*heldBackup{}
+	}
+	st.next++
+	id := st.next
+	st.held[id] = &heldBackup{b: b, timer: time.AfterFunc(backupIdle, func() { st.drop(id) })}
+	return id
+}
+
+// get returns backup id and restarts its idle timer.
+func (st *backupStore) get(id uint64) (*replica.Backup, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	h := st.held[id]
+	if h == nil {
+		return nil, false
+	}
+	h.timer.Reset(backupIdle)
+	return h.b, true
+}
+
+// drop forgets backup id (a no-op when it is gone).
+func (st *backupStore) drop(id uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if h := st.held[id]; h != nil {
+		h.timer.Stop()
+		delete(st.held, id)
+	}
+}

@@ -1,0 +1,375 @@
+package replica
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/cell/wire/bound"
+)
+
+// A backup file is
+//
+//	BackupMagic (16 bytes)
+//	header length (4 bytes, big-endian), at most maxBackupHeader
+//	header (msgpack BackupHeader)
+//	snapshot (BackupHeader.Length bytes: the FSM snapshot, exactly as Raft
+//	          snapshots encode it)
+//	SHA-256 of everything above (32 bytes)
+//
+// The trailing checksum lets a reader that streams the file (the client,
+// `lockcell backup --verify`) check it without knowing the snapshot's
+// encoding; ReadBackup also decodes and validates the snapshot in full.
+
+// BackupMagic opens every backup file.
+const BackupMagic = "LOCKCELL-BACKUP\n"
+
+// BackupFormat is the version of the backup file layout written here.
+const BackupFormat = 1
+
+// maxBackupHeader bounds the header a reader accepts before it decodes it.
+const maxBackupHeader = 4096
+
+// ErrBadBackup means a file is not a valid lockcell backup: wrong magic,
+// an unknown format, cut short, a checksum that does not match its bytes,
+// or a snapshot that does not decode. The message says which.
+var ErrBadBackup = errors.New("replica: not a valid backup")
+
+// BackupHeader describes the snapshot a backup file holds.
+type BackupHeader struct {
+	Format uint8  `msgpack:"f"`
+	Cell   string `msgpack:"c"`
+	// Applied is the index of the last entry applied to the state.
+	Applied uint64 `msgpack:"a"`
+	// Term is the master's Raft term when it took the snapshot.
+	Term  uint64 `msgpack:"t"`
+	Epoch uint64 `msgpack:"e"`
+	// Time is when the snapshot was taken (Unix ns, the master's clock).
+	Time     int64  `msgpack:"tm"`
+	Nodes    uint64 `msgpack:"n"`
+	Sessions uint64 `msgpack:"s"`
+	// Length is the number of snapshot bytes that follow the header.
+	Length uint64 `msgpack:"l"`
+}
+
+// Backup is one backup file held in memory.
+type Backup struct {
+	Header BackupHeader
+	// File is the whole file, trailing checksum included.
+	File []byte
+	// Checksum is the file's trailing SHA-256.
+	Checksum [32]byte
+	// LockHeld is how long the state machine's read lock was held (applies
+	// wait for it): the time to encode the state.
+	LockHeld time.Duration
+}
+
+// Backup encodes the whole state at its current applied index as a backup
+// file. It holds the read lock only while it encodes the snapshot (the same
+// bytes a Raft snapshot has), as Snapshot does; the file is assembled after.
+// term and now go into the header.
+func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
+	start := time.Now()
+	f.mu.RLock()
+	snap, err := f.encodeLocked()
+	h := BackupHeader{Format: BackupFormat, Cell: f.cell, Applied: f.applied, Term: term, Epoch: f.epoch,
+		Time: now.UnixNano(), Nodes: uint64(len(f.nodes)), Sessions: uint64(len(f.sessions))}
+	f.mu.RUnlock()
+	held := time.Since(start)
+	if err != nil {
+		return nil, err
+	}
+	h.Length = uint64(len(snap))
+	b, sum, err := encodeBackup(&h, snap)
+	if err != nil {
+		return nil, err
+	}
+	return &Backup{Header: h, File: b, Checksum: sum, LockHeld: held}, nil
+}
+
+// encodeBackup lays out a backup file around snapshot bytes.
+func encodeBackup(h *BackupHeader, snap []byte) ([]byte, [32]byte, error) {
+	hb, err := msgpack.Marshal(h)
+	if err != nil {
+		return nil, [32]byte{}, fmt.Errorf("replica: encode backup header: %w", err)
+	}
+	out := make([]byte, 0, len(BackupMagic)+4+len(hb)+len(snap)+sha256.Size)
+	out = append(out, BackupMagic...)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(hb)))
+	out = append(out, hb...)
+	out = append(out, snap...)
+	sum := sha256.Sum256(out)
+	return append(out, sum[:]...), sum, nil
+}
+
+// BackupContents is a backup file read and checked by ReadBackup.
+type BackupContents struct {
+	Header   BackupHeader
+	Checksum [32]byte
+	// Snapshot is the snapshot bytes, decoded and validated.
+	Snapshot []byte
+	img      *snapshotImage
+}
+
+// ReadBackup reads a whole backup file from r and checks it: the magic and
+// format, the lengths (a file cut short says how many bytes are missing),
+// the trailing SHA-256 (a flipped byte anywhere fails it), nothing after
+// it, and then the snapshot decoded and validated in full as Restore would,
+// against the header's cell, index and node count. Every failure wraps
+// ErrBadBackup.
+func ReadBackup(r io.Reader) (*BackupContents, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadBackup}, args...)...)
+	}
+	hash := sha256.New()
+	tr := io.TeeReader(r, hash)
+	var pre [len(BackupMagic) + 4]byte
+	if n, err := io.ReadFull(tr, pre[:]); err != nil {
+		return nil, bad("truncated: %d bytes, too short for a backup header (%v)", n, err)
+	}
+	if string(pre[:len(BackupMagic)]) != BackupMagic {
+		return nil, bad("no backup magic at the start: not a lockcell backup file")
+	}
+	hl := binary.BigEndian.Uint32(pre[len(BackupMagic):])
+	if hl == 0 || hl > maxBackupHeader {
+		return nil, bad("header of %d bytes (at most %d)", hl, maxBackupHeader)
+	}
+	hb := make([]byte, hl)
+	if n, err := io.ReadFull(tr, hb); err != nil {
+		return nil, bad("truncated in the header: %d of %d bytes (%v)", n, hl, err)
+	}
+	var h BackupHeader
+	if err := bound.Check(hb); err != nil {
+		return nil, bad("header: %v", err)
+	}
+	if err := msgpack.Unmarshal(hb, &h); err != nil {
+		return nil, bad("header: %v", err)
+	}
+	if h.Format != BackupFormat {
+		return nil, bad("format %d, this version reads format %d", h.Format, BackupFormat)
+	}
+	if h.Length == 0 || h.Length > maxSnapshotSize {
+		return nil, bad("snapshot of %d bytes (at most %d)", h.Length, maxSnapshotSize)
+	}
+	snap := make([]byte, h.Length)
+	if n, err := io.ReadFull(tr, snap); err != nil {
+		return nil, bad("truncated: %d of the %d snapshot bytes the header announces, and no checksum (%v)", n, h.Length, err)
+	}
+	var want [32]byte
+	hash.Sum(want[:0])
+	var got [32]byte
+	if n, err := io.ReadFull(r, got[:]); err != nil {
+		return nil, bad("truncated: %d of the 32 checksum bytes (%v)", n, err)
+	}
+	if got != want {
+		return nil, bad("checksum mismatch: the file's bytes are not the ones written (stored %x, computed %x)", got[:8], want[:8])
+	}
+	var extra [1]byte
+	if n, _ := io.ReadFull(r, extra[:]); n > 0 {
+		return nil, bad("bytes after the checksum")
+	}
+	img, err := decodeSnapshot(snap)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	if img.Cell != h.Cell || img.Applied != h.Applied || uint64(len(img.Nodes)) != h.Nodes {
+		return nil, bad("the header (cell %q, index %d, %d nodes) does not describe its snapshot (cell %q, index %d, %d nodes)",
+			h.Cell, h.Applied, h.Nodes, img.Cell, img.Applied, len(img.Nodes))
+	}
+	// Validation builds the whole state in a scratch FSM (and consumes the
+	// image), so decode a second image for the caller.
+	if _, err := NewFSM(h.Cell, nil).restoredState(img); err != nil {
+		return nil, bad("%v", err)
+	}
+	img, err = decodeSnapshot(snap)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	return &BackupContents{Header: h, Checksum: got, Snapshot: snap, img: img}, nil
+}
+
+// SeedConfig says where and as what a backup is restored.
+type SeedConfig struct {
+	// Dir is the new replica's data folder. It must not exist or be empty.
+	Dir string
+	// ID is the new replica's Raft id; it must appear in Peers.
+	ID string
+	// Cell is the new cell's name; it must equal the backup's (the cell
+	// name is part of every node name and every sequencer). Empty takes
+	// the backup's.
+	Cell string
+	// Peers are every voting member of the new cell, this one included,
+	// as `serve` will be given them.
+	Peers  []Peer
+	Logger *slog.Logger
+}
+
+// ErrDirNotEmpty means a restore was pointed at a data folder that holds
+// something: a restore only ever seeds a new replica.
+var ErrDirNotEmpty = errors.New("replica: data folder is not empty")
+
+// ErrCellMismatch means a backup of one cell was restored as another.
+var ErrCellMismatch = errors.New("replica: backup is of another cell")
+
+// SeedResult describes a seeded data folder.
+type SeedResult struct {
+	Header BackupHeader
+	// Nodes and DroppedEphemeral count the nodes kept and the ephemeral
+	// nodes dropped with their sessions; Sessions counts the sessions
+	// dropped.
+	Nodes, DroppedEphemeral, Sessions int
+	// StateHash is the SHA-256 of the seeded state (FSM.StateHash of a
+	// replica started on it, before any new entry).
+	StateHash [32]byte
+}
+
+// Seed writes the state of a checked backup into a new replica's data
+// folder, as a Raft snapshot at the backup's index and term whose
+// configuration is cfg.Peers, with the term stored as the current one. A
+// replica opened on the folder restores that snapshot and has Raft state,
+// so it does not bootstrap; every member of the new cell is seeded from
+// the same backup with the same peers, so they all start at the same
+// index, state and configuration and elect a master among themselves.
+//
+// Sessions are not restored: every session, its handles, its
+// de-duplication results, the locks its handles held or waited for, and
+// the ephemeral nodes (which live only with their sessions) are dropped,
+// as if every session had expired, except that nothing else changes:
+// every other node keeps its stat (instance, generations, times, ACL names)
+// and contents exactly, and no lock-delay is left. The cell's sequencer
+// key and the ACL files come along.
+func Seed(b *BackupContents, cfg SeedConfig) (*SeedResult, error) {
+	if cfg.Cell == "" {
+		cfg.Cell = b.Header.Cell
+	}
+	if cfg.Cell != b.Header.Cell {
+		return nil, fmt.Errorf("%w: the backup is of cell %q, not %q (the cell name is part of every name and sequencer)",
+			ErrCellMismatch, b.Header.Cell, cfg.Cell)
+	}
+	var servers []raft.Server
+	self := false
+	for _, p := range cfg.Peers {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		self = self || p.ID == cfg.ID
+	}
+	if !self {
+		return nil, fmt.Errorf("replica: id %q is not among the peers", cfg.ID)
+	}
+	if err := emptyDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	img, res := stripSessions(b.img)
+	next, err := NewFSM(cfg.Cell, nil).restoredState(img)
+	if err != nil {
+		return nil, fmt.Errorf("replica: seed: %w", err)
+	}
+	next.usage = usageOf(next.nodes, next.Root())
+	snap, err := next.encodeLocked()
+	if err != nil {
+		return nil, err
+	}
+	res.Header, res.Nodes, res.StateHash = b.Header, len(next.nodes), sha256.Sum256(snap)
+
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("replica: seed: %w", err)
+	}
+	store, err := OpenStore(filepath.Join(cfg.Dir, "raft"), log)
+	if err != nil {
+		return nil, fmt.Errorf("replica: seed: open store: %w", err)
+	}
+	defer store.Close()
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, newHCLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("replica: seed: snapshot store: %w", err)
+	}
+	term := max(b.Header.Term, 1)
+	index := b.Header.Applied
+	// Create encodes the configuration's peers the legacy way too, through
+	// a transport's EncodePeer, which for every transport here is the
+	// address as bytes: an in-memory transport does that and holds nothing.
+	_, enc := raft.NewInmemTransport("")
+	defer enc.Close()
+	sink, err := snaps.Create(1, index, term, raft.Configuration{Servers: servers}, index, enc)
+	if err != nil {
+		return nil, fmt.Errorf("replica: seed: create snapshot: %w", err)
+	}
+	if _, err := sink.Write(snap); err != nil {
+		sink.Cancel()
+		return nil, fmt.Errorf("replica: seed: write snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return nil, fmt.Errorf("replica: seed: write snapshot: %w", err)
+	}
+	// Raft's stable store must know the term, or the new replica would
+	// start at term 0 behind its own snapshot.
+	if err := store.SetUint64([]byte("CurrentTerm"), term); err != nil {
+		return nil, fmt.Errorf("replica: seed: store term: %w", err)
+	}
+	return res, nil
+}
+
+// stripSessions returns the image without sessions and what hangs on them
+// (see Seed). img's nodes are copied, not changed.
+func stripSessions(img *snapshotImage) (*snapshotImage, *SeedResult) {
+	res := &SeedResult{Sessions: len(img.Sessions)}
+	out := &snapshotImage{Version: img.Version, Cell: img.Cell, Epoch: img.Epoch, Applied: img.Applied, Key: img.Key}
+	dropped := map[string]bool{}
+	for _, n := range img.Nodes { // in name order: a parent comes before its children
+		if n.Ephemeral || dropped[parentOf(n.Path)] {
+			dropped[n.Path] = true
+			res.DroppedEphemeral++
+			continue
+		}
+		c := *n
+		c.Holders, c.Waiters, c.LockMode, c.LockDelayUntil = nil, nil, LockFree, 0
+		c.children, c.kids, c.openHandles = nil, dirIndex{}, 0
+		out.Nodes = append(out.Nodes, &c)
+	}
+	return out, res
+}
+
+// emptyDir refuses a data folder that exists and holds anything.
+func emptyDir(dir string) error {
+	if dir == "" {
+		return errors.New("replica: no data folder given")
+	}
+	f, err := os.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("replica: data folder: %w", err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("replica: data folder %s: %w", dir, err)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("%w: %s holds %s; a restore seeds a new replica only", ErrDirNotEmpty, dir, names[0])
+	}
+	return nil
+}
+
+// BackupPreview returns what Seed would keep and drop of b, writing
+// nothing (for a dry run).
+func BackupPreview(b *BackupContents) (nodes, droppedEphemeral, sessions int) {
+	img, res := stripSessions(b.img)
+	return len(img.Nodes), res.DroppedEphemeral, res.Sessions
+}
+
+// Term returns the replica's current Raft term.
+func (r *Replica) Term() uint64 { return r.raft.CurrentTerm() }
