@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -9,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -74,17 +78,21 @@ type Backup struct {
 }
 
 // Backup encodes the whole state at its current applied index as a backup
-// file. It holds the read lock only while it encodes the snapshot (the same
-// bytes a Raft snapshot has), as Snapshot does; the file is assembled after.
-// term and now go into the header.
+// file. Under the read lock (applies wait for it) it only copies the
+// state's records, shallowly: contents slices are never changed in place,
+// so sharing them is safe. Sorting and encoding (the same bytes a Raft
+// snapshot of that state has) happen after the lock is released, so the
+// cell keeps applying while a large state is encoded. term and now go into
+// the header.
 func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
 	start := time.Now()
 	f.mu.RLock()
-	snap, err := f.encodeLocked()
+	img := f.copyLocked()
 	h := BackupHeader{Format: BackupFormat, Cell: f.cell, Applied: f.applied, Term: term, Epoch: f.epoch,
 		Time: now.UnixNano(), Nodes: uint64(len(f.nodes)), Sessions: uint64(len(f.sessions))}
 	f.mu.RUnlock()
 	held := time.Since(start)
+	snap, err := encodeImage(img)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +102,61 @@ func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
 		return nil, err
 	}
 	return &Backup{Header: h, File: b, Checksum: sum, LockHeld: held}, nil
+}
+
+// copyLocked copies the state into an unsorted image; f.mu is held.
+// Nodes, sessions and handles are copied (applies change them in place),
+// with their lock queues and de-duplication tables; contents, keys and
+// results are shared (never changed once stored).
+func (f *FSM) copyLocked() *snapshotImage {
+	img := &snapshotImage{Version: snapshotVersion, Cell: f.cell, Epoch: f.epoch, Applied: f.applied, Key: f.cellKey,
+		Nodes: make([]*Node, 0, len(f.nodes)), Sessions: make([]*Session, 0, len(f.sessions)),
+		Handles: make([]*Handle, 0, len(f.handles))}
+	nodes := make([]Node, len(f.nodes))
+	i := 0
+	for _, n := range f.nodes {
+		c := &nodes[i]
+		i++
+		*c = *n
+		c.Holders, c.Waiters = slices.Clone(n.Holders), slices.Clone(n.Waiters)
+		c.children, c.kids = nil, dirIndex{}
+		img.Nodes = append(img.Nodes, c)
+	}
+	for id, s := range f.sessions {
+		c := *s
+		c.handles = nil
+		img.Sessions = append(img.Sessions, &c)
+		for q, r := range s.Results {
+			img.Results = append(img.Results, sessionResult{Session: id, Seq: q, Result: r})
+		}
+	}
+	hs := make([]Handle, len(f.handles))
+	i = 0
+	for _, h := range f.handles {
+		hs[i] = *h
+		img.Handles = append(img.Handles, &hs[i])
+		i++
+	}
+	return img
+}
+
+// encodeImage sorts an image copied by copyLocked into the order
+// encodeLocked writes and encodes it as encodeLocked does, so the bytes
+// are those of a snapshot of the same state.
+func encodeImage(img *snapshotImage) ([]byte, error) {
+	slices.SortFunc(img.Nodes, func(a, b *Node) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(img.Sessions, func(a, b *Session) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(img.Handles, func(a, b *Handle) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(img.Results, func(a, b sessionResult) int {
+		return cmp.Or(cmp.Compare(a.Session, b.Session), cmp.Compare(a.Seq, b.Seq))
+	})
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(img); err != nil {
+		return nil, fmt.Errorf("replica: encode backup: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
 // encodeBackup lays out a backup file around snapshot bytes.
