@@ -80,6 +80,8 @@ var fzTypes = []fzType{
 	{"AcquireResponse", func() any { return new(wire.AcquireResponse) }},
 	{"CellStatusResponse", func() any { return new(wire.CellStatusResponse) }},
 	{"ListSessionsResponse", func() any { return new(wire.ListSessionsResponse) }},
+	{"BackupRequest", func() any { return new(wire.BackupRequest) }},
+	{"BackupResponse", func() any { return new(wire.BackupResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -146,6 +148,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.CheckSequencerRequest)
 	case wire.MethodSetACL:
 		return new(wire.SetACLRequest)
+	case wire.MethodBackup:
+		return new(wire.BackupRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -189,6 +193,9 @@ func fzSamples() []any {
 			AppliedIndex: 4, Sessions: 5, Nodes: 6, Replicas: []wire.ReplicaStatus{{ID: "1", ClientAddr: "a", RaftAddr: "b", Master: true}}},
 		&wire.ListSessionsResponse{Sessions: []wire.SessionInfo{{ID: 1, Client: "c", Principal: "p", Created: 5, LeaseMillis: 6,
 			Handles: 7, Locks: []string{"/ls/c/a"}}}, Total: 1},
+		&wire.BackupRequest{ID: 3, Offset: 1 << 19},
+		&wire.BackupResponse{ID: 3, Offset: 1 << 19, Chunk: []byte("snap"), Total: 1 << 20, Checksum: make([]byte, 32), Cell: "c",
+			Applied: 9, Term: 2, Epoch: 1, Time: 5, Nodes: 4, Sessions: 1},
 	}
 }
 
@@ -528,6 +535,9 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.CellStatusResponse{Cell: s1, Self: s2, State: s3, Master: s1, Epoch: u1, Term: u2, CommitIndex: u3,
 				AppliedIndex: u1, Sessions: u2, Nodes: u3, Replicas: replicas},
 			&wire.ListSessionsResponse{Sessions: sessions, Total: u1},
+			&wire.BackupRequest{ID: u1, Offset: u2},
+			&wire.BackupResponse{ID: u1, Offset: u2, Chunk: b1, Total: u3, Checksum: b2, Cell: s1, Applied: u1, Term: u2,
+				Epoch: u3, Time: i1, Nodes: u1 ^ u2, Sessions: u2 ^ u3},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))
