@@ -223,10 +223,13 @@ func ReadBackup(r io.Reader) (*BackupContents, error) {
 	if h.Length == 0 || h.Length > maxSnapshotSize {
 		return nil, bad("snapshot of %d bytes (at most %d)", h.Length, maxSnapshotSize)
 	}
-	snap := make([]byte, h.Length)
-	if n, err := io.ReadFull(tr, snap); err != nil {
+	// Read in steps, so a header that claims a huge snapshot in a small
+	// file costs no more than the bytes present.
+	var sb bytes.Buffer
+	if n, err := io.CopyN(&sb, tr, int64(h.Length)); err != nil {
 		return nil, bad("truncated: %d of the %d snapshot bytes the header announces, and no checksum (%v)", n, h.Length, err)
 	}
+	snap := sb.Bytes()
 	var want [32]byte
 	hash.Sum(want[:0])
 	var got [32]byte
@@ -349,17 +352,39 @@ func Seed(b *BackupContents, cfg SeedConfig) (*SeedResult, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("replica: seed: %w", err)
 	}
-	store, err := OpenStore(filepath.Join(cfg.Dir, "raft"), log)
+	if err := seedInto(cfg.Dir, b, servers, snap, log); err != nil {
+		// The folder was empty or missing: leave it empty, so the
+		// restore can simply be run again.
+		if names, rerr := filepath.Glob(filepath.Join(cfg.Dir, "*")); rerr == nil {
+			for _, n := range names {
+				os.RemoveAll(n)
+			}
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// seedInto writes snap into an empty data folder as Seed describes.
+func seedInto(dir string, b *BackupContents, servers []raft.Server, snap []byte, log *slog.Logger) error {
+	store, err := OpenStore(filepath.Join(dir, "raft"), log)
 	if err != nil {
-		return nil, fmt.Errorf("replica: seed: open store: %w", err)
+		return fmt.Errorf("replica: seed: open store: %w", err)
 	}
 	defer store.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, newHCLogger(log))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, newHCLogger(log))
 	if err != nil {
-		return nil, fmt.Errorf("replica: seed: snapshot store: %w", err)
+		return fmt.Errorf("replica: seed: snapshot store: %w", err)
 	}
 	term := max(b.Header.Term, 1)
 	index := b.Header.Applied
+	// Raft's stable store must know the term, or the new replica would
+	// start at term 0 behind its own snapshot. The snapshot is
+	// written last: raft's store renames it into place when complete, so
+	// it marks a finished restore.
+	if err := store.SetUint64([]byte("CurrentTerm"), term); err != nil {
+		return fmt.Errorf("replica: seed: store term: %w", err)
+	}
 	// Create encodes the configuration's peers the legacy way too, through
 	// a transport's EncodePeer, which for every transport here is the
 	// address as bytes: an in-memory transport does that and holds nothing.
@@ -367,21 +392,16 @@ func Seed(b *BackupContents, cfg SeedConfig) (*SeedResult, error) {
 	defer enc.Close()
 	sink, err := snaps.Create(1, index, term, raft.Configuration{Servers: servers}, index, enc)
 	if err != nil {
-		return nil, fmt.Errorf("replica: seed: create snapshot: %w", err)
+		return fmt.Errorf("replica: seed: create snapshot: %w", err)
 	}
 	if _, err := sink.Write(snap); err != nil {
 		sink.Cancel()
-		return nil, fmt.Errorf("replica: seed: write snapshot: %w", err)
+		return fmt.Errorf("replica: seed: write snapshot: %w", err)
 	}
 	if err := sink.Close(); err != nil {
-		return nil, fmt.Errorf("replica: seed: write snapshot: %w", err)
+		return fmt.Errorf("replica: seed: write snapshot: %w", err)
 	}
-	// Raft's stable store must know the term, or the new replica would
-	// start at term 0 behind its own snapshot.
-	if err := store.SetUint64([]byte("CurrentTerm"), term); err != nil {
-		return nil, fmt.Errorf("replica: seed: store term: %w", err)
-	}
-	return res, nil
+	return store.Close()
 }
 
 // stripSessions returns the image without sessions and what hangs on them

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -101,16 +102,23 @@ func TestBackupReadBackAndSeed(t *testing.T) {
 		t.Fatal("the ephemeral node outlived its session")
 	}
 	// The restored replica goes on from the backup's index: it leads its
-	// one-member cell and applies new entries after it.
-	deadline := time.Now().Add(20 * time.Second)
-	for !r.IsLeader() {
-		if time.Now().After(deadline) {
-			t.Fatal("the restored replica never led")
+	// one-member cell, and a new entry (a session's id is its index)
+	// comes after the backup's, in a later term.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var res2 *Result
+	for {
+		res2, err = r.Apply(ctx, &Command{Type: CmdCreateSession, Client: "after", Time: time.Now().UnixNano()})
+		if err == nil || !errors.Is(err, ErrNotLeader) || ctx.Err() != nil {
+			break
 		}
-		time.Sleep(10 * time.Millisecond) // polling raft's state with a deadline
+		time.Sleep(10 * time.Millisecond) // waiting for the election, with the context's deadline
 	}
-	if st := r.Status(); st.LastIndex <= hd.Applied || st.Term < 3 {
-		t.Fatalf("status after restore %+v, backup at index %d term 3", st, hd.Applied)
+	if err != nil || res2.Err != nil || res2.Session <= hd.Applied {
+		t.Fatalf("apply after restore: %+v %v; the backup was at index %d", res2, err, hd.Applied)
+	}
+	if st := r.Status(); st.Term <= 3 {
+		t.Fatalf("status after restore %+v, backup in term 3", st)
 	}
 }
 
