@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -21,7 +22,6 @@ const (
 // backupStore holds the backups being paged out. The zero value is ready.
 type backupStore struct {
 	mu   sync.Mutex
-	next uint64
 	held map[uint64]*heldBackup
 }
 
@@ -94,8 +94,12 @@ func (st *backupStore) add(b *replica.Backup) uint64 {
 	if st.held == nil {
 		st.held = map[uint64]*heldBackup{}
 	}
-	st.next++
-	id := st.next
+	// Random ids: a client whose master changed mid-backup must not get
+	// pages of another backup the new master holds under the same id.
+	id := rand.Uint64()
+	for id == 0 || st.held[id] != nil {
+		id = rand.Uint64()
+	}
 	st.held[id] = &heldBackup{b: b, timer: time.AfterFunc(backupIdle, func() { st.drop(id) })}
 	return id
 }
