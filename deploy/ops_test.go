@@ -3,6 +3,8 @@ package deploy_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"lockcell/cell"
 	"lockcell/client"
 	"lockcell/fixtures"
 )
@@ -284,5 +287,119 @@ func converge(ctx context.Context, t *testing.T, pc *fixtures.ProcCell) (uint64,
 			t.Fatalf("replicas did not converge: %s", last)
 		}
 		time.Sleep(100 * time.Millisecond) // poll
+	}
+}
+
+// TestComposeCertificatesAndHealthCheck runs the compose file's certs
+// service command (into a temporary folder instead of the volume), checks
+// it makes every file the replicas, their health checks and the cli
+// service name, with each replica's host name in its certificate; then
+// runs a replica's health check command against a real TLS cell made from
+// those certificates: it passes once the replica knows a master, with the
+// unprivileged probe certificate, and fails when the replica is down.
+func TestComposeCertificatesAndHealthCheck(t *testing.T) {
+	daemon, cli := binaries(t)
+	top, reps := composeReplicas(t)
+	certsCmd := strs(top, "services", "certs", "command")
+	const vol = "/etc/lockcell/tls"
+	dir := t.TempDir()
+	local := func(s string) string { return strings.ReplaceAll(s, vol, dir) }
+	var args []string
+	for _, a := range certsCmd {
+		args = append(args, local(a))
+	}
+	if out, err := exec.Command(daemon, args...).CombinedOutput(); err != nil {
+		t.Fatalf("lockcelld %v: %v\n%s", args, err, out)
+	}
+	// Every certificate path the compose file names must now exist.
+	var named []string
+	for _, r := range reps {
+		named = append(named, r.settings["cert"], r.settings["key"], r.settings["ca"])
+		named = append(named, strs(r.svc, "healthcheck", "test")...)
+	}
+	for _, v := range get(top, "services", "cli", "environment").(map[string]any) {
+		named = append(named, fmt.Sprint(v))
+	}
+	for _, p := range named {
+		if strings.HasPrefix(p, vol+"/") {
+			if _, err := os.Stat(local(p)); err != nil {
+				t.Errorf("compose names %s, which the certs service does not make: %v", p, err)
+			}
+		}
+	}
+	for _, r := range reps {
+		host := strings.Split(r.settings["listen"], ":")[0]
+		pair, err := tls.LoadX509KeyPair(local(r.settings["cert"]), local(r.settings["key"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := leaf.VerifyHostname(host); err != nil {
+			t.Errorf("%s: its certificate does not name %s: %v", r.service, host, err)
+		}
+	}
+
+	// A real three-replica TLS cell on loopback from those certificates,
+	// replica i with compose replica i's certificate.
+	peers := fixtures.FreePeers(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	procs := make([]*exec.Cmd, len(peers))
+	for i, p := range peers {
+		c := exec.CommandContext(ctx, daemon, "serve", "--cell", "demo", "--id", p.ID, "--data", t.TempDir(),
+			"--peers", cell.FormatPeers(peers), "--cert", filepath.Join(dir, "replica-"+p.ID+".crt"),
+			"--key", filepath.Join(dir, "replica-"+p.ID+".key"), "--ca", filepath.Join(dir, "ca.crt"))
+		c.Env = append(os.Environ(), "LOCKCELL_AUDIT_LOG=off")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = c
+		defer c.Wait()
+	}
+	defer cancel()
+	hc := strs(reps[0].svc, "healthcheck", "test")[2:]
+	probe := func(addr string) (int, string) {
+		var a []string
+		for i, x := range hc {
+			switch {
+			case i > 0 && hc[i-1] == "--replicas":
+				x = addr
+			default:
+				x = local(x)
+			}
+			a = append(a, x)
+		}
+		c := exec.CommandContext(ctx, cli, a...)
+		c.Env = append(os.Environ(), "LOCKCELL_CERT=", "LOCKCELL_KEY=", "LOCKCELL_CA=", "LOCKCELL_REPLICAS=", "LOCKCELL_CELL=")
+		out, err := c.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		if err != nil {
+			return -1, err.Error()
+		}
+		return 0, string(out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, out := probe(peers[0].ClientAddr)
+		if code == 0 {
+			if !strings.Contains(out, "cell demo: master") {
+				t.Errorf("health check passed, printing %q", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the health check never passed: exit %d\n%s", code, out)
+		}
+		time.Sleep(100 * time.Millisecond) // poll
+	}
+	procs[1].Process.Kill()
+	procs[1].Wait()
+	if code, out := probe(peers[1].ClientAddr); code == 0 {
+		t.Errorf("the health check passed on a killed replica:\n%s", out)
 	}
 }
