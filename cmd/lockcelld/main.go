@@ -171,7 +171,7 @@ func (b *byteSize) String() string { return cell.FormatBytes(int64(*b)) }
 // tlsFlags name a replica's certificate, key and the cell's CA.
 func tlsFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "cert", Usage: "this replica's certificate (PEM; from `lockcelld certs`): turns mutual TLS on"},
+		&cli.StringFlag{Name: "cert", Usage: "this replica's certificate (PEM, as made by lockcelld certs): turns mutual TLS on"},
 		&cli.StringFlag{Name: "key", Usage: "this replica's private key (PEM)"},
 		&cli.StringFlag{Name: "ca", Usage: "the cell's CA certificate (PEM): users and replicas must be signed by it"},
 		&cli.StringFlag{Name: "admin", Usage: "admin principal (default: admin with TLS, anonymous without)"},
