@@ -20,7 +20,10 @@ func ValidateName(cell, name string) error {
 	}
 	root := "/ls/" + cell
 	if name != root && !strings.HasPrefix(name, root+"/") {
-		return Errorf(CodeInvalidName, "%q: names must start with %s/", name, root)
+		// Both are clipped: the cell may be as long and as odd as the
+		// name (a caller's ValidCellName check may come later), and a
+		// rejection must stay a few KiB whatever it rejects.
+		return Errorf(CodeInvalidName, "%.256q: names must start with %.270s", name, root+"/")
 	}
 	rest := strings.TrimPrefix(name, root)
 	if rest == "" {
@@ -69,7 +72,7 @@ func quoteByte(b byte) string {
 // name component).
 func ValidCellName(cell string) error {
 	if err := validComponent(cell); err != nil {
-		return Errorf(CodeInvalidName, "cell name %q: %v", cell, err)
+		return Errorf(CodeInvalidName, "cell name %.256q: %v", cell, err)
 	}
 	return nil
 }
