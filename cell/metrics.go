@@ -90,6 +90,9 @@ func newMetrics(s *Server) *metrics {
 		counter("lockcell_client_rate_wait_seconds_total",
 			"Time client connections' reads waited, added up, because their IP address read faster than its rate limit.",
 			func() float64 { return time.Duration(s.budget.slowed.Load()).Seconds() }),
+		counter("lockcell_audit_denials_not_logged_total",
+			"Permission denials the audit stream did not get because their principal was over its ration of denial lines.",
+			func() float64 { return float64(s.master.AuditSuppressed()) }),
 		counter("lockcell_events_dropped_total", "Handle events dropped because a session's queue of unacknowledged events was full.",
 			func() float64 { return float64(s.master.InvalidationStats().EventsDropped) }),
 	)

@@ -67,9 +67,10 @@ func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatR
 	return &wire.StatResponse{Stat: toStat(res.Stat)}, nil
 }
 
-// audit logs, once per call, every permission denial and every ACL change
-// (a SetACL, or a write to a file in the ACL folder) with who, what, where
-// and the outcome. Contents are never logged.
+// audit logs, once per call, every ACL change (a SetACL, or a write to a
+// file in the ACL folder) and every permission denial within its
+// principal's ration (auditrate.go), with who, what, where and the
+// outcome. Contents are never logged.
 func (c *call) audit(err error) {
 	code := wire.CodeOf(err)
 	aclChange := c.h.Method == wire.MethodSetACL ||
@@ -82,9 +83,23 @@ func (c *call) audit(err error) {
 	if err != nil {
 		result = code.String()
 	}
-	c.cfg.Audit.Info("audit", "principal", c.caller.Principal, "op", c.h.Method.String(), "path", c.path,
-		"session", c.h.Session, "result", result)
+	args := []any{"principal", c.caller.Principal, "op", c.h.Method.String(), "path", c.path,
+		"session", c.h.Session, "result", result}
+	if !aclChange {
+		ok, held := c.auditRation.admit(c.caller.Principal)
+		if !ok {
+			return
+		}
+		if held > 0 {
+			args = append(args, "not_logged_before", held)
+		}
+	}
+	c.cfg.Audit.Info("audit", args...)
 }
+
+// AuditSuppressed counts the denial lines the audit stream did not get
+// because their principal was over its ration (auditrate.go).
+func (s *Server) AuditSuppressed() uint64 { return s.auditRation.Suppressed() }
 
 func (s *Server) isACLPath(name string) bool {
 	dir := "/ls/" + s.cfg.Cell + "/" + replica.ACLDirName + "/"

@@ -136,8 +136,9 @@ type Server struct {
 	// admitted (leadership.go); servingSince is when this term began.
 	proof        *leadershipProof
 	servingSince time.Time
-	stats        masterStats // operators' figures (stats.go)
-	backups      backupStore // backups being paged out (backup.go)
+	stats        masterStats  // operators' figures (stats.go)
+	backups      backupStore  // backups being paged out (backup.go)
+	auditRation  *auditRation // denial lines per principal (auditrate.go)
 }
 
 type waitKey struct{ handle, seq uint64 }
@@ -153,6 +154,7 @@ func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
 		reserved:    reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Now}
 	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, time.Now)
+	s.auditRation = newAuditRation(time.Now)
 	fsm.SetObserver(s.observe)
 	return s
 }

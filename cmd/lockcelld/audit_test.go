@@ -105,6 +105,47 @@ func TestServeAuditLinesAtDefaultLevel(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A principal that keeps asking for what it may not have gets a ration
+	// of denial lines (200 at once, 10 a second after), not a line per
+	// call: the stream is on by default and a replica's disk is finite.
+	// What is held back is counted on its next logged denial.
+	const flood = 600
+	start := time.Now()
+	for range flood {
+		if _, err := alice.Open(ctx, pc.Name("f"), client.Read|client.Write); !errors.Is(err, client.ErrPermission) {
+			t.Fatalf("alice opens f for writing: %v, want ErrPermission", err)
+		}
+	}
+	bound := 1 + 200 + int(10*time.Since(start).Seconds()) + 1
+	denials := func() (n int, held string) {
+		for _, l := range auditLines(pc) {
+			if strings.Contains(l, "principal=alice") {
+				n++
+				if i := strings.Index(l, "not_logged_before="); i >= 0 {
+					held = strings.Fields(l[i:])[0]
+				}
+			}
+		}
+		return n, held
+	}
+	if n, _ := denials(); n > bound || n < 200 {
+		t.Fatalf("%d denials by one principal in %v wrote %d audit lines; want between 200 and %d", flood+1, time.Since(start), n, bound)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		if _, err := alice.Open(ctx, pc.Name("f"), client.Read|client.Write); !errors.Is(err, client.ErrPermission) {
+			t.Fatalf("alice opens f for writing: %v, want ErrPermission", err)
+		}
+		if _, held := denials(); held != "" {
+			t.Logf("after %d denials, the next logged one says %s", flood, held)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no audit line says how many denials were not logged")
+		}
+		time.Sleep(50 * time.Millisecond) // polling with a deadline; the ration refills at 10 a second
+	}
+
 	// The audit stream is on by itself: the level of the other logs
 	// stays at warn.
 	for i := range pc.N() {
