@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"lockcell/backupfile"
 	"lockcell/cell/wire"
 	"lockcell/cell/wire/bound"
 )
@@ -94,28 +94,9 @@ func (c *Client) Backup(ctx context.Context, w io.Writer, progress func(done, to
 	return info, nil
 }
 
-// The backup file layout (the master writes it): a magic string, a 4-byte
-// big-endian header length, a msgpack header, the snapshot, and the SHA-256
-// of everything before it.
-const (
-	backupMagic     = "LOCKCELL-BACKUP\n"
-	backupFormat    = 1
-	maxBackupHeader = 4096
-	maxBackupState  = 1 << 30
-)
-
-// backupHeader mirrors the file's header.
-type backupHeader struct {
-	Format   uint8  `msgpack:"f"`
-	Cell     string `msgpack:"c"`
-	Applied  uint64 `msgpack:"a"`
-	Term     uint64 `msgpack:"t"`
-	Epoch    uint64 `msgpack:"e"`
-	Time     int64  `msgpack:"tm"`
-	Nodes    uint64 `msgpack:"n"`
-	Sessions uint64 `msgpack:"s"`
-	Length   uint64 `msgpack:"l"`
-}
+// maxBackupState bounds the snapshot a backup file may announce, as a
+// replica bounds the snapshots it restores.
+const maxBackupState = 1 << 30
 
 // VerifyBackup reads a backup file to its end and checks it: the magic
 // and format, every length (a file cut short says how much is missing),
@@ -126,69 +107,23 @@ type backupHeader struct {
 // --dry-run` further checks the state's own rules (parents exist, locks
 // name open handles) as a replica restoring it would.
 func VerifyBackup(r io.Reader) (*BackupInfo, error) {
-	bad := func(format string, args ...any) (*BackupInfo, error) {
-		return nil, fmt.Errorf("%w: "+format, append([]any{ErrBadBackup}, args...)...)
+	f, err := backupfile.Read(r, maxBackupState, ErrBadBackup)
+	if err != nil {
+		return nil, err
 	}
-	hash := sha256.New()
-	tr := io.TeeReader(r, hash)
-	var pre [len(backupMagic) + 4]byte
-	if n, err := io.ReadFull(tr, pre[:]); err != nil {
-		return bad("truncated: %d bytes, too short for a backup header (%v)", n, err)
-	}
-	if string(pre[:len(backupMagic)]) != backupMagic {
-		return bad("no backup magic at the start: not a lockcell backup file")
-	}
-	hl := binary.BigEndian.Uint32(pre[len(backupMagic):])
-	if hl == 0 || hl > maxBackupHeader {
-		return bad("header of %d bytes (at most %d)", hl, maxBackupHeader)
-	}
-	hb := make([]byte, hl)
-	if n, err := io.ReadFull(tr, hb); err != nil {
-		return bad("truncated in the header: %d of %d bytes (%v)", n, hl, err)
-	}
-	var h backupHeader
-	if err := bound.Check(hb); err != nil {
-		return bad("header: %v", err)
-	}
-	if err := msgpack.Unmarshal(hb, &h); err != nil {
-		return bad("header: %v", err)
-	}
-	if h.Format != backupFormat {
-		return bad("format %d, this version reads format %d", h.Format, backupFormat)
-	}
-	if h.Length == 0 || h.Length > maxBackupState {
-		return bad("snapshot of %d bytes (at most %d)", h.Length, maxBackupState)
-	}
-	// Read in steps, so a header claiming a huge snapshot in a small
-	// file costs no more than the bytes present.
-	var snap bytes.Buffer
-	if n, err := io.CopyN(&snap, tr, int64(h.Length)); err != nil {
-		return bad("truncated: %d of the %d snapshot bytes the header announces, and no checksum (%v)", n, h.Length, err)
-	}
-	want := hash.Sum(nil)
-	got := make([]byte, sha256.Size)
-	if n, err := io.ReadFull(r, got); err != nil {
-		return bad("truncated: %d of the 32 checksum bytes (%v)", n, err)
-	}
-	if !bytes.Equal(got, want) {
-		return bad("checksum mismatch: the file's bytes are not the ones written (stored %x, computed %x)", got[:8], want[:8])
-	}
-	var extra [1]byte
-	if n, _ := io.ReadFull(r, extra[:]); n > 0 {
-		return bad("bytes after the checksum")
-	}
-	if err := decodeState(snap.Bytes(), &h); err != nil {
-		return bad("snapshot: %v", err)
+	h := &f.Header
+	if err := decodeState(f.Snapshot, h); err != nil {
+		return nil, fmt.Errorf("%w: snapshot: %v", ErrBadBackup, err)
 	}
 	return &BackupInfo{Cell: h.Cell, Index: h.Applied, Term: h.Term, Epoch: h.Epoch, Time: time.Unix(0, h.Time).UTC(),
-		Nodes: h.Nodes, Sessions: h.Sessions, Bytes: uint64(len(pre) + len(hb) + snap.Len() + sha256.Size),
-		SnapshotBytes: h.Length, Checksum: hex.EncodeToString(got)}, nil
+		Nodes: h.Nodes, Sessions: h.Sessions, Bytes: f.Size,
+		SnapshotBytes: h.Length, Checksum: hex.EncodeToString(f.Checksum[:])}, nil
 }
 
 // decodeState decodes snapshot bytes in full, as generic values, and
 // checks the fields the header repeats: the cell ("c"), the applied index
 // ("a") and the number of nodes ("n").
-func decodeState(b []byte, h *backupHeader) error {
+func decodeState(b []byte, h *backupfile.Header) error {
 	if err := bound.Check(b); err != nil {
 		return err
 	}

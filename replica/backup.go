@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -18,30 +17,19 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire/bound"
+	"lockcell/backupfile"
 )
 
-// A backup file is
-//
-//	BackupMagic (16 bytes)
-//	header length (4 bytes, big-endian), at most maxBackupHeader
-//	header (msgpack BackupHeader)
-//	snapshot (BackupHeader.Length bytes: the FSM snapshot, exactly as Raft
-//	          snapshots encode it)
-//	SHA-256 of everything above (32 bytes)
-//
-// The trailing checksum lets a reader that streams the file (the client,
-// `lockcell backup --verify`) check it without knowing the snapshot's
-// encoding; ReadBackup also decodes and validates the snapshot in full.
+// A backup file's layout is package backupfile's: a magic string, a
+// msgpack header, the snapshot exactly as Raft snapshots encode it, and a
+// trailing SHA-256. ReadBackup also decodes and validates the snapshot in
+// full.
 
 // BackupMagic opens every backup file.
-const BackupMagic = "LOCKCELL-BACKUP\n"
+const BackupMagic = backupfile.Magic
 
 // BackupFormat is the version of the backup file layout written here.
-const BackupFormat = 1
-
-// maxBackupHeader bounds the header a reader accepts before it decodes it.
-const maxBackupHeader = 4096
+const BackupFormat = backupfile.Format
 
 // ErrBadBackup means a file is not a valid lockcell backup: wrong magic,
 // an unknown format, cut short, a checksum that does not match its bytes,
@@ -49,21 +37,7 @@ const maxBackupHeader = 4096
 var ErrBadBackup = errors.New("replica: not a valid backup")
 
 // BackupHeader describes the snapshot a backup file holds.
-type BackupHeader struct {
-	Format uint8  `msgpack:"f"`
-	Cell   string `msgpack:"c"`
-	// Applied is the index of the last entry applied to the state.
-	Applied uint64 `msgpack:"a"`
-	// Term is the master's Raft term when it took the snapshot.
-	Term  uint64 `msgpack:"t"`
-	Epoch uint64 `msgpack:"e"`
-	// Time is when the snapshot was taken (Unix ns, the master's clock).
-	Time     int64  `msgpack:"tm"`
-	Nodes    uint64 `msgpack:"n"`
-	Sessions uint64 `msgpack:"s"`
-	// Length is the number of snapshot bytes that follow the header.
-	Length uint64 `msgpack:"l"`
-}
+type BackupHeader = backupfile.Header
 
 // Backup is one backup file held in memory.
 type Backup struct {
@@ -97,7 +71,7 @@ func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
 		return nil, err
 	}
 	h.Length = uint64(len(snap))
-	b, sum, err := encodeBackup(&h, snap)
+	b, sum, err := backupfile.Encode(&h, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -159,21 +133,6 @@ func encodeImage(img *snapshotImage) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// encodeBackup lays out a backup file around snapshot bytes.
-func encodeBackup(h *BackupHeader, snap []byte) ([]byte, [32]byte, error) {
-	hb, err := msgpack.Marshal(h)
-	if err != nil {
-		return nil, [32]byte{}, fmt.Errorf("replica: encode backup header: %w", err)
-	}
-	out := make([]byte, 0, len(BackupMagic)+4+len(hb)+len(snap)+sha256.Size)
-	out = append(out, BackupMagic...)
-	out = binary.BigEndian.AppendUint32(out, uint32(len(hb)))
-	out = append(out, hb...)
-	out = append(out, snap...)
-	sum := sha256.Sum256(out)
-	return append(out, sum[:]...), sum, nil
-}
-
 // BackupContents is a backup file read and checked by ReadBackup.
 type BackupContents struct {
 	Header   BackupHeader
@@ -193,56 +152,11 @@ func ReadBackup(r io.Reader) (*BackupContents, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrBadBackup}, args...)...)
 	}
-	hash := sha256.New()
-	tr := io.TeeReader(r, hash)
-	var pre [len(BackupMagic) + 4]byte
-	if n, err := io.ReadFull(tr, pre[:]); err != nil {
-		return nil, bad("truncated: %d bytes, too short for a backup header (%v)", n, err)
+	file, err := backupfile.Read(r, maxSnapshotSize, ErrBadBackup)
+	if err != nil {
+		return nil, err
 	}
-	if string(pre[:len(BackupMagic)]) != BackupMagic {
-		return nil, bad("no backup magic at the start: not a lockcell backup file")
-	}
-	hl := binary.BigEndian.Uint32(pre[len(BackupMagic):])
-	if hl == 0 || hl > maxBackupHeader {
-		return nil, bad("header of %d bytes (at most %d)", hl, maxBackupHeader)
-	}
-	hb := make([]byte, hl)
-	if n, err := io.ReadFull(tr, hb); err != nil {
-		return nil, bad("truncated in the header: %d of %d bytes (%v)", n, hl, err)
-	}
-	var h BackupHeader
-	if err := bound.Check(hb); err != nil {
-		return nil, bad("header: %v", err)
-	}
-	if err := msgpack.Unmarshal(hb, &h); err != nil {
-		return nil, bad("header: %v", err)
-	}
-	if h.Format != BackupFormat {
-		return nil, bad("format %d, this version reads format %d", h.Format, BackupFormat)
-	}
-	if h.Length == 0 || h.Length > maxSnapshotSize {
-		return nil, bad("snapshot of %d bytes (at most %d)", h.Length, maxSnapshotSize)
-	}
-	// Read in steps, so a header that claims a huge snapshot in a small
-	// file costs no more than the bytes present.
-	var sb bytes.Buffer
-	if n, err := io.CopyN(&sb, tr, int64(h.Length)); err != nil {
-		return nil, bad("truncated: %d of the %d snapshot bytes the header announces, and no checksum (%v)", n, h.Length, err)
-	}
-	snap := sb.Bytes()
-	var want [32]byte
-	hash.Sum(want[:0])
-	var got [32]byte
-	if n, err := io.ReadFull(r, got[:]); err != nil {
-		return nil, bad("truncated: %d of the 32 checksum bytes (%v)", n, err)
-	}
-	if got != want {
-		return nil, bad("checksum mismatch: the file's bytes are not the ones written (stored %x, computed %x)", got[:8], want[:8])
-	}
-	var extra [1]byte
-	if n, _ := io.ReadFull(r, extra[:]); n > 0 {
-		return nil, bad("bytes after the checksum")
-	}
+	h, snap, got := file.Header, file.Snapshot, file.Checksum
 	img, err := decodeSnapshot(snap)
 	if err != nil {
 		return nil, bad("%v", err)
