@@ -41,7 +41,8 @@ var methodNames = map[Method]string{
 	MethodCancelAcquire: "CancelAcquire", MethodCellStatus: "CellStatus",
 	MethodGetSequencer: "GetSequencer", MethodCheckSequencer: "CheckSequencer",
 	MethodListSessions: "ListSessions", MethodSetACL: "SetACL",
-	MethodBackup: "Backup",
+	MethodBackup: "Backup", MethodReplicaAdd: "ReplicaAdd", MethodReplicaRemove: "ReplicaRemove",
+	MethodReplicaList: "ReplicaList",
 }
 
 // String names the method for logs and errors.
@@ -380,6 +381,15 @@ type ReplicaStatus struct {
 	ClientAddr string `msgpack:"c"`
 	RaftAddr   string `msgpack:"r"`
 	Master     bool   `msgpack:"m,omitempty"`
+	// Suffrage is SuffrageVoter or SuffrageNonvoter (empty from a
+	// replica that does not know the configuration).
+	Suffrage string `msgpack:"sf,omitempty"`
+	// Healthy (from the master only) says the master heard from the
+	// member within the last few heartbeats; the master is healthy.
+	Healthy bool `msgpack:"h,omitempty"`
+	// LastContactMillis (from the master only) is how long ago the master
+	// last heard from the member; 0 for the master itself.
+	LastContactMillis int64 `msgpack:"lc,omitempty"`
 }
 
 // CellStatusResponse describes the cell from the answering replica.
