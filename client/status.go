@@ -14,6 +14,9 @@ type ReplicaStatus struct {
 	ClientAddr string `json:"client_addr"`
 	RaftAddr   string `json:"raft_addr"`
 	Master     bool   `json:"master"`
+	// Suffrage is "voter" or "nonvoter" (empty when the answering
+	// replica does not know the configuration).
+	Suffrage string `json:"suffrage,omitempty"`
 }
 
 // CellStatus is one replica's view of the cell.
@@ -49,7 +52,8 @@ func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus,
 	out := &CellStatus{Cell: resp.Cell, Self: resp.Self, State: resp.State, Master: resp.Master, Epoch: resp.Epoch,
 		Term: resp.Term, CommitIndex: resp.CommitIndex, AppliedIndex: resp.AppliedIndex, Sessions: resp.Sessions, Nodes: resp.Nodes}
 	for _, r := range resp.Replicas {
-		out.Replicas = append(out.Replicas, ReplicaStatus(r))
+		out.Replicas = append(out.Replicas, ReplicaStatus{ID: r.ID, ClientAddr: r.ClientAddr, RaftAddr: r.RaftAddr,
+			Master: r.Master, Suffrage: r.Suffrage})
 	}
 	return out, nil
 }
