@@ -90,11 +90,15 @@ func (s *Server) forgetCacherLocked(session uint64, l *lease) {
 
 // pendingInval is one invalidation a change waits for: event seq on the
 // session of lease l, due by deadline, the lease l held when it was queued.
+// Copies share counted: a later change of the name waits on the same
+// invalidation, and one invalidation run late is counted once however
+// many changes waited on it.
 type pendingInval struct {
 	l        *lease
 	session  uint64
 	seq      uint64
 	deadline time.Time
+	counted  *bool // counted as late (under Server.mu)
 }
 
 // invalidate marks names busy, sends invalidations to every session that
@@ -120,7 +124,7 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 			l.lastInval = seq
 			delete(l.cached, name)
 			l.wakeLocked()
-			w := pendingInval{l: l, session: session, seq: seq, deadline: l.end}
+			w := pendingInval{l: l, session: session, seq: seq, deadline: l.end, counted: new(bool)}
 			waits = append(waits, w)
 			s.inflight[name] = append(s.inflight[name], w)
 			s.invalidations++ // the waits taken over from an earlier change were counted by it
@@ -156,7 +160,8 @@ func (s *Server) awaitAck(ctx context.Context, stop <-chan struct{}, w pendingIn
 		now := s.cfg.Now()
 		acked := bugNoInval || w.l.acked >= w.seq || w.l.closed
 		late := !acked && !w.deadline.After(now)
-		if late {
+		if late && !*w.counted {
+			*w.counted = true
 			s.lateInvalidations++
 			if w.l.ignored > 0 && w.l.delivered >= w.seq {
 				s.barCachingLocked(w.session, now)
