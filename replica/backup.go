@@ -111,6 +111,7 @@ func (f *FSM) copyLocked() *snapshotImage {
 		img.Handles = append(img.Handles, &hs[i])
 		i++
 	}
+	f.members.image(img) // a copy: sorted builds a fresh slice
 	return img
 }
 

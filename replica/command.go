@@ -27,6 +27,9 @@ const (
 	CmdGrant         CmdType = 11 // re-run hand-off of a lock whose lock-delay has passed
 	CmdCellKey       CmdType = 12 // the first master stores the cell's secret sequencer key
 	CmdSetACL        CmdType = 13 // a node's three ACL file names are replaced
+	CmdMembersSeed   CmdType = 14 // the member table and configured size are set, if never set before
+	CmdMemberPut     CmdType = 15 // a member's addresses are recorded (added or replaced)
+	CmdMemberRemove  CmdType = 16 // a member leaves the member table
 )
 
 func (t CmdType) String() string {
@@ -57,6 +60,12 @@ func (t CmdType) String() string {
 		return "CellKey"
 	case CmdSetACL:
 		return "SetACL"
+	case CmdMembersSeed:
+		return "MembersSeed"
+	case CmdMemberPut:
+		return "MemberPut"
+	case CmdMemberRemove:
+		return "MemberRemove"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }
@@ -111,6 +120,11 @@ type Command struct {
 	// may add to the namespace (quota.go). Entries without it are not
 	// capped.
 	Quota *Quota `msgpack:"qu,omitempty"`
+	// Members are the member-table entries of a MembersSeed, MemberPut or
+	// MemberRemove (members.go); ConfiguredSize is a MembersSeed's voter
+	// count.
+	Members        []MemberAddrs `msgpack:"mb,omitempty"`
+	ConfiguredSize int           `msgpack:"cs,omitempty"`
 }
 
 // Fence is a sequencer's claim, checked atomically with a command.

@@ -213,6 +213,8 @@ type FSM struct {
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
 	// restore).
 	usage usage
+	// members is the member table (members.go).
+	members memberTable
 
 	changes []Change // scratch, used under mu by apply
 
@@ -384,6 +386,8 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return &Result{}
 	case CmdSetACL:
 		return f.setACL(index, c)
+	case CmdMembersSeed, CmdMemberPut, CmdMemberRemove:
+		return f.applyMembers(c)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d at index %d", c.Type, index))
 }
@@ -894,6 +898,10 @@ type snapshotImage struct {
 	Key []byte `msgpack:"k,omitempty"`
 	// Results are the sessions' de-duplication tables, by (session, seq).
 	Results []sessionResult `msgpack:"r"`
+	// Members and MemberSize are the member table (members.go), omitted
+	// until it is seeded, so older snapshots restore.
+	Members    []MemberAddrs `msgpack:"mb,omitempty"`
+	MemberSize int           `msgpack:"ms,omitempty"`
 }
 
 type sessionResult struct {
@@ -950,6 +958,7 @@ func (f *FSM) encodeLocked() ([]byte, error) {
 	for _, id := range sortedKeys(f.handles) {
 		img.Handles = append(img.Handles, f.handles[id])
 	}
+	f.members.image(&img)
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.SetSortMapKeys(true) // identical states give identical bytes
@@ -1016,6 +1025,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.epoch, f.applied, f.cellKey = next.epoch, next.applied, next.cellKey
 	f.nodes, f.sessions, f.handles, f.watch = next.nodes, next.sessions, next.handles, next.watch
+	f.members = next.members
 	f.principals = map[string]int{}
 	for _, s := range f.sessions {
 		f.principals[s.Principal]++
@@ -1047,6 +1057,7 @@ const (
 var snapshotFields = map[string]int{
 	"v": 0, "c": 0, "e": 0, "a": 0, "k": 0,
 	"n": minNodeBytes, "s": minSessionBytes, "h": minHandleBytes, "r": minResultBytes,
+	"ms": 0, "mb": minMemberBytes,
 }
 
 // decodeSnapshot decodes snapshot bytes into an image. bound.Check caps
@@ -1265,6 +1276,9 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 		}
 	}
 	if err := next.checkRestoredLocks(img.Nodes); err != nil {
+		return nil, err
+	}
+	if err := next.members.restore(img); err != nil {
 		return nil, err
 	}
 	return next, nil
