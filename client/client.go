@@ -24,8 +24,16 @@ import (
 type Config struct {
 	// Cell is the cell name; names look like /ls/<Cell>/...
 	Cell string
-	// Replicas are the client addresses of the cell's replicas.
+	// Replicas are client addresses of the cell's replicas: the seeds.
+	// One live member is enough: once Dial has found the master, the
+	// client tries the members the master lists instead (Client.ReplicaAddrs),
+	// and follows membership changes from then on.
 	Replicas []string
+	// ReplicaRefresh is how often the client asks the master for the
+	// cell's membership, on top of asking after every fail-over and
+	// whenever a replica names a master the client does not know.
+	// Default DefaultReplicaRefresh.
+	ReplicaRefresh time.Duration
 	// ClientName identifies this client to operators (default: none).
 	ClientName string
 	// RetryTimeout bounds how long a call keeps looking for a master
@@ -99,6 +107,9 @@ func (c *Config) setDefaults() error {
 	if c.Clock == nil {
 		c.Clock = RealClock{}
 	}
+	if c.ReplicaRefresh <= 0 {
+		c.ReplicaRefresh = DefaultReplicaRefresh
+	}
 	return nil
 }
 
@@ -111,7 +122,6 @@ type Client struct {
 	mu       sync.Mutex
 	conns    map[string]*conn
 	master   string // address of the replica believed to be master
-	next     int    // rotation over Replicas when no master is known
 	epoch    uint64
 	session  uint64
 	seq      uint64
@@ -139,6 +149,11 @@ type Client struct {
 	base      context.Context // cancelled by Close; parent of background calls
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+
+	// addrs are the replicas tried when no master is known; refresh asks
+	// addrLoop to bring them up to date with the cell's membership.
+	addrs   *addrSet
+	refresh chan struct{}
 }
 
 // Dial connects to the cell, finds its master and creates a session. The
@@ -151,7 +166,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, conns: map[string]*conn{}, inflight: map[uint64]struct{}{},
-		events: make(chan Event, 256), stop: make(chan struct{})}
+		events: make(chan Event, 256), stop: make(chan struct{}), addrs: newAddrSet(cfg.Replicas), refresh: make(chan struct{}, 1)}
 	c.base, c.cancel = context.WithCancel(context.Background())
 	if !cfg.DisableCache {
 		c.cache = cache.New(cache.Config{MaxBytes: cfg.CacheBytes}, cachedSize)
@@ -172,8 +187,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c.session, c.epoch = resp.Session, resp.Epoch
 	c.mu.Unlock()
 	c.sess = newSessionState(c.clock, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.keepAliveLoop()
+	go c.addrLoop()
 	return c, nil
 }
 
@@ -293,6 +309,9 @@ func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, re
 			c.mu.Lock()
 			h := wire.Header{Method: m, Session: c.session, Epoch: c.epoch, Seq: seq, Ack: c.ackLocked()}
 			c.mu.Unlock()
+			if sessionless(m) {
+				h.Session = 0
+			}
 			var st wire.Status
 			st, err = cn.call(ctx, &h, req, resp)
 			if err == nil {
@@ -360,8 +379,7 @@ func (c *Client) masterConn(ctx context.Context) (*conn, error) {
 	c.mu.Lock()
 	addr := c.master
 	if addr == "" {
-		addr = c.cfg.Replicas[c.next%len(c.cfg.Replicas)]
-		c.next++
+		addr = c.addrs.pick()
 		c.master = addr
 	}
 	if cn := c.conns[addr]; cn != nil && cn.alive() {
@@ -383,7 +401,7 @@ func (c *Client) masterConn(ctx context.Context) (*conn, error) {
 			if !refusedConn(err) {
 				clear(c.refused)
 			} else if c.refused[addr] = true; c.allRefusedLocked() {
-				return nil, fmt.Errorf("%w: %s", ErrAllRefused, strings.Join(c.cfg.Replicas, ", "))
+				return nil, fmt.Errorf("%w: %s", ErrAllRefused, strings.Join(c.addrs.list(), ", "))
 			}
 		}
 		return nil, fmt.Errorf("%w: dial %s: %v", errTransport, addr, err)
@@ -401,10 +419,10 @@ func (c *Client) masterConn(ctx context.Context) (*conn, error) {
 	return cn, nil
 }
 
-// allRefusedLocked reports whether every configured replica is in
+// allRefusedLocked reports whether every replica the client knows is in
 // c.refused.
 func (c *Client) allRefusedLocked() bool {
-	for _, a := range c.cfg.Replicas {
+	for _, a := range c.addrs.list() {
 		if !c.refused[a] {
 			return false
 		}
@@ -419,6 +437,10 @@ func (c *Client) redirect(from, leader string) bool {
 	defer c.mu.Unlock()
 	if leader != "" && leader != from {
 		c.master = leader
+		if c.addrs.add(leader) {
+			// A master we did not know of: the membership changed.
+			c.refreshAddrs()
+		}
 		return true
 	}
 	if c.master == from {
@@ -471,6 +493,7 @@ func (c *Client) noteEpoch(epoch uint64) {
 	}
 	if changed && old != 0 {
 		c.emit(Event{Kind: MasterFailover, Epoch: epoch})
+		c.refreshAddrs() // the new master may serve another membership
 	}
 }
 

@@ -17,6 +17,11 @@ type ReplicaStatus struct {
 	// Suffrage is "voter" or "nonvoter" (empty when the answering
 	// replica does not know the configuration).
 	Suffrage string `json:"suffrage,omitempty"`
+	// Healthy and LastContact are known from the master only (from
+	// Client.Replicas): the master heard from the member within the last
+	// few heartbeats, and how long ago it last did (0 for the master).
+	Healthy     bool          `json:"healthy,omitempty"`
+	LastContact time.Duration `json:"last_contact_ns,omitempty"`
 }
 
 // CellStatus is one replica's view of the cell.
@@ -52,8 +57,7 @@ func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus,
 	out := &CellStatus{Cell: resp.Cell, Self: resp.Self, State: resp.State, Master: resp.Master, Epoch: resp.Epoch,
 		Term: resp.Term, CommitIndex: resp.CommitIndex, AppliedIndex: resp.AppliedIndex, Sessions: resp.Sessions, Nodes: resp.Nodes}
 	for _, r := range resp.Replicas {
-		out.Replicas = append(out.Replicas, ReplicaStatus{ID: r.ID, ClientAddr: r.ClientAddr, RaftAddr: r.RaftAddr,
-			Master: r.Master, Suffrage: r.Suffrage})
+		out.Replicas = append(out.Replicas, replicaStatusOf(r))
 	}
 	return out, nil
 }

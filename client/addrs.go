@@ -1,0 +1,171 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"lockcell/cell/wire"
+)
+
+// DefaultReplicaRefresh is how often a Client asks the master for the
+// cell's membership when nothing else made it ask (Config.ReplicaRefresh).
+const DefaultReplicaRefresh = time.Minute
+
+// addrSet is the set of replica client addresses a Client tries, in
+// rotation, when it knows no master. It starts as Config.Replicas and
+// follows the cell's membership from then on: members added since the
+// client started are tried, removed ones are not, so a client outlives the
+// replacement of every machine it was configured with. It is never empty.
+//
+// It has its own lock because the Client's mu guards the session's hot
+// path; an addrSet method never calls out while holding it, so it nests
+// inside Client.mu.
+type addrSet struct {
+	mu    sync.Mutex
+	addrs []string
+	next  int
+}
+
+func newAddrSet(seeds []string) *addrSet {
+	s := &addrSet{}
+	for _, a := range seeds {
+		if a != "" && !slices.Contains(s.addrs, a) {
+			s.addrs = append(s.addrs, a)
+		}
+	}
+	return s
+}
+
+// pick returns the next address in rotation.
+func (s *addrSet) pick() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.addrs[s.next%len(s.addrs)]
+	s.next++
+	return a
+}
+
+// list returns the addresses.
+func (s *addrSet) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.addrs)
+}
+
+// has reports whether addr is in the set.
+func (s *addrSet) has(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.addrs, addr)
+}
+
+// add puts addr (a master a replica named) in the set; it reports
+// whether addr is new.
+func (s *addrSet) add(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if addr == "" || slices.Contains(s.addrs, addr) {
+		return false
+	}
+	s.addrs = append(s.addrs, addr)
+	return true
+}
+
+// learn replaces the set with the members' client addresses, as the
+// master listed them. An empty list is ignored: a set is never empty.
+func (s *addrSet) learn(addrs []string) {
+	var next []string
+	for _, a := range addrs {
+		if a != "" && !slices.Contains(next, a) {
+			next = append(next, a)
+		}
+	}
+	if len(next) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addrs = next
+}
+
+// ReplicaAddrs returns the client addresses of the replicas the client
+// tries when it looks for a master: Config.Replicas until it has heard the
+// cell's membership from the master (right after Dial), the live members'
+// addresses from then on.
+func (c *Client) ReplicaAddrs() []string { return c.addrs.list() }
+
+// refreshAddrs asks for a refresh of the address set soon (without
+// waiting for it).
+func (c *Client) refreshAddrs() {
+	select {
+	case c.refresh <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// addrLoop keeps the address set current: at once when the session
+// starts, whenever refreshAddrs asks (a fail-over, a master at an
+// unknown address), and every Config.ReplicaRefresh. A failed refresh is
+// tried again after a second, doubling up to the interval.
+func (c *Client) addrLoop() {
+	defer c.wg.Done()
+	every := c.cfg.ReplicaRefresh
+	retry := time.Second
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.refresh:
+		case <-t.C:
+		}
+		next := every
+		if err := c.fetchAddrs(c.base); err != nil {
+			c.log.Debug("lockcell: replica list not refreshed", "err", err)
+			next = min(retry, every)
+			retry = min(2*retry, every)
+		} else {
+			retry = time.Second
+		}
+		t.Reset(next)
+	}
+}
+
+// fetchAddrs asks the replica believed to be master for the cell's status
+// and, when it answers as master, adopts its members' client addresses. A
+// follower's view could lag behind a membership change, so it is not
+// taken.
+func (c *Client) fetchAddrs(ctx context.Context) error {
+	c.mu.Lock()
+	addr := c.master
+	cn := c.conns[addr]
+	c.mu.Unlock()
+	if addr == "" || cn == nil || !cn.alive() {
+		return fmt.Errorf("no connection to a master")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var resp wire.CellStatusResponse
+	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{}, &resp)
+	if err == nil {
+		err = st.Err()
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("status of %s: %w", addr, err)
+	case resp.Cell != c.cfg.Cell:
+		return fmt.Errorf("%s serves cell %q, not %q", addr, resp.Cell, c.cfg.Cell)
+	case !slices.ContainsFunc(resp.Replicas, func(r wire.ReplicaStatus) bool { return r.Master && r.ID == resp.Self }):
+		return fmt.Errorf("%s (replica %s) is not the master", addr, resp.Self)
+	}
+	addrs := clientAddrs(resp.Replicas)
+	if len(addrs) == 0 {
+		return fmt.Errorf("%s listed no member's client address", addr)
+	}
+	c.addrs.learn(addrs)
+	return nil
+}
