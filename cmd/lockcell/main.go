@@ -1,8 +1,8 @@
 // Command lockcell is the operator CLI of a lockcell cell: shell-like verbs
 // (put, cat, stat, ls, mkdir, touch, rm) on the cell's namespace, watch
 // (print a node's events), lock (hold a lock while a command runs), seq
-// (inspect and check sequencers) and status (every replica's view of the
-// cell) (SPEC 10).
+// (inspect and check sequencers), status (every replica's view of the
+// cell) and replica (list, add and remove the cell's members) (SPEC 10).
 //
 // Exit codes: 0 ok, 1 error (the cell or the client refused or failed; the
 // message names the operation and the path), 2 usage error; lock exits with
@@ -148,7 +148,7 @@ func newApp(e *env) *cli.App {
 		},
 		Commands: []*cli.Command{
 			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e), sessionsCommand(e), shellCommand(e),
-			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e), aclCommand(e), backupCommand(e),
+			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e), aclCommand(e), backupCommand(e), replicaCommand(e),
 		},
 		Before: e.setup,
 		// Without a verb, or with an unknown one, urfave/cli would fall back
