@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"fmt"
@@ -913,38 +914,68 @@ type sessionResult struct {
 // snapshotVersion 2: de-dup tables moved out of the sessions into Results.
 const snapshotVersion = 2
 
-type fsmSnapshot struct{ data []byte }
+// fsmSnapshot is the state encoded at one applied index, in chunks.
+type fsmSnapshot struct{ data *chunkBuffer }
 
-// Snapshot encodes the whole state under the read lock. Contents slices are
-// never mutated in place, so encoding is the only copy; apply waits for it.
+// Snapshot encodes the whole state under the read lock (applies wait for
+// it), so the bytes are the state at one applied index. Contents slices are
+// never mutated in place, so encoding is the only copy. The encoding goes
+// into fixed-size chunks (chunkBuffer): the snapshot costs its own size
+// once, never a contiguous buffer grown by doubling.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	b, err := f.encodeLocked()
-	if err != nil {
+	var buf chunkBuffer
+	if err := f.writeStateLocked(&buf); err != nil {
 		return nil, err
 	}
-	return &fsmSnapshot{data: b}, nil
+	return &fsmSnapshot{data: &buf}, nil
 }
 
 // StateHash returns the index of the last applied entry and a SHA-256 of
 // the whole state at it (the snapshot bytes, which are byte-for-byte
 // repeatable). Two replicas at the same index must give the same hash; the
-// chaos tests compare them after healing.
+// chaos tests compare them after healing. The encoding streams into the
+// hash under the read lock, so a hash holds no copy of the state.
 func (f *FSM) StateHash() (uint64, [32]byte, error) {
+	h := sha256.New()
+	w := bufio.NewWriterSize(h, hashBufferSize)
 	f.mu.RLock()
-	b, err := f.encodeLocked()
+	err := f.writeStateLocked(w)
 	applied := f.applied
-	f.mu.RUnlock() // the bytes are ours: hash them without holding off applies
+	f.mu.RUnlock()
+	if err == nil {
+		err = w.Flush() // a hash never fails a write
+	}
 	if err != nil {
 		return 0, [32]byte{}, err
 	}
-	return applied, sha256.Sum256(b), nil
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return applied, sum, nil
 }
 
-// encodeLocked renders the state as snapshot bytes; f.mu is held.
+// hashBufferSize batches the encoder's many small writes into the hash.
+const hashBufferSize = 64 << 10
+
+// encodeLocked renders the state as one contiguous slice of snapshot
+// bytes; f.mu is held. Only seeding a restored replica wants that;
+// Snapshot and StateHash stream (writeStateLocked).
 func (f *FSM) encodeLocked() ([]byte, error) {
-	img := snapshotImage{Version: snapshotVersion, Cell: f.cell, Epoch: f.epoch, Applied: f.applied, Key: f.cellKey}
+	var buf chunkBuffer
+	if err := f.writeStateLocked(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// writeStateLocked encodes the state as snapshot bytes to w; f.mu is held.
+// Map keys are sorted and the arrays are in key order, so identical states
+// give identical bytes.
+func (f *FSM) writeStateLocked(w io.Writer) error {
+	img := snapshotImage{Version: snapshotVersion, Cell: f.cell, Epoch: f.epoch, Applied: f.applied, Key: f.cellKey,
+		Nodes: make([]*Node, 0, len(f.nodes)), Sessions: make([]*Session, 0, len(f.sessions)),
+		Handles: make([]*Handle, 0, len(f.handles))}
 	for _, p := range sortedStrings(f.nodes) {
 		img.Nodes = append(img.Nodes, f.nodes[p])
 	}
@@ -959,35 +990,35 @@ func (f *FSM) encodeLocked() ([]byte, error) {
 		img.Handles = append(img.Handles, f.handles[id])
 	}
 	f.members.image(&img)
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	enc := msgpack.NewEncoder(w)
 	enc.SetSortMapKeys(true) // identical states give identical bytes
-	err := enc.Encode(&img)
-	if err != nil {
-		return nil, fmt.Errorf("replica: encode snapshot: %w", err)
+	if err := enc.Encode(&img); err != nil {
+		return fmt.Errorf("replica: encode snapshot: %w", err)
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	// Two writes so that an armed crash point dies with half a snapshot
+	// Two parts so that an armed crash point dies with half a snapshot
 	// written to the sink (raft's file store buffers 4 KiB and writes
 	// through past that; its temp folder holds meta.json and a partial
 	// state.bin, never renamed into place).
-	half := len(s.data) / 2
-	if _, err := sink.Write(s.data[:half]); err != nil {
+	half := s.data.Len() / 2
+	if err := s.data.writeRange(sink, 0, half); err != nil {
 		sink.Cancel()
 		return err
 	}
 	crashPoint(CrashSnapshotPersist)
-	if _, err := sink.Write(s.data[half:]); err != nil {
+	if err := s.data.writeRange(sink, half, s.data.Len()); err != nil {
 		sink.Cancel()
 		return err
 	}
 	return sink.Close()
 }
 
-func (s *fsmSnapshot) Release() {}
+// Release drops the chunks, so they are garbage even while a reference to
+// the snapshot lingers.
+func (s *fsmSnapshot) Release() { s.data.reset() }
 
 // maxSnapshotSize bounds the bytes Restore reads. Snapshot encodes the
 // whole state in memory, so a state this large could not be snapshotted

@@ -1,0 +1,120 @@
+package replica
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+// A snapshot spanning many chunks has the bytes the contiguous encoder
+// wrote before snapshots were chunked (so existing snapshots and backups
+// restore, and replicas of either kind agree on state hashes), restores to
+// the same state, and StateHash is the SHA-256 of exactly those bytes.
+func TestSnapshotChunksKeepTheByteFormat(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	h.do(s, Command{Type: CmdOpen, Path: fsmtPath("d"), Flags: fsmtRWC | FlagDirectory})
+	pad := strings.Repeat("x", 200)
+	for i := range 3000 {
+		r := h.open(s, fmt.Sprintf("d/%05d-%s", i, pad), fsmtRWC)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if i%3 == 0 {
+			h.set(s, r.Handle, strings.Repeat("c", i%700))
+		}
+		if i%5 != 0 {
+			h.closeH(s, r.Handle)
+		}
+	}
+	got := h.snapshot()
+	if len(got) < 3*snapshotChunkSize {
+		t.Fatalf("the state encodes in %d bytes, less than three chunks: the test covers no chunk boundary", len(got))
+	}
+
+	// The contiguous encoding of the same image, as it was written before.
+	h.f.mu.RLock()
+	img := h.f.copyLocked()
+	h.f.mu.RUnlock()
+	want, err := encodeImage(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain bytes.Buffer
+	h.f.mu.RLock()
+	err = h.f.writeStateLocked(&plain)
+	h.f.mu.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) || !bytes.Equal(plain.Bytes(), want) {
+		t.Fatalf("chunked snapshot (%d bytes) or streamed encoding (%d bytes) differs from the contiguous encoding (%d bytes)",
+			len(got), plain.Len(), len(want))
+	}
+
+	idx, sum, err := h.f.StateHash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idx != h.idx || sum != sha256.Sum256(got) {
+		t.Fatalf("StateHash = %d %x, want %d %x (the snapshot's bytes)", idx, sum, h.idx, sha256.Sum256(got))
+	}
+
+	f2, err := fsmtRestore(t, fsmtCell, got)
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if again := fsmtSnapshotBytes(t, f2); !bytes.Equal(again, got) {
+		t.Fatal("the restored state snapshots to other bytes")
+	}
+	if _, sum2, _ := f2.StateHash(); sum2 != sum {
+		t.Fatal("the restored state hashes differently")
+	}
+}
+
+// chunkBuffer holds exactly what was written, through every write method,
+// and writeRange gives back any range of it.
+func TestChunkBufferRanges(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	var b chunkBuffer
+	var want bytes.Buffer
+	for want.Len() < 3*snapshotChunkSize+1234 {
+		switch rng.Intn(3) {
+		case 0:
+			p := make([]byte, rng.Intn(100_000))
+			rng.Read(p)
+			b.Write(p)
+			want.Write(p)
+		case 1:
+			s := strings.Repeat(string(rune('a'+rng.Intn(26))), rng.Intn(5000))
+			b.WriteString(s)
+			want.WriteString(s)
+		default:
+			c := byte(rng.Intn(256))
+			b.WriteByte(c)
+			want.WriteByte(c)
+		}
+	}
+	if b.Len() != want.Len() || !bytes.Equal(b.Bytes(), want.Bytes()) {
+		t.Fatalf("holds %d bytes, want %d", b.Len(), want.Len())
+	}
+	for _, c := range b.chunks[:len(b.chunks)-1] {
+		if len(c) != snapshotChunkSize || cap(c) != snapshotChunkSize {
+			t.Fatalf("a chunk of len %d cap %d before the last, want %d", len(c), cap(c), snapshotChunkSize)
+		}
+	}
+	for range 200 {
+		from := rng.Intn(want.Len() + 1)
+		to := from + rng.Intn(want.Len()-from+1)
+		var out bytes.Buffer
+		if err := b.writeRange(&out, from, to); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out.Bytes(), want.Bytes()[from:to]) {
+			t.Fatalf("writeRange(%d, %d) gives %d bytes that differ", from, to, out.Len())
+		}
+	}
+}
