@@ -38,7 +38,14 @@ type Config struct {
 	// Self is this replica's id; it must be one of Peers.
 	Self string
 	// Peers lists every member, this one included, identically on all.
+	// They are the cell's bootstrap configuration; members added later
+	// are learnt from the cell (the replicated member table). A joining
+	// replica (Join) may list only itself.
 	Peers []Peer
+	// Join makes a replica with an empty data folder wait to be added to
+	// an existing cell by its master (a membership change) instead of
+	// bootstrapping a cell from Peers (replica.Config.Join).
+	Join bool
 	// Dir is this replica's data folder.
 	Dir string
 	// LeaseTTL is the session lease (default 12 s).

@@ -73,7 +73,7 @@ func New(cfg Config) (*Server, error) {
 		peers = append(peers, replica.Peer{ID: p.ID, RaftAddr: p.RaftAddr})
 	}
 	rcfg := replica.Config{ID: cfg.Self, Cell: cfg.Cell, Dir: cfg.Dir, RaftAddr: self.RaftAddr,
-		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger, Transport: cfg.Transport}
+		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger, Transport: cfg.Transport, Join: cfg.Join}
 	if cfg.PeerTLS != nil {
 		// Only replica certificates of the cell's CA speak Raft (SPEC 11).
 		rcfg.PeerTLS, rcfg.VerifyPeer = cfg.PeerTLS, certs.VerifyReplica
@@ -96,7 +96,8 @@ func New(cfg Config) (*Server, error) {
 		s.log.Info("mutual TLS on: principals are client certificate names; the admin is " + cfg.admin())
 	}
 	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay,
-		Logger: s.log, Audit: cfg.auditLogger(), Admin: cfg.admin(), Limits: cfg.SessionLimits}, rep, rep.FSM())
+		Logger: s.log, Audit: cfg.auditLogger(), Admin: cfg.admin(), Limits: cfg.SessionLimits,
+		Members: cfg.bootstrapMembers()}, rep, rep.FSM())
 	s.hashes = &hashGate{interval: cfg.StateHashInterval, now: time.Now}
 	if s.hashes.interval <= 0 {
 		s.hashes.interval = DefaultStateHashInterval
@@ -438,19 +439,26 @@ func (s *Server) refuseStream(st *yamux.Stream, cb *connBudget, sb *streamBytes)
 
 // streamReader counts the bytes a handler reads off its stream: they are
 // released from the request budget once the call no longer holds them.
+// It tells the budget what each read moves out of yamux's buffer and the
+// room it reads into (budget.go, "What a held byte costs").
 type streamReader struct {
 	st *yamux.Stream
+	cb *connBudget
+	sb *streamBytes
 	n  atomic.Int64
 }
 
 func (r *streamReader) Read(p []byte) (int, error) {
+	r.cb.reading(r.sb, len(p))
 	n, err := r.st.Read(p)
 	r.n.Add(int64(n))
 	// yamux keeps a stream's receive buffer once it is drained, sized to
 	// the most that ever waited in it (and doubled past its first frame):
-	// memory no budget counts while the handler waits for the rest of a
-	// frame. Drop it; the next frame brings one of its own size.
+	// memory the budget would have to keep charging while the handler
+	// waits for the rest of a frame. Drop it; the next frame brings one
+	// of its own size.
 	r.st.Shrink()
+	r.cb.read(r.sb, n)
 	return n, err
 }
 
@@ -459,7 +467,7 @@ func (r *streamReader) Read(p []byte) (int, error) {
 // closes or resets its stream, or sends anything after its request.
 func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget, sb *streamBytes) {
 	defer s.wg.Done()
-	in := &streamReader{st: st}
+	in := &streamReader{st: st, cb: cb, sb: sb}
 	defer func() {
 		st.Close()
 		cb.finished(sb, in.n.Swap(0))
@@ -605,18 +613,15 @@ func (s *Server) replyErr(st *yamux.Stream, cb *connBudget, err error) {
 	s.writeReply(st, cb, &wire.Status{Code: we.Code, Msg: we.Msg}, &wire.Empty{})
 }
 
-// leaderHint returns the client address of the replica Raft says leads.
+// leaderHint returns the client address of the replica Raft says leads
+// (membership.go: from the member table, so a member added after this
+// process started is named too).
 func (s *Server) leaderHint() string {
 	id, _ := s.rep.Leader()
-	for _, p := range s.cfg.Peers {
-		if p.ID == id {
-			if p.ID == s.cfg.Self {
-				return s.ClientAddr()
-			}
-			return p.ClientAddr
-		}
+	if id == "" {
+		return ""
 	}
-	return ""
+	return s.clientAddrOf(id)
 }
 
 // Close stops serving clients, steps the master down and shuts the replica

@@ -30,13 +30,10 @@ func (s *Server) cellStatus(ctx context.Context, caller master.Caller, body []by
 	}
 	st := s.rep.Status()
 	epoch, sessions, nodes, _ := s.rep.FSM().Counts()
-	leaderID, _ := s.rep.Leader()
 	out := &wire.CellStatusResponse{Cell: s.cfg.Cell, Self: s.cfg.Self, State: st.State, Epoch: epoch, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Sessions: uint64(sessions), Nodes: uint64(nodes),
 		Master: s.leaderHint()}
-	for _, p := range s.cfg.Peers {
-		out.Replicas = append(out.Replicas, wire.ReplicaStatus{ID: p.ID, ClientAddr: p.ClientAddr, RaftAddr: p.RaftAddr, Master: p.ID == leaderID})
-	}
+	out.Replicas = s.members()
 	if !req.StateHash {
 		return out, nil
 	}

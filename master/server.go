@@ -55,6 +55,10 @@ type Config struct {
 	// and every ACL change. It is a stream of its own so that they are
 	// kept whatever level Logger keeps (default: Logger).
 	Audit *slog.Logger
+	// Members are the bootstrap peers' addresses: the first master that
+	// finds the replicated member table empty seeds it with them (for
+	// the members of the Raft configuration) and the configured size.
+	Members []replica.MemberAddrs
 }
 
 // AnonymousPrincipal is the one principal of a cell without TLS: every
@@ -139,6 +143,7 @@ type Server struct {
 	stats        masterStats  // operators' figures (stats.go)
 	backups      backupStore  // backups being paged out (backup.go)
 	auditRation  *auditRation // denial lines per principal (auditrate.go)
+	members      membership   // membership changes (membership.go)
 }
 
 type waitKey struct{ handle, seq uint64 }
@@ -150,8 +155,8 @@ func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
 	s := &Server{cfg: cfg, cons: cons, fsm: fsm, log: cfg.Logger,
 		leases: map[uint64]*lease{}, connSessions: map[uint64]int{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{},
 		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}, inflight: map[string][]pendingInval{},
-		cacheBarred: map[string]time.Time{},
-		reserved:    reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
+		cacheBarred: map[string]time.Time{}, members: newMembership(),
+		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Now}
 	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, time.Now)
 	s.auditRation = newAuditRation(time.Now)
@@ -212,9 +217,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.serving = true
 	s.servingSince = s.cfg.Now()
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.expireLoop(s.stop)
 	go s.proveLoop(s.stop)
+	go s.membershipLoop(s.stop)
 	s.log.Info("master serving", "epoch", s.epoch, "sessions", len(s.leases), "recovering", s.recovering)
 	return nil
 }
@@ -374,12 +380,13 @@ func (s *Server) checkServing(h *wire.Header) (uint64, <-chan struct{}, error) {
 		// and KeepAlives prove leadership themselves, each bounded.
 		return 0, nil, wire.ErrNotMaster
 	}
-	if s.recovering && h.Method != wire.MethodKeepAlive && h.Method != wire.MethodCloseSession {
+	if s.recovering && h.Method != wire.MethodKeepAlive && h.Method != wire.MethodCloseSession && !sessionless(h.Method) {
 		return s.epoch, nil, wire.Errorf(wire.CodeUnavailable,
 			"master of epoch %d is recovering from a fail-over: waiting for %d session(s) to acknowledge", s.epoch, len(s.pendingAck))
 	}
 	switch h.Method {
-	case wire.MethodCreateSession, wire.MethodKeepAlive, wire.MethodCellStatus:
+	case wire.MethodCreateSession, wire.MethodKeepAlive, wire.MethodCellStatus,
+		wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList:
 	default:
 		if h.Epoch != s.epoch {
 			return s.epoch, nil, wire.Errorf(wire.CodeBadEpoch, "call for epoch %d, master is at epoch %d", h.Epoch, s.epoch)
@@ -490,6 +497,8 @@ func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
 			return nil, err
 		}
 		return c.checkSequencer(ctx, &req)
+	case wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList:
+		return c.membershipCall(ctx, body)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		var req wire.HandleRequest

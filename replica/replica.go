@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -67,6 +68,12 @@ type Config struct {
 	// RaftLimits bound the built-in transport's connections, TLS or
 	// plain (zero fields: DefaultRaftLimits).
 	RaftLimits RaftLimits
+	// Join makes a replica with no state wait to be added to an existing
+	// cell (through the master's membership change) instead of
+	// bootstrapping one from Peers: it holds no configuration, so it never
+	// stands for election, until the master's first append brings one.
+	// Its Peers may list only itself. A replica with state ignores Join.
+	Join bool
 }
 
 // Timings are the Raft timing knobs lockcell exposes.
@@ -134,6 +141,8 @@ type Replica struct {
 	leadership chan bool
 	done       chan struct{}
 	stats      *replicaStats // operators' figures (stats.go)
+	progress   *progress     // followers' progress as leader (progress.go)
+	addrs      *peerAddrs    // the built-in transport's address book, or nil
 }
 
 // Open starts a replica on its data folder, bootstrapping the cell when the
@@ -163,6 +172,7 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	trans := cfg.Transport
 	var port *streamLayer
+	var addrs *peerAddrs
 	if trans == nil {
 		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
 		if err != nil {
@@ -174,11 +184,12 @@ func Open(cfg Config) (*Replica, error) {
 		// be given its own view of the others (a test harness points them
 		// at per-link proxies; an operator can re-address a member without
 		// a membership change).
+		addrs = &peerAddrs{static: cfg.Peers}
 		stream, err := newStreamLayer(cfg.RaftAddr, addr, cfg.PeerTLS, cfg.VerifyPeer, cfg.PeerHandshakeTimeout,
 			cfg.RaftLimits.withDefaults(t.HeartbeatTimeout), log)
 		if err == nil {
 			trans = unpipelined{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-				ServerAddressProvider: peerAddrs(cfg.Peers),
+				ServerAddressProvider: addrs,
 				Logger:                newTransportHCLogger(log, stream.stats),
 				Stream:                stream,
 				MaxPool:               8,
@@ -191,6 +202,8 @@ func Open(cfg Config) (*Replica, error) {
 			return nil, fmt.Errorf("replica %s: raft transport on %s: %w", cfg.ID, cfg.RaftAddr, err)
 		}
 	}
+	prog := newProgress()
+	trans = track(trans, prog)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -217,7 +230,10 @@ func Open(cfg Config) (*Replica, error) {
 		trans.(io.Closer).Close()
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
-	if !has {
+	if !has && cfg.Join {
+		log.Info("no state: waiting to be added to the cell by its master")
+	}
+	if !has && !cfg.Join {
 		var servers []raft.Server
 		for _, p := range cfg.Peers {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
@@ -235,26 +251,46 @@ func Open(cfg Config) (*Replica, error) {
 		closeTransport(trans)
 		return nil, fmt.Errorf("replica %s: start raft: %w", cfg.ID, err)
 	}
+	if addrs != nil {
+		addrs.raft.Store(r)
+	}
 	fsm.live.Store(true) // NewRaft restored the latest snapshot synchronously; later restores are installs
 	st.countLeaders(r)
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
 	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port,
-		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st}
+		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, addrs: addrs}
 	go rep.forwardLeadership()
 	return rep, nil
 }
 
-// peerAddrs resolves a server id to its Raft address in one replica's own
-// Peers list (raft's ServerAddressProvider).
-type peerAddrs []Peer
+// peerAddrs resolves a server id to its Raft address (raft's
+// ServerAddressProvider): the address in one replica's own Peers list when
+// it lists the id, else the address in the latest Raft configuration this
+// replica knows, so that members added after this process started (and a
+// joining replica's every peer) are dialled without a warning per dial.
+type peerAddrs struct {
+	static []Peer
+	raft   atomic.Pointer[raft.Raft] // set once raft runs
+}
 
-// ServerAddr returns the address this replica was told to dial id at.
-func (ps peerAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
-	for _, p := range ps {
+// ServerAddr returns the address to dial id at.
+func (ps *peerAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	for _, p := range ps.static {
 		if p.ID == string(id) {
 			return raft.ServerAddress(p.RaftAddr), nil
+		}
+	}
+	if r := ps.raft.Load(); r != nil {
+		// GetConfiguration reads raft's latest configuration without
+		// waiting on its loops: safe from a replication goroutine.
+		if f := r.GetConfiguration(); f.Error() == nil {
+			for _, s := range f.Configuration().Servers {
+				if s.ID == id {
+					return s.Address, nil
+				}
+			}
 		}
 	}
 	return "", fmt.Errorf("replica: no peer with id %q", id)

@@ -168,7 +168,7 @@ func closeAll(reps []*Replica) {
 }
 
 func TestPeerAddrsResolvesFromOwnList(t *testing.T) {
-	ps := peerAddrs{{ID: "1", RaftAddr: "a:1"}, {ID: "2", RaftAddr: "b:2"}}
+	ps := &peerAddrs{static: []Peer{{ID: "1", RaftAddr: "a:1"}, {ID: "2", RaftAddr: "b:2"}}}
 	if a, err := ps.ServerAddr("2"); err != nil || a != "b:2" {
 		t.Fatalf("ServerAddr(2) = %q, %v", a, err)
 	}
@@ -310,7 +310,7 @@ func applyOn(r *Replica) error {
 	return err
 }
 
-var _ raft.ServerAddressProvider = peerAddrs(nil)
+var _ raft.ServerAddressProvider = (*peerAddrs)(nil)
 
 // dialOnlyStream is a raft StreamLayer that dials with any TLS
 // configuration (or none): an intruder on the Raft port.

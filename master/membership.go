@@ -1,0 +1,519 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// Membership changes. The master changes the Raft configuration on the
+// admin's behalf, one change at a time, under three rules:
+//
+//   - a new member joins as a non-voter and votes only once its log has
+//     caught up (the promoter, below), so adding a member never makes a
+//     quorum wait on a replica that is still copying the log;
+//   - no change may leave fewer voters than a majority of the cell's
+//     configured size (the bootstrap voter count, in the member table);
+//   - a removal or promotion must leave the healthy voters (those the
+//     master heard from within healthyWithin) a quorum of the new
+//     configuration, so a change never strands the cell.
+//
+// Removing the master itself first hands leadership to another voter and
+// answers NotMaster: the client retries at the new master, which removes
+// the old one like any other member.
+
+// membershipOps is what membership changes need of the replica beyond
+// Consensus (*replica.Replica provides it).
+type membershipOps interface {
+	ID() string
+	Configuration() (replica.Configuration, error)
+	AddNonvoter(ctx context.Context, id, raftAddr string, prevIndex uint64) (uint64, error)
+	Promote(ctx context.Context, id string, prevIndex uint64) (uint64, error)
+	Remove(ctx context.Context, id string, prevIndex uint64) (uint64, error)
+	TransferLeadership(ctx context.Context) (string, error)
+	Progress() map[string]replica.PeerProgress
+	Status() replica.Status
+	HeartbeatTimeout() time.Duration
+}
+
+// membership is the master's membership state: a one-slot semaphore that
+// serialises changes (the promoter's and the handlers'), and the
+// promoter's wake-up.
+type membership struct {
+	sem  chan struct{}
+	kick chan struct{}
+}
+
+func newMembership() membership {
+	return membership{sem: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+}
+
+// maxMemberIDLen and maxMemberAddrLen bound what a request may name.
+const (
+	maxMemberIDLen   = 128
+	maxMemberAddrLen = 256
+)
+
+// changeTimeout bounds one Raft configuration change.
+const changeTimeout = 10 * time.Second
+
+func (s *Server) ops() (membershipOps, error) {
+	ops, ok := s.cons.(membershipOps)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeInternal, "this master's replica cannot change the membership")
+	}
+	return ops, nil
+}
+
+// healthyWithin is how recently the master must have heard from a member
+// for it to count as healthy: two heartbeat timeouts, which is some twenty
+// heartbeats, so a busy machine's late heartbeat does not make a live
+// member look dead, while a dead one is seen within a couple of seconds.
+func healthyWithin(ops membershipOps) time.Duration { return 2 * ops.HeartbeatTimeout() }
+
+// lock takes the change semaphore, or gives up with ctx or the master's
+// stop.
+func (s *Server) lockMembers(ctx context.Context, stop <-chan struct{}) error {
+	select {
+	case s.members.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return toWire(ctx.Err())
+	case <-stop:
+		return wire.ErrNotMaster
+	}
+}
+
+func (s *Server) unlockMembers() { <-s.members.sem }
+
+// sessionless reports whether calls of method m carry no session: the
+// membership calls, which an operator replacing a dead machine (or a
+// joining replica) makes without one. They are admitted during a
+// fail-over's recovery and at any epoch.
+func sessionless(m wire.Method) bool {
+	switch m {
+	case wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList:
+		return true
+	}
+	return false
+}
+
+// membershipCall serves ReplicaAdd, ReplicaRemove and ReplicaList: the
+// admin's alone, and session-less.
+func (c *call) membershipCall(ctx context.Context, body []byte) (any, error) {
+	if !c.isAdmin() {
+		return nil, wire.Errorf(wire.CodePermission, "only the cell admin may list or change the replicas (%s is not)", c.caller.Principal)
+	}
+	ops, err := c.ops()
+	if err != nil {
+		return nil, err
+	}
+	switch c.h.Method {
+	case wire.MethodReplicaAdd:
+		var req wire.ReplicaAddRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		resp, err := c.replicaAdd(ctx, ops, &req)
+		c.auditChange("id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr, err)
+		return resp, err
+	case wire.MethodReplicaRemove:
+		var req wire.ReplicaRemoveRequest
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		resp, err := c.replicaRemove(ctx, ops, &req)
+		c.auditChange("id", req.ID, "", "", "", "", err)
+		return resp, err
+	}
+	var req wire.ReplicaListRequest
+	if err := wire.Decode(body, &req); err != nil {
+		return nil, err
+	}
+	return c.listMembers(ops)
+}
+
+// auditChange writes one audit line per membership change asked for,
+// done or refused (denials are the dispatcher's to log).
+func (c *call) auditChange(k1, v1, k2, v2, k3, v3 string, err error) {
+	if wire.CodeOf(toWire(err)) == wire.CodePermission {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = wire.CodeOf(toWire(err)).String() + ": " + toWire(err).(*wire.Error).Msg
+	}
+	args := []any{"principal", c.caller.Principal, "op", c.h.Method.String(), k1, v1}
+	if k2 != "" {
+		args = append(args, k2, v2, k3, v3)
+	}
+	c.cfg.Audit.Info("audit", append(args, "result", result)...)
+}
+
+// validMemberID applies the rule the client library applies too: a
+// non-empty id of printable ASCII without spaces, ',' or '=' (the flag
+// syntax of --peers uses them).
+func validMemberID(id string) error {
+	if id == "" || len(id) > maxMemberIDLen ||
+		strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r > '~' || r == ',' || r == '=' }) {
+		return wire.Errorf(wire.CodeBadRequest,
+			"replica id %.140q: want 1 to %d printable characters without spaces, ',' or '='", id, maxMemberIDLen)
+	}
+	return nil
+}
+
+// validMemberAddr wants host:port with a host and a port number.
+func validMemberAddr(what, addr string) error {
+	if len(addr) > maxMemberAddrLen {
+		return wire.Errorf(wire.CodeBadRequest, "%s of %d bytes: at most %d", what, len(addr), maxMemberAddrLen)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		var n uint64
+		n, err = strconv.ParseUint(port, 10, 16)
+		if err == nil && (host == "" || n == 0 || strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r > '~' })) {
+			err = errors.New("no host, or port 0")
+		}
+	}
+	if err != nil {
+		return wire.Errorf(wire.CodeBadRequest, "%s %q: want host:port with a port number", what, addr)
+	}
+	return nil
+}
+
+func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.ReplicaAddRequest) (*wire.ReplicaListResponse, error) {
+	if err := validMemberID(req.ID); err != nil {
+		return nil, err
+	}
+	if err := validMemberAddr("client address", req.ClientAddr); err != nil {
+		return nil, err
+	}
+	if err := validMemberAddr("Raft address", req.RaftAddr); err != nil {
+		return nil, err
+	}
+	if err := c.lockMembers(ctx, c.stop); err != nil {
+		return nil, err
+	}
+	defer c.unlockMembers()
+	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
+	defer cancel()
+	if err := c.seedMembers(ctx, ops); err != nil {
+		return nil, err
+	}
+	cfg, err := ops.Configuration()
+	if err != nil {
+		return nil, err
+	}
+	table := c.memberTable()
+	if sv, ok := cfg.Find(req.ID); ok {
+		m, known := table[req.ID]
+		if sv.RaftAddr != req.RaftAddr || known && m.ClientAddr != req.ClientAddr {
+			return nil, wire.Errorf(wire.CodeBadRequest,
+				"replica %s is a member already, at client address %q and Raft address %q: remove it first to add it at other addresses",
+				req.ID, m.ClientAddr, sv.RaftAddr)
+		}
+		if known {
+			return c.listMembers(ops) // there already: nothing changes
+		}
+	}
+	for _, sv := range cfg.Servers {
+		switch {
+		case sv.ID == req.ID:
+		case sv.RaftAddr == req.RaftAddr:
+			return nil, wire.Errorf(wire.CodeBadRequest, "member %s already uses Raft address %s", sv.ID, req.RaftAddr)
+		case table[sv.ID].ClientAddr == req.ClientAddr:
+			return nil, wire.Errorf(wire.CodeBadRequest, "member %s already uses client address %s", sv.ID, req.ClientAddr)
+		}
+	}
+	// The table first: once Raft lists the member, every replica can name
+	// its client address.
+	m := replica.MemberAddrs{ID: req.ID, ClientAddr: req.ClientAddr, RaftAddr: req.RaftAddr}
+	if _, err := c.cons.Apply(ctx, &replica.Command{Type: replica.CmdMemberPut, Time: c.now(), Members: []replica.MemberAddrs{m}}); err != nil {
+		return nil, err
+	}
+	if _, ok := cfg.Find(req.ID); !ok {
+		if _, err := ops.AddNonvoter(ctx, req.ID, req.RaftAddr, cfg.Index); err != nil {
+			return nil, changeErr(err)
+		}
+		c.log.Info("member added as a non-voter; it is promoted once caught up", "id", req.ID,
+			"client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
+	}
+	select {
+	case c.members.kick <- struct{}{}:
+	default:
+	}
+	return c.listMembers(ops)
+}
+
+func (c *call) replicaRemove(ctx context.Context, ops membershipOps, req *wire.ReplicaRemoveRequest) (*wire.ReplicaListResponse, error) {
+	if err := validMemberID(req.ID); err != nil {
+		return nil, err
+	}
+	if err := c.lockMembers(ctx, c.stop); err != nil {
+		return nil, err
+	}
+	defer c.unlockMembers()
+	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
+	defer cancel()
+	if err := c.seedMembers(ctx, ops); err != nil {
+		return nil, err
+	}
+	cfg, err := ops.Configuration()
+	if err != nil {
+		return nil, err
+	}
+	sv, ok := cfg.Find(req.ID)
+	if ok && sv.Voter {
+		if err := c.checkVoters(ops, cfg, req.ID, false); err != nil {
+			return nil, err
+		}
+	}
+	if ok && req.ID == ops.ID() {
+		// Raft lets a leader remove itself, but the cell then waits out an
+		// election timeout with no master. Hand over first; the client
+		// retries at the new master, which removes this replica.
+		to, err := ops.TransferLeadership(ctx)
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeUnavailable,
+				"replica %s is the master and could not hand its leadership over before its removal: %v", req.ID, err)
+		}
+		return nil, wire.Errorf(wire.CodeNotMaster,
+			"replica %s was the master: it handed leadership to %s, which removes it when asked again", req.ID, to)
+	}
+	if ok {
+		if _, err := ops.Remove(ctx, req.ID, cfg.Index); err != nil {
+			return nil, changeErr(err)
+		}
+		c.log.Info("member removed", "id", req.ID, "raft_addr", sv.RaftAddr, "voter", sv.Voter)
+	}
+	if _, known := c.memberTable()[req.ID]; known {
+		if _, err := c.cons.Apply(ctx, &replica.Command{Type: replica.CmdMemberRemove, Time: c.now(),
+			Members: []replica.MemberAddrs{{ID: req.ID}}}); err != nil {
+			return nil, err
+		}
+	}
+	return c.listMembers(ops)
+}
+
+// changeErr types a failed Raft configuration change.
+func changeErr(err error) error {
+	if errors.Is(err, replica.ErrConfigurationChanged) {
+		return wire.Errorf(wire.CodeUnavailable, "another membership change committed first; nothing changed, retry: %v", err)
+	}
+	return err
+}
+
+// checkVoters applies the refusal rules to the configuration cfg would
+// become with id removed (or, with promote, made a voter).
+func (s *Server) checkVoters(ops membershipOps, cfg replica.Configuration, id string, promote bool) error {
+	voters := map[string]bool{}
+	for _, sv := range cfg.Servers {
+		if sv.Voter {
+			voters[sv.ID] = true
+		}
+	}
+	if promote {
+		voters[id] = true
+	} else {
+		delete(voters, id)
+	}
+	_, size := s.fsm.MemberTable()
+	if size == 0 {
+		size = cfg.Voters()
+	}
+	n := len(voters)
+	if need := size/2 + 1; n < need {
+		return wire.Errorf(wire.CodeBadRequest,
+			"removing %s would leave %d voters, fewer than a majority (%d) of the cell's configured size %d", id, n, need, size)
+	}
+	healthy := 0
+	prog, now, within := ops.Progress(), time.Now(), healthyWithin(ops)
+	for v := range voters {
+		if s.healthy(ops, v, prog, now, within) {
+			healthy++
+		}
+	}
+	if quorum := n/2 + 1; healthy < quorum {
+		verb := "removing"
+		if promote {
+			verb = "promoting"
+		}
+		return wire.Errorf(wire.CodeBadRequest,
+			"%s %s would leave %d healthy voters of %d, short of their quorum of %d: bring members back or add new ones first",
+			verb, id, healthy, n, quorum)
+	}
+	return nil
+}
+
+// healthy reports whether the master heard from member id lately (the
+// master itself is healthy).
+func (s *Server) healthy(ops membershipOps, id string, prog map[string]replica.PeerProgress, now time.Time, within time.Duration) bool {
+	if id == ops.ID() {
+		return true
+	}
+	pp, ok := prog[id]
+	return ok && !pp.LastContact.IsZero() && now.Sub(pp.LastContact) <= within
+}
+
+func (s *Server) memberTable() map[string]replica.MemberAddrs {
+	ms, _ := s.fsm.MemberTable()
+	out := make(map[string]replica.MemberAddrs, len(ms))
+	for _, m := range ms {
+		out[m.ID] = m
+	}
+	return out
+}
+
+// listMembers describes the Raft configuration joined with the member
+// table, with the master's view of each member's health.
+func (s *Server) listMembers(ops membershipOps) (*wire.ReplicaListResponse, error) {
+	cfg, err := ops.Configuration()
+	if err != nil {
+		return nil, err
+	}
+	table := s.memberTable()
+	_, size := s.fsm.MemberTable()
+	if size == 0 {
+		size = cfg.Voters()
+	}
+	out := &wire.ReplicaListResponse{ConfiguredSize: size, Index: cfg.Index}
+	prog, now, within := ops.Progress(), time.Now(), healthyWithin(ops)
+	for _, sv := range cfg.Servers {
+		rs := wire.ReplicaStatus{ID: sv.ID, ClientAddr: table[sv.ID].ClientAddr, RaftAddr: sv.RaftAddr,
+			Master: sv.ID == ops.ID(), Suffrage: wire.SuffrageNonvoter}
+		if rs.ClientAddr == "" {
+			rs.ClientAddr = s.bootstrapAddr(sv.ID)
+		}
+		if sv.Voter {
+			rs.Suffrage = wire.SuffrageVoter
+		}
+		rs.Healthy = s.healthy(ops, sv.ID, prog, now, within)
+		if pp, ok := prog[sv.ID]; ok && !rs.Master && !pp.LastContact.IsZero() {
+			rs.LastContactMillis = max(now.Sub(pp.LastContact).Milliseconds(), 1)
+		}
+		out.Replicas = append(out.Replicas, rs)
+	}
+	return out, nil
+}
+
+// bootstrapAddr is the client address the bootstrap configuration gave
+// id, until the member table is seeded.
+func (s *Server) bootstrapAddr(id string) string {
+	for _, m := range s.cfg.Members {
+		if m.ID == id {
+			return m.ClientAddr
+		}
+	}
+	return ""
+}
+
+// seedMembers fills an empty member table from the Raft configuration,
+// with the client addresses the bootstrap peers (Config.Members) give,
+// and records the cell's configured size: the voter count now. The state
+// machine keeps the first seed ever applied, so two masters racing (or a
+// restored cell, whose backup carries no table) cannot overwrite a table.
+func (s *Server) seedMembers(ctx context.Context, ops membershipOps) error {
+	if ms, size := s.fsm.MemberTable(); len(ms) > 0 || size > 0 {
+		return nil
+	}
+	cfg, err := ops.Configuration()
+	if err != nil {
+		return err
+	}
+	if cfg.Voters() == 0 {
+		return nil
+	}
+	cmd := &replica.Command{Type: replica.CmdMembersSeed, Time: s.now(), ConfiguredSize: cfg.Voters()}
+	for _, sv := range cfg.Servers {
+		cmd.Members = append(cmd.Members, replica.MemberAddrs{ID: sv.ID, ClientAddr: s.bootstrapAddr(sv.ID), RaftAddr: sv.RaftAddr})
+	}
+	if _, err := s.cons.Apply(ctx, cmd); err != nil {
+		return fmt.Errorf("master: seed the member table: %w", err)
+	}
+	s.log.Info("member table seeded", "members", len(cmd.Members), "configured_size", cmd.ConfiguredSize)
+	return nil
+}
+
+// membershipLoop runs while the master serves: it seeds the member table
+// once, then promotes each non-voter whose log has caught up, on every
+// add and every half heartbeat timeout (a fail-over's new master resumes
+// the promotions its predecessor did not finish). It ends with stop.
+func (s *Server) membershipLoop(stop <-chan struct{}) {
+	defer s.wg.Done()
+	ops, ok := s.cons.(membershipOps)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // ends with the loop: cancel closes ctx
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	tick := time.NewTicker(max(ops.HeartbeatTimeout()/2, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		if err := s.lockMembers(ctx, stop); err != nil {
+			return
+		}
+		cctx, ccancel := context.WithTimeout(ctx, changeTimeout)
+		err := s.seedMembers(cctx, ops)
+		if err == nil {
+			err = s.promoteCaughtUp(cctx, ops)
+		}
+		ccancel()
+		s.unlockMembers()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("membership upkeep failed; retrying", "err", err)
+		}
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		case <-s.members.kick:
+		}
+	}
+}
+
+// promoteCaughtUp promotes at most one non-voter of the member table: one
+// whose log holds every entry committed as of this check and that the
+// master heard from lately, and whose promotion the refusal rules allow.
+func (s *Server) promoteCaughtUp(ctx context.Context, ops membershipOps) error {
+	cfg, err := ops.Configuration()
+	if err != nil {
+		return err
+	}
+	commit := ops.Status().CommitIndex
+	table := s.memberTable()
+	prog, now, within := ops.Progress(), time.Now(), healthyWithin(ops)
+	for _, sv := range cfg.Servers {
+		if _, known := table[sv.ID]; sv.Voter || !known {
+			continue
+		}
+		pp := prog[sv.ID]
+		if pp.Match < commit || !s.healthy(ops, sv.ID, prog, now, within) {
+			continue
+		}
+		if err := s.checkVoters(ops, cfg, sv.ID, true); err != nil {
+			s.log.Debug("not promoting a caught-up member yet", "id", sv.ID, "err", err)
+			continue
+		}
+		if _, err := ops.Promote(ctx, sv.ID, cfg.Index); err != nil {
+			return fmt.Errorf("promote %s: %w", sv.ID, err)
+		}
+		s.log.Info("member caught up and promoted to voter", "id", sv.ID, "match", pp.Match, "commit", commit)
+		s.cfg.Audit.Info("audit", "principal", "master", "op", "ReplicaPromote", "id", sv.ID, "result", "ok")
+		return nil
+	}
+	return nil
+}

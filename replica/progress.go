@@ -1,0 +1,172 @@
+package replica
+
+import (
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Follower progress. hashicorp/raft v1.8 keeps each follower's match index
+// and last contact inside its replication goroutines and exposes neither,
+// yet the master needs both to promote a non-voter only once it has
+// caught up and to refuse a membership change that would leave the
+// healthy voters short of a quorum. Every AppendEntries (heartbeats
+// included) and InstallSnapshot the leader sends goes through the
+// transport, so a thin wrapper around it (built-in or injected) records
+// what each answer proves.
+
+// PeerProgress is what the leader last learnt of one follower.
+type PeerProgress struct {
+	// Term is the leader term the answers were received in; older
+	// records say nothing about the current leader's followers.
+	Term uint64
+	// LastContact is when the follower last answered an AppendEntries or
+	// InstallSnapshot successfully (a heartbeat counts).
+	LastContact time.Time
+	// Match is the highest log index known to be in the follower's log
+	// and equal to the leader's: the end of the last successful append,
+	// or the index of an installed snapshot.
+	Match uint64
+	// LastLog is the last log index the follower reported, matching or
+	// not.
+	LastLog uint64
+}
+
+// progress records PeerProgress by server id.
+type progress struct {
+	mu    sync.Mutex
+	peers map[raft.ServerID]PeerProgress
+	now   func() time.Time
+}
+
+func newProgress() *progress {
+	return &progress{peers: map[raft.ServerID]PeerProgress{}, now: time.Now}
+}
+
+// appended records the answer to an AppendEntries sent in term.
+func (p *progress) appended(id raft.ServerID, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
+	if resp.Term > args.Term {
+		return // the follower knows a newer leader: nothing to credit
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp := p.peers[id]
+	if pp.Term != args.Term {
+		pp = PeerProgress{Term: args.Term}
+	}
+	pp.LastContact = p.now()
+	pp.LastLog = resp.LastLog
+	if resp.Success {
+		end := args.PrevLogEntry
+		if n := len(args.Entries); n > 0 {
+			end = args.Entries[n-1].Index
+		}
+		// A heartbeat carries no entries and no previous entry: it proves
+		// contact, not a match.
+		if len(args.Entries) > 0 || args.PrevLogEntry > 0 {
+			pp.Match = max(pp.Match, end)
+		}
+	}
+	p.peers[id] = pp
+}
+
+// installed records a successful InstallSnapshot sent in term.
+func (p *progress) installed(id raft.ServerID, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse) {
+	if !resp.Success || resp.Term > args.Term {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp := p.peers[id]
+	if pp.Term != args.Term {
+		pp = PeerProgress{Term: args.Term}
+	}
+	pp.LastContact = p.now()
+	pp.Match = max(pp.Match, args.LastLogIndex)
+	pp.LastLog = max(pp.LastLog, args.LastLogIndex)
+	p.peers[id] = pp
+}
+
+// snapshot returns the records of term.
+func (p *progress) snapshot(term uint64) map[string]PeerProgress {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]PeerProgress, len(p.peers))
+	for id, pp := range p.peers {
+		if pp.Term == term {
+			out[string(id)] = pp
+		}
+	}
+	return out
+}
+
+// tracked is a Raft transport whose leader-side replication calls are
+// recorded in a progress. It also refuses pipelined replication, for the
+// reason unpipelined gives and so that every append passes through here.
+type tracked struct {
+	raft.Transport
+	p *progress
+}
+
+// trackedPreVote is tracked for a transport that offers pre-vote: raft
+// asks the transport itself whether it does, so the wrapper must not hide
+// it, nor claim it for a transport without it.
+type trackedPreVote struct {
+	tracked
+	pv raft.WithPreVote
+}
+
+// track wraps t so that p records follower progress.
+func track(t raft.Transport, p *progress) raft.Transport {
+	base := tracked{Transport: t, p: p}
+	if pv, ok := t.(raft.WithPreVote); ok {
+		return &trackedPreVote{tracked: base, pv: pv}
+	}
+	return &base
+}
+
+// AppendEntries sends the RPC and records the answer.
+func (t *tracked) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	err := t.Transport.AppendEntries(id, target, args, resp)
+	if err == nil {
+		t.p.appended(id, args, resp)
+	}
+	return err
+}
+
+// InstallSnapshot sends the snapshot and records the answer.
+func (t *tracked) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	err := t.Transport.InstallSnapshot(id, target, args, resp, data)
+	if err == nil {
+		t.p.installed(id, args, resp)
+	}
+	return err
+}
+
+// AppendEntriesPipeline tells raft to replicate without a pipeline.
+func (t *tracked) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// Close closes the wrapped transport, when it can be closed.
+func (t *tracked) Close() error {
+	if c, ok := t.Transport.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// RequestPreVote forwards to the wrapped transport.
+func (t *trackedPreVote) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.pv.RequestPreVote(id, target, args, resp)
+}
+
+// Progress returns what this replica, as leader, last learnt of each
+// follower in its current term, by server id: empty on a follower, and
+// for a follower the leader has not heard from this term. It does not wait
+// on raft's loops.
+func (r *Replica) Progress() map[string]PeerProgress {
+	return r.progress.snapshot(r.raft.CurrentTerm())
+}
