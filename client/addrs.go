@@ -20,13 +20,20 @@ const DefaultReplicaRefresh = time.Minute
 // client started are tried, removed ones are not, so a client outlives the
 // replacement of every machine it was configured with. It is never empty.
 //
+// A seed that never named a member (a load balancer, a DNS alias, an
+// address the members do not advertise) stays in the set after the
+// members, as a way back in should the members' own addresses not be
+// reachable from this client; a seed that named a member leaves with it.
+//
 // It has its own lock because the Client's mu guards the session's hot
 // path; an addrSet method never calls out while holding it, so it nests
 // inside Client.mu.
 type addrSet struct {
 	mu    sync.Mutex
 	addrs []string
-	next  int
+	// aliases are the seeds no member list has named so far.
+	aliases []string
+	next    int
 }
 
 func newAddrSet(seeds []string) *addrSet {
@@ -36,6 +43,7 @@ func newAddrSet(seeds []string) *addrSet {
 			s.addrs = append(s.addrs, a)
 		}
 	}
+	s.aliases = slices.Clone(s.addrs)
 	return s
 }
 
@@ -75,7 +83,8 @@ func (s *addrSet) add(addr string) bool {
 }
 
 // learn replaces the set with the members' client addresses, as the
-// master listed them. An empty list is ignored: a set is never empty.
+// master listed them, followed by the seeds that never named a member. An
+// empty list is ignored: a set is never empty.
 func (s *addrSet) learn(addrs []string) {
 	var next []string
 	for _, a := range addrs {
@@ -88,13 +97,15 @@ func (s *addrSet) learn(addrs []string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.addrs = next
+	s.aliases = slices.DeleteFunc(s.aliases, func(a string) bool { return slices.Contains(next, a) })
+	s.addrs = append(next, s.aliases...)
 }
 
 // ReplicaAddrs returns the client addresses of the replicas the client
 // tries when it looks for a master: Config.Replicas until it has heard the
 // cell's membership from the master (right after Dial), the live members'
-// addresses from then on.
+// addresses from then on, followed by any seed that never named a member
+// (such as a load balancer's address).
 func (c *Client) ReplicaAddrs() []string { return c.addrs.list() }
 
 // refreshAddrs asks for a refresh of the address set soon (without
