@@ -293,7 +293,12 @@ func serveCommand() *cli.Command {
 			"      --snapshot-interval 1s --snapshot-threshold 64 --trailing-logs 32\n\n" +
 			"Every flag can be set in a YAML file instead (--config FILE), one per replica; a flag on the " +
 			"command line overrides the file, and a key that is no flag is an error:\n\n" +
-			"   id: \"1\"\n   data: /var/lib/lockcell\n   peers: [1=10.0.0.1:7001/10.0.0.1:7101, 2=...]\n   max-conn-buffer: 8MiB",
+			"   id: \"1\"\n   data: /var/lib/lockcell\n   peers: [1=10.0.0.1:7001/10.0.0.1:7101, 2=...]\n   max-conn-buffer: 8MiB\n\n" +
+			"A new replica joins a running cell with an empty --data and --join (no --peers needed): it asks the cell " +
+			"to add it (as the admin: --join-cert/--join-key on a TLS cell), catches up as a non-voter and votes once " +
+			"the master promotes it:\n\n" +
+			"   lockcelld serve --id 6 --data ./r6 --listen 10.0.0.6:7001 --raft 10.0.0.6:7101 --cert ... --key ... --ca ca.crt \\\n" +
+			"      --join 10.0.0.1:7001,10.0.0.2:7001 --join-cert admin.crt --join-key admin.key",
 		Before: applyConfigFile,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "YAML file of this replica's settings: flag names without dashes as keys (flags given here override it)"},
@@ -305,9 +310,13 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve the HTTP port for operators at ADDR: /metrics, /healthz, /readyz, a status page at / (off when empty)"},
 			&cli.BoolFlag{Name: "pprof", Usage: "also serve Go's profiler at /debug/pprof/ on the --metrics port"},
-		}, append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...)...),
+		}, append(append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...), joinFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, reloader, err := serveSetup(c)
+			if err != nil {
+				return err
+			}
+			jr, err := joinSetup(c, cfg)
 			if err != nil {
 				return err
 			}
@@ -322,6 +331,17 @@ func serveCommand() *cli.Command {
 			fmt.Printf("lockcell replica %s of cell %q listening on %s\n", c.String("id"), c.String("cell"), s.ClientAddr())
 			ctx, cancel := signalContext()
 			defer cancel()
+			var joined chan error // the join's outcome; nil (never ready) without --join
+			if jr != nil {
+				joined = make(chan error, 1)
+				joinDone := make(chan struct{})
+				self := cfg.Peers[slices.IndexFunc(cfg.Peers, func(p cell.Peer) bool { return p.ID == cfg.Self })]
+				go func() {
+					defer close(joinDone)
+					joined <- joinCell(ctx, s, self, jr, os.Stdout, cfg.Logger)
+				}()
+				defer func() { cancel(); <-joinDone }() // the join ends with ctx
+			}
 			// SIGHUP re-reads the certificate, key and CA files.
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
@@ -330,6 +350,12 @@ func serveCommand() *cli.Command {
 				select {
 				case <-ctx.Done():
 					return s.Close()
+				case err := <-joined:
+					joined = nil
+					if err != nil && ctx.Err() == nil {
+						s.Close()
+						return cli.Exit(err.Error(), 1)
+					}
 				case <-hup:
 					if reloader == nil {
 						cfg.Logger.Warn("SIGHUP: no certificates to reload (no TLS)")
@@ -368,15 +394,26 @@ func serveSetup(c *cli.Context) (cell.Config, *cell.CertReloader, error) {
 // serveConfigWith is serveConfig with the function that loads the TLS
 // configurations from the certificate, key and CA files.
 func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slog.Logger) (server, peer *tls.Config, err error)) (cell.Config, error) {
+	join := c.String("join") != ""
 	for _, name := range []string{"id", "data", "peers"} {
-		if c.String(name) == "" {
+		if c.String(name) == "" && !(join && name == "peers") {
 			return cell.Config{}, cli.Exit("--"+name+" is required (on the command line or in --config)", 2)
 		}
 	}
 	log := logger(c)
-	peers, err := cell.ParsePeers(c.String("peers"))
-	if err != nil {
-		return cell.Config{}, cli.Exit(err.Error(), 2)
+	var peers []cell.Peer
+	var err error
+	if c.String("peers") != "" {
+		if peers, err = cell.ParsePeers(c.String("peers")); err != nil {
+			return cell.Config{}, cli.Exit(err.Error(), 2)
+		}
+	}
+	if join && !slices.ContainsFunc(peers, func(p cell.Peer) bool { return p.ID == c.String("id") }) {
+		// A joining replica's own entry: the cell learns the rest.
+		if c.String("listen") == "" || c.String("raft") == "" {
+			return cell.Config{}, cli.Exit("--join needs this replica's --listen and --raft addresses (or its entry in --peers)", 2)
+		}
+		peers = append(peers, cell.Peer{ID: c.String("id"), ClientAddr: c.String("listen"), RaftAddr: c.String("raft")})
 	}
 	for _, p := range peers {
 		if p.ID != c.String("id") {
@@ -391,7 +428,8 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 	}
 	cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
 		LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
-		MetricsAddr: c.String("metrics"), Pprof: c.Bool("pprof"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c)}
+		MetricsAddr: c.String("metrics"), Pprof: c.Bool("pprof"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c),
+		Join: join}
 	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
 	switch {
 	case cert != "" && key != "" && ca != "":
