@@ -30,9 +30,12 @@ func joinFlags() []cli.Flag {
 
 // joinRequest is what a joining replica asks the cell with.
 type joinRequest struct {
-	cell     string
-	addrs    []string    // client addresses of running members
-	tls      *tls.Config // the admin's, or nil on a plain cell
+	cell  string
+	addrs []string    // client addresses of running members
+	tls   *tls.Config // the admin's, or nil on a plain cell
+	// ask is false on a TLS cell without the admin's certificate: the
+	// replica waits for an operator to add it (lockcell replica add).
+	ask      bool
 	progress time.Duration
 }
 
@@ -42,14 +45,15 @@ func joinSetup(c *cli.Context, cfg cell.Config) (*joinRequest, error) {
 	if len(addrs) == 0 {
 		return nil, nil
 	}
-	jr := &joinRequest{cell: cfg.Cell, addrs: addrs, progress: 2 * time.Second}
+	jr := &joinRequest{cell: cfg.Cell, addrs: addrs, ask: true, progress: 2 * time.Second}
 	cert, key := c.String("join-cert"), c.String("join-key")
 	switch {
 	case cfg.TLS == nil:
 		// A plain cell: every caller is the admin.
+	case cert == "" && key == "":
+		jr.ask = false
 	case cert == "" || key == "":
-		return nil, cli.Exit("--join on a TLS cell needs the admin's certificate: --join-cert and --join-key "+
-			"(or LOCKCELL_CERT and LOCKCELL_KEY)", 2)
+		return nil, cli.Exit("--join-cert and --join-key (or LOCKCELL_CERT and LOCKCELL_KEY) go together", 2)
 	default:
 		tc, err := certs.LoadClientConfig(cert, key, c.String("ca"))
 		if err != nil {
@@ -61,16 +65,22 @@ func joinSetup(c *cli.Context, cfg cell.Config) (*joinRequest, error) {
 }
 
 // joinCell asks the cell to add s (idempotent, so a retry after a lost
-// answer is harmless), then reports its catch-up on out until it votes.
-// A replica that is in the configuration it holds already (restarted on
-// its data) asks nothing. It returns nil once the replica votes, the
-// master's refusal, or ctx's error.
+// answer is harmless), or, without the admin's certificate, says how to
+// add it, then reports its catch-up on out until it votes. A replica that
+// is in the configuration it holds already (restarted on its data) asks
+// nothing. It returns nil once the replica votes, the master's refusal,
+// or ctx's error.
 func joinCell(ctx context.Context, s *cell.Server, self cell.Peer, jr *joinRequest, out io.Writer, log *slog.Logger) error {
 	if cfg, err := s.Replica().Configuration(); err == nil {
 		if sv, ok := cfg.Find(self.ID); ok {
 			fmt.Fprintf(out, "lockcell replica %s: a member already (voter %v); --join does nothing\n", self.ID, sv.Voter)
 			return nil
 		}
+	}
+	if !jr.ask {
+		fmt.Fprintf(out, "lockcell replica %s: no admin certificate (--join-cert, --join-key) to ask with; waiting to be added: "+
+			"lockcell replica add %s %s %s\n", self.ID, self.ID, self.ClientAddr, self.RaftAddr)
+		return awaitVote(ctx, s, self, jr, out)
 	}
 	cl, err := client.Dial(ctx, client.Config{Cell: jr.cell, Replicas: jr.addrs, TLS: jr.tls, ClientName: "lockcelld-join " + self.ID,
 		RetryTimeout: 30 * time.Second, Logger: log})
@@ -89,7 +99,14 @@ func joinCell(ctx context.Context, s *cell.Server, self cell.Peer, jr *joinReque
 		}
 		return fmt.Errorf("join: the cell did not add replica %s: %w", self.ID, err)
 	}
+	cl.Close()
 	fmt.Fprintf(out, "lockcell replica %s: added to cell %q as a non-voter; catching up\n", self.ID, jr.cell)
+	return awaitVote(ctx, s, self, jr, out)
+}
+
+// awaitVote reports the replica's catch-up every jr.progress until the
+// configuration it holds makes it a voter.
+func awaitVote(ctx context.Context, s *cell.Server, self cell.Peer, jr *joinRequest, out io.Writer) error {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	var said time.Time

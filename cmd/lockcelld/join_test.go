@@ -39,7 +39,14 @@ func (p *joinProc) output() string {
 
 func startJoinProc(t *testing.T, bin string, args ...string) *joinProc {
 	t.Helper()
+	return startJoinProcEnv(t, bin, nil, args...)
+}
+
+// startJoinProcEnv is startJoinProc with more environment (KEY=VALUE).
+func startJoinProcEnv(t *testing.T, bin string, env []string, args ...string) *joinProc {
+	t.Helper()
 	p := &joinProc{cmd: exec.Command(bin, append([]string{"--log-level", "warn", "serve"}, args...)...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -81,7 +88,8 @@ func (p *joinProc) stop(t *testing.T) {
 // running TLS cell, with the admin's certificate, to add it, reports its
 // catch-up, becomes a voter holding the cell's data, and serves clients
 // that know only its address; restarted on its data, --join does
-// nothing. Without the admin's certificate it refuses to start.
+// nothing. Without the admin's certificate a joining replica waits,
+// naming the command that adds it, and votes once an operator has.
 func TestServeJoinAddsReplica(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs four processes")
@@ -113,12 +121,12 @@ func TestServeJoinAddsReplica(t *testing.T) {
 		"--listen", listen, "--raft", raftAddr, "--lease", "20s", "--cert", rcert, "--key", rkey, "--ca", set.CAFile(),
 		"--join", strings.Join(pc.Addrs(), ",")}
 
-	// Without the admin's certificate: a usage error, nothing started.
-	bad := exec.Command(bin, append([]string{"serve"}, args...)...)
+	// Half the admin's credentials: a usage error, nothing started.
+	bad := exec.Command(bin, append([]string{"serve"}, append(args, "--join-cert", acert)...)...)
 	bad.Env = append(os.Environ(), "LOCKCELL_CERT=", "LOCKCELL_KEY=")
 	out, err := bad.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--join-cert") {
-		t.Fatalf("--join on a TLS cell without the admin's certificate: %v\n%s", err, out)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--join-key") {
+		t.Fatalf("--join-cert without --join-key: %v\n%s", err, out)
 	}
 
 	args = append(args, "--join-cert", acert, "--join-key", akey)
@@ -171,4 +179,18 @@ func TestServeJoinAddsReplica(t *testing.T) {
 	if l, err = cl.Replicas(ctx); err != nil || l.Voters() != 4 {
 		t.Fatalf("after the restart: %+v, %v; want 4 voters", l, err)
 	}
+
+	// Without the admin's certificate it waits, saying how to add it, and
+	// an operator's add brings it in.
+	ports = fixtures.FreePorts(t, 2)
+	listen5, raft5 := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	rcert, rkey = set.ReplicaFiles(t, "5")
+	p5 := startJoinProcEnv(t, bin, []string{"LOCKCELL_CERT=", "LOCKCELL_KEY="}, "--id", "5", "--cell", "join",
+		"--data", filepath.Join(t.TempDir(), "replica-5"), "--listen", listen5, "--raft", raft5, "--lease", "20s",
+		"--cert", rcert, "--key", rkey, "--ca", set.CAFile(), "--join", pc.Addrs()[1])
+	p5.waitOutput(t, "waiting to be added: lockcell replica add 5 "+listen5+" "+raft5, 30*time.Second)
+	if _, err := cl.AddReplica(ctx, "5", listen5, raft5); err != nil {
+		t.Fatal(err)
+	}
+	p5.waitOutput(t, "a voter of cell \"join\"", 60*time.Second)
 }
