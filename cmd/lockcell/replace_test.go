@@ -42,19 +42,28 @@ type joiner struct {
 }
 
 // startJoiner starts `lockcelld serve --join` for peer with an empty data
-// folder, asking the replicas at join (as the admin) to add it.
-func startJoiner(t *testing.T, bin string, pc *fixtures.ProcCell, set *fixtures.CertSet, peer cell.Peer, join []string) *joiner {
+// folder. With ask it asks the replicas at join, as the admin, to add it;
+// without, it has no admin certificate and waits for an operator's
+// `lockcell replica add`.
+func startJoiner(t *testing.T, bin string, pc *fixtures.ProcCell, set *fixtures.CertSet, peer cell.Peer, join []string, ask bool) *joiner {
 	t.Helper()
 	dir := t.TempDir()
 	cf, kf := set.ReplicaFiles(t, peer.ID)
-	af, ak := set.UserFiles(t, "admin")
 	j := &joiner{peer: peer, done: make(chan struct{}), log: filepath.Join(dir, "replica.log")}
 	j.cmd = exec.Command(bin, "--log-level", "warn", "serve", "--id", peer.ID, "--cell", pc.Cell(),
 		"--data", filepath.Join(dir, "data"), "--listen", peer.ClientAddr, "--raft", peer.RaftAddr,
-		"--peers", cell.FormatPeers([]cell.Peer{peer}), "--lease", replaceLease.String(),
-		"--cert", cf, "--key", kf, "--ca", set.CAFile(),
-		"--join", strings.Join(join, ","), "--join-cert", af, "--join-key", ak)
+		"--lease", replaceLease.String(), "--cert", cf, "--key", kf, "--ca", set.CAFile(), "--join", strings.Join(join, ","))
+	if ask {
+		af, ak := set.UserFiles(t, "admin")
+		j.cmd.Args = append(j.cmd.Args, "--join-cert", af, "--join-key", ak)
+	}
 	j.cmd.Args = append(j.cmd.Args, replaceRaft...)
+	// Only the flags say how to ask: not the test's own environment.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOCKCELL_") {
+			j.cmd.Env = append(j.cmd.Env, kv)
+		}
+	}
 	logf, err := os.Create(j.log)
 	if err != nil {
 		t.Fatal(err)
@@ -302,12 +311,15 @@ func sameStateHash(t *testing.T, cfg client.Config, addrs []string, within time.
 // real processes and mutual TLS: while a client writes by compare-and-swap
 // and another takes and releases a lock, the master's machine dies (kill
 // -9); a new replica starts at a new address with an empty data folder
-// and joins; the operator removes the dead one with `lockcell replica
-// remove` and waits with `lockcell replica add` until the new one votes.
-// The application sees no error, no acknowledged write is lost, every
-// member ends with the same state, the application's clients learn the new
-// membership, and a client given only the new replica's address works.
-// Then a live member is removed and re-added with a fresh data folder.
+// and joins (`serve --join` with the admin's certificate); the operator
+// removes the dead one with `lockcell replica remove` and waits with
+// `lockcell replica add` until the new one votes. The application sees no
+// error, no acknowledged write is lost, every member ends with the same
+// state, the application's clients learn the new membership, and a client
+// given only the new replica's address works. Then a live member is
+// removed and re-added with a fresh data folder, this time by the
+// operator's `lockcell replica add` (the replica has no admin certificate
+// to ask with).
 func TestReplaceDeadReplicaUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs both binaries; skipped with -short")
@@ -350,7 +362,7 @@ func TestReplaceDeadReplicaUnderLoad(t *testing.T) {
 	// A new machine, at a new address, with an empty data folder.
 	ports := fixtures.FreePorts(t, 2)
 	fresh := cell.Peer{ID: "6", ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	j := startJoiner(t, daemon, pc, set, fresh, alive)
+	j := startJoiner(t, daemon, pc, set, fresh, alive, true)
 	// The operator removes the dead member, and waits until the new one
 	// votes (add of a member already added changes nothing but waits).
 	res := cliOK(admin(alive), "replica", "remove", dead.ID)
@@ -412,7 +424,9 @@ func TestReplaceDeadReplicaUnderLoad(t *testing.T) {
 			rest = append(rest, a)
 		}
 	}
-	j2 := startJoiner(t, daemon, pc, set, again, rest)
+	// This time the replica has no admin certificate: it waits, and the
+	// operator's `replica add` adds it.
+	j2 := startJoiner(t, daemon, pc, set, again, rest, false)
 	res = cliOK(admin(rest), "replica", "add", again.ID, again.ClientAddr, again.RaftAddr)
 	if !strings.Contains(res.stderr, "is a voter") {
 		t.Fatalf("replica add %s: stderr %q\nits log:\n%s", again.ID, res.stderr, j2.logText())
