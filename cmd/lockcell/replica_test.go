@@ -39,9 +39,10 @@ func replicaRows(t *testing.T, out string) map[string][]string {
 }
 
 // TestReplicaVerbs runs replica list and remove through the real binary
-// against a TLS cell: the admin lists and removes, anyone else is refused
-// with a message that says why, and the master's refusal to go below a
-// majority of the configured size reaches the operator.
+// against a TLS cell, given one replica's address: the admin lists and
+// removes (the master itself, which hands over first), anyone else is
+// refused with a message that says why, and the master's refusal to go
+// below a majority of the configured size reaches the operator.
 func TestReplicaVerbs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
@@ -49,7 +50,9 @@ func TestReplicaVerbs(t *testing.T) {
 	bin := buildCLI(t)
 	set := fixtures.TestCerts(t, "alice")
 	c := fixtures.NewCell(t, 3, fixtures.Options{TLS: set, LeaseTTL: 4 * time.Second})
-	base := []string{"--cell", "t", "--replicas", c.Addrs()[0], "--timeout", "20s"}
+	m := c.WaitForMaster(20 * time.Second)
+	// One address, not the master's: the master is removed below.
+	base := []string{"--cell", "t", "--replicas", c.Addrs()[(m+1)%3], "--timeout", "20s"}
 	adminCert, adminKey := set.UserFiles(t, "admin")
 	aliceCert, aliceKey := set.UserFiles(t, "alice")
 	admin := append([]string{"--cert", adminCert, "--key", adminKey, "--ca", set.CAFile()}, base...)
@@ -97,18 +100,23 @@ func TestReplicaVerbs(t *testing.T) {
 	res = runBin(alice, "--json", "replica", "remove", "3")
 	check(res, exitError, `"code":"permission"`, "alice: --json replica remove")
 
-	// Remove a follower: two voters stay, a majority of three.
-	m := c.WaitForMaster(20 * time.Second)
-	victim := c.Options().Peers[(m+1)%3]
+	// Remove the master itself: it hands its leadership over first and the
+	// new master removes it. Two voters stay, a majority of three.
+	victim := c.Options().Peers[m]
 	res = runBin(admin, "replica", "remove", victim.ID)
 	check(res, exitOK, "", "replica remove "+victim.ID)
 	if rows := replicaRows(t, res.stdout); len(rows) != 2 || rows[victim.ID] != nil {
 		t.Fatalf("after removing %s:\n%s", victim.ID, res.stdout)
 	}
+	for _, f := range replicaRows(t, res.stdout) {
+		if f[4] == "*" && f[0] == victim.ID {
+			t.Fatalf("the removed master is still master:\n%s", res.stdout)
+		}
+	}
 	// Again: it is gone, so nothing changes and nothing fails.
 	check(runBin(admin, "replica", "remove", victim.ID), exitOK, "", "replica remove "+victim.ID+" again")
 	// One more would leave one voter, fewer than a majority of three.
-	other := c.Options().Peers[(m+2)%3]
+	other := c.Options().Peers[(m+1)%3]
 	res = runBin(admin, "replica", "remove", other.ID)
 	if res.code != exitError || !strings.Contains(res.stderr, "replica remove "+other.ID+":") {
 		t.Fatalf("removing a second member: exit %d, stderr %q; want a refusal", res.code, res.stderr)
