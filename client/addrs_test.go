@@ -101,3 +101,36 @@ func TestMembershipCallsNeedAdmin(t *testing.T) {
 		t.Fatalf("replica list %+v: %d masters", list, masters)
 	}
 }
+
+// A member removed from the cell leaves the addresses clients try: at
+// once for the client that removed it (the master's answer lists the
+// members), within Config.ReplicaRefresh for any other.
+func TestClientDropsRemovedReplica(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{})
+	m := c.WaitForMaster(30 * time.Second)
+	cfg := c.ClientConfig()
+	cfg.ReplicaRefresh = 200 * time.Millisecond
+	watcher := c.ClientWith(t, cfg)
+	waitAddrs(t, watcher, c.Addrs(), 10*time.Second)
+	operator := c.Client(t)
+	gone := c.Options().Peers[(m+1)%3]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := operator.RemoveReplica(ctx, gone.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := list.Find(gone.ID); ok || len(list.Replicas) != 2 {
+		t.Fatalf("after removing %s: %+v", gone.ID, list)
+	}
+	var rest []string
+	for _, a := range c.Addrs() {
+		if a != gone.ClientAddr {
+			rest = append(rest, a)
+		}
+	}
+	if got := slices.Sorted(slices.Values(operator.ReplicaAddrs())); !slices.Equal(got, slices.Sorted(slices.Values(rest))) {
+		t.Fatalf("the removing client tries %v, want %v", got, rest)
+	}
+	waitAddrs(t, watcher, rest, 10*time.Second)
+}
