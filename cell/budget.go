@@ -17,8 +17,10 @@ import (
 //
 // Every byte a client sends in a yamux data frame is charged, the moment it
 // comes off the socket, to its connection, the connection's remote IP and
-// the process (the request budget); every encoded reply is charged the same
-// way while it is being written (the reply budget). A connection may read
+// the process (the request budget), together with the memory that holding
+// it costs beyond its own size (see "What a held byte costs"); every
+// encoded reply is charged the same way while it is being written (the
+// reply budget). A connection may read
 // from its socket only while all three request levels are below their caps;
 // one read is at most budgetReadChunk bytes, so a level exceeds its cap by at
 // most one read per connection reading at that level. A connection whose
@@ -54,6 +56,27 @@ import (
 // too). Releasing consumed bytes never exceeds what the stream holds, and
 // a stream's bytes are released once (its record is marked gone when they
 // are), so the count never goes below what is held.
+//
+// What a held byte costs. A byte is held in one of two places, and the
+// memory around it is charged too, so that the heap the request path holds
+// stays near the budget rather than a multiple of it:
+//
+//   - yamux's receive buffer for the stream, a bytes.Buffer that yamux
+//     allocates at the size of the first data frame it gets while empty and
+//     that ReadFrom then grows by doubling (at the end of every frame that
+//     fills it: 2L+512 bytes for an L-byte frame). The reader follows the
+//     frames and keeps an estimate of that capacity (streamBytes.bufCap);
+//     the part of it not holding bytes is charged on top of them, until the
+//     handler has read the buffer empty (its reads shrink it, so yamux
+//     drops it).
+//   - the handler's frame buffers (wire.ReadFrame): exact allocations, but
+//     the chunk being filled is allocated before its bytes arrive. Each
+//     read the handler makes charges the room it reads into (ahead) until
+//     bytes fill it.
+//
+// A stream's extra charges (bufCap beyond its bytes, and ahead) go with its
+// bytes when it is forgotten or the connection ends, and ahead goes when
+// the handler is done reading.
 
 // budgetReadChunk bounds one read from a client connection, and so how far
 // a read may take a budget past its cap.
@@ -92,11 +115,19 @@ func (l budgetLevel) String() string {
 	return "none"
 }
 
-// byteCount is one level's bytes held against its cap.
+// byteCount is one level's bytes held against its cap: the bytes
+// themselves (used), and the memory that holding them costs beyond their
+// size (extra; see "What a held byte costs"). A level is full when the two
+// together reach its cap, so used alone passes the cap by at most one read
+// per connection, as before extra was counted.
 type byteCount struct {
-	max  int64
-	used atomic.Int64
+	max   int64
+	used  atomic.Int64
+	extra atomic.Int64
 }
+
+// held is what the level holds against its cap.
+func (b *byteCount) held() int64 { return b.used.Load() + b.extra.Load() }
 
 // errOverBudget ends a connection that held its bytes without progress
 // while over a memory budget.
@@ -114,6 +145,9 @@ type budgets struct {
 	in     byteCount // request bytes held, process-wide
 	out    byteCount // reply bytes being written, process-wide
 	inPeak atomic.Int64
+	// inHeldPeak is the most request bytes and the memory around them
+	// (byteCount.held) held process-wide.
+	inHeldPeak atomic.Int64
 
 	mu  sync.Mutex
 	ips map[string]*ipBudget
@@ -238,6 +272,48 @@ type streamBytes struct {
 	local  bool  // our side is done with the stream
 	remote bool  // the client closed or reset it
 	gone   bool  // released and forgotten
+
+	// The memory around the bytes (see "What a held byte costs"):
+	buffered int64 // bytes received that the handler has not read: in yamux's buffer
+	bufCap   int64 // estimated capacity of yamux's buffer for the stream (0: none)
+	ahead    int64 // room the handler's current read reads into
+	extra    int64 // charged beyond held: bufCap-buffered plus ahead
+}
+
+// yamuxReadSlack is what bytes.Buffer.ReadFrom, which yamux reads a data
+// frame's payload with, asks for beyond the bytes it holds: a buffer with
+// less room than this at the end of a frame grows to twice its capacity
+// plus this.
+const yamuxReadSlack = 512
+
+// frameStart follows yamux allocating or growing st's buffer for a data
+// frame of length bytes: a buffer that is empty is gone (the handler's
+// reads shrink it), so yamux allocates exactly length; a buffer holding
+// bytes grows as a bytes.Buffer does when the frame does not fit.
+func (st *streamBytes) frameStart(length int64) {
+	switch {
+	case st.buffered == 0:
+		st.bufCap = length
+	case st.buffered+length > st.bufCap:
+		st.bufCap = max(2*st.bufCap+length, st.buffered+length)
+	}
+}
+
+// frameEnd follows bytes.Buffer.ReadFrom's last call for a frame: it wants
+// yamuxReadSlack bytes of room, and doubles the buffer when there is less.
+func (st *streamBytes) frameEnd() {
+	if st.buffered+yamuxReadSlack > st.bufCap {
+		st.bufCap = 2*st.bufCap + yamuxReadSlack
+	}
+}
+
+// recharge brings st's extra charge in line with its buffer and read
+// estimates and returns the change to charge; mu held.
+func (st *streamBytes) recharge() int64 {
+	want := max(st.bufCap-st.buffered, 0) + st.ahead
+	d := want - st.extra
+	st.extra = want
+	return d
 }
 
 // chargeIn adds n request bytes at every level; mu held.
@@ -248,12 +324,33 @@ func (c *connBudget) chargeIn(n int64) {
 	c.in.used.Add(n)
 	c.ip.in.used.Add(n)
 	if v := c.b.in.used.Add(n); n > 0 {
-		for p := c.b.inPeak.Load(); v > p && !c.b.inPeak.CompareAndSwap(p, v); p = c.b.inPeak.Load() {
-		}
+		raisePeak(&c.b.inPeak, v)
+		raisePeak(&c.b.inHeldPeak, v+c.b.in.extra.Load())
 	}
 }
 
-func (c *connBudget) chargeOut(n int64) {
+// chargeInExtra adds n bytes of memory around request bytes at every
+// level; mu held.
+func (c *connBudget) chargeInExtra(n int64) {
+	if c.detached || n == 0 {
+		return
+	}
+	c.in.extra.Add(n)
+	c.ip.in.extra.Add(n)
+	if v := c.b.in.extra.Add(n); n > 0 {
+		raisePeak(&c.b.inHeldPeak, v+c.b.in.used.Load())
+	}
+}
+
+// raisePeak makes peak at least v.
+func raisePeak(peak *atomic.Int64, v int64) {
+	for p := peak.Load(); v > p && !peak.CompareAndSwap(p, v); p = peak.Load() {
+	}
+}
+
+// chargeOut adds n reply bytes, and extra bytes of the buffer they are in
+// beyond them, at every level.
+func (c *connBudget) chargeOut(n, extra int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.detached {
@@ -262,6 +359,9 @@ func (c *connBudget) chargeOut(n int64) {
 	c.out.used.Add(n)
 	c.ip.out.used.Add(n)
 	c.b.out.used.Add(n)
+	c.out.extra.Add(extra)
+	c.ip.out.extra.Add(extra)
+	c.b.out.extra.Add(extra)
 }
 
 // forget releases everything st holds and drops it; mu held.
@@ -270,7 +370,8 @@ func (c *connBudget) forget(st *streamBytes) {
 		return
 	}
 	c.chargeIn(-st.held)
-	st.held, st.gone = 0, true
+	c.chargeInExtra(-st.extra)
+	st.held, st.extra, st.gone = 0, 0, true
 	if c.streams[st.id] == st {
 		delete(c.streams, st.id)
 	}
@@ -293,7 +394,8 @@ func (c *connBudget) accepted(id uint32) *streamBytes {
 	return &streamBytes{id: id, gone: true} // not seen: nothing charged
 }
 
-// consumed releases n bytes the handler of st read and no longer holds.
+// consumed releases n bytes the handler of st read and no longer holds,
+// and the room its reads had asked for: it is done reading its request.
 func (c *connBudget) consumed(st *streamBytes, n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -301,11 +403,43 @@ func (c *connBudget) consumed(st *streamBytes, n int64) {
 }
 
 func (c *connBudget) consumedLocked(st *streamBytes, n int64) {
-	if !st.gone && n > 0 {
-		n = min(n, st.held)
-		st.held -= n
-		c.chargeIn(-n)
+	if st.gone {
+		return
 	}
+	n = min(max(n, 0), st.held)
+	st.held -= n
+	st.ahead = 0
+	c.chargeIn(-n)
+	c.chargeInExtra(st.recharge())
+}
+
+// reading charges the room, ahead bytes, that st's handler is about to
+// read into: its frame buffer holds that room before bytes fill it.
+func (c *connBudget) reading(st *streamBytes, ahead int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.gone {
+		return
+	}
+	st.ahead = int64(ahead)
+	c.chargeInExtra(st.recharge())
+}
+
+// read records that st's handler read n bytes out of yamux's buffer (and
+// then shrank it): they moved to its frame buffer, filling n bytes of the
+// room it read into; a buffer read empty is gone.
+func (c *connBudget) read(st *streamBytes, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.gone {
+		return
+	}
+	st.buffered = max(st.buffered-int64(n), 0)
+	if st.buffered == 0 {
+		st.bufCap = 0
+	}
+	st.ahead = max(st.ahead-int64(n), 0)
+	c.chargeInExtra(st.recharge())
 }
 
 // finished marks our side done with st (closed, after consuming n more
@@ -327,13 +461,15 @@ func (c *connBudget) end() {
 		close(c.done)
 		c.mu.Lock()
 		c.detached = true
-		in, out := c.in.used.Swap(0), c.out.used.Swap(0)
-		c.ip.in.used.Add(-in)
-		c.ip.out.used.Add(-out)
-		c.b.in.used.Add(-in)
-		c.b.out.used.Add(-out)
+		for _, l := range [][3]*byteCount{{&c.in, &c.ip.in, &c.b.in}, {&c.out, &c.ip.out, &c.b.out}} {
+			used, extra := l[0].used.Swap(0), l[0].extra.Swap(0)
+			for _, up := range l[1:] {
+				up.used.Add(-used)
+				up.extra.Add(-extra)
+			}
+		}
 		for id, st := range c.streams {
-			st.held, st.gone = 0, true
+			st.held, st.extra, st.gone = 0, 0, true
 			delete(c.streams, id)
 		}
 		c.pending = nil
@@ -356,11 +492,11 @@ func (c *connBudget) fullOut() budgetLevel { return firstFull(&c.out, &c.ip.out,
 // is at or over its cap.
 func firstFull(conn, ip, process *byteCount) budgetLevel {
 	switch {
-	case conn.used.Load() >= conn.max:
+	case conn.held() >= conn.max:
 		return levelConn
-	case ip.used.Load() >= ip.max:
+	case ip.held() >= ip.max:
 		return levelIP
-	case process.used.Load() >= process.max:
+	case process.held() >= process.max:
 		return levelProcess
 	}
 	return levelNone
@@ -496,16 +632,22 @@ func (p *muxParser) fill(b []byte) (int, bool) {
 func (c *connBudget) received(p *muxParser, b []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var total int64
+	var total, extra int64
+	defer func() { c.chargeInExtra(extra) }()
 	for len(b) > 0 {
 		if p.payload > 0 {
 			k := min(uint32(min(len(b), 1<<30)), p.payload)
-			if p.st != nil && !p.st.gone {
-				p.st.held += int64(k)
-				total += int64(k)
-			}
 			p.payload -= k
 			b = b[k:]
+			if st := p.st; st != nil && !st.gone {
+				st.held += int64(k)
+				st.buffered += int64(k)
+				total += int64(k)
+				if p.payload == 0 {
+					st.frameEnd()
+				}
+				extra += st.recharge()
+			}
 			continue
 		}
 		k, ok := p.fill(b)
@@ -542,6 +684,10 @@ func (c *connBudget) received(p *muxParser, b []byte) error {
 		}
 		if typ == muxTypeData {
 			p.st, p.payload = st, length
+			if st != nil && !st.gone && length > 0 {
+				st.frameStart(int64(length))
+				extra += st.recharge()
+			}
 		}
 	}
 	c.chargeIn(total)

@@ -150,7 +150,7 @@ func TestBudgetConnectionEndReleasesEverything(t *testing.T) {
 	if err := feed(t, c2, &p2, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 400), 400)); err != nil {
 		t.Fatal(err)
 	}
-	c1.chargeOut(50)
+	c1.chargeOut(50, 0)
 	if got := b.ips["192.0.2.1"].in.used.Load(); got != 1000 {
 		t.Fatalf("the address holds %d, want 1000", got)
 	}
@@ -158,7 +158,7 @@ func TestBudgetConnectionEndReleasesEverything(t *testing.T) {
 	c1.end()
 	c1.consumed(r1, 600)
 	c1.finished(r1, 0)
-	c1.chargeOut(-50)
+	c1.chargeOut(-50, 0)
 	if got := b.in.used.Load(); got != 400 || b.ips["192.0.2.1"].in.used.Load() != 400 || b.out.used.Load() != 0 {
 		t.Fatalf("after one connection ended: process %d, address %d, replies %d; want 400, 400, 0",
 			got, b.ips["192.0.2.1"].in.used.Load(), b.out.used.Load())
@@ -181,12 +181,16 @@ func TestBudgetAwait(t *testing.T) {
 	if err := c1.received(&p1, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 1000), 1000)); err != nil {
 		t.Fatal(err)
 	}
+	// Its handler read yamux's buffer empty, so the 1000 bytes are all
+	// the connection holds.
+	s1 := c1.accepted(1)
+	c1.read(s1, 1000)
 	if c1.fullIn() != levelConn || c2.fullIn() != levelNone {
 		t.Fatalf("levels %v %v, want connection, none", c1.fullIn(), c2.fullIn())
 	}
 	released := make(chan error, 1)
 	go func() { released <- c1.await(c1.fullIn, &c1.in.used, "requests", time.Time{}) }()
-	c1.consumed(c1.accepted(1), 10)
+	c1.consumed(s1, 10)
 	if err := <-released; err != nil {
 		t.Fatalf("after a release: %v", err)
 	}
@@ -194,6 +198,7 @@ func TestBudgetAwait(t *testing.T) {
 	if err := c2.received(&p2, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 600), 600)); err != nil {
 		t.Fatal(err)
 	}
+	c2.read(c2.accepted(1), 600)
 	if c2.fullIn() != levelIP {
 		t.Fatalf("level %v, want ip", c2.fullIn())
 	}
@@ -302,5 +307,104 @@ func TestRateBucketHoldsAnAddressToItsRate(t *testing.T) {
 	r.take(at.Add(time.Hour), 2000)
 	if d := r.wait(at.Add(time.Hour)); d < time.Second {
 		t.Fatalf("an idle hour saved more than a second's worth: wait %v after 2000 bytes", d)
+	}
+}
+
+// wantExtra checks the memory around the bytes the connection, its
+// address and the process count.
+func wantExtra(t *testing.T, b *budgets, c *connBudget, want int64) {
+	t.Helper()
+	if got := c.in.extra.Load(); got != want {
+		t.Fatalf("connection counts %d bytes around its request bytes, want %d", got, want)
+	}
+	if ip := b.ips[c.ipName]; ip != nil && ip.in.extra.Load() != want || b.in.extra.Load() != want {
+		t.Fatalf("ip counts %d, process %d, want %d", b.ips[c.ipName].in.extra.Load(), b.in.extra.Load(), want)
+	}
+}
+
+// The budget counts what holding request bytes costs, not only the bytes:
+// yamux's receive buffer at the capacity bytes.Buffer gives it (the frame's
+// size from its header on, doubled at its end), until the handler reads it
+// empty; and the room the handler reads into before bytes fill it. The
+// levels are full when bytes and that memory reach their caps, and all of
+// it goes with the stream or the connection.
+func TestBudgetChargesWhatHoldingBytesCosts(t *testing.T) {
+	b := testBudgets(3000, 1<<20, 1<<20)
+	c := b.conn("192.0.2.1")
+	var p muxParser
+	data := make([]byte, 1000)
+	buf := func(l int64) int64 { return 2*l + yamuxReadSlack } // after one frame of l bytes
+
+	// A frame's header makes yamux allocate its size; its end doubles it.
+	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 1, data[:500], 800)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, b, c, 500)
+	wantExtra(t, b, c, 300)
+	if err := feed(t, c, &p, data[:300]); err != nil {
+		t.Fatal(err)
+	}
+	wantExtra(t, b, c, buf(800)-800)
+	// A second frame that fits the buffer leaves it as it is.
+	if err := feed(t, c, &p, muxFrame(muxTypeData, 0, 1, data[:100], 100)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, b, c, 900)
+	wantExtra(t, b, c, buf(800)-900)
+	if got := c.fullIn(); got != levelNone {
+		t.Fatalf("level %v with %d held of 3000", got, c.in.held())
+	}
+	// The handler reads into a 1000-byte frame buffer: the room is
+	// counted until bytes fill it; the buffer stays while it holds bytes.
+	s1 := c.accepted(1)
+	c.reading(s1, 1000)
+	wantExtra(t, b, c, buf(800)-900+1000)
+	if got := c.fullIn(); got != levelConn {
+		t.Fatalf("level %v with %d bytes and %d around them, want connection", got, c.in.used.Load(), c.in.extra.Load())
+	}
+	c.read(s1, 600)
+	wantExtra(t, b, c, buf(800)-300+400)
+	// Read empty: yamux's buffer is gone (the handler shrinks it), the
+	// bytes are in the frame buffer.
+	c.read(s1, 300)
+	wantHeld(t, b, c, 900)
+	wantExtra(t, b, c, 100)
+	if got := c.fullIn(); got != levelNone {
+		t.Fatalf("level %v after the buffer was read empty", got)
+	}
+	// The call is dispatched: the bytes and the room go.
+	c.consumed(s1, 900)
+	wantHeld(t, b, c, 0)
+	wantExtra(t, b, c, 0)
+
+	// A refused stream's buffer is counted until the stream is dropped.
+	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 3, data[:200], 200)); err != nil {
+		t.Fatal(err)
+	}
+	s3 := c.accepted(3)
+	wantExtra(t, b, c, buf(200)-200)
+	c.finished(s3, 0)
+	wantExtra(t, b, c, buf(200)-200)
+	if err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagFIN, 3, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, b, c, 0)
+	wantExtra(t, b, c, 0)
+
+	// The end of the connection releases it all, at every level.
+	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 5, data[:1000], 1000)); err != nil {
+		t.Fatal(err)
+	}
+	c.reading(c.accepted(5), 1000)
+	c.chargeOut(300, 200)
+	if got := c.out.held(); got != 500 {
+		t.Fatalf("reply held %d, want 500", got)
+	}
+	if got, want := b.inHeldPeak.Load(), int64(1000+buf(1000)); got != want {
+		t.Fatalf("peak held %d, want %d", got, want)
+	}
+	c.end()
+	if b.in.held() != 0 || b.out.held() != 0 || len(b.ips) != 0 {
+		t.Fatalf("after the connection ended: requests %d, replies %d, %d addresses", b.in.held(), b.out.held(), len(b.ips))
 	}
 }

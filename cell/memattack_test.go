@@ -2,10 +2,12 @@ package cell_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,6 +21,11 @@ import (
 // the RSS peak of TestMemoryAttackKeepsRSSBounded (the campaign's memory
 // class against one in-process replica).
 const envMemProfile = "LOCKCELL_MEMATTACK_PROFILE"
+
+// envMemSources sets how many source addresses the attack comes from (2 by
+// default: the per-IP budgets bind). Five or more make the process-wide
+// budget bind, as against the master of the hostile campaign.
+const envMemSources = "LOCKCELL_MEMATTACK_SOURCES"
 
 // The hostile campaign's memory attack (cmd/hostile-attacker, class
 // memory: from two addresses, three connections each, 200 streams per
@@ -46,8 +53,19 @@ func TestMemoryAttackKeepsRSSBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := hostile.BuildAttacker(t, "..")
+	sources := []string{"127.0.0.2", "127.0.0.3"}
+	if s := os.Getenv(envMemSources); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 200 {
+			t.Fatalf("%s=%q: want a number of addresses from 1 to 200", envMemSources, s)
+		}
+		sources = sources[:0]
+		for i := range n {
+			sources = append(sources, fmt.Sprintf("127.0.0.%d", 2+i))
+		}
+	}
 	cfg := hostile.Config{Class: hostile.ClassMemory, Cell: c.ClientConfig().Cell, Master: srv.ClientAddr(),
-		ClientAddrs: c.Addrs(), CAFile: certs.CAFile(), Sources: []string{"127.0.0.2", "127.0.0.3"}, Blob: blob}
+		ClientAddrs: c.Addrs(), CAFile: certs.CAFile(), Sources: sources, Blob: blob}
 	cfg.CertFile, cfg.KeyFile = certs.UserFiles(t, "attacker")
 	t.Logf("config %+v", cfg)
 

@@ -290,6 +290,12 @@ type ConnStats struct {
 	// (received, not yet served), and RequestBytesPeak the most it ever
 	// held; ReplyBytes are the reply bytes being written now.
 	RequestBytes, RequestBytesPeak, ReplyBytes int64
+	// RequestHeld is what the request budget counts now: RequestBytes
+	// and the memory holding them costs beyond their size (yamux's
+	// receive buffers, frame buffers allocated ahead of their bytes);
+	// RequestHeldPeak the most it ever counted. ReplyHeld is ReplyBytes
+	// with the rest of the buffers they are encoded in.
+	RequestHeld, RequestHeldPeak, ReplyHeld int64
 	// RateWait is the time connections' reads waited, added up, because
 	// their IP address read more than MaxIPRate.
 	RateWait time.Duration
@@ -303,6 +309,7 @@ func (s *Server) ConnStats() ConnStats {
 		RefusedStreams: s.stats.streams.Load(),
 		OverBudgetConn: b.over[levelConn].Load(), OverBudgetIP: b.over[levelIP].Load(), OverBudgetProcess: b.over[levelProcess].Load(),
 		RequestBytes: b.in.used.Load(), RequestBytesPeak: b.inPeak.Load(), ReplyBytes: b.out.used.Load(),
+		RequestHeld: b.in.held(), RequestHeldPeak: b.inHeldPeak.Load(), ReplyHeld: b.out.held(),
 		RateWait: time.Duration(b.slowed.Load())}
 }
 
@@ -582,7 +589,7 @@ func (s *Server) writeReply(st *yamux.Stream, cb *connBudget, vals ...any) (wrot
 	if w.locked {
 		cb.outMu.Unlock()
 	}
-	cb.chargeOut(-w.charged)
+	cb.chargeOut(-w.charged, -w.extra)
 	return w.charged > 0, err
 }
 
@@ -592,12 +599,17 @@ type replyWriter struct {
 	st      *yamux.Stream
 	cb      *connBudget
 	charged int64
+	extra   int64
 	locked  bool // holds cb.outMu
 }
 
+// Write charges the reply's bytes and the rest of the buffer they were
+// encoded into (it grows by doubling, so up to as much again), which stays
+// allocated until the write returns.
 func (w *replyWriter) Write(b []byte) (int, error) {
-	w.cb.chargeOut(int64(len(b)))
+	w.cb.chargeOut(int64(len(b)), int64(cap(b)-len(b)))
 	w.charged += int64(len(b))
+	w.extra += int64(cap(b) - len(b))
 	if w.locked {
 		w.locked = false
 		w.cb.outMu.Unlock()
