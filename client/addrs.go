@@ -117,15 +117,34 @@ func (c *Client) refreshAddrs() {
 	}
 }
 
-// addrLoop keeps the address set current: at once when the session
-// starts, whenever refreshAddrs asks (a fail-over, a master at an
-// unknown address), and every Config.ReplicaRefresh. A failed refresh is
-// tried again after a second, doubling up to the interval.
-func (c *Client) addrLoop() {
+// learnAddrs takes the membership from the master Dial just found, before
+// Dial returns, and starts addrLoop. Dial asks in line rather than leaving
+// it to the loop so that an application's first calls do not race a
+// background call (tests count the calls a cached read makes).
+func (c *Client) learnAddrs(ctx context.Context) {
+	first := c.cfg.ReplicaRefresh
+	if err := c.fetchAddrs(ctx); err != nil {
+		c.log.Debug("lockcell: replica list not learnt at dial; trying again shortly", "err", err)
+		first = min(time.Second, first)
+	} else {
+		select {
+		case <-c.refresh: // asked for while Dial followed a redirect: answered
+		default:
+		}
+	}
+	c.wg.Add(1)
+	go c.addrLoop(first)
+}
+
+// addrLoop keeps the address set current: after first, whenever
+// refreshAddrs asks (a fail-over, a master at an unknown address), and
+// every Config.ReplicaRefresh. A failed refresh is tried again after a
+// second, doubling up to the interval.
+func (c *Client) addrLoop(first time.Duration) {
 	defer c.wg.Done()
 	every := c.cfg.ReplicaRefresh
-	retry := time.Second
-	t := time.NewTimer(0)
+	retry := 2 * time.Second
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {

@@ -187,9 +187,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c.session, c.epoch = resp.Session, resp.Epoch
 	c.mu.Unlock()
 	c.sess = newSessionState(c.clock, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
-	c.wg.Add(2)
+	c.wg.Add(1)
 	go c.keepAliveLoop()
-	go c.addrLoop()
+	c.learnAddrs(ctx)
 	return c, nil
 }
 
