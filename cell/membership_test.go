@@ -1,8 +1,10 @@
 package cell_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -302,7 +304,9 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 // fewer voters than a majority of the configured size, is refused with a
 // typed error and changes nothing; bad addresses are refused.
 func TestMembershipRefusals(t *testing.T) {
-	c := fixtures.NewCell(t, 5, fixtures.Options{TLS: fixtures.TestCerts(t, "alice")})
+	logs := &lockedBuffer{}
+	c := fixtures.NewCell(t, 5, fixtures.Options{TLS: fixtures.TestCerts(t, "alice"),
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	admin := c.Client(t)
 	alice := c.ClientWith(t, c.ClientConfigAs("alice"))
 	ctx := ctxT(t, 90*time.Second)
@@ -373,4 +377,45 @@ func TestMembershipRefusals(t *testing.T) {
 	}
 	h := mustOpen(t, ctx, admin, c.Name("still-serving"), client.Read|client.Write|client.Create)
 	h.Close()
+
+	// Each change asked for is an audit line, done or refused.
+	audit := logs.String()
+	for _, want := range []string{
+		"principal=admin op=ReplicaRemove id=" + id(dead1) + " result=ok",
+		"principal=admin op=ReplicaRemove id=" + id(live) + ` result="bad request: removing`,
+		"principal=alice op=ReplicaRemove",
+	} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("no audit line with %q:\n%s", want, grepLines(audit, "op=Replica"))
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer many loggers may write at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -122,7 +122,7 @@ func (c *call) membershipCall(ctx context.Context, body []byte) (any, error) {
 			return nil, err
 		}
 		resp, err := c.replicaAdd(ctx, ops, &req)
-		c.auditChange("id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr, err)
+		c.auditChange(err, "id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
 		return resp, err
 	case wire.MethodReplicaRemove:
 		var req wire.ReplicaRemoveRequest
@@ -130,7 +130,7 @@ func (c *call) membershipCall(ctx context.Context, body []byte) (any, error) {
 			return nil, err
 		}
 		resp, err := c.replicaRemove(ctx, ops, &req)
-		c.auditChange("id", req.ID, "", "", "", "", err)
+		c.auditChange(err, "id", req.ID)
 		return resp, err
 	}
 	var req wire.ReplicaListRequest
@@ -142,18 +142,16 @@ func (c *call) membershipCall(ctx context.Context, body []byte) (any, error) {
 
 // auditChange writes one audit line per membership change asked for,
 // done or refused (denials are the dispatcher's to log).
-func (c *call) auditChange(k1, v1, k2, v2, k3, v3 string, err error) {
-	if wire.CodeOf(toWire(err)) == wire.CodePermission {
-		return
-	}
+func (c *call) auditChange(err error, kv ...any) {
 	result := "ok"
 	if err != nil {
-		result = wire.CodeOf(toWire(err)).String() + ": " + toWire(err).(*wire.Error).Msg
+		we := toWire(err).(*wire.Error)
+		if we.Code == wire.CodePermission {
+			return
+		}
+		result = we.Code.String() + ": " + we.Msg
 	}
-	args := []any{"principal", c.caller.Principal, "op", c.h.Method.String(), k1, v1}
-	if k2 != "" {
-		args = append(args, k2, v2, k3, v3)
-	}
+	args := append([]any{"principal", c.caller.Principal, "op", c.h.Method.String()}, kv...)
 	c.cfg.Audit.Info("audit", append(args, "result", result)...)
 }
 
@@ -512,7 +510,7 @@ func (s *Server) promoteCaughtUp(ctx context.Context, ops membershipOps) error {
 			return fmt.Errorf("promote %s: %w", sv.ID, err)
 		}
 		s.log.Info("member caught up and promoted to voter", "id", sv.ID, "match", pp.Match, "commit", commit)
-		s.cfg.Audit.Info("audit", "principal", "master", "op", "ReplicaPromote", "id", sv.ID, "result", "ok")
+		s.cfg.Audit.Info("audit", "principal", "(master)", "op", "ReplicaPromote", "id", sv.ID, "result", "ok")
 		return nil
 	}
 	return nil
