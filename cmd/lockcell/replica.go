@@ -104,7 +104,11 @@ func replicaAddCommand(e *env) *cli.Command {
 			}
 			if !c.Bool("no-wait") {
 				if list, err = e.waitVoter(cl, id, list); err != nil {
-					return membershipFail("replica add", id, err)
+					f := membershipFail("replica add", id, err)
+					if errors.Is(err, context.DeadlineExceeded) {
+						f.hint = "it was added and is not a voter yet; `lockcell replica list` shows when it votes"
+					}
+					return f
 				}
 			}
 			if e.json {
@@ -170,7 +174,7 @@ func (e *env) waitVoter(cl *client.Client, id string, list client.ReplicaList) (
 		}
 		select {
 		case <-e.ctx.Done():
-			return list, fmt.Errorf("replica %s was added but is not a voter yet: %w", id, e.ctx.Err())
+			return list, e.ctx.Err()
 		case <-t.C:
 		}
 		next, err := cl.Replicas(e.ctx)
@@ -191,7 +195,7 @@ func memberState(r client.ReplicaStatus) string {
 
 // membershipFail describes a failed membership call, with a hint for the
 // refusals an operator can act on.
-func membershipFail(op, id string, err error) error {
+func membershipFail(op, id string, err error) *opError {
 	hint := ""
 	switch {
 	case errors.Is(err, client.ErrPermission):

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,22 @@ func TestReplicaVerbs(t *testing.T) {
 	check(runBin(alice, "replica", "remove", "3"), exitError, "permission", "alice: replica remove")
 	res = runBin(alice, "--json", "replica", "remove", "3")
 	check(res, exitError, `"code":"permission"`, "alice: --json replica remove")
+
+	// A member whose machine never answers: added as a non-voter, never
+	// promoted; add says so when --timeout ends its wait, and it can be
+	// removed again.
+	ports := fixtures.FreePorts(t, 2)
+	ghost := []string{"9", fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	res = runBin(append(admin, "--timeout", "3s"), append([]string{"replica", "add"}, ghost...)...)
+	check(res, exitError, "is not a voter yet", "replica add of a replica that does not run")
+	if !strings.Contains(res.stderr, "replica 9: nonvoter, not heard from yet") {
+		t.Fatalf("replica add showed no progress: %q", res.stderr)
+	}
+	res = runBin(admin, "replica", "list")
+	if f := replicaRows(t, res.stdout)["9"]; len(f) != 7 || f[3] != "nonvoter" || f[5] != "no" {
+		t.Fatalf("the added replica's row: %q in\n%s", f, res.stdout)
+	}
+	check(runBin(admin, "replica", "remove", "9"), exitOK, "", "replica remove 9")
 
 	// Remove the master itself: it hands its leadership over first and the
 	// new master removes it. Two voters stay, a majority of three.
