@@ -72,6 +72,11 @@ func (r *Replica) Configuration() (Configuration, error) {
 // its suffrage), provided the configuration is still the one written at
 // prevIndex (0: whatever it is). It returns once the change is committed.
 func (r *Replica) AddNonvoter(ctx context.Context, id, raftAddr string, prevIndex uint64) (uint64, error) {
+	if cfg, err := r.Configuration(); err == nil {
+		if _, ok := cfg.Find(id); !ok {
+			r.progress.forget(id) // a new member: nothing it answered before counts
+		}
+	}
 	return r.change(ctx, func(timeout time.Duration) raft.IndexFuture {
 		return r.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), prevIndex, timeout)
 	})
@@ -98,9 +103,13 @@ func (r *Replica) Promote(ctx context.Context, id string, prevIndex uint64) (uin
 // written at prevIndex. A leader that removes itself steps down once the
 // change commits.
 func (r *Replica) Remove(ctx context.Context, id string, prevIndex uint64) (uint64, error) {
-	return r.change(ctx, func(timeout time.Duration) raft.IndexFuture {
+	idx, err := r.change(ctx, func(timeout time.Duration) raft.IndexFuture {
 		return r.raft.RemoveServer(raft.ServerID(id), prevIndex, timeout)
 	})
+	if err == nil {
+		r.progress.forget(id)
+	}
+	return idx, err
 }
 
 // change runs one configuration change and waits for it to commit, never

@@ -89,6 +89,14 @@ func (p *progress) installed(id raft.ServerID, args *raft.InstallSnapshotRequest
 	p.peers[id] = pp
 }
 
+// forget drops what was learnt of id: a member removed, or added again
+// (perhaps on an empty disk), proves nothing by its old answers.
+func (p *progress) forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.peers, raft.ServerID(id))
+}
+
 // snapshot returns the records of term.
 func (p *progress) snapshot(term uint64) map[string]PeerProgress {
 	p.mu.Lock()
