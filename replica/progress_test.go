@@ -1,0 +1,45 @@
+package replica
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// What the leader's answers prove: a heartbeat is contact, not a match; a
+// successful append matches through its last entry, a failed one nothing;
+// an installed snapshot matches its index; records of another term say
+// nothing; a forgotten member starts over.
+func TestProgressRecordsWhatAnswersProve(t *testing.T) {
+	p := newProgress()
+	now := time.Unix(100, 0)
+	p.now = func() time.Time { return now }
+	ok := &raft.AppendEntriesResponse{Term: 3, Success: true, LastLog: 7}
+	p.appended("a", &raft.AppendEntriesRequest{Term: 3}, ok) // heartbeat
+	if pp := p.snapshot(3)["a"]; !pp.LastContact.Equal(now) || pp.Match != 0 || pp.LastLog != 7 {
+		t.Fatalf("after a heartbeat: %+v", pp)
+	}
+	p.appended("a", &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 4,
+		Entries: []*raft.Log{{Index: 5}, {Index: 6}}}, ok)
+	p.appended("a", &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 6, Entries: []*raft.Log{{Index: 7}}},
+		&raft.AppendEntriesResponse{Term: 3, Success: false, LastLog: 9})
+	if pp := p.snapshot(3)["a"]; pp.Match != 6 || pp.LastLog != 9 {
+		t.Fatalf("after an append to 6 and a refused one: %+v, want match 6", pp)
+	}
+	p.appended("a", &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 8}, &raft.AppendEntriesResponse{Term: 4, Success: true})
+	if pp := p.snapshot(3)["a"]; pp.Match != 6 {
+		t.Fatalf("an answer from a newer term counted: %+v", pp)
+	}
+	p.installed("b", &raft.InstallSnapshotRequest{Term: 3, LastLogIndex: 40}, &raft.InstallSnapshotResponse{Term: 3, Success: true})
+	if pp := p.snapshot(3)["b"]; pp.Match != 40 {
+		t.Fatalf("after a snapshot install: %+v", pp)
+	}
+	if got := p.snapshot(4); len(got) != 0 {
+		t.Fatalf("term 4 shows records of term 3: %+v", got)
+	}
+	p.forget("a")
+	if _, ok := p.snapshot(3)["a"]; ok {
+		t.Fatal("a forgotten member still has a record")
+	}
+}
