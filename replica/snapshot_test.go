@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math/rand"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // A snapshot spanning many chunks has the bytes the contiguous encoder
@@ -116,5 +119,83 @@ func TestChunkBufferRanges(t *testing.T) {
 		if !bytes.Equal(out.Bytes(), want.Bytes()[from:to]) {
 			t.Fatalf("writeRange(%d, %d) gives %d bytes that differ", from, to, out.Len())
 		}
+	}
+}
+
+// Node's hand-written encoding is msgpack's reflection encoding byte for
+// byte, for every field empty or set (values of every width), alone and
+// inside the snapshot's array; and it is the one in use: a field added to
+// Node must be added to EncodeMsgpack (and nodeTags) too.
+func TestNodeEncodingMatchesReflection(t *testing.T) {
+	if !nodeByHand {
+		t.Fatalf("Node's fields are not those EncodeMsgpack writes, so snapshots fall back to reflection:\n got %s\nwant %s",
+			exportedTags(reflect.TypeFor[Node]()), nodeTags)
+	}
+	rng := rand.New(rand.NewSource(2))
+	uints := []uint64{0, 1, 127, 128, 255, 256, 65535, 65536, 1 << 32, 1<<64 - 1}
+	ints := []int64{0, 1, -1, -32, -33, 127, -128, -129, 1 << 40, -1 << 40, 1<<63 - 1, -1 << 63}
+	strs := []string{"", "a", strings.Repeat("s", 31), strings.Repeat("s", 32), strings.Repeat("s", 300), strings.Repeat("s", 70000)}
+	var nodes []*Node
+	for i := range 2000 {
+		n := &Node{}
+		v := reflect.ValueOf(n).Elem()
+		for j := range v.NumField() {
+			f := v.Field(j)
+			if !v.Type().Field(j).IsExported() || (i > 0 && rng.Intn(2) == 0) {
+				continue // the first node has every field set
+			}
+			switch f.Kind() {
+			case reflect.String:
+				f.SetString(strs[1+rng.Intn(len(strs)-1)])
+			case reflect.Bool:
+				f.SetBool(true)
+			case reflect.Uint64, reflect.Uint8:
+				u := uints[rng.Intn(len(uints))]
+				if f.OverflowUint(u) {
+					u = uint64(rng.Intn(256))
+				}
+				f.SetUint(u)
+			case reflect.Int64:
+				f.SetInt(ints[rng.Intn(len(ints))])
+			case reflect.Slice:
+				switch f.Interface().(type) {
+				case []byte:
+					f.SetBytes(bytes.Repeat([]byte{byte(i)}, []int{1, 255, 256, 65536}[rng.Intn(4)]))
+				case []Holder:
+					f.Set(reflect.ValueOf([]Holder{{Handle: uint64(i), Session: 7}, {Handle: 1 << 40, Session: 1, WaitSeq: 3}}))
+				case []Waiter:
+					f.Set(reflect.ValueOf([]Waiter{{Handle: 9, Session: 8, Seq: 200, Mode: 2}}))
+				default:
+					t.Fatalf("field %s: no values for %s", v.Type().Field(j).Name, f.Type())
+				}
+			default:
+				t.Fatalf("field %s: no values for %s", v.Type().Field(j).Name, f.Type())
+			}
+		}
+		nodes = append(nodes, n)
+		got, err := msgpack.Marshal(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := msgpack.Marshal((*plainNode)(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("node %d %+v: encoded by hand\n%x\nby reflection\n%x", i, n, got, want)
+		}
+	}
+	plain := make([]*plainNode, len(nodes))
+	for i, n := range nodes {
+		plain[i] = (*plainNode)(n)
+	}
+	got, _ := msgpack.Marshal(nodes)
+	want, _ := msgpack.Marshal(plain)
+	if !bytes.Equal(got, want) {
+		t.Fatal("the nodes' array encodes differently by hand")
+	}
+	var back []*Node
+	if err := msgpack.Unmarshal(got, &back); err != nil || !reflect.DeepEqual(back, nodes) {
+		t.Fatalf("the nodes do not decode to themselves: %v", err)
 	}
 }
