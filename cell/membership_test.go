@@ -2,10 +2,13 @@ package cell_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,11 +27,12 @@ import (
 // With gate, its Raft port is a gatedTransport.
 func startJoiner(t *testing.T, c *fixtures.Cell, id string, gate *gatedTransport) (*cell.Server, cell.Peer) {
 	t.Helper()
-	ports := fixtures.FreePorts(t, 2)
+	ports := fixtures.FreePorts(t, 3)
 	p := cell.Peer{ID: id, ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	o := c.Options()
 	cfg := cell.Config{Cell: o.Cell, Self: id, Peers: []cell.Peer{p}, Join: true, Dir: filepath.Join(o.Dir, "replica-"+id),
-		LeaseTTL: o.LeaseTTL, Timings: o.Timings, Logger: fixtures.Logger().With("r", id), Insecure: o.TLS == nil}
+		LeaseTTL: o.LeaseTTL, Timings: o.Timings, Logger: fixtures.Logger().With("r", id), Insecure: o.TLS == nil,
+		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[2])}
 	if o.TLS != nil {
 		cfg.TLS, cfg.PeerTLS = o.TLS.ReplicaTLS(t, id)
 	}
@@ -249,6 +253,39 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 			return false
 		})
 	}
+
+	// The joined member's status page knows every member's client
+	// address from the member table, though it was configured with its
+	// own only.
+	pollUntil(t, 10*time.Second, "member 6's status page to list every member's client address", func() bool {
+		resp, err := http.Get("http://" + s6.MetricsAddr() + "/status.json")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var page struct {
+			Master *struct {
+				ClientAddr string `json:"client_addr"`
+			} `json:"master"`
+			Replicas []struct {
+				ID         string `json:"id"`
+				ClientAddr string `json:"client_addr"`
+			} `json:"replicas"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || page.Master == nil || page.Master.ClientAddr != ms.ClientAddr() {
+			return false
+		}
+		want := map[string]string{"6": p6.ClientAddr}
+		for i, a := range c.Addrs() {
+			want[strconv.Itoa(i+1)] = a
+		}
+		for _, r := range page.Replicas {
+			if w, ok := want[r.ID]; ok && r.ClientAddr == w {
+				delete(want, r.ID)
+			}
+		}
+		return len(want) == 0
+	})
 
 	// Idempotent: the same add again changes nothing; other addresses for
 	// a member are refused; removing the unreachable member twice works.

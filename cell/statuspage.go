@@ -133,12 +133,9 @@ func (s *Server) computeStatus() *cellStatusPage {
 		LeaseTTL: s.master.Stats().LeaseTTL, Refresh: statusRefresh}
 	leader, _ := s.rep.Leader()
 	if leader != "" {
-		m := &statusMaster{ID: leader}
-		for _, peer := range s.cfg.Peers {
-			if peer.ID == leader {
-				m.ClientAddr = peer.ClientAddr
-			}
-		}
+		// The member table knows members that joined after this
+		// process was configured; clientAddrOf falls back to Peers.
+		m := &statusMaster{ID: leader, ClientAddr: s.clientAddrOf(leader)}
 		if leader != s.cfg.Self {
 			m.StatusURL = s.guessStatusURL(m.ClientAddr)
 		}
@@ -234,12 +231,13 @@ func (s *Server) statusReplicas(leader, selfState string) []statusReplica {
 	seen := map[string]bool{}
 	for _, p := range s.cfg.Peers {
 		seen[p.ID] = true
-		out = append(out, statusReplica{ID: p.ID, ClientAddr: p.ClientAddr, RaftAddr: p.RaftAddr, Role: role(p.ID),
+		out = append(out, statusReplica{ID: p.ID, ClientAddr: s.clientAddrOf(p.ID), RaftAddr: p.RaftAddr, Role: role(p.ID),
 			Voter: inRaft[p.ID].Voter, Self: p.ID == s.cfg.Self})
 	}
 	for _, m := range members {
 		if !seen[m.ID] {
-			out = append(out, statusReplica{ID: m.ID, RaftAddr: m.RaftAddr, Role: role(m.ID), Voter: m.Voter, Self: m.ID == s.cfg.Self})
+			out = append(out, statusReplica{ID: m.ID, ClientAddr: s.clientAddrOf(m.ID), RaftAddr: m.RaftAddr, Role: role(m.ID),
+				Voter: m.Voter, Self: m.ID == s.cfg.Self})
 		}
 	}
 	return out
