@@ -26,7 +26,7 @@ func statusCommand(e *env) *cli.Command {
 		Usage:     "show the replicas, the master, epoch, term and sessions",
 		ArgsUsage: " ",
 		Description: "Asks every replica in --replicas (at once, up to " + statusTimeout.String() + " each; " +
-			"no session is opened) for its view of the cell and prints a table: replica id, client " +
+			"no session is opened), then every member their answers name that --replicas lacks, for its view of the cell and prints a table: replica id, client " +
 			"address, role, master marker (* for the master, - for the others), epoch, term, commit index, applied index, sessions and " +
 			"nodes. A replica that does not answer is shown as down, with the error. The first line " +
 			"names the cell and its master.\n\n" +
@@ -74,11 +74,36 @@ type statusRow struct {
 	refused bool // nothing listens at Addr
 }
 
-// queryStatus asks every replica at once.
+// queryStatus asks every replica in --replicas at once, then every member
+// the answers name that --replicas lacks (a replica that joined after the
+// flags were written), so the table shows the cell as it is.
 func (e *env) queryStatus() []statusRow {
-	rows := make([]statusRow, len(e.replicas))
+	rows := e.queryAddrs(e.replicas)
+	answered := map[string]bool{} // by id: --replicas may spell an address another way
+	for _, r := range rows {
+		if r.Status != nil {
+			answered[r.Status.Self] = true
+		}
+	}
+	var more []string
+	for _, r := range rows {
+		if r.Status == nil {
+			continue
+		}
+		for _, rep := range r.Status.Replicas {
+			if rep.ClientAddr != "" && !answered[rep.ID] && !slices.Contains(e.replicas, rep.ClientAddr) && !slices.Contains(more, rep.ClientAddr) {
+				more = append(more, rep.ClientAddr)
+			}
+		}
+	}
+	return append(rows, e.queryAddrs(more)...)
+}
+
+// queryAddrs asks the replicas at addrs at once.
+func (e *env) queryAddrs(addrs []string) []statusRow {
+	rows := make([]statusRow, len(addrs))
 	var wg sync.WaitGroup
-	for i, addr := range e.replicas {
+	for i, addr := range addrs {
 		rows[i].Addr = addr
 		wg.Add(1)
 		go func() {

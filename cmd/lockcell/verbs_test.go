@@ -100,6 +100,25 @@ func TestVerbs(t *testing.T) {
 			t.Fatalf("status --json: %d masters: %+v", masters, rows)
 		}
 
+		// Given one replica, status asks the members its answer names.
+		one := cliRunner{t, []string{"--cell", "t", "--replicas", c.Addrs()[2], "--timeout", "20s"}}
+		rows = nil
+		if err := json.Unmarshal([]byte(one.ok("--json", "status").stdout), &rows); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, row := range rows {
+			if !row.Up || seen[row.Addr] {
+				t.Fatalf("status --json given one replica: row %+v down or repeated in %+v", row, rows)
+			}
+			seen[row.Addr] = true
+		}
+		for _, a := range c.Addrs() {
+			if !seen[a] {
+				t.Fatalf("status --json given only %s does not show member %s: %+v", c.Addrs()[2], a, rows)
+			}
+		}
+
 		// Nothing listens: every replica is down and there is no master.
 		var dead []string
 		for _, p := range fixtures.FreePorts(t, 2) {
