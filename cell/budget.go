@@ -76,7 +76,11 @@ import (
 //
 // A stream's extra charges (bufCap beyond its bytes, and ahead) go with its
 // bytes when it is forgotten or the connection ends, and ahead goes when
-// the handler is done reading.
+// the handler is done reading. They cannot wedge an honest connection:
+// yamux's buffers empty as handlers read them, which needs no read from
+// the socket, and the room counted ahead is part of requests the client
+// has yet to send, so a client that keeps at most half a connection's
+// budget unanswered (the client library does) stays under the cap.
 
 // budgetReadChunk bounds one read from a client connection, and so how far
 // a read may take a budget past its cap.
