@@ -25,9 +25,8 @@ const DefaultReplicaRefresh = time.Minute
 // members, as a way back in should the members' own addresses not be
 // reachable from this client; a seed that named a member leaves with it.
 //
-// It has its own lock because the Client's mu guards the session's hot
-// path; an addrSet method never calls out while holding it, so it nests
-// inside Client.mu.
+// Its lock is taken inside routing's (route.go) and is otherwise a leaf:
+// an addrSet method never calls out while holding it.
 type addrSet struct {
 	mu    sync.Mutex
 	addrs []string
@@ -170,11 +169,8 @@ func (c *Client) addrLoop(first time.Duration) {
 // follower's view could lag behind a membership change, so it is not
 // taken.
 func (c *Client) fetchAddrs(ctx context.Context) error {
-	c.mu.Lock()
-	addr := c.master
-	cn := c.conns[addr]
-	c.mu.Unlock()
-	if addr == "" || cn == nil || !cn.alive() {
+	addr, cn := c.route.masterConnIfOpen()
+	if addr == "" || cn == nil {
 		return fmt.Errorf("no connection to a master")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -9,10 +9,8 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -114,44 +112,39 @@ func (c *Config) setDefaults() error {
 }
 
 // Client is a session with a cell. It is safe for concurrent use.
+//
+// Its state is split by concern, each part behind its own lock: route
+// (route.go: the known master, the address set, the connections),
+// sess (session.go: id, epoch, lifecycle and lease), ids (ids.go: request
+// ids) and pool (handlepool.go: idle handles). Only route's lock is ever
+// held while another is taken (the address set's, then nothing else);
+// the pool's lock is held across the cache's, which is a leaf. No lock is
+// held across a call or a dial.
 type Client struct {
 	cfg   Config
 	log   *slog.Logger
 	clock Clock // cfg.Clock: every lease, jeopardy, grace and retry timing
 
-	mu       sync.Mutex
-	conns    map[string]*conn
-	master   string // address of the replica believed to be master
-	epoch    uint64
-	session  uint64
-	seq      uint64
-	inflight map[uint64]struct{}
-	expired  bool
-	closed   bool
-	closing  bool // Close has begun: the session's end is the application's doing
-	// refused, while Dial runs (nil after), holds the replicas that
-	// refused the connection since any replica last did anything else:
-	// when it covers them all, Dial fails with ErrAllRefused.
-	refused map[string]bool
+	route *routing
+	sess  *sessionState
+	ids   requestIDs
+	pool  handlePool
 
 	// cache holds what reads returned, kept fresh by invalidations on
 	// KeepAlive replies; nil with Config.DisableCache.
 	cache *cache.Cache[cached]
-	// pool holds idle open handles for reuse (handlepool.go); guarded by mu.
-	pool   map[poolKey][]pooledHandle
-	pooled int
 
 	events    chan Event
 	eventsMu  sync.Mutex
 	eventsOff bool
-	sess      *sessionState
 	stop      chan struct{}
 	base      context.Context // cancelled by Close; parent of background calls
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 
-	// addrs are the replicas tried when no master is known; refresh asks
-	// addrLoop to bring them up to date with the cell's membership.
+	// addrs are the replicas tried when no master is known (route tries
+	// them); refresh asks addrLoop to bring them up to date with the
+	// cell's membership.
 	addrs   *addrSet
 	refresh chan struct{}
 }
@@ -165,28 +158,24 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, conns: map[string]*conn{}, inflight: map[uint64]struct{}{},
+	c := &Client{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, sess: newSessionState(cfg.Clock, time.Time{}, 0),
 		events: make(chan Event, 256), stop: make(chan struct{}), addrs: newAddrSet(cfg.Replicas), refresh: make(chan struct{}, 1)}
+	c.route = newRouting(&c.cfg, c.addrs)
 	c.base, c.cancel = context.WithCancel(context.Background())
 	if !cfg.DisableCache {
 		c.cache = cache.New(cache.Config{MaxBytes: cfg.CacheBytes}, cachedSize)
 	}
 	var resp wire.CreateSessionResponse
-	sent := c.clock.Now()
-	c.refused = map[string]bool{}
-	err := c.call(ctx, wire.MethodCreateSession, false, &wire.CreateSessionRequest{ClientName: cfg.ClientName}, &resp)
-	c.mu.Lock()
-	c.refused = nil
-	c.mu.Unlock()
+	c.route.watchRefusals(true)
+	sent, err := c.roundTrip(ctx, callSpec{method: wire.MethodCreateSession, budget: cfg.RetryTimeout,
+		req: &wire.CreateSessionRequest{ClientName: cfg.ClientName}, resp: &resp})
+	c.route.watchRefusals(false)
 	if err != nil {
 		c.cancel()
-		c.closeConns()
+		c.route.close()
 		return nil, opErr("dial", "", err)
 	}
-	c.mu.Lock()
-	c.session, c.epoch = resp.Session, resp.Epoch
-	c.mu.Unlock()
-	c.sess = newSessionState(c.clock, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
+	c.sess.start(resp.Session, resp.Epoch, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
 	c.wg.Add(1)
 	go c.keepAliveLoop()
 	c.learnAddrs(ctx)
@@ -195,33 +184,24 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 
 // Session returns the session id.
 func (c *Client) Session() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.session
+	id, _ := c.sess.identity()
+	return id
 }
 
 // Cell returns the cell name.
 func (c *Client) Cell() string { return c.cfg.Cell }
 
 // Master returns the address of the replica the client believes is master.
-func (c *Client) Master() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.master
-}
+func (c *Client) Master() string { return c.route.masterAddr() }
 
 // Close ends the session cleanly (its locks are released at once, without
 // lock-delay, and its ephemeral nodes deleted) and closes the connections.
 // Handles fail with ErrClosed afterwards.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	closed, expired := c.sess.beginClose()
+	if closed {
 		return nil
 	}
-	expired := c.expired
-	c.closing = true
-	c.mu.Unlock()
 	var err error
 	if !expired {
 		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RetryTimeout, 5*time.Second))
@@ -231,52 +211,16 @@ func (c *Client) Close() error {
 			err = nil
 		}
 	}
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
+	c.sess.finishClose()
 	close(c.stop)
 	c.cancel()
 	c.wg.Wait()
-	c.closeConns()
+	c.route.close()
 	c.eventsMu.Lock()
 	c.eventsOff = true
 	close(c.events)
 	c.eventsMu.Unlock()
 	return opErr("close session", "", err)
-}
-
-func (c *Client) closeConns() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for a, cn := range c.conns {
-		cn.close()
-		delete(c.conns, a)
-	}
-}
-
-// beginSeq allocates the request id of a mutating call.
-func (c *Client) beginSeq() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seq++
-	c.inflight[c.seq] = struct{}{}
-	return c.seq
-}
-
-func (c *Client) endSeq(q uint64) {
-	c.mu.Lock()
-	delete(c.inflight, q)
-	c.mu.Unlock()
-}
-
-// ackLocked is the highest request id at or below which every call has
-// completed: the cell may forget their de-duplication entries.
-func (c *Client) ackLocked() uint64 {
-	ack := c.seq
-	for q := range c.inflight {
-		ack = min(ack, q-1)
-	}
-	return ack
 }
 
 // call runs one call against the master, following redirects and retrying
@@ -286,206 +230,23 @@ func (c *Client) ackLocked() uint64 {
 func (c *Client) call(ctx context.Context, m wire.Method, mutating bool, req, resp any) error {
 	var seq uint64
 	if mutating {
-		seq = c.beginSeq()
-		defer c.endSeq(seq)
+		seq = c.ids.begin()
+		defer c.ids.end(seq)
 	}
 	return c.callSeq(ctx, m, seq, req, resp)
 }
 
+// callSeq is call under the request id seq (0: not mutating), which the
+// caller allocated and ends.
 func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, resp any) error {
-	deadline := c.clock.Now().Add(c.cfg.RetryTimeout)
-	backoff := 10 * time.Millisecond
-	var lastErr error
-	for {
-		if err := c.usable(m); err != nil {
-			return err
-		}
-		retryNow := false
-		cn, err := c.masterConn(ctx)
-		if errors.Is(err, ErrCertificateRefused) || errors.Is(err, ErrAllRefused) {
-			return err
-		}
-		if err == nil {
-			c.mu.Lock()
-			h := wire.Header{Method: m, Session: c.session, Epoch: c.epoch, Seq: seq, Ack: c.ackLocked()}
-			c.mu.Unlock()
-			if sessionless(m) {
-				h.Session = 0
-			}
-			var st wire.Status
-			st, err = cn.call(ctx, &h, req, resp)
-			if err == nil {
-				switch st.Code {
-				case wire.CodeOK:
-					return nil
-				case wire.CodeNotMaster:
-					retryNow = c.redirect(cn.addr, st.Leader)
-				case wire.CodeBadEpoch:
-					c.noteEpoch(st.Epoch)
-					retryNow = true
-				case wire.CodeUnavailable:
-				case wire.CodeSessionExpired:
-					if m != wire.MethodCloseSession {
-						c.markExpired()
-					}
-					return st.Err()
-				default:
-					return st.Err()
-				}
-				err = st.Err()
-			} else if ctx.Err() != nil {
-				return ctx.Err()
-			} else if !errors.Is(err, errTransport) {
-				return err
-			} else {
-				c.dropConn(cn)
-			}
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if c.clock.Now().After(deadline) {
-			// Calls are bounded by RetryTimeout even in jeopardy: the
-			// caller hears "no master" and may retry; the session itself
-			// keeps hunting until the grace period ends.
-			return fmt.Errorf("%w: %s: last error: %v", ErrNoMaster, m, lastErr)
-		}
-		if retryNow {
-			continue
-		}
-		if err := c.sleep(ctx, backoff); err != nil {
-			return err
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
-	}
-}
-
-func (c *Client) usable(m wire.Method) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		return ErrClosed
-	case c.expired:
-		return wire.Errorf(wire.CodeSessionExpired, "session %d has expired", c.session)
-	}
-	return nil
-}
-
-// masterConn returns a connection to the believed master, or to the next
-// replica in rotation when no master is known.
-func (c *Client) masterConn(ctx context.Context) (*conn, error) {
-	c.mu.Lock()
-	addr := c.master
-	if addr == "" {
-		addr = c.addrs.pick()
-		c.master = addr
-	}
-	if cn := c.conns[addr]; cn != nil && cn.alive() {
-		c.mu.Unlock()
-		return cn, nil
-	}
-	c.mu.Unlock()
-	cn, err := dial(ctx, dialOptsOf(&c.cfg), addr, c.cfg.DialTimeout)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
-		if c.master == addr {
-			c.master = ""
-		}
-		if errors.Is(err, ErrCertificateRefused) {
-			return nil, err // every replica would say the same: no retry
-		}
-		if c.refused != nil {
-			if !refusedConn(err) {
-				clear(c.refused)
-			} else if c.refused[addr] = true; c.allRefusedLocked() {
-				return nil, fmt.Errorf("%w: %s", ErrAllRefused, strings.Join(c.addrs.list(), ", "))
-			}
-		}
-		return nil, fmt.Errorf("%w: dial %s: %v", errTransport, addr, err)
-	}
-	clear(c.refused) // someone listens
-	if c.closed {
-		cn.close()
-		return nil, ErrClosed
-	}
-	if old := c.conns[addr]; old != nil && old.alive() {
-		cn.close()
-		return old, nil
-	}
-	c.conns[addr] = cn
-	return cn, nil
-}
-
-// allRefusedLocked reports whether every replica the client knows is in
-// c.refused.
-func (c *Client) allRefusedLocked() bool {
-	for _, a := range c.addrs.list() {
-		if !c.refused[a] {
-			return false
-		}
-	}
-	return true
-}
-
-// redirect follows a NotMaster answer. It reports whether to retry at once
-// (a new master is named) rather than back off (no master is known).
-func (c *Client) redirect(from, leader string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if leader != "" && leader != from {
-		c.master = leader
-		if c.addrs.add(leader) {
-			// A master we did not know of: the membership changed.
-			c.refreshAddrs()
-		}
-		return true
-	}
-	if c.master == from {
-		c.master = ""
-	}
-	return false
-}
-
-func (c *Client) dropConn(cn *conn) {
-	cn.close()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.conns[cn.addr] == cn {
-		delete(c.conns, cn.addr)
-	}
-	if c.master == cn.addr {
-		c.master = ""
-	}
-}
-
-// dropMaster closes the connection to the replica believed to be master
-// and forgets it, so the next call searches the cell again.
-func (c *Client) dropMaster() {
-	c.mu.Lock()
-	cn := c.conns[c.master]
-	c.mu.Unlock()
-	if cn != nil {
-		c.dropConn(cn)
-		return
-	}
-	c.mu.Lock()
-	c.master = ""
-	c.mu.Unlock()
+	_, err := c.roundTrip(ctx, callSpec{method: m, seq: seq, req: req, resp: resp, budget: c.cfg.RetryTimeout})
+	return err
 }
 
 // noteEpoch adopts a new master epoch; the application hears of the
 // fail-over.
 func (c *Client) noteEpoch(epoch uint64) {
-	c.mu.Lock()
-	changed := epoch != 0 && epoch != c.epoch
-	old := c.epoch
-	if changed {
-		c.epoch = epoch
-	}
-	c.mu.Unlock()
+	changed, old := c.sess.adoptEpoch(epoch)
 	if changed {
 		// A new master knows nothing of what we cached: invalidations
 		// may have been lost with the old one (SPEC 6, 7).
@@ -514,10 +275,7 @@ func (c *Client) CacheStats() cache.Stats {
 }
 
 func (c *Client) markExpired() {
-	c.mu.Lock()
-	was, closing := c.expired, c.closing
-	c.expired = true
-	c.mu.Unlock()
+	was, closing := c.sess.expire()
 	if c.cache != nil {
 		c.cache.Disable()
 	}

@@ -15,3 +15,27 @@ func (c *Client) LeaseEnd() (time.Time, bool) {
 
 // DriftMargin is driftMargin.
 var DriftMargin = driftMargin
+
+// Bounds of the waits between tries.
+const (
+	BackoffBase = backoffBase
+	BackoffCap  = backoffCap
+)
+
+// BackoffWaits returns the first n waits between the tries of one call.
+func BackoffWaits(n int) []time.Duration {
+	var b backoff
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = b.next()
+	}
+	return out
+}
+
+// BelieveMaster makes the client believe the replica at addr is master,
+// as if an earlier answer had named it.
+func (c *Client) BelieveMaster(addr string) {
+	c.route.mu.Lock()
+	defer c.route.mu.Unlock()
+	c.route.master = addr
+}

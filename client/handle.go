@@ -240,51 +240,36 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 // GetContentsAndStat reads a file's contents and metadata. The read is
 // linearizable: it reflects every write that completed before it began.
 func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
-	if err := h.check(); err != nil {
-		return nil, Stat{}, opErr("read", h.path, err)
-	}
-	key, useCache := h.cacheKey(kindContents)
-	if v, ok := h.c.cacheGet(key, useCache); ok && v.stat.Instance == h.instance {
-		return append([]byte(nil), v.contents...), statFrom(v.stat), nil
-	}
-	req := h.request()
-	var tok cache.Token
-	if useCache {
-		tok, req.Cache = h.c.cache.Token(h.path), true
-	}
-	var resp wire.ContentsResponse
-	if err := h.do(ctx, "read", wire.MethodGetContentsAndStat, req, &resp); err != nil {
+	r, err := h.cachedRead(ctx, "read", kindContents, true, func(fill bool) (cached, bool, error) {
+		req := h.request()
+		req.Cache = fill
+		var resp wire.ContentsResponse
+		err := h.do(ctx, "read", wire.MethodGetContentsAndStat, req, &resp)
+		return cached{contents: resp.Contents, stat: resp.Stat}, resp.Cacheable, err
+	})
+	if err != nil {
 		return nil, Stat{}, err
 	}
-	if useCache && resp.Cacheable {
-		h.c.cache.PutIf(key, cached{contents: resp.Contents, stat: resp.Stat}, tok)
-		return append([]byte(nil), resp.Contents...), statFrom(resp.Stat), nil
+	contents := r.v.contents
+	if r.kept {
+		contents = append([]byte(nil), contents...)
 	}
-	return resp.Contents, statFrom(resp.Stat), nil
+	return contents, statFrom(r.v.stat), nil
 }
 
 // GetStat reads the node's metadata.
 func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
-	if err := h.check(); err != nil {
-		return Stat{}, opErr("stat", h.path, err)
-	}
-	key, useCache := h.cacheKey(kindStat)
-	if v, ok := h.c.cacheGet(key, useCache); ok && v.stat.Instance == h.instance {
-		return statFrom(v.stat), nil
-	}
-	req := h.request()
-	var tok cache.Token
-	if useCache {
-		tok, req.Cache = h.c.cache.Token(h.path), true
-	}
-	var resp wire.StatResponse
-	if err := h.do(ctx, "stat", wire.MethodGetStat, req, &resp); err != nil {
+	r, err := h.cachedRead(ctx, "stat", kindStat, true, func(fill bool) (cached, bool, error) {
+		req := h.request()
+		req.Cache = fill
+		var resp wire.StatResponse
+		err := h.do(ctx, "stat", wire.MethodGetStat, req, &resp)
+		return cached{stat: resp.Stat}, resp.Cacheable, err
+	})
+	if err != nil {
 		return Stat{}, err
 	}
-	if useCache && resp.Cacheable {
-		h.c.cache.PutIf(key, cached{stat: resp.Stat}, tok)
-	}
-	return statFrom(resp.Stat), nil
+	return statFrom(r.v.stat), nil
 }
 
 // ReadDir lists a directory's children in name order, leaving out those
@@ -297,40 +282,31 @@ func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 // was asked for, so a listing served from the cache is the directory at
 // one point in time.
 func (h *Handle) ReadDir(ctx context.Context) ([]DirEntry, error) {
-	if err := h.check(); err != nil {
-		return nil, opErr("readdir", h.path, err)
-	}
-	key, useCache := h.cacheKey(kindDir)
-	if v, ok := h.c.cacheGet(key, useCache); ok {
-		return dirEntries(v.entries), nil
-	}
-	var tok cache.Token
-	if useCache {
-		tok = h.c.cache.Token(h.path)
-	}
-	// Past this size the listing is not worth a large share of the cache.
-	budget := h.c.cfg.CacheBytes / 4
-	var all []wire.DirEntry
-	after, size := "", int64(0)
-	for {
-		resp, err := h.readDirPage(ctx, after, 0, useCache)
-		if err != nil {
-			return nil, err
+	r, err := h.cachedRead(ctx, "readdir", kindDir, true, func(fill bool) (cached, bool, error) {
+		// Past this size the listing is not worth a large share of the cache.
+		budget := h.c.cfg.CacheBytes / 4
+		var all []wire.DirEntry
+		after, size := "", int64(0)
+		for {
+			resp, err := h.readDirPage(ctx, after, 0, fill)
+			if err != nil {
+				return cached{}, false, err
+			}
+			all = append(all, resp.Entries...)
+			for _, e := range resp.Entries {
+				size += int64(len(e.Name)) + 24
+			}
+			fill = fill && resp.Cacheable && size <= budget
+			if !resp.More {
+				return cached{entries: all}, fill, nil
+			}
+			after = resp.Entries[len(resp.Entries)-1].Name
 		}
-		all = append(all, resp.Entries...)
-		for _, e := range resp.Entries {
-			size += int64(len(e.Name)) + 24
-		}
-		useCache = useCache && resp.Cacheable && size <= budget
-		if !resp.More {
-			break
-		}
-		after = resp.Entries[len(resp.Entries)-1].Name
+	})
+	if err != nil {
+		return nil, err
 	}
-	if useCache {
-		h.c.cache.PutIf(key, cached{entries: all}, tok)
-	}
-	return dirEntries(all), nil
+	return dirEntries(r.v.entries), nil
 }
 
 // ReadDirPage reads one page of a directory's listing: children whose
@@ -353,28 +329,29 @@ func (h *Handle) ReadDirPage(ctx context.Context, after string, limit int) (entr
 	if limit == 0 || limit > wire.MaxDirPage {
 		limit = wire.MaxDirPage
 	}
-	key, useCache := h.cacheKey(kindDir)
-	if v, ok := h.c.cacheGet(key, useCache); ok {
-		i, _ := slices.BinarySearchFunc(v.entries, after, func(e wire.DirEntry, t string) int { return strings.Compare(e.Name, t) })
-		if i < len(v.entries) && v.entries[i].Name == after {
-			i++
+	// Only a first page may fill the cache, and only if it is the whole
+	// listing.
+	r, err := h.cachedRead(ctx, "readdir", kindDir, after == "", func(fill bool) (cached, bool, error) {
+		resp, err := h.readDirPage(ctx, after, limit, fill)
+		if err != nil {
+			return cached{}, false, err
 		}
-		j := min(i+limit, len(v.entries))
-		return dirEntries(v.entries[i:j]), j < len(v.entries), nil
-	}
-	fill := useCache && after == ""
-	var tok cache.Token
-	if fill {
-		tok = h.c.cache.Token(h.path)
-	}
-	resp, err := h.readDirPage(ctx, after, limit, fill)
+		more = resp.More
+		return cached{entries: resp.Entries}, resp.Cacheable && !resp.More, nil
+	})
 	if err != nil {
 		return nil, false, err
 	}
-	if fill && resp.Cacheable && !resp.More {
-		h.c.cache.PutIf(key, cached{entries: resp.Entries}, tok)
+	if !r.hit {
+		return dirEntries(r.v.entries), more, nil
 	}
-	return dirEntries(resp.Entries), resp.More, nil
+	ents := r.v.entries
+	i, _ := slices.BinarySearchFunc(ents, after, func(e wire.DirEntry, t string) int { return strings.Compare(e.Name, t) })
+	if i < len(ents) && ents[i].Name == after {
+		i++
+	}
+	j := min(i+limit, len(ents))
+	return dirEntries(ents[i:j]), j < len(ents), nil
 }
 
 // readDirPage asks the master for one page, checking that it moves the
@@ -480,8 +457,8 @@ func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 // master is bounded, so it loops on ErrNoMaster while ctx lives.
 func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) error {
 	c := h.c
-	seq := c.beginSeq()
-	defer c.endSeq(seq)
+	seq := c.ids.begin()
+	defer c.ids.end(seq)
 	var resp wire.AcquireResponse
 	for {
 		err := c.callSeq(ctx, wire.MethodAcquire, seq, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode), Wait: true}, &resp)
@@ -587,4 +564,45 @@ func (c *Client) cacheGet(key cache.Key, use bool) (cached, bool) {
 		return cached{}, false
 	}
 	return v, true
+}
+
+// readResult is what cachedRead returns.
+type readResult struct {
+	v   cached
+	hit bool // served from the cache
+	// kept: the cache holds v (a hit, or the answer filled it), so its
+	// slices are shared and must be copied before they are handed out.
+	kept bool
+}
+
+// cachedRead is the one path of every cached read. It serves the read of
+// kind from the cache when the handle may use it (cacheKey), the entry is
+// of the node instance the handle opened, and the lease allows
+// (cacheGet). Otherwise it calls fetch, telling it whether to ask the
+// master for a cacheable answer (fill: the cache is usable and mayFill),
+// and puts what fetch returns in the cache when fetch reports it
+// cacheable; the fill is conditional on a token taken before the call, so
+// an invalidation that arrives meanwhile keeps the answer out.
+func (h *Handle) cachedRead(ctx context.Context, op string, kind uint8, mayFill bool, fetch func(fill bool) (cached, bool, error)) (readResult, error) {
+	if err := h.check(); err != nil {
+		return readResult{}, opErr(op, h.path, err)
+	}
+	key, useCache := h.cacheKey(kind)
+	if v, ok := h.c.cacheGet(key, useCache); ok && (kind == kindDir || v.stat.Instance == h.instance) {
+		return readResult{v: v, hit: true, kept: true}, nil
+	}
+	fill := useCache && mayFill
+	var tok cache.Token
+	if fill {
+		tok = h.c.cache.Token(h.path)
+	}
+	v, cacheable, err := fetch(fill)
+	if err != nil {
+		return readResult{}, err
+	}
+	if fill && cacheable {
+		h.c.cache.PutIf(key, v, tok)
+		return readResult{v: v, kept: true}, nil
+	}
+	return readResult{v: v}, nil
 }

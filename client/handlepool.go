@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"lockcell/cache"
@@ -39,76 +40,111 @@ func poolable(o *openOptions) bool {
 	return !o.noCache && r.Flags&(wire.OpenExcl|wire.OpenEphemeral) == 0 && r.EventMask == 0 && len(r.Contents) == 0
 }
 
+// handlePool holds the idle handles, by name and mode. Its lock is held
+// across cache.Fresh (the cache's lock is a leaf) and nothing else.
+type handlePool struct {
+	mu   sync.Mutex
+	idle map[poolKey][]pooledHandle
+	n    int
+}
+
+// take pops an idle handle for key for which fresh holds; it also returns
+// the ids of stale ones it popped on the way, to be closed at the master.
+func (p *handlePool) take(key poolKey, fresh func(cache.Token) bool) (ph pooledHandle, ok bool, stale []uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for list := p.idle[key]; len(list) > 0; list = p.idle[key] {
+		ph := list[len(list)-1]
+		p.idle[key] = list[:len(list)-1]
+		p.n--
+		if fresh(ph.tok) {
+			return ph, true, stale
+		}
+		stale = append(stale, ph.id)
+	}
+	delete(p.idle, key)
+	return pooledHandle{}, false, stale
+}
+
+// keep pools ph under key unless the pool is full or ph is no longer
+// fresh; it reports whether it did.
+func (p *handlePool) keep(key poolKey, ph pooledHandle, fresh func(cache.Token) bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n >= maxPooled || !fresh(ph.tok) {
+		return false
+	}
+	if p.idle == nil {
+		p.idle = map[poolKey][]pooledHandle{}
+	}
+	p.idle[key] = append(p.idle[key], ph)
+	p.n++
+	return true
+}
+
+// drop empties the pool of name ("" for all) and returns the ids dropped.
+func (p *handlePool) drop(name string) []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []uint64
+	for key, list := range p.idle {
+		if name != "" && key.name != name {
+			continue
+		}
+		for _, ph := range list {
+			ids = append(ids, ph.id)
+		}
+		p.n -= len(list)
+		delete(p.idle, key)
+	}
+	return ids
+}
+
+func (p *handlePool) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
 // takePooled returns an idle handle for key that is still fresh.
 func (c *Client) takePooled(key poolKey) (pooledHandle, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for list := c.pool[key]; len(list) > 0; list = c.pool[key] {
-		p := list[len(list)-1]
-		c.pool[key] = list[:len(list)-1]
-		c.pooled--
-		if c.cache.Fresh(p.tok) {
-			return p, true
-		}
-		c.closeIdleLocked([]uint64{p.id})
-	}
-	delete(c.pool, key)
-	return pooledHandle{}, false
+	ph, ok, stale := c.pool.take(key, c.cache.Fresh)
+	c.closeIdle(stale)
+	return ph, ok
 }
 
 // keepIdle pools a closed handle; it reports false when the handle must be
 // closed at the master instead.
-func (c *Client) keepIdle(key poolKey, p pooledHandle) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || c.expired || c.pooled >= maxPooled || !c.cache.Fresh(p.tok) {
+func (c *Client) keepIdle(key poolKey, ph pooledHandle) bool {
+	if c.sess.usable() != nil {
 		return false
 	}
-	if c.pool == nil {
-		c.pool = map[poolKey][]pooledHandle{}
-	}
-	c.pool[key] = append(c.pool[key], p)
-	c.pooled++
-	return true
+	return c.pool.keep(key, ph, c.cache.Fresh)
 }
 
 // dropPooled closes the idle handles of name ("" for all) at the master.
 func (c *Client) dropPooled(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ids []uint64
-	for key, list := range c.pool {
-		if name != "" && key.name != name {
-			continue
-		}
-		for _, p := range list {
-			ids = append(ids, p.id)
-		}
-		c.pooled -= len(list)
-		delete(c.pool, key)
-	}
-	c.closeIdleLocked(ids)
+	c.closeIdle(c.pool.drop(name))
 }
 
-// closeIdleLocked closes idle handles at the master in the background.
-func (c *Client) closeIdleLocked(ids []uint64) {
-	if len(ids) == 0 || c.closed || c.expired {
+// closeIdle closes idle handles at the master in the background, unless
+// the session is over (which closed them all).
+func (c *Client) closeIdle(ids []uint64) {
+	if len(ids) == 0 {
 		return
 	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		for _, id := range ids {
-			ctx, cancel := context.WithTimeout(c.base, 10*time.Second)
-			c.call(ctx, wire.MethodClose, true, &wire.HandleRequest{Handle: id}, &wire.Empty{})
-			cancel()
-		}
-	}()
+	c.sess.whileLive(func() {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for _, id := range ids {
+				ctx, cancel := context.WithTimeout(c.base, 10*time.Second)
+				c.call(ctx, wire.MethodClose, true, &wire.HandleRequest{Handle: id}, &wire.Empty{})
+				cancel()
+			}
+		}()
+	})
 }
 
 // PooledHandles reports how many idle handles the client keeps open.
-func (c *Client) PooledHandles() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pooled
-}
+func (c *Client) PooledHandles() int { return c.pool.len() }

@@ -112,14 +112,48 @@ func (c *Client) emit(e Event) {
 // plus a fixed allowance for scheduling delay. See Config.Clock.
 func driftMargin(d time.Duration) time.Duration { return d/100 + 20*time.Millisecond }
 
-// sessionState is the client's view of its lease.
+// sessionState is the session as the client knows it: its id and the
+// master's epoch, where it stands in its life (expired, closing, closed)
+// and its lease. Its lock is a leaf: no other lock is taken while it is
+// held. The lifecycle flags are read at the top of every try of a call,
+// and the lease on every cached read.
 type sessionState struct {
-	clock    Clock
-	mu       sync.Mutex
+	clock Clock
+	mu    sync.Mutex
+
+	id      uint64
+	epoch   uint64
+	expired bool
+	closing bool // Close has begun: the session's end is the application's doing
+	closed  bool
+
 	leaseEnd time.Time // on clock, conservative
 	jeopardy bool
 	ackEvent uint64
 	leaseTTL time.Duration
+}
+
+// newSessionState returns a session whose local lease ends at end less the
+// drift margin of a lease of ttlMillis. Dial starts with no lease (a zero
+// end) and sets it with start once the master has created the session.
+func newSessionState(clock Clock, end time.Time, ttlMillis int64) *sessionState {
+	s := &sessionState{clock: clock}
+	s.setLeaseLocked(end, ttlMillis)
+	return s
+}
+
+func (s *sessionState) setLeaseLocked(end time.Time, ttlMillis int64) {
+	ttl := time.Duration(ttlMillis) * time.Millisecond
+	s.leaseEnd, s.leaseTTL = end.Add(-driftMargin(ttl)), ttl
+}
+
+// start records the session the master created: its id, the epoch, and
+// the first lease, granted until end.
+func (s *sessionState) start(id, epoch uint64, end time.Time, ttlMillis int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.id, s.epoch = id, epoch
+	s.setLeaseLocked(end, ttlMillis)
 }
 
 // leaseUntil returns the end of the local lease as it stands now, and
@@ -134,9 +168,79 @@ func (s *sessionState) leaseUntil() (time.Time, bool) {
 	return s.leaseEnd, !s.jeopardy
 }
 
-func newSessionState(clock Clock, end time.Time, ttlMillis int64) *sessionState {
-	ttl := time.Duration(ttlMillis) * time.Millisecond
-	return &sessionState{clock: clock, leaseEnd: end.Add(-driftMargin(ttl)), leaseTTL: ttl}
+// identity returns the session id and the master epoch calls carry.
+func (s *sessionState) identity() (id, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id, s.epoch
+}
+
+// usable returns ErrClosed once the client is closed and an error
+// matching ErrSessionExpired once the session has expired; nil otherwise.
+func (s *sessionState) usable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.expired:
+		return wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id)
+	}
+	return nil
+}
+
+// whileLive runs f and reports true if the session is neither closed nor
+// expired, atomically with that check: Close sets closed before it waits
+// for the client's goroutines, so a goroutine started by f is waited for.
+func (s *sessionState) whileLive(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.expired {
+		return false
+	}
+	f()
+	return true
+}
+
+// adoptEpoch records a new master epoch; it reports whether epoch is new
+// and the one it replaces.
+func (s *sessionState) adoptEpoch(epoch uint64) (changed bool, old uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old = s.epoch
+	if epoch != 0 && epoch != s.epoch {
+		s.epoch = epoch
+		return true, old
+	}
+	return false, old
+}
+
+// expire marks the session expired; it reports whether it already was,
+// and whether Close had begun.
+func (s *sessionState) expire() (was, closing bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was, closing = s.expired, s.closing
+	s.expired = true
+	return was, closing
+}
+
+// beginClose marks the start of Close; it reports whether Close already
+// finished, and whether the session had expired.
+func (s *sessionState) beginClose() (closed, expired bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closing = true
+	}
+	return s.closed, s.expired
+}
+
+// finishClose marks the client closed: every call fails with ErrClosed.
+func (s *sessionState) finishClose() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
 }
 
 // keepAliveLoop keeps exactly one KeepAlive outstanding. The local lease
@@ -162,12 +266,14 @@ func (c *Client) keepAliveLoop() {
 		// short: the master we knew may be frozen with its connection
 		// still open, and a new master gives us only about one lease to
 		// find it (SPEC 7), so waiting on one replica for the whole grace
-		// period would lose the session.
+		// period would lose the session. The session's own deadline (lease
+		// end, then grace end) bounds the search, not RetryTimeout.
 		try := time.Duration(0)
 		if inJeopardy {
 			try = jeopardyTry(s.leaseTTL)
 		}
-		sent, err := c.keepAliveCall(ctx, &wire.KeepAliveRequest{AckEvent: ack, Prompt: inJeopardy}, &resp, try)
+		sent, err := c.roundTrip(ctx, callSpec{method: wire.MethodKeepAlive,
+			req: &wire.KeepAliveRequest{AckEvent: ack, Prompt: inJeopardy}, resp: &resp, try: try})
 		cancel()
 		select {
 		case <-c.stop:
@@ -227,7 +333,7 @@ func (c *Client) keepAliveLoop() {
 			s.mu.Unlock()
 			// A live master answers with a quarter of the lease to spare:
 			// the replica we waited on is gone or cut off. Search afresh.
-			c.dropMaster()
+			c.route.dropMaster()
 			// The master may no longer wait for our acknowledgements: our
 			// cache can no longer be trusted (SPEC 4).
 			if c.cache != nil {
@@ -241,72 +347,6 @@ func (c *Client) keepAliveLoop() {
 				return
 			}
 		}
-	}
-}
-
-// keepAliveCall is callSeq without the RetryTimeout budget: the session's
-// own deadline (lease end, then grace end) bounds the search for a master.
-// It returns when the try that succeeded was sent: the lease is measured
-// from there, not from the first try of a long search.
-//
-// A non-zero try bounds each attempt: one that runs out drops that
-// connection and moves on to the next replica.
-func (c *Client) keepAliveCall(ctx context.Context, req *wire.KeepAliveRequest, resp *wire.KeepAliveResponse, try time.Duration) (time.Time, error) {
-	backoff := 10 * time.Millisecond
-	for {
-		c.mu.Lock()
-		closed, expired := c.closed, c.expired
-		session, epoch := c.session, c.epoch
-		c.mu.Unlock()
-		if closed {
-			return time.Time{}, ErrClosed
-		}
-		if expired {
-			return time.Time{}, ErrSessionExpired
-		}
-		cn, err := c.masterConn(ctx)
-		retryNow := false
-		if err == nil {
-			var st wire.Status
-			sent := c.clock.Now()
-			tctx, tcancel := ctx, context.CancelFunc(func() {})
-			if try > 0 {
-				tctx, tcancel = c.withDeadline(ctx, sent.Add(try))
-			}
-			st, err = cn.call(tctx, &wire.Header{Method: wire.MethodKeepAlive, Session: session, Epoch: epoch}, req, resp)
-			tryOver := err != nil && tctx.Err() != nil && ctx.Err() == nil
-			tcancel()
-			if tryOver {
-				c.dropConn(cn) // frozen or cut off: try the next replica
-				continue
-			}
-			if err == nil {
-				switch st.Code {
-				case wire.CodeOK:
-					return sent, nil
-				case wire.CodeNotMaster:
-					retryNow = c.redirect(cn.addr, st.Leader)
-				case wire.CodeUnavailable:
-				default:
-					return time.Time{}, st.Err()
-				}
-			} else if errors.Is(err, errTransport) {
-				c.dropConn(cn)
-			}
-		}
-		if ctx.Err() != nil {
-			return time.Time{}, ctx.Err()
-		}
-		if retryNow {
-			continue
-		}
-		if err := c.sleep(ctx, backoff); err != nil {
-			if errors.Is(err, ErrClosed) {
-				return time.Time{}, ErrClosed
-			}
-			return time.Time{}, ctx.Err()
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
 	}
 }
 

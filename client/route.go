@@ -1,0 +1,323 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"lockcell/cell/wire"
+)
+
+// routing is where calls go: the replica believed to be master, the
+// address set tried in rotation when none is known, and one connection per
+// replica. Its lock is taken before the address set's (the only nesting
+// of the client's locks); no method dials or calls out while holding it.
+type routing struct {
+	opts    *dialOpts
+	timeout time.Duration
+	addrs   *addrSet
+
+	mu     sync.Mutex
+	conns  map[string]*conn
+	master string // address of the replica believed to be master
+	// refused, while Dial runs (nil otherwise), holds the replicas that
+	// refused the connection since any replica last did anything else:
+	// when it covers them all, conn fails with ErrAllRefused.
+	refused map[string]bool
+	closed  bool
+}
+
+func newRouting(cfg *Config, addrs *addrSet) *routing {
+	return &routing{opts: dialOptsOf(cfg), timeout: cfg.DialTimeout, addrs: addrs, conns: map[string]*conn{}}
+}
+
+// watchRefusals turns the all-refused fast failure on (while Dial runs)
+// or off (for good, once Dial returns).
+func (r *routing) watchRefusals(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.refused = map[string]bool{}
+	} else {
+		r.refused = nil
+	}
+}
+
+// masterAddr returns the address believed to be master ("" if none).
+func (r *routing) masterAddr() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.master
+}
+
+// masterConnIfOpen returns the believed master and its connection if one
+// is open, without dialling.
+func (r *routing) masterConnIfOpen() (string, *conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cn := r.conns[r.master]
+	if cn != nil && !cn.alive() {
+		cn = nil
+	}
+	return r.master, cn
+}
+
+// conn returns a connection to the believed master, or to the next
+// replica in rotation when no master is known (which then becomes the
+// believed master until it says otherwise).
+func (r *routing) conn(ctx context.Context) (*conn, error) {
+	r.mu.Lock()
+	addr := r.master
+	if addr == "" {
+		addr = r.addrs.pick()
+		r.master = addr
+	}
+	if cn := r.conns[addr]; cn != nil && cn.alive() {
+		r.mu.Unlock()
+		return cn, nil
+	}
+	r.mu.Unlock()
+	cn, err := dial(ctx, r.opts, addr, r.timeout)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if r.master == addr {
+			r.master = ""
+		}
+		if errors.Is(err, ErrCertificateRefused) {
+			return nil, err // every replica would say the same: no retry
+		}
+		if r.refused != nil {
+			if !refusedConn(err) {
+				clear(r.refused)
+			} else if r.refused[addr] = true; r.allRefusedLocked() {
+				return nil, fmt.Errorf("%w: %s", ErrAllRefused, strings.Join(r.addrs.list(), ", "))
+			}
+		}
+		return nil, fmt.Errorf("%w: dial %s: %v", errTransport, addr, err)
+	}
+	clear(r.refused) // someone listens
+	if r.closed {
+		cn.close()
+		return nil, ErrClosed
+	}
+	if old := r.conns[addr]; old != nil && old.alive() {
+		cn.close()
+		return old, nil
+	}
+	r.conns[addr] = cn
+	return cn, nil
+}
+
+// allRefusedLocked reports whether every replica in the address set is in
+// r.refused.
+func (r *routing) allRefusedLocked() bool {
+	for _, a := range r.addrs.list() {
+		if !r.refused[a] {
+			return false
+		}
+	}
+	return true
+}
+
+// redirect follows a NotMaster answer from the replica at from. It
+// reports whether to retry at once (a new master is named) rather than
+// back off (no master is known), and whether the named master is an
+// address the set did not hold (the membership changed).
+func (r *routing) redirect(from, leader string) (retryNow, unknown bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if leader != "" && leader != from {
+		r.master = leader
+		return true, r.addrs.add(leader)
+	}
+	if r.master == from {
+		r.master = ""
+	}
+	return false, false
+}
+
+// drop closes cn and forgets it; if it led to the believed master, the
+// master is forgotten too.
+func (r *routing) drop(cn *conn) {
+	cn.close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conns[cn.addr] == cn {
+		delete(r.conns, cn.addr)
+	}
+	if r.master == cn.addr {
+		r.master = ""
+	}
+}
+
+// dropMaster closes the connection to the believed master and forgets
+// it, so the next call searches the cell again.
+func (r *routing) dropMaster() {
+	r.mu.Lock()
+	cn := r.conns[r.master]
+	r.master = ""
+	if cn != nil && r.conns[cn.addr] == cn {
+		delete(r.conns, cn.addr)
+	}
+	r.mu.Unlock()
+	if cn != nil {
+		cn.close()
+	}
+}
+
+// close closes every connection; a connection dialled afterwards is
+// closed at once and its call fails with ErrClosed.
+func (r *routing) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for a, cn := range r.conns {
+		cn.close()
+		delete(r.conns, a)
+	}
+}
+
+// Back-off between tries: decorrelated jitter. Each wait is drawn
+// uniformly from [backoffBase, min(backoffCap, 3 x the previous wait)], so
+// waits grow about 1.5 times per try on average, never exceed backoffCap,
+// and clients that lost the same master spread their retries instead of
+// arriving together at its successor.
+const (
+	backoffBase = 10 * time.Millisecond
+	backoffCap  = 500 * time.Millisecond
+)
+
+// backoff yields the waits between the tries of one call. The zero value
+// is ready to use.
+type backoff struct{ prev time.Duration }
+
+func (b *backoff) next() time.Duration {
+	hi := min(backoffCap, 3*max(b.prev, backoffBase))
+	b.prev = backoffBase + rand.N(hi-backoffBase+1)
+	return b.prev
+}
+
+// callSpec is one call for roundTrip to carry to the master.
+type callSpec struct {
+	method    wire.Method
+	seq       uint64 // request id of a mutating call, the same on every try; 0 for others
+	req, resp any
+	// budget bounds the search for a master: once it has passed the call
+	// fails with ErrNoMaster. Zero leaves the bound to ctx alone.
+	budget time.Duration
+	// try bounds one attempt: one that runs out drops that connection and
+	// moves on to the next replica at once. Zero: no bound but ctx.
+	try time.Duration
+}
+
+// roundTrip is the client's one routing and retry loop, used by every
+// call and by the KeepAlive. It sends s to the believed master, follows a
+// NotMaster redirect at once, adopts a new epoch and retries at once,
+// and on a transport failure, an Unavailable answer or no known master
+// backs off (with jitter) and tries again, until an answer other than
+// those, ctx's end, s.budget (ErrNoMaster) or the client's close
+// (ErrClosed). A certificate refusal, and during Dial every replica
+// refusing the connection (ErrAllRefused), fail at once. It returns when
+// the try that got the answer was sent: a lease is measured from there,
+// not from the first try of a long search.
+func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
+	var deadline time.Time
+	if s.budget > 0 {
+		deadline = c.clock.Now().Add(s.budget)
+	}
+	var wait backoff
+	var lastErr error
+	for {
+		if err := c.sess.usable(); err != nil {
+			return time.Time{}, err
+		}
+		retryNow := false
+		cn, err := c.route.conn(ctx)
+		if errors.Is(err, ErrCertificateRefused) || errors.Is(err, ErrAllRefused) || errors.Is(err, ErrClosed) {
+			return time.Time{}, err
+		}
+		if err == nil {
+			h := c.header(s)
+			sent := c.clock.Now()
+			tctx, tcancel := ctx, context.CancelFunc(func() {})
+			if s.try > 0 {
+				tctx, tcancel = c.withDeadline(ctx, sent.Add(s.try))
+			}
+			var st wire.Status
+			st, err = cn.call(tctx, &h, s.req, s.resp)
+			tryOver := err != nil && tctx.Err() != nil && ctx.Err() == nil
+			tcancel()
+			switch {
+			case tryOver:
+				// Frozen or cut off: try the next replica.
+				c.route.drop(cn)
+				retryNow = true
+			case err == nil:
+				switch st.Code {
+				case wire.CodeOK:
+					return sent, nil
+				case wire.CodeNotMaster:
+					var unknown bool
+					retryNow, unknown = c.route.redirect(cn.addr, st.Leader)
+					if unknown {
+						c.refreshAddrs() // a master we did not know of: the membership changed
+					}
+				case wire.CodeBadEpoch:
+					c.noteEpoch(st.Epoch)
+					retryNow = true
+				case wire.CodeUnavailable:
+				case wire.CodeSessionExpired:
+					if s.method != wire.MethodCloseSession {
+						c.markExpired()
+					}
+					return time.Time{}, st.Err()
+				default:
+					return time.Time{}, st.Err()
+				}
+				err = st.Err()
+			case ctx.Err() != nil:
+				return time.Time{}, ctx.Err()
+			case !errors.Is(err, errTransport):
+				return time.Time{}, err
+			default:
+				c.route.drop(cn)
+			}
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return time.Time{}, ctx.Err()
+		}
+		if !deadline.IsZero() && c.clock.Now().After(deadline) {
+			// Calls are bounded by RetryTimeout even in jeopardy: the
+			// caller hears "no master" and may retry; the session itself
+			// keeps hunting until the grace period ends.
+			return time.Time{}, fmt.Errorf("%w: %s: last error: %v", ErrNoMaster, s.method, lastErr)
+		}
+		if retryNow {
+			continue
+		}
+		if err := c.sleep(ctx, wait.next()); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+// header is the Header of one try of s: the session and epoch as they
+// stand now, and for calls other than KeepAlive the request id and the
+// acknowledgement of completed ones.
+func (c *Client) header(s callSpec) wire.Header {
+	id, epoch := c.sess.identity()
+	h := wire.Header{Method: s.method, Session: id, Epoch: epoch}
+	if sessionless(s.method) {
+		h.Session = 0
+	}
+	if s.method != wire.MethodKeepAlive {
+		h.Seq, h.Ack = s.seq, c.ids.ack()
+	}
+	return h
+}
