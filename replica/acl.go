@@ -150,19 +150,11 @@ func (f *FSM) setACL(index uint64, c *Command) *Result {
 	return &Result{Stat: n.stat()}
 }
 
-// Allowed reports whether principal (admin: it is the cell's admin) holds
-// p on the node at path, with the permission error a denied caller gets.
-// It is for calls on a handle, whose caller already knows the node exists;
-// Open instead reports a node the caller may neither read nor write as
-// absent (permitOpen), so ACLs do not leak which names exist.
+// Allowed is View.Allowed under a read lock of its own.
 func (f *FSM) Allowed(path, principal string, admin bool, p acl.Perm) *Error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	n := f.nodes[path]
-	if n == nil {
-		return errf(KindNotFound, "%s does not exist", path)
-	}
-	return f.check(principal, admin, n, p)
+	return View{f}.Allowed(path, principal, admin, p)
 }
 
 // hidden: the caller may neither read nor write n.
@@ -209,42 +201,32 @@ func (f *FSM) fenceNode(fc *Fence, principal string, admin bool) *Node {
 	return nil
 }
 
-// FenceValidFor is FenceValid as principal (admin: it is the cell's
-// admin) may know it: a lock the principal may not read answers as a lock
-// whose node is gone.
+// FenceValidFor is View.FenceValidFor under a read lock of its own.
 func (f *FSM) FenceValidFor(fc *Fence, principal string, admin bool) (bool, string) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	r := fenceReasonOf(fc, f.fenceNode(fc, principal, admin))
-	return r == "", r
+	return View{f}.FenceValidFor(fc, principal, admin)
 }
 
-// SessionPrincipal returns the principal that created a live session.
+// SessionPrincipal is View.SessionPrincipal under a read lock of its own.
 func (f *FSM) SessionPrincipal(session uint64) (string, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := f.sessions[session]
-	if s == nil {
-		return "", false
-	}
-	return s.Principal, true
+	return View{f}.SessionPrincipal(session)
 }
 
-// PrincipalSessions counts the live sessions of principal.
+// PrincipalSessions is View.PrincipalSessions under a read lock of its own.
 func (f *FSM) PrincipalSessions(principal string) int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.principals[principal]
+	return View{f}.PrincipalSessions(principal)
 }
 
-// SessionHandles counts the open handles of a session.
+// SessionHandles is View.SessionHandles under a read lock of its own.
 func (f *FSM) SessionHandles(session uint64) int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if s := f.sessions[session]; s != nil {
-		return len(s.handles)
-	}
-	return 0
+	return View{f}.SessionHandles(session)
 }
 
 // namingACL lists the nodes whose read ACL is the ACL file at path, for
@@ -286,16 +268,9 @@ func (f *FSM) permitOpen(c *Command, n *Node) *Error {
 	return nil
 }
 
-// CanRead reports whether the principal of session may read the node at
-// path now (admin names the cell's admin principal). A missing node or
-// session reads as allowed: there is nothing left to protect, and a
-// handle-invalid event must still reach the handle's owner.
+// CanRead is View.CanRead under a read lock of its own.
 func (f *FSM) CanRead(session uint64, path, admin string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s, n := f.sessions[session], f.nodes[path]
-	if s == nil || n == nil || s.Principal == "" {
-		return true
-	}
-	return f.check(s.Principal, s.Principal == admin, n, acl.Read) == nil
+	return View{f}.CanRead(session, path, admin)
 }

@@ -112,13 +112,9 @@ func (t *memberTable) restore(img *snapshotImage) error {
 	return nil
 }
 
-// MemberTable returns the member table in id order and the cell's configured
-// size. Both are empty until the first master of this version seeds them
-// (see master's membership), and in a cell restored from a backup until
-// its first master seeds them from its own bootstrap peers: a backup's
-// table names another cell's machines, so restore does not carry it.
+// MemberTable is View.MemberTable under a read lock of its own.
 func (f *FSM) MemberTable() (members []MemberAddrs, configuredSize int) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.members.sorted(), f.members.size
+	return View{f}.MemberTable()
 }

@@ -1,8 +1,6 @@
 package replica
 
 import (
-	"sort"
-
 	"lockcell/acl"
 )
 
@@ -21,17 +19,11 @@ type DirEntry struct {
 	Dir  bool
 }
 
-// LookupHandle returns the handle and a copy of its node's state, or a
-// KindHandleInvalid error when the handle is not open in session or its
-// node instance is gone.
+// LookupHandle is View.LookupHandle under a read lock of its own.
 func (f *FSM) LookupHandle(session, handle uint64) (HandleView, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
-	if err != nil {
-		return HandleView{}, err
-	}
-	return HandleView{Handle: *h, Contents: n.Contents, Stat: n.stat()}, nil
+	return View{f}.LookupHandle(session, handle)
 }
 
 // ReadDir lists every child of the directory the handle names, in name
@@ -79,87 +71,18 @@ type DirPage struct {
 	More    bool
 }
 
-// ReadDirPage returns the page q selects of the listing of the directory
-// the handle names, read under one read lock: the page is the state at one
-// applied index. Its cost is O(log n + scanned children): the names are
-// kept sorted on the node (dirIndex), so a listing of n children in pages
-// costs O(n + pages * log n) in all, not a sort per page. Hidden children are
-// skipped after the cursor is placed, so they never end a page early and
-// the cursor is always a name the caller was shown.
+// ReadDirPage is View.ReadDirPage under a read lock of its own.
 func (f *FSM) ReadDirPage(session, handle uint64, q DirQuery) (DirPage, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	_, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
-	if err != nil {
-		return DirPage{}, err
-	}
-	if !n.Dir {
-		return DirPage{}, errf(KindNotDir, "%s is a file", n.Path)
-	}
-	limit := max(q.Limit, 1)
-	filter := q.Principal != "" && !q.Admin
-	var page DirPage
-	used := 0
-	// Children mostly share their parent's ACL names, and the decision
-	// depends on nothing else, so each distinct ACL is checked once a
-	// page (and a run of children with the ACL of the one before costs a
-	// comparison): a caller who may see none of a million children pays
-	// no ACL check per child (~5 µs and 18 allocations each).
-	var decided map[acl.NodeACL]bool
-	var last acl.NodeACL
-	lastVisible, haveLast := false, false
-	visible := func(child *Node) bool {
-		k := nodeACL(child)
-		if haveLast && k == last {
-			return lastVisible
-		}
-		v, ok := decided[k]
-		if !ok {
-			v = !f.hidden(child, q.Principal, q.Admin)
-			if decided == nil {
-				decided = map[acl.NodeACL]bool{}
-			}
-			if len(decided) < 1024 {
-				decided[k] = v
-			}
-		}
-		last, lastVisible, haveLast = k, v, true
-		return v
-	}
-	for c, i := n.kids.after(q.After); c < len(n.kids.chunks); c, i = c+1, 0 {
-		for _, k := range n.kids.chunks[c][i:] {
-			if filter && !visible(k.node) {
-				continue
-			}
-			size := len(k.name) + q.EntryOverhead
-			if len(page.Entries) == limit || q.MaxBytes > 0 && len(page.Entries) > 0 && used+size > q.MaxBytes {
-				page.More = true
-				return page, nil
-			}
-			if page.Entries == nil {
-				page.Entries = make([]DirEntry, 0, min(limit, n.kids.Len()))
-			}
-			page.Entries = append(page.Entries, DirEntry{Name: k.name, Dir: k.dir})
-			used += size
-		}
-	}
-	return page, nil
+	return View{f}.ReadDirPage(session, handle, q)
 }
 
-// ChildVisible reports whether the principal of session (admin: the cell's
-// admin principal) may see a child whose ACL is a, that is read or write
-// it: listings and child events name only such children. A missing
-// session or a command of the master's own sees everything.
+// ChildVisible is View.ChildVisible under a read lock of its own.
 func (f *FSM) ChildVisible(session uint64, a acl.NodeACL, admin string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := f.sessions[session]
-	if s == nil || s.Principal == "" {
-		return true
-	}
-	pol := policyOf(s.Principal, s.Principal == admin)
-	src := aclSource{f}
-	return acl.Check(src, s.Principal, a, acl.Read, pol) == nil || acl.Check(src, s.Principal, a, acl.Write, pol) == nil
+	return View{f}.ChildVisible(session, a, admin)
 }
 
 // WaitState says where a blocking Acquire (handle, wait seq) stands.
@@ -172,174 +95,67 @@ const (
 	WaitGranted                  // holds the lock (by that wait or otherwise)
 )
 
-// LockWait reports whether the handle holds the lock or still waits with
-// request id seq, and the node's lock generation.
+// LockWait is View.LockWait under a read lock of its own.
 func (f *FSM) LockWait(session, handle, seq uint64) (WaitState, uint64, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
-	if err != nil {
-		return WaitGone, 0, err
-	}
-	for _, ho := range n.Holders {
-		if ho.Handle == h.ID {
-			return WaitGranted, n.LockGen, nil
-		}
-	}
-	for _, w := range n.Waiters {
-		if w.Handle == h.ID && w.Seq == seq {
-			return WaitQueued, n.LockGen, nil
-		}
-	}
-	return WaitGone, n.LockGen, nil
+	return View{f}.LockWait(session, handle, seq)
 }
 
-// SessionExists reports whether the session is live in the replicated state.
+// SessionExists is View.SessionExists under a read lock of its own.
 func (f *FSM) SessionExists(id uint64) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.sessions[id] != nil
+	return View{f}.SessionExists(id)
 }
 
-// SessionIDs lists every live session, in id order.
+// SessionIDs is View.SessionIDs under a read lock of its own.
 func (f *FSM) SessionIDs() []uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return sortedKeys(f.sessions)
+	return View{f}.SessionIDs()
 }
 
-// LockDelays lists the nodes whose lock is free but under lock-delay with
-// waiters queued, with the delay's end (Unix ns): a new master re-arms a
-// hand-off for each.
+// LockDelays is View.LockDelays under a read lock of its own.
 func (f *FSM) LockDelays() map[string]int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := map[string]int64{}
-	for p, n := range f.nodes {
-		if n.LockMode == LockFree && len(n.Waiters) > 0 && n.LockDelayUntil > 0 {
-			out[p] = n.LockDelayUntil
-		}
-	}
-	return out
+	return View{f}.LockDelays()
 }
 
-// Counts returns the epoch, the number of live sessions and of nodes, and
-// the index of the last applied entry.
+// Counts is View.Counts under a read lock of its own.
 func (f *FSM) Counts() (epoch uint64, sessions, nodes int, applied uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.epoch, len(f.sessions), len(f.nodes), f.applied
+	return View{f}.Counts()
 }
 
-// CellKey returns the cell's secret sequencer key (nil until the first
-// master stored one).
+// CellKey is View.CellKey under a read lock of its own.
 func (f *FSM) CellKey() []byte {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.cellKey
+	return View{f}.CellKey()
 }
 
-// FenceValid reports whether the lock fc names is held at fc's generation
-// in fc's mode ("" reason) or why not.
+// FenceValid is View.FenceValid under a read lock of its own.
 func (f *FSM) FenceValid(fc *Fence) (bool, string) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	r := f.fenceReason(fc)
-	return r == "", r
+	return View{f}.FenceValid(fc)
 }
 
-// HeldLock returns the lock the handle holds: its path, mode and
-// generation; an error of KindNotHeld when it holds none.
+// HeldLock is View.HeldLock under a read lock of its own.
 func (f *FSM) HeldLock(session, handle uint64) (Fence, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
-	if err != nil {
-		return Fence{}, err
-	}
-	for _, ho := range n.Holders {
-		if ho.Handle == h.ID {
-			return Fence{Path: n.Path, Mode: n.LockMode, Generation: n.LockGen}, nil
-		}
-	}
-	return Fence{}, errf(KindNotHeld, "%s: this handle does not hold the lock", n.Path)
+	return View{f}.HeldLock(session, handle)
 }
 
-// AffectedPaths returns every name whose contents, stat, listing or
-// existence applying cmd now could change: a superset, computed before the
-// command is proposed, so the master can invalidate caches of those names
-// first (SPEC 6). The answer is sorted and free of duplicates.
+// AffectedPaths is View.AffectedPaths under a read lock of its own.
 func (f *FSM) AffectedPaths(cmd *Command) []string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	set := map[string]bool{}
-	addNode := func(p string) {
-		// A node, the listing of its parent, and, where removing it could
-		// empty an ephemeral parent, that parent's parent, and so on.
-		set[p] = true
-		for {
-			parent := parentOf(p)
-			if parent == "" {
-				return
-			}
-			set[parent] = true
-			n := f.nodes[parent]
-			if n == nil || !n.Ephemeral {
-				return
-			}
-			p = parent
-		}
-	}
-	handlePath := func(id uint64) {
-		if h := f.handles[id]; h != nil {
-			addNode(h.Path)
-		}
-	}
-	switch cmd.Type {
-	case CmdOpen:
-		if f.nodes[cmd.Path] == nil && cmd.Flags&FlagCreate != 0 {
-			addNode(cmd.Path)
-			f.addACLDependents(set, cmd.Path)
-		}
-	case CmdSetContents, CmdAcquire, CmdRelease, CmdCancelWait, CmdSetACL:
-		if h := f.handles[cmd.Handle]; h != nil {
-			set[h.Path] = true
-			switch cmd.Type {
-			case CmdSetContents:
-				f.addACLDependents(set, h.Path)
-			case CmdSetACL:
-				// The parent's listing shows the node only to whom
-				// its ACLs let read or write it.
-				if parent := parentOf(h.Path); parent != "" {
-					set[parent] = true
-				}
-			}
-		}
-	case CmdDelete, CmdClose:
-		handlePath(cmd.Handle)
-		if h := f.handles[cmd.Handle]; h != nil && cmd.Type == CmdDelete {
-			f.addACLDependents(set, h.Path)
-		}
-	case CmdGrant:
-		set[cmd.Path] = true
-	case CmdCloseSession:
-		if s := f.sessions[cmd.Session]; s != nil {
-			for id := range s.handles {
-				handlePath(id)
-			}
-			for p, n := range f.nodes {
-				if n.Ephemeral && n.Owner == s.ID {
-					addNode(p)
-				}
-			}
-		}
-	}
-	out := make([]string, 0, len(set))
-	for p := range set {
-		out = append(out, p)
-	}
-	sort.Strings(out)
-	return out
+	return View{f}.AffectedPaths(cmd)
 }
 
 // addACLDependents adds what creating, rewriting or deleting the file at
@@ -364,15 +180,11 @@ func (f *FSM) addACLDependents(set map[string]bool, path string) {
 	}
 }
 
-// HandlePath returns the name a live handle of session names.
+// HandlePath is View.HandlePath under a read lock of its own.
 func (f *FSM) HandlePath(session, handle uint64) (string, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	h := f.handles[handle]
-	if h == nil || h.Session != session {
-		return "", false
-	}
-	return h.Path, true
+	return View{f}.HandlePath(session, handle)
 }
 
 // Watcher is a handle that asked for events on a name.
@@ -381,31 +193,18 @@ type Watcher struct {
 	Mask            uint32
 }
 
-// Watchers lists the handles open on name whose event mask shares a bit
-// with mask, in handle order.
+// Watchers is View.Watchers under a read lock of its own.
 func (f *FSM) Watchers(name string, mask uint32) []Watcher {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var out []Watcher
-	n := f.nodes[name]
-	for id, m := range f.watch[name] {
-		if m&mask != 0 {
-			// Handles on an earlier incarnation of the name hear nothing
-			// of the new one.
-			if h := f.handles[id]; h != nil && (n == nil || n.Instance == h.Instance) {
-				out = append(out, Watcher{Session: h.Session, Handle: id, Mask: m})
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
-	return out
+	return View{f}.Watchers(name, mask)
 }
 
-// Exists reports whether a node of that name exists now.
+// Exists is View.Exists under a read lock of its own.
 func (f *FSM) Exists(name string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.nodes[name] != nil
+	return View{f}.Exists(name)
 }
 
 // SessionView describes a live session for operators.
@@ -418,22 +217,9 @@ type SessionView struct {
 	Locks     []string // names whose lock the session holds, sorted
 }
 
-// Sessions lists every live session with its handle count and held locks.
+// Sessions is View.Sessions under a read lock of its own.
 func (f *FSM) Sessions() []SessionView {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	locks := map[uint64][]string{}
-	for p, n := range f.nodes {
-		for _, ho := range n.Holders {
-			locks[ho.Session] = append(locks[ho.Session], p)
-		}
-	}
-	out := make([]SessionView, 0, len(f.sessions))
-	for _, id := range sortedKeys(f.sessions) {
-		s := f.sessions[id]
-		l := locks[id]
-		sort.Strings(l)
-		out = append(out, SessionView{ID: id, Client: s.Client, Principal: s.Principal, Created: s.Created, Handles: len(s.handles), Locks: l})
-	}
-	return out
+	return View{f}.Sessions()
 }
