@@ -19,27 +19,29 @@ func (c *call) isAdmin() bool { return c.caller.Principal == c.cfg.Admin }
 // checkSessionOwner refuses a call on a session created by another
 // principal: session ids are small integers, and a guessed one must not let
 // a caller act with someone else's handles and locks.
-func (s *Server) checkSessionOwner(caller Caller, h *wire.Header) error {
-	if h.Session == 0 || h.Method == wire.MethodCreateSession || h.Method == wire.MethodCellStatus {
+func (s *Server) checkSessionOwner(caller Caller, h *wire.Header, r route) error {
+	if h.Session == 0 || r.newSession {
 		return nil
 	}
-	owner, ok := s.fsm.SessionPrincipal(h.Session)
+	var owner string
+	var ok bool
+	s.read(func(v replica.View) { owner, ok = v.SessionPrincipal(h.Session) })
 	if ok && owner != "" && owner != caller.Principal {
 		return wire.Errorf(wire.CodePermission, "session %d belongs to another principal", h.Session)
 	}
 	return nil
 }
 
-// checkRead decides a read of the node behind a handle.
-func (c *call) checkRead(handle uint64) error {
-	name, ok := c.fsm.HandlePath(c.h.Session, handle)
+// checkRead decides a read of the node behind a handle, in view v.
+func (c *call) checkRead(v replica.View, handle uint64) error {
+	name, ok := v.HandlePath(c.h.Session, handle)
 	if !ok {
 		return nil // the read itself reports the invalid handle
 	}
 	c.path = name
 	// A node gone since the handle opened is the read's to report (handle
 	// invalid); there is nothing left to protect.
-	if err := c.fsm.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil && err.Kind != replica.KindNotFound {
+	if err := v.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil && err.Kind != replica.KindNotFound {
 		return err
 	}
 	return nil
@@ -55,9 +57,6 @@ func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatR
 		if err := wire.ValidateName(c.cfg.Cell, "/ls/"+c.cfg.Cell+"/"+replica.ACLDirName+"/"+name); err != nil {
 			return nil, wire.Errorf(wire.CodeInvalidName, "ACL file name %q: %v", name, err)
 		}
-	}
-	if name, ok := c.fsm.HandlePath(c.h.Session, req.Handle); ok {
-		c.path = name
 	}
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdSetACL, Handle: req.Handle,
 		ACL: &replica.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}})

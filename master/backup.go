@@ -27,7 +27,7 @@ type backupStore struct {
 
 type heldBackup struct {
 	b     *replica.Backup
-	timer *time.Timer // drops the backup when idle
+	timer Timer // drops the backup when idle
 }
 
 // termer is what a Consensus that knows its Raft term offers (the
@@ -50,6 +50,9 @@ func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.Backu
 		if err := c.verifyRead(ctx); err != nil {
 			return nil, err
 		}
+		if err := c.state.Read(c.liveSession); err != nil {
+			return nil, err
+		}
 		var term uint64
 		if t, ok := c.cons.(termer); ok {
 			term = t.Term()
@@ -60,15 +63,15 @@ func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.Backu
 		if full {
 			return nil, wire.Errorf(wire.CodeTooMany, "%d backups are being taken; finish or abandon one (an abandoned one is dropped after %s)", maxBackups, backupIdle)
 		}
-		b, err := c.fsm.Backup(term, c.cfg.Now())
+		b, err := c.state.Backup(term, c.cfg.Clock.Now())
 		if err != nil {
 			return nil, wire.Errorf(wire.CodeInternal, "backup: %v", err)
 		}
 		c.log.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", len(b.File),
 			"lock_held", b.LockHeld)
-		req.ID = st.add(b)
+		req.ID = st.add(c.cfg.Clock, b)
 	}
-	b, ok := st.get(req.ID)
+	b, ok := st.get(c.cfg.Clock, req.ID)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeBadRequest,
 			"backup %d is not held by this master (finished, idle for %s, or the master changed): start the backup again", req.ID, backupIdle)
@@ -88,7 +91,7 @@ func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.Backu
 }
 
 // add holds b and returns its id.
-func (st *backupStore) add(b *replica.Backup) uint64 {
+func (st *backupStore) add(clk Clock, b *replica.Backup) uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.held == nil {
@@ -100,19 +103,20 @@ func (st *backupStore) add(b *replica.Backup) uint64 {
 	for id == 0 || st.held[id] != nil {
 		id = rand.Uint64()
 	}
-	st.held[id] = &heldBackup{b: b, timer: time.AfterFunc(backupIdle, func() { st.drop(id) })}
+	st.held[id] = &heldBackup{b: b, timer: clk.AfterFunc(backupIdle, func() { st.drop(id) })}
 	return id
 }
 
 // get returns backup id and restarts its idle timer.
-func (st *backupStore) get(id uint64) (*replica.Backup, bool) {
+func (st *backupStore) get(clk Clock, id uint64) (*replica.Backup, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	h := st.held[id]
 	if h == nil {
 		return nil, false
 	}
-	h.timer.Reset(backupIdle)
+	h.timer.Stop()
+	h.timer = clk.AfterFunc(backupIdle, func() { st.drop(id) })
 	return h.b, true
 }
 

@@ -45,8 +45,16 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	// delete that follows invalidates the handle the caller may reuse.
 	// Only an open of an existing node may be reused (one that creates
 	// would first invalidate this very registration and wait for us).
-	cacheable := req.Cache && c.fsm.Exists(req.Path) &&
-		c.fsm.Allowed(req.Path, c.caller.Principal, c.isAdmin(), acl.Read) == nil && c.registerCacher(c.h.Session, req.Path)
+	cacheable := false
+	if req.Cache {
+		var readable bool
+		var principal string
+		c.read(func(v replica.View) {
+			readable = v.Exists(req.Path) && v.Allowed(req.Path, c.caller.Principal, c.isAdmin(), acl.Read) == nil
+			principal, _ = v.SessionPrincipal(c.h.Session)
+		})
+		cacheable = readable && c.registerCacher(c.h.Session, principal, req.Path)
+	}
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdOpen, Path: req.Path, Flags: req.Flags,
 		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask})
 	if err != nil {
@@ -89,62 +97,89 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		return &wire.Empty{}, err
 	}
 	isRead := c.h.Method != wire.MethodGetSequencer
+	// Checked before registering as a cacher too, so a caller that may
+	// not read the node is never sent its invalidations. Registering
+	// comes before the read, so a write that starts after this point
+	// invalidates what we are about to return.
+	cacheable := false
 	if isRead {
-		// Checked before registering as a cacher too, so a caller that
-		// may not read the node is never sent its invalidations.
-		if err := c.checkRead(req.Handle); err != nil {
+		var name, principal string
+		var named bool
+		var err error
+		c.read(func(v replica.View) {
+			if err = c.checkRead(v, req.Handle); err != nil || !req.Cache {
+				return
+			}
+			name, named = v.HandlePath(c.h.Session, req.Handle)
+			principal, _ = v.SessionPrincipal(c.h.Session)
+		})
+		if err != nil {
 			return nil, err
 		}
-	}
-	// Register as a cacher before reading, so a write that starts after
-	// this point invalidates what we are about to return.
-	cacheable := false
-	if req.Cache && c.h.Method != wire.MethodGetSequencer {
-		if name, ok := c.fsm.HandlePath(c.h.Session, req.Handle); ok {
-			cacheable = c.registerCacher(c.h.Session, name)
+		if named {
+			cacheable = c.registerCacher(c.h.Session, principal, name)
 		}
 	}
 	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
 	}
-	if isRead {
-		// Decided again after VerifyLeader: an ACL change acknowledged
-		// before this read began binds it.
-		if err := c.checkRead(req.Handle); err != nil {
-			return nil, err
+	// The answer comes from one view of the state, after VerifyLeader.
+	var resp any
+	err = c.state.Read(func(v replica.View) error {
+		if err := c.liveSession(v); err != nil {
+			return err
 		}
-	}
-	if fence != nil {
-		if ok, reason := c.fsm.FenceValidFor(fence, c.caller.Principal, c.isAdmin()); !ok {
-			return nil, wire.Errorf(wire.CodeStaleSequencer, "%s", reason)
+		if isRead {
+			// Decided again after VerifyLeader: an ACL change
+			// acknowledged before this read began binds it.
+			if err := c.checkRead(v, req.Handle); err != nil {
+				return err
+			}
 		}
+		if fence != nil {
+			if ok, reason := v.FenceValidFor(fence, c.caller.Principal, c.isAdmin()); !ok {
+				return wire.Errorf(wire.CodeStaleSequencer, "%s", reason)
+			}
+		}
+		var err error
+		resp, err = c.readHandle(v, req, cacheable)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return resp, nil
+}
+
+// readHandle answers a read on a handle (GetSequencer, ReadDir, GetStat,
+// GetContentsAndStat) in view v.
+func (c *call) readHandle(v replica.View, req *wire.HandleRequest, cacheable bool) (any, error) {
 	switch c.h.Method {
 	case wire.MethodGetSequencer:
-		held, err := c.fsm.HeldLock(c.h.Session, req.Handle)
+		held, err := v.HeldLock(c.h.Session, req.Handle)
 		if err != nil {
 			return nil, err
 		}
-		seq := sequencer.Sign(c.fsm.CellKey(), sequencer.Sequencer{Cell: c.cfg.Cell, Path: held.Path,
+		seq := sequencer.Sign(v.CellKey(), sequencer.Sequencer{Cell: c.cfg.Cell, Path: held.Path,
 			Mode: sequencer.Mode(held.Mode), Generation: held.Generation})
 		return &wire.SequencerResponse{Sequencer: seq}, nil
 	case wire.MethodReadDir:
-		return c.readDir(req, cacheable)
+		return c.readDir(v, req, cacheable)
 	case wire.MethodGetStat:
-		v, err := c.fsm.LookupHandle(c.h.Session, req.Handle)
+		hv, err := v.LookupHandle(c.h.Session, req.Handle)
 		if err != nil {
 			return nil, err
 		}
-		return &wire.StatResponse{Stat: toStat(v.Stat), Cacheable: cacheable}, nil
+		return &wire.StatResponse{Stat: toStat(hv.Stat), Cacheable: cacheable}, nil
 	default: // GetContentsAndStat
-		v, err := c.fsm.LookupHandle(c.h.Session, req.Handle)
+		hv, err := v.LookupHandle(c.h.Session, req.Handle)
 		if err != nil {
 			return nil, err
 		}
-		if v.Stat.Dir {
-			return nil, wire.Errorf(wire.CodeIsDir, "%s is a directory", v.Handle.Path)
+		if hv.Stat.Dir {
+			return nil, wire.Errorf(wire.CodeIsDir, "%s is a directory", hv.Handle.Path)
 		}
-		return &wire.ContentsResponse{Contents: v.Contents, Stat: toStat(v.Stat), Cacheable: cacheable}, nil
+		return &wire.ContentsResponse{Contents: hv.Contents, Stat: toStat(hv.Stat), Cacheable: cacheable}, nil
 	}
 }
 
@@ -153,7 +188,7 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 // are left out, exactly as Open reports them absent. A page is at most
 // wire.MaxDirPage entries and wire.DirPageBytes of names, so the reply
 // always fits a frame however large the directory.
-func (c *call) readDir(req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
+func (c *call) readDir(v replica.View, req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
 	if len(req.After) > wire.MaxNameLen {
 		return nil, wire.Errorf(wire.CodeBadRequest, "listing cursor of %d bytes: no name is longer than %d", len(req.After), wire.MaxNameLen)
 	}
@@ -161,7 +196,7 @@ func (c *call) readDir(req *wire.HandleRequest, cacheable bool) (*wire.ReadDirRe
 	if limit <= 0 || limit > wire.MaxDirPage {
 		limit = wire.MaxDirPage
 	}
-	page, err := c.fsm.ReadDirPage(c.h.Session, req.Handle, replica.DirQuery{
+	page, err := v.ReadDirPage(c.h.Session, req.Handle, replica.DirQuery{
 		After: req.After, Limit: limit, MaxBytes: wire.DirPageBytes, EntryOverhead: wire.DirEntryOverhead,
 		Principal: c.caller.Principal, Admin: c.isAdmin()})
 	if err != nil {
@@ -204,7 +239,10 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 	}
 	// Queued (now, or by an earlier try of this request id at another master).
 	for {
-		state, gen, err := c.fsm.LockWait(c.h.Session, req.Handle, c.h.Seq)
+		var state replica.WaitState
+		var gen uint64
+		var err error
+		c.read(func(v replica.View) { state, gen, err = v.LockWait(c.h.Session, req.Handle, c.h.Seq) })
 		if err != nil {
 			return nil, err
 		}
@@ -271,7 +309,9 @@ func (c *call) fence(seq []byte) (*replica.Fence, error) {
 }
 
 func (c *call) verifySequencer(seq []byte) (sequencer.Sequencer, error) {
-	s, err := sequencer.Verify(c.fsm.CellKey(), seq)
+	var key []byte
+	c.read(func(v replica.View) { key = v.CellKey() })
+	s, err := sequencer.Verify(key, seq)
 	if err != nil {
 		return s, wire.Errorf(wire.CodeBadSequencer, "%v", err)
 	}
@@ -294,7 +334,18 @@ func (c *call) checkSequencer(ctx context.Context, req *wire.CheckSequencerReque
 	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
 	}
-	ok, reason := c.fsm.FenceValidFor(&replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation},
-		c.caller.Principal, c.isAdmin())
+	var ok bool
+	var reason string
+	err = c.state.Read(func(v replica.View) error {
+		if err := c.liveSession(v); err != nil {
+			return err
+		}
+		ok, reason = v.FenceValidFor(&replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation},
+			c.caller.Principal, c.isAdmin())
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	return &wire.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
 }

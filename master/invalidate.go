@@ -2,6 +2,8 @@ package master
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"lockcell/cell/wire"
@@ -44,106 +46,201 @@ import (
 // after one of its sessions ignored an invalidation until its deadline.
 const cachePenaltyLeases = 10
 
-// registerCacher records that session may cache name, unless a write of
-// name is in flight, the session has an invalidation outstanding, or its
-// principal is barred from caching. It reports whether the answer may be
-// cached.
-func (s *Server) registerCacher(session uint64, name string) bool {
-	principal, _ := s.fsm.SessionPrincipal(session)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.leases[session]
-	if l == nil || l.closed || s.busy[name] > 0 || l.acked < l.lastInval {
+// invalidator is the master's part that runs the protocol above: it
+// remembers the cachers of each name, the names with a change in flight,
+// the invalidations those changes wait for, and the principals barred
+// from caching. The events themselves travel in the sessions' queues,
+// which the sessions part (Server) owns; the invalidator reaches them
+// through sessionLink.
+//
+// Lock order: invalidator.mu, then Server.mu (inside sessionLink), then
+// the state's read lock. The invalidator calls sessionLink holding its
+// mu; the Server never calls the invalidator while holding Server.mu.
+type invalidator struct {
+	clock    Clock
+	sessions sessionLink
+	admin    string        // never barred (without TLS everyone is the admin)
+	penalty  time.Duration // how long a barred principal may cache nothing
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	cachers  map[string]map[uint64]bool // name -> sessions that may have cached it
+	busy     map[string]int             // names with a change in flight (uncacheable)
+	inflight map[string][]*pendingInval // invalidations sent for busy names
+	bySess   map[uint64]*cacher         // each registered session's standing
+	barred   map[string]time.Time       // principal -> may cache again from
+	sent     uint64
+	// late counts waits that ended at the cacher's deadline without its
+	// acknowledgement, once per invalidation.
+	late uint64
+}
+
+// cacher is a session's standing with the invalidator.
+type cacher struct {
+	principal string
+	// names lists the names the session may have cached.
+	names map[string]bool
+	// lastInval is the sequence of the newest invalidation queued for the
+	// session: until it is acknowledged, the session caches nothing more.
+	lastInval uint64
+}
+
+// sessionLink is what the invalidator needs of the sessions part. Each
+// method takes the sessions part's lock itself.
+type sessionLink interface {
+	// cacheable reports whether session holds a live lease and has
+	// acknowledged every event up to seq.
+	cacheable(session, seq uint64) bool
+	// queueInvalidation queues an Invalidate event for name on session's
+	// next KeepAlive reply, waking a parked one. It returns the session's
+	// lease, the event's sequence and the lease's end now; ok is false
+	// when the session holds no live lease.
+	queueInvalidation(session uint64, name string) (l *lease, seq uint64, end time.Time, ok bool)
+	// ackState reports whether the session of l acknowledged event seq
+	// or ended (done), whether the event was delivered on a KeepAlive
+	// reply the session has since ignored, and a channel closed when
+	// either may have changed.
+	ackState(l *lease, seq uint64) (done, ignoredDelivered bool, changed <-chan struct{})
+}
+
+func newInvalidator(clock Clock, sessions sessionLink, admin string, leaseTTL time.Duration, log *slog.Logger) *invalidator {
+	inv := &invalidator{clock: clock, sessions: sessions, admin: admin, penalty: cachePenaltyLeases * leaseTTL, log: log,
+		busy: map[string]int{}, inflight: map[string][]*pendingInval{}}
+	inv.reset()
+	return inv
+}
+
+// reset forgets every cacher and bar (the master stopped serving; a new
+// term starts with every client's cache flushed by its fail-over event).
+// Changes in flight keep their busy marks until they release them.
+func (inv *invalidator) reset() {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	inv.cachers = map[string]map[uint64]bool{}
+	inv.bySess = map[uint64]*cacher{}
+	inv.barred = map[string]time.Time{}
+}
+
+// register records that session (of principal) may cache name, unless a
+// change of name is in flight, the session has an invalidation
+// outstanding or no live lease, or principal is barred from caching. It
+// reports whether the answer may be cached.
+func (inv *invalidator) register(session uint64, principal, name string) bool {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if inv.busy[name] > 0 {
 		return false
 	}
-	if until, ok := s.cacheBarred[principal]; ok {
-		if s.cfg.Now().Before(until) {
+	cs := inv.bySess[session]
+	var outstanding uint64
+	if cs != nil {
+		outstanding = cs.lastInval
+	}
+	if !inv.sessions.cacheable(session, outstanding) {
+		return false
+	}
+	if until, ok := inv.barred[principal]; ok {
+		if inv.clock.Now().Before(until) {
 			return false
 		}
-		delete(s.cacheBarred, principal)
+		delete(inv.barred, principal)
 	}
-	set := s.cachers[name]
+	set := inv.cachers[name]
 	if set == nil {
 		set = map[uint64]bool{}
-		s.cachers[name] = set
+		inv.cachers[name] = set
 	}
 	set[session] = true
-	if l.cached == nil {
-		l.cached = map[string]bool{}
+	if cs == nil {
+		cs = &cacher{principal: principal}
+		inv.bySess[session] = cs
 	}
-	l.cached[name] = true
+	if cs.names == nil {
+		cs.names = map[string]bool{}
+	}
+	cs.names[name] = true
 	return true
 }
 
-// forgetCacherLocked drops a session's registrations (it ended).
-func (s *Server) forgetCacherLocked(session uint64, l *lease) {
-	for name := range l.cached {
-		if set := s.cachers[name]; set != nil {
+// forget drops a session's registrations (it ended).
+func (inv *invalidator) forget(session uint64) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	cs := inv.bySess[session]
+	if cs == nil {
+		return
+	}
+	for name := range cs.names {
+		if set := inv.cachers[name]; set != nil {
 			delete(set, session)
 			if len(set) == 0 {
-				delete(s.cachers, name)
+				delete(inv.cachers, name)
 			}
 		}
 	}
-	l.cached = nil
+	delete(inv.bySess, session)
 }
 
 // pendingInval is one invalidation a change waits for: event seq on the
-// session of lease l, due by deadline, the lease l held when it was queued.
-// Copies share counted: a later change of the name waits on the same
+// session of lease l, due by deadline, the lease end l had when it was
+// queued. Changes share it: a later change of the name waits on the same
 // invalidation, and one invalidation run late is counted once however
 // many changes waited on it.
 type pendingInval struct {
-	l        *lease
-	session  uint64
-	seq      uint64
-	deadline time.Time
-	counted  *bool // counted as late (under Server.mu)
+	l         *lease
+	session   uint64
+	principal string
+	seq       uint64
+	deadline  time.Time
+	counted   bool // counted as late (under invalidator.mu)
 }
 
 // invalidate marks names busy, sends invalidations to every session that
 // may cache them and waits for each to acknowledge or lose its lease. The
 // returned release must be called once the command has been applied (or
 // abandoned); it is returned even with an error.
-func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []string) (func(), error) {
-	var waits []pendingInval
-	s.mu.Lock()
+func (inv *invalidator) invalidate(ctx context.Context, stop <-chan struct{}, names []string) (func(), error) {
+	var waits []*pendingInval
+	inv.mu.Lock()
 	for _, name := range names {
-		s.busy[name]++
+		inv.busy[name]++
 		// Invalidations an earlier, still running change of this name
 		// sent are not acknowledged yet: this change waits for them too,
 		// or it could complete while a cache still holds the old data.
-		waits = append(waits, s.inflight[name]...)
-		for session := range s.cachers[name] {
-			l := s.leases[session]
-			if l == nil || l.closed {
+		waits = append(waits, inv.inflight[name]...)
+		for session := range inv.cachers[name] {
+			cs := inv.bySess[session]
+			if cs != nil {
+				delete(cs.names, name)
+			}
+			l, seq, end, ok := inv.sessions.queueInvalidation(session, name)
+			if !ok {
 				continue
 			}
-			seq := s.nextEventLocked()
-			l.events = append(l.events, wire.Event{Seq: seq, Kind: wire.EventInvalidate, Path: name})
-			l.lastInval = seq
-			delete(l.cached, name)
-			l.wakeLocked()
-			w := pendingInval{l: l, session: session, seq: seq, deadline: l.end, counted: new(bool)}
+			w := &pendingInval{l: l, session: session, seq: seq, deadline: end}
+			if cs != nil {
+				cs.lastInval = seq
+				w.principal = cs.principal
+			}
 			waits = append(waits, w)
-			s.inflight[name] = append(s.inflight[name], w)
-			s.invalidations++ // the waits taken over from an earlier change were counted by it
+			inv.inflight[name] = append(inv.inflight[name], w)
+			inv.sent++ // the waits taken over from an earlier change were counted by it
 		}
-		delete(s.cachers, name)
+		delete(inv.cachers, name)
 	}
-	s.mu.Unlock()
+	inv.mu.Unlock()
 	release := func() {
-		s.mu.Lock()
+		inv.mu.Lock()
+		defer inv.mu.Unlock()
 		for _, name := range names {
-			if s.busy[name]--; s.busy[name] <= 0 {
-				delete(s.busy, name)
-				delete(s.inflight, name)
+			if inv.busy[name]--; inv.busy[name] <= 0 {
+				delete(inv.busy, name)
+				delete(inv.inflight, name)
 			}
 		}
-		s.mu.Unlock()
 	}
 	for _, w := range waits {
-		if err := s.awaitAck(ctx, stop, w); err != nil {
+		if err := inv.awaitAck(ctx, stop, w); err != nil {
 			return release, err
 		}
 	}
@@ -154,43 +251,82 @@ func (s *Server) invalidate(ctx context.Context, stop <-chan struct{}, names []s
 // it held when the event was queued ran out, or it ended. A live session
 // that ran out the deadline while ignoring the delivered event bars its
 // principal from caching (see the top of this file).
-func (s *Server) awaitAck(ctx context.Context, stop <-chan struct{}, w pendingInval) error {
+func (inv *invalidator) awaitAck(ctx context.Context, stop <-chan struct{}, w *pendingInval) error {
 	for {
-		s.mu.Lock()
-		now := s.cfg.Now()
-		acked := bugNoInval || w.l.acked >= w.seq || w.l.closed
+		done, ignoredDelivered, changed := inv.sessions.ackState(w.l, w.seq)
+		now := inv.clock.Now()
+		acked := bugNoInval || done
 		late := !acked && !w.deadline.After(now)
-		if late && !*w.counted {
-			*w.counted = true
-			s.lateInvalidations++
-			if w.l.ignored > 0 && w.l.delivered >= w.seq {
-				s.barCachingLocked(w.session, now)
+		if late {
+			inv.mu.Lock()
+			if !w.counted {
+				w.counted = true
+				inv.late++
+				if ignoredDelivered {
+					inv.barLocked(w, now)
+				}
 			}
+			inv.mu.Unlock()
 		}
-		ch := w.l.ackCh
-		s.mu.Unlock()
 		if acked || late {
 			return nil
 		}
-		t := time.NewTimer(w.deadline.Sub(now) + time.Millisecond)
+		due, stopDue := after(inv.clock, w.deadline.Sub(now)+time.Millisecond)
 		select {
-		case <-ch:
-		case <-t.C:
+		case <-changed:
+		case <-due:
 		case <-ctx.Done():
-			t.Stop()
+			stopDue()
 			return ctx.Err()
 		case <-stop:
-			t.Stop()
+			stopDue()
 			return errStopped
 		}
-		t.Stop()
+		stopDue()
 	}
+}
+
+// barLocked bars the principal of w's session from caching for the
+// penalty: one of its live sessions was told of an invalidation and let
+// its deadline pass without acknowledging it. inv.mu is held.
+func (inv *invalidator) barLocked(w *pendingInval, now time.Time) {
+	if w.principal == "" || w.principal == inv.admin {
+		// The admin may do anything to any node anyway; and without TLS
+		// every caller is the admin, where barring would bar everyone.
+		return
+	}
+	if _, barred := inv.barred[w.principal]; !barred {
+		inv.log.Warn("a session ignored an invalidation until its lease deadline: its principal may not cache for a while",
+			"principal", w.principal, "session", w.session, "for", inv.penalty)
+	}
+	inv.barred[w.principal] = now.Add(inv.penalty)
+}
+
+// counts returns the invalidations sent and those that ran late.
+func (inv *invalidator) counts() (sent, late uint64) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	return inv.sent, inv.late
+}
+
+// registerCacher records that session (of principal) may cache name; see
+// invalidator.register.
+func (s *Server) registerCacher(session uint64, principal, name string) bool {
+	return s.inv.register(session, principal, name)
 }
 
 // applyInvalidating applies cmd after invalidating every cache of a name
 // it could change.
 func (s *Server) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd *replica.Command) (*replica.Result, error) {
-	release, err := s.invalidate(ctx, stop, s.fsm.AffectedPaths(cmd))
+	var names []string
+	s.read(func(v replica.View) { names = v.AffectedPaths(cmd) })
+	return s.applyAfter(ctx, stop, names, cmd)
+}
+
+// applyAfter applies cmd after invalidating every cache of names, the
+// names cmd could change.
+func (s *Server) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *replica.Command) (*replica.Result, error) {
+	release, err := s.inv.invalidate(ctx, stop, names)
 	defer release()
 	if err != nil {
 		return nil, err
@@ -198,21 +334,32 @@ func (s *Server) applyInvalidating(ctx context.Context, stop <-chan struct{}, cm
 	return s.cons.Apply(ctx, cmd)
 }
 
-// barCachingLocked bars the principal of session from caching for
-// cachePenaltyLeases leases: one of its live sessions was told of an
-// invalidation and let its deadline pass without acknowledging it.
-func (s *Server) barCachingLocked(session uint64, now time.Time) {
-	principal, ok := s.fsm.SessionPrincipal(session)
-	if !ok || principal == s.cfg.Admin {
-		// The admin may do anything to any node anyway; and without TLS
-		// every caller is the admin, where barring would bar everyone.
-		return
+// The sessions part's side of sessionLink.
+
+func (s *Server) cacheable(session, seq uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.leases[session]
+	return l != nil && !l.closed && l.acked >= seq
+}
+
+func (s *Server) queueInvalidation(session uint64, name string) (*lease, uint64, time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.leases[session]
+	if l == nil || l.closed {
+		return nil, 0, time.Time{}, false
 	}
-	if _, barred := s.cacheBarred[principal]; !barred {
-		s.log.Warn("a session ignored an invalidation until its lease deadline: its principal may not cache for a while",
-			"principal", principal, "session", session, "for", cachePenaltyLeases*s.cfg.LeaseTTL)
-	}
-	s.cacheBarred[principal] = now.Add(cachePenaltyLeases * s.cfg.LeaseTTL)
+	seq := s.nextEventLocked()
+	l.events = append(l.events, wire.Event{Seq: seq, Kind: wire.EventInvalidate, Path: name})
+	l.wakeLocked()
+	return l, seq, l.end, true
+}
+
+func (s *Server) ackState(l *lease, seq uint64) (bool, bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackCh
 }
 
 // InvalidationStats counts invalidations sent, those the cacher
@@ -227,8 +374,9 @@ type InvalidationStats struct {
 
 // InvalidationStats reports the master's invalidation counters.
 func (s *Server) InvalidationStats() InvalidationStats {
+	sent, late := s.inv.counts()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return InvalidationStats{Sent: s.invalidations, Acked: s.stats.invalAcked.Load(), Late: s.lateInvalidations,
-		EventsDropped: s.droppedEvents}
+	dropped := s.droppedEvents
+	s.mu.Unlock()
+	return InvalidationStats{Sent: sent, Acked: s.stats.invalAcked.Load(), Late: late, EventsDropped: dropped}
 }

@@ -128,16 +128,16 @@ func (s *Server) proveLoop(stop <-chan struct{}) {
 		}
 	}()
 	every := max(s.cfg.LeaseTTL/10, 10*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
 	for {
+		tick, stopTick := after(s.cfg.Clock, every)
 		select {
 		case <-stop:
+			stopTick()
 			return
-		case <-t.C:
+		case <-tick:
 		}
 		rctx, rcancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/4)
-		s.proof.since(rctx, s.cfg.Now().Add(-every))
+		s.proof.since(rctx, s.cfg.Clock.Now().Add(-every))
 		rcancel()
 	}
 }
@@ -145,6 +145,6 @@ func (s *Server) proveLoop(stop <-chan struct{}) {
 // unproven reports whether the master has gone half a lease without a
 // proof of leadership, after serving at least that long (since).
 func (s *Server) unproven(since time.Time) bool {
-	bound := s.cfg.Now().Add(-s.cfg.LeaseTTL / 2)
+	bound := s.cfg.Clock.Now().Add(-s.cfg.LeaseTTL / 2)
 	return since.Before(bound) && !s.proof.provenSince(bound)
 }

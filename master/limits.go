@@ -1,6 +1,9 @@
 package master
 
-import "lockcell/cell/wire"
+import (
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
 
 // Limits cap what one principal, connection or session may hold, so one
 // misbehaving client cannot exhaust the master. A session or handle cap
@@ -90,10 +93,15 @@ type reservations struct {
 func (s *Server) reserveSessionLocked(caller Caller) (func(), error) {
 	r := &s.reserved
 	lim := s.cfg.Limits
-	if n := s.fsm.PrincipalSessions(caller.Principal) + r.principal[caller.Principal]; n >= lim.SessionsPerPrincipal {
+	var own, sessions int
+	s.read(func(v replica.View) {
+		own = v.PrincipalSessions(caller.Principal)
+		_, sessions, _, _ = v.Counts()
+	})
+	if n := own + r.principal[caller.Principal]; n >= lim.SessionsPerPrincipal {
 		return nil, wire.Errorf(wire.CodeTooMany, "principal %q has %d live sessions, the limit", caller.Principal, n)
 	}
-	if _, sessions, _, _ := s.fsm.Counts(); sessions+r.cell >= lim.Sessions {
+	if sessions+r.cell >= lim.Sessions {
 		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d sessions, the limit", sessions+r.cell)
 	}
 	if caller.Conn != 0 {
@@ -122,7 +130,9 @@ func (s *Server) reserveHandle(session uint64) (func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := &s.reserved
-	if n := s.fsm.SessionHandles(session) + r.handles[session]; n >= s.cfg.Limits.HandlesPerSession {
+	var open int
+	s.read(func(v replica.View) { open = v.SessionHandles(session) })
+	if n := open + r.handles[session]; n >= s.cfg.Limits.HandlesPerSession {
 		return nil, wire.Errorf(wire.CodeTooMany, "session %d has %d open handles, the limit", session, n)
 	}
 	r.handles[session]++

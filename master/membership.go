@@ -93,18 +93,6 @@ func (s *Server) lockMembers(ctx context.Context, stop <-chan struct{}) error {
 
 func (s *Server) unlockMembers() { <-s.members.sem }
 
-// sessionless reports whether calls of method m carry no session: the
-// membership calls, which an operator replacing a dead machine (or a
-// joining replica) makes without one. They are admitted during a
-// fail-over's recovery and at any epoch.
-func sessionless(m wire.Method) bool {
-	switch m {
-	case wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList:
-		return true
-	}
-	return false
-}
-
 // membershipCall serves ReplicaAdd, ReplicaRemove and ReplicaList: the
 // admin's alone, and session-less.
 func (c *call) membershipCall(ctx context.Context, body []byte) (any, error) {
@@ -322,7 +310,8 @@ func (s *Server) checkVoters(ops membershipOps, cfg replica.Configuration, id st
 	} else {
 		delete(voters, id)
 	}
-	_, size := s.fsm.MemberTable()
+	var size int
+	s.read(func(v replica.View) { _, size = v.MemberTable() })
 	if size == 0 {
 		size = cfg.Voters()
 	}
@@ -361,7 +350,8 @@ func (s *Server) healthy(ops membershipOps, id string, prog map[string]replica.P
 }
 
 func (s *Server) memberTable() map[string]replica.MemberAddrs {
-	ms, _ := s.fsm.MemberTable()
+	var ms []replica.MemberAddrs
+	s.read(func(v replica.View) { ms, _ = v.MemberTable() })
 	out := make(map[string]replica.MemberAddrs, len(ms))
 	for _, m := range ms {
 		out[m.ID] = m
@@ -377,7 +367,8 @@ func (s *Server) listMembers(ops membershipOps) (*wire.ReplicaListResponse, erro
 		return nil, err
 	}
 	table := s.memberTable()
-	_, size := s.fsm.MemberTable()
+	var size int
+	s.read(func(v replica.View) { _, size = v.MemberTable() })
 	if size == 0 {
 		size = cfg.Voters()
 	}
@@ -418,7 +409,10 @@ func (s *Server) bootstrapAddr(id string) string {
 // machine keeps the first seed ever applied, so two masters racing (or a
 // restored cell, whose backup carries no table) cannot overwrite a table.
 func (s *Server) seedMembers(ctx context.Context, ops membershipOps) error {
-	if ms, size := s.fsm.MemberTable(); len(ms) > 0 || size > 0 {
+	var ms []replica.MemberAddrs
+	var size int
+	s.read(func(v replica.View) { ms, size = v.MemberTable() })
+	if len(ms) > 0 || size > 0 {
 		return nil
 	}
 	cfg, err := ops.Configuration()

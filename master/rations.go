@@ -24,20 +24,10 @@ import (
 // readCallCost is what one rationed call costs beyond its reply's bytes.
 const readCallCost = 2 << 10
 
-// rationed reports whether calls of method m are rationed reads.
-func rationed(m wire.Method) bool {
-	switch m {
-	case wire.MethodReadDir, wire.MethodGetContentsAndStat, wire.MethodGetStat,
-		wire.MethodListSessions, wire.MethodCheckSequencer:
-		return true
-	}
-	return false
-}
-
 // readRations holds one token bucket per principal that read lately.
 type readRations struct {
 	rate  float64 // bytes per second; also the bucket's size
-	now   func() time.Time
+	clock Clock
 	mu    sync.Mutex
 	bytes map[string]*readBucket
 }
@@ -47,8 +37,8 @@ type readBucket struct {
 	at     time.Time
 }
 
-func newReadRations(rate int, now func() time.Time) *readRations {
-	return &readRations{rate: float64(rate), now: now, bytes: map[string]*readBucket{}}
+func newReadRations(rate int, clock Clock) *readRations {
+	return &readRations{rate: float64(rate), clock: clock, bytes: map[string]*readBucket{}}
 }
 
 // refillLocked brings b up to now, and reports its tokens.
@@ -65,17 +55,17 @@ func (r *readRations) wait(ctx context.Context, principal string) error {
 		b := r.bytes[principal]
 		var debt float64
 		if b != nil {
-			debt = -r.refillLocked(b, r.now())
+			debt = -r.refillLocked(b, r.clock.Now())
 		}
 		r.mu.Unlock()
 		if debt <= 0 {
 			return nil
 		}
-		t := time.NewTimer(time.Duration(debt / r.rate * float64(time.Second)))
+		paid, stop := after(r.clock, time.Duration(debt/r.rate*float64(time.Second)))
 		select {
-		case <-t.C:
+		case <-paid:
 		case <-ctx.Done():
-			t.Stop()
+			stop()
 			return ctx.Err()
 		}
 	}
@@ -85,7 +75,7 @@ func (r *readRations) wait(ctx context.Context, principal string) error {
 func (r *readRations) charge(principal string, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.now()
+	now := r.clock.Now()
 	b := r.bytes[principal]
 	if b == nil {
 		if len(r.bytes) >= 4096 {

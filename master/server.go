@@ -43,8 +43,9 @@ type Config struct {
 	DefaultLockDelay time.Duration
 	// Logger receives the master's logs.
 	Logger *slog.Logger
-	// Now is the wall clock (tests may scale it); default time.Now.
-	Now func() time.Time
+	// Clock is the master's time: leases, deadlines and timers all run
+	// on it (default RealClock).
+	Clock Clock
 	// Admin is the cell admin principal: allowed everything on every node,
 	// so broken ACLs can always be repaired (default AnonymousPrincipal).
 	Admin string
@@ -95,17 +96,17 @@ func (c *Config) setDefaults() {
 		c.Admin = AnonymousPrincipal
 	}
 	c.Limits.setDefaults()
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = RealClock{}
 	}
 }
 
 // Server is the master side of the client protocol on one replica.
 type Server struct {
-	cfg  Config
-	cons Consensus
-	fsm  *replica.FSM
-	log  *slog.Logger
+	cfg   Config
+	cons  Consensus
+	state State
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	serving bool
@@ -113,29 +114,18 @@ type Server struct {
 	// recovering: after a fail-over the master accepts only KeepAlives
 	// until every session has acknowledged its fail-over event or expired
 	// (SPEC 7 steps 3-5). pendingAck holds the sessions still to answer.
-	recovering bool
-	pendingAck map[uint64]bool
-	eventSeq   uint64 // last event sequence issued; epoch<<40 | counter
-	// cachers: name -> sessions that may have cached it; busy: names with
-	// a write in flight (uncacheable). See invalidate.go.
-	cachers       map[string]map[uint64]bool
-	busy          map[string]int
-	inflight      map[string][]pendingInval // invalidations sent for busy names
-	invalidations uint64
-	// lateInvalidations counts waits that ended at the cacher's deadline
-	// without its acknowledgement; cacheBarred holds principals barred
-	// from caching until a time (invalidate.go).
-	lateInvalidations uint64
-	cacheBarred       map[string]time.Time
-	droppedEvents     uint64        // handle events not queued: the session's queue was full
-	reserved          reservations  // sessions and handles being created (limits.go)
-	reads             *readRations  // each principal's read budget (rations.go)
-	stop              chan struct{} // closed by Stop; a fresh one per term of service
-	leases            map[uint64]*lease
-	connSessions      map[uint64]int // live sessions by the connection that created them
-	waits             map[waitKey]chan struct{}
-	delays            map[string]*time.Timer
-	wg                sync.WaitGroup
+	recovering    bool
+	pendingAck    map[uint64]bool
+	eventSeq      uint64        // last event sequence issued; epoch<<40 | counter
+	droppedEvents uint64        // handle events not queued: the session's queue was full
+	reserved      reservations  // sessions and handles being created (limits.go)
+	reads         *readRations  // each principal's read budget (rations.go)
+	stop          chan struct{} // closed by Stop; a fresh one per term of service
+	leases        map[uint64]*lease
+	connSessions  map[uint64]int // live sessions by the connection that created them
+	waits         map[waitKey]chan struct{}
+	delays        map[string]Timer
+	wg            sync.WaitGroup
 	// proof vouches for leadership before a lease is granted or a call
 	// admitted (leadership.go); servingSince is when this term began.
 	proof        *leadershipProof
@@ -144,23 +134,27 @@ type Server struct {
 	backups      backupStore  // backups being paged out (backup.go)
 	auditRation  *auditRation // denial lines per principal (auditrate.go)
 	members      membership   // membership changes (membership.go)
+	// inv runs cache invalidation (invalidate.go). Its lock comes before
+	// mu: it calls the Server's sessionLink methods holding it, and no
+	// code holding mu calls it.
+	inv *invalidator
 }
 
 type waitKey struct{ handle, seq uint64 }
 
 // New returns a master for the replica's state machine. It installs itself
-// as the FSM's observer.
-func New(cfg Config, cons Consensus, fsm *replica.FSM) *Server {
+// as the state's observer.
+func New(cfg Config, cons Consensus, state State) *Server {
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, cons: cons, fsm: fsm, log: cfg.Logger,
-		leases: map[uint64]*lease{}, connSessions: map[uint64]int{}, waits: map[waitKey]chan struct{}{}, delays: map[string]*time.Timer{},
-		cachers: map[string]map[uint64]bool{}, busy: map[string]int{}, inflight: map[string][]pendingInval{},
-		cacheBarred: map[string]time.Time{}, members: newMembership(),
+	s := &Server{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
+		leases: map[uint64]*lease{}, connSessions: map[uint64]int{}, waits: map[waitKey]chan struct{}{}, delays: map[string]Timer{},
+		members:  newMembership(),
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
-	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Now}
-	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, time.Now)
-	s.auditRation = newAuditRation(time.Now)
-	fsm.SetObserver(s.observe)
+	s.inv = newInvalidator(cfg.Clock, s, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
+	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Clock.Now}
+	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
+	s.auditRation = newAuditRation(cfg.Clock.Now)
+	state.SetObserver(s.observe)
 	return s
 }
 
@@ -177,13 +171,15 @@ func (s *Server) Serving() (bool, uint64) {
 // lease from now (no old master can have granted more, SPEC 7), and re-arms
 // the hand-off of locks waiting out a lock-delay.
 func (s *Server) Start(ctx context.Context) error {
-	proposed := s.cfg.Now()
+	proposed := s.cfg.Clock.Now()
 	res, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdEpoch, Time: s.now()})
 	if err != nil {
 		return fmt.Errorf("master: take epoch: %w", err)
 	}
 	s.proof.note(proposed) // committed: a quorum followed us after proposed
-	if len(s.fsm.CellKey()) == 0 {
+	var keyed bool
+	s.read(func(v replica.View) { keyed = len(v.CellKey()) > 0 })
+	if !keyed {
 		// The first master of a cell draws its secret sequencer key; the
 		// state machine keeps the first one ever applied.
 		key := make([]byte, 32)
@@ -202,9 +198,12 @@ func (s *Server) Start(ctx context.Context) error {
 	s.epoch = res.Epoch
 	s.eventSeq = s.epoch << 40
 	s.stop = make(chan struct{})
-	end := s.cfg.Now().Add(s.cfg.LeaseTTL)
+	end := s.cfg.Clock.Now().Add(s.cfg.LeaseTTL)
 	s.pendingAck = map[uint64]bool{}
-	for _, id := range s.fsm.SessionIDs() {
+	var ids []uint64
+	var delays map[string]int64
+	s.read(func(v replica.View) { ids, delays = v.SessionIDs(), v.LockDelays() })
+	for _, id := range ids {
 		l := newLease(end)
 		l.events = append(l.events, wire.Event{Seq: s.nextEventLocked(), Kind: wire.EventMasterFailover})
 		l.failoverSeq = l.events[0].Seq
@@ -212,11 +211,11 @@ func (s *Server) Start(ctx context.Context) error {
 		s.pendingAck[id] = true
 	}
 	s.recovering = len(s.pendingAck) > 0
-	for path, until := range s.fsm.LockDelays() {
+	for path, until := range delays {
 		s.armDelayLocked(path, until)
 	}
 	s.serving = true
-	s.servingSince = s.cfg.Now()
+	s.servingSince = s.cfg.Clock.Now()
 	s.wg.Add(3)
 	go s.expireLoop(s.stop)
 	go s.proveLoop(s.stop)
@@ -268,18 +267,17 @@ func (s *Server) Stop() {
 	close(s.stop)
 	s.leases = map[uint64]*lease{}
 	s.connSessions = map[uint64]int{}
-	s.cachers = map[string]map[uint64]bool{}
-	s.cacheBarred = map[string]time.Time{}
 	for p, t := range s.delays {
 		t.Stop()
 		delete(s.delays, p)
 	}
 	s.mu.Unlock()
+	s.inv.reset()
 	s.wg.Wait()
 	s.log.Info("master stopped", "epoch", s.epoch)
 }
 
-func (s *Server) now() int64 { return s.cfg.Now().UnixNano() }
+func (s *Server) now() int64 { return s.cfg.Clock.Now().UnixNano() }
 
 // observe runs on raft's apply goroutine for every applied entry with
 // changes. It only flips in-memory state and never blocks.
@@ -291,6 +289,12 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 	if serving { // followers deliver no events
 		notes = s.handleEvents(changes)
 	}
+	var ended []uint64
+	defer func() { // after Server.mu is released: the invalidator's lock comes first
+		for _, id := range ended {
+			s.inv.forget(id)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.serving {
@@ -320,7 +324,7 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 		case replica.ChangeSessionCreated:
 			if s.serving {
 				if _, ok := s.leases[c.Session]; !ok {
-					s.leases[c.Session] = newLease(s.cfg.Now().Add(s.cfg.LeaseTTL))
+					s.leases[c.Session] = newLease(s.cfg.Clock.Now().Add(s.cfg.LeaseTTL))
 				}
 			}
 		case replica.ChangeSessionClosed:
@@ -329,7 +333,7 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 				l.closed = true
 				l.wakeLocked()
 				l.signalAckLocked()
-				s.forgetCacherLocked(c.Session, l)
+				ended = append(ended, c.Session)
 				s.dropLeaseLocked(c.Session, l)
 			}
 		case replica.ChangeLockDelay:
@@ -348,7 +352,7 @@ func (s *Server) armDelayLocked(path string, until int64) {
 	}
 	d := time.Duration(until - s.now())
 	stop := s.stop
-	s.delays[path] = time.AfterFunc(max(d, 0)+time.Millisecond, func() {
+	s.delays[path] = s.cfg.Clock.AfterFunc(max(d, 0)+time.Millisecond, func() {
 		s.mu.Lock()
 		if !s.serving || s.stop != stop {
 			s.mu.Unlock()
@@ -368,7 +372,7 @@ func (s *Server) armDelayLocked(path string, until int64) {
 
 // checkServing admits a call: this master serves, and the caller expects
 // its epoch (KeepAlive and CreateSession learn the epoch instead).
-func (s *Server) checkServing(h *wire.Header) (uint64, <-chan struct{}, error) {
+func (s *Server) checkServing(h *wire.Header, r route) (uint64, <-chan struct{}, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.serving {
@@ -380,45 +384,47 @@ func (s *Server) checkServing(h *wire.Header) (uint64, <-chan struct{}, error) {
 		// and KeepAlives prove leadership themselves, each bounded.
 		return 0, nil, wire.ErrNotMaster
 	}
-	if s.recovering && h.Method != wire.MethodKeepAlive && h.Method != wire.MethodCloseSession && !sessionless(h.Method) {
+	if s.recovering && !r.inRecovery {
 		return s.epoch, nil, wire.Errorf(wire.CodeUnavailable,
 			"master of epoch %d is recovering from a fail-over: waiting for %d session(s) to acknowledge", s.epoch, len(s.pendingAck))
 	}
-	switch h.Method {
-	case wire.MethodCreateSession, wire.MethodKeepAlive, wire.MethodCellStatus,
-		wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList:
-	default:
-		if h.Epoch != s.epoch {
-			return s.epoch, nil, wire.Errorf(wire.CodeBadEpoch, "call for epoch %d, master is at epoch %d", h.Epoch, s.epoch)
-		}
+	if !r.anyEpoch && h.Epoch != s.epoch {
+		return s.epoch, nil, wire.Errorf(wire.CodeBadEpoch, "call for epoch %d, master is at epoch %d", h.Epoch, s.epoch)
 	}
 	return s.epoch, s.stop, nil
 }
 
-// Dispatch decodes the body of one call and runs its handler. It returns
-// the response value and, on failure, a *wire.Error; the epoch is the
-// master's, for the caller's Status.
+// Dispatch admits one call, decodes its body and runs its handler, as the
+// method table (methods.go) says. It returns the response value and, on
+// failure, a *wire.Error; the epoch is the master's, for the caller's
+// Status.
 func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, body []byte) (any, uint64, error) {
-	epoch, stop, err := s.checkServing(h)
+	r := routes[h.Method]
+	epoch, stop, err := s.checkServing(h, r)
 	if err != nil {
 		return nil, epoch, err
 	}
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
 	}
-	if err := s.checkSessionOwner(caller, h); err != nil {
+	if err := s.checkSessionOwner(caller, h, r); err != nil {
 		s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
 			"result", wire.CodePermission.String())
 		return nil, epoch, err
 	}
 	c := &call{Server: s, caller: caller, h: h, epoch: epoch, stop: stop}
-	ration := rationed(h.Method) && caller.Principal != s.cfg.Admin
+	ration := r.rationed && caller.Principal != s.cfg.Admin
 	if ration {
 		if err := s.reads.wait(ctx, caller.Principal); err != nil {
 			return nil, epoch, toWire(err)
 		}
 	}
-	resp, err := c.dispatch(ctx, body)
+	var resp any
+	if r.serve == nil {
+		err = wire.Errorf(wire.CodeBadRequest, "unknown method %d", h.Method)
+	} else {
+		resp, err = r.serve(c, ctx, body)
+	}
 	if ration {
 		s.reads.charge(caller.Principal, replyBytes(resp))
 	}
@@ -437,96 +443,28 @@ type call struct {
 	stop   <-chan struct{}
 }
 
-func (c *call) dispatch(ctx context.Context, body []byte) (any, error) {
-	switch c.h.Method {
-	case wire.MethodCreateSession:
-		var req wire.CreateSessionRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.createSession(ctx, &req)
-	case wire.MethodKeepAlive:
-		var req wire.KeepAliveRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.keepAlive(ctx, &req)
-	case wire.MethodCloseSession:
-		return c.closeSession(ctx)
-	case wire.MethodOpen:
-		var req wire.OpenRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.open(ctx, &req)
-	case wire.MethodSetContents:
-		var req wire.SetContentsRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.setContents(ctx, &req)
-	case wire.MethodAcquire:
-		var req wire.AcquireRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.acquireTimed(ctx, &req)
-	case wire.MethodCancelAcquire:
-		var req wire.CancelAcquireRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.cancelAcquire(ctx, &req)
-	case wire.MethodSetACL:
-		var req wire.SetACLRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.setACL(ctx, &req)
-	case wire.MethodListSessions:
-		return c.listSessions(ctx)
-	case wire.MethodBackup:
-		var req wire.BackupRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.backup(ctx, &req)
-	case wire.MethodCheckSequencer:
-		var req wire.CheckSequencerRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.checkSequencer(ctx, &req)
-	case wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList:
-		return c.membershipCall(ctx, body)
-	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
-		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
-		var req wire.HandleRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		return c.handleCall(ctx, &req)
-	}
-	return nil, wire.Errorf(wire.CodeBadRequest, "unknown method %d", c.h.Method)
-}
-
 // apply proposes a command carrying the call's request id and returns the
-// state machine's result, or its error.
+// state machine's result, or its error. One read of the state finds both
+// the names to invalidate and the handle's name for the audit log.
 func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error) {
 	cmd.Time = c.now()
 	cmd.Session = c.h.Session
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
 	cmd.Quota = c.quotaFor(cmd)
-	if c.path == "" && cmd.Handle != 0 {
-		c.path, _ = c.fsm.HandlePath(c.h.Session, cmd.Handle) // for the audit log
-	}
+	var names []string
+	c.read(func(v replica.View) {
+		if c.path == "" && cmd.Handle != 0 {
+			c.path, _ = v.HandlePath(c.h.Session, cmd.Handle) // for the audit log
+		}
+		names = v.AffectedPaths(cmd)
+	})
 	if c.h.Method.Mutating() {
 		if c.h.Seq == 0 {
 			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a request id (header seq)", c.h.Method)
 		}
 		cmd.Seq, cmd.Ack = c.h.Seq, c.h.Ack
 	}
-	res, err := c.applyInvalidating(ctx, c.stop, cmd)
+	res, err := c.applyAfter(ctx, c.stop, names, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -538,9 +476,10 @@ func proposes(m wire.Method) bool {
 	return m.Mutating() || m == wire.MethodCreateSession || m == wire.MethodCloseSession
 }
 
-// verifyRead makes a read linearizable: the session is live and this
-// replica is still the leader right now (a quorum confirms), so every write
-// acknowledged before the read began is in the local state machine.
+// verifyRead makes a read linearizable: this replica is still the leader
+// right now (a quorum confirms), so every write acknowledged before the
+// read began is in the local state machine. The caller then reads the
+// state once, checking first that the session is live (liveSession).
 func (c *call) verifyRead(ctx context.Context) error {
 	// Bounded: a Raft that cannot confirm within half a lease (its leader
 	// loop hung on a stalled disk) is answered NotMaster, so the client
@@ -554,7 +493,12 @@ func (c *call) verifyRead(ctx context.Context) error {
 		}
 		return err
 	}
-	if !c.fsm.SessionExists(c.h.Session) {
+	return nil
+}
+
+// liveSession answers SessionExpired unless the call's session is live in v.
+func (c *call) liveSession(v replica.View) error {
+	if !v.SessionExists(c.h.Session) {
 		return wire.Errorf(wire.CodeSessionExpired, "session %d does not exist or has expired", c.h.Session)
 	}
 	return nil
@@ -584,20 +528,27 @@ var eventOf = map[replica.ChangeKind]struct {
 // change; unlike invalidations, writes do not wait for them.
 func (s *Server) handleEvents(changes []replica.Change) []sessionEvent {
 	var out []sessionEvent
+	s.read(func(v replica.View) { out = s.eventsIn(v, changes) })
+	return out
+}
+
+// eventsIn is handleEvents in one view of the state.
+func (s *Server) eventsIn(v replica.View, changes []replica.Change) []sessionEvent {
+	var out []sessionEvent
 	for _, c := range changes {
 		e, ok := eventOf[c.Kind]
 		if !ok {
 			continue
 		}
-		for _, w := range s.fsm.Watchers(c.Path, e.mask) {
+		for _, w := range v.Watchers(c.Path, e.mask) {
 			if c.Kind == replica.ChangeLockConflict && w.Handle == c.Handle {
 				continue // the requester knows
 			}
-			if !s.fsm.CanRead(w.Session, c.Path, s.cfg.Admin) {
+			if !v.CanRead(w.Session, c.Path, s.cfg.Admin) {
 				continue // events are reads: none for who may not read
 			}
 			if (c.Kind == replica.ChangeChildAdded || c.Kind == replica.ChangeChildRemoved) &&
-				!s.fsm.ChildVisible(w.Session, c.ChildACL, s.cfg.Admin) {
+				!v.ChildVisible(w.Session, c.ChildACL, s.cfg.Admin) {
 				continue // as in listings: a child one may neither read nor write is not named
 			}
 			out = append(out, sessionEvent{w.Session, wire.Event{Kind: e.kind, Path: c.Path, Handle: w.Handle, Child: c.Child}})

@@ -23,11 +23,6 @@ type lease struct {
 	// ackCh is closed (and replaced) whenever acked grows or the lease ends.
 	acked uint64
 	ackCh chan struct{}
-	// cached lists the names the session may have cached.
-	cached map[string]bool
-	// lastInval is the sequence of the newest invalidation queued for the
-	// session: while acked is below it, the session caches nothing more.
-	lastInval uint64
 	// delivered is the newest event sequence a KeepAlive reply carried;
 	// ignored counts KeepAlives in a row that arrived acknowledging less
 	// than it (an honest client acknowledges what it was sent on its next
@@ -94,7 +89,7 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 	c.mu.Lock()
 	l, ok := c.leases[res.Session]
 	if !ok && c.serving {
-		l = newLease(c.cfg.Now().Add(c.cfg.LeaseTTL))
+		l = newLease(c.cfg.Clock.Now().Add(c.cfg.LeaseTTL))
 		c.leases[res.Session] = l
 	}
 	if l != nil && !l.closed && l.conn == 0 && c.caller.Conn != 0 {
@@ -111,7 +106,7 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 // reply says how long the call was held and how much lease remains, so the
 // client can compute a lease end that never exceeds the master's.
 func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire.KeepAliveResponse, error) {
-	arrived := c.cfg.Now()
+	arrived := c.cfg.Clock.Now()
 	c.mu.Lock()
 	l, ok := c.leases[c.h.Session]
 	if !ok {
@@ -119,8 +114,13 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		if !c.cons.IsLeader() {
 			return nil, errStopped
 		}
-		if c.h.Session == 0 || !c.fsm.SessionExists(c.h.Session) {
-			_, _, _, applied := c.fsm.Counts()
+		var live bool
+		var applied uint64
+		c.read(func(v replica.View) {
+			live = v.SessionExists(c.h.Session)
+			_, _, _, applied = v.Counts()
+		})
+		if c.h.Session == 0 || !live {
 			if c.h.Session == 0 || c.h.Session > applied {
 				return nil, wire.Errorf(wire.CodeUnknownSession, "session %d was never created in this cell", c.h.Session)
 			}
@@ -177,18 +177,18 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 
 	if !pending {
 		if d := holdUntil.Sub(arrived); d > 0 {
-			t := time.NewTimer(d)
+			due, stop := after(c.cfg.Clock, d)
 			select {
-			case <-t.C:
+			case <-due:
 			case <-l.wake:
 			case <-ctx.Done():
-				t.Stop()
+				stop()
 				return nil, ctx.Err()
 			case <-c.stop:
-				t.Stop()
+				stop()
 				return nil, errStopped
 			}
-			t.Stop()
+			stop()
 		}
 	}
 	if !c.cons.IsLeader() {
@@ -200,7 +200,7 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 	// or deposed) answers NotMaster, and the client searches elsewhere
 	// before its lease runs out.
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
-	proven, err := c.proof.since(pctx, c.cfg.Now().Add(-c.cfg.LeaseTTL/10))
+	proven, err := c.proof.since(pctx, c.cfg.Clock.Now().Add(-c.cfg.LeaseTTL/10))
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -208,7 +208,7 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		}
 		return nil, errStopped
 	}
-	replied := c.cfg.Now()
+	replied := c.cfg.Clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l.closed {
@@ -279,15 +279,16 @@ func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
 // replica releases their locks and deletes their ephemeral nodes (SPEC 4).
 func (s *Server) expireLoop(stop <-chan struct{}) {
 	defer s.wg.Done()
-	tick := time.NewTicker(max(s.cfg.LeaseTTL/20, 10*time.Millisecond))
-	defer tick.Stop()
+	every := max(s.cfg.LeaseTTL/20, 10*time.Millisecond)
 	for {
+		tick, stopTick := after(s.cfg.Clock, every)
 		select {
 		case <-stop:
+			stopTick()
 			return
-		case <-tick.C:
+		case <-tick:
 		}
-		now := s.cfg.Now()
+		now := s.cfg.Clock.Now()
 		var expired []uint64
 		s.mu.Lock()
 		for id, l := range s.leases {
@@ -309,6 +310,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 					s.dropLeaseLocked(id, l)
 				}
 				s.mu.Unlock()
+				s.inv.forget(id)
 			default:
 				s.log.Info("session expired", "session", id)
 			}
@@ -330,7 +332,8 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 	if err := c.cons.VerifyLeader(ctx); err != nil {
 		return nil, err
 	}
-	views := c.fsm.Sessions()
+	var views []replica.SessionView
+	c.read(func(v replica.View) { views = v.Sessions() })
 	if !c.isAdmin() {
 		own := views[:0]
 		for _, v := range views {
@@ -340,7 +343,7 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 		}
 		views = own
 	}
-	now := c.cfg.Now()
+	now := c.cfg.Clock.Now()
 	out := &wire.ListSessionsResponse{Total: uint64(len(views))}
 	if len(views) > wire.MaxListedSessions {
 		views = views[:wire.MaxListedSessions]

@@ -50,11 +50,11 @@ func (s *Server) Stats() Stats {
 // acquireTimed runs acquire, counts a grant against the lock's name and,
 // for a blocking acquire, the time it took.
 func (c *call) acquireTimed(ctx context.Context, req *wire.AcquireRequest) (*wire.AcquireResponse, error) {
-	start := time.Now()
+	start := c.cfg.Clock.Now()
 	resp, err := c.acquire(ctx, req)
 	if err == nil {
 		if req.Wait {
-			c.stats.lockWait.Observe(time.Since(start))
+			c.stats.lockWait.Observe(c.cfg.Clock.Now().Sub(start))
 		}
 		if c.path != "" { // set by apply, for the audit log
 			c.stats.grants.note(c.path)
@@ -98,13 +98,14 @@ type SessionStatus struct {
 // a replica whose master does not serve, no session has a lease. It reads
 // the whole session table, so callers ration it.
 func (s *Server) SessionStatuses(limit int) (total int, out []SessionStatus) {
-	views := s.fsm.Sessions()
+	var views []replica.SessionView
+	s.read(func(v replica.View) { views = v.Sessions() })
 	total = len(views)
 	if len(views) > limit {
 		views = views[:limit]
 	}
 	out = make([]SessionStatus, 0, len(views))
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, v := range views {

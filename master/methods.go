@@ -1,0 +1,80 @@
+package master
+
+import (
+	"context"
+
+	"lockcell/cell/wire"
+)
+
+// route is how the master admits and serves one wire method. Every call
+// goes through the same steps in Dispatch (serving, leadership proof,
+// fail-over recovery, epoch, session owner, read ration, handler, audit);
+// a route says which of them apply, so adding a method is one entry.
+type route struct {
+	// serve decodes the body into the method's request and runs its
+	// handler; nil for a method the master does not serve itself (the
+	// cell answers CellStatus), which Dispatch refuses as unknown.
+	serve func(c *call, ctx context.Context, body []byte) (any, error)
+	// anyEpoch: admitted whatever epoch the header names. Calls that
+	// start a session or learn the master's epoch (KeepAlive), and the
+	// session-less ones, carry none worth checking.
+	anyEpoch bool
+	// inRecovery: admitted while the master waits for every session to
+	// acknowledge its fail-over (the calls that let sessions acknowledge
+	// or end, and the admin's membership calls).
+	inRecovery bool
+	// newSession: the call makes the session its header would name, so
+	// no session-owner check applies.
+	newSession bool
+	// rationed: a read charged to the caller's read ration (rations.go).
+	rationed bool
+}
+
+// decoded wraps a handler of request type Req: the body is decoded into a
+// fresh Req (a malformed body is answered BadRequest by wire.Decode) and
+// the handler runs on it.
+func decoded[Req, Resp any](h func(c *call, ctx context.Context, req *Req) (Resp, error)) func(*call, context.Context, []byte) (any, error) {
+	return func(c *call, ctx context.Context, body []byte) (any, error) {
+		var req Req
+		if err := wire.Decode(body, &req); err != nil {
+			return nil, err
+		}
+		return h(c, ctx, &req)
+	}
+}
+
+// bodiless wraps a handler whose call has no request fields.
+func bodiless[Resp any](h func(c *call, ctx context.Context) (Resp, error)) func(*call, context.Context, []byte) (any, error) {
+	return func(c *call, ctx context.Context, _ []byte) (any, error) { return h(c, ctx) }
+}
+
+// routes is the method table. A method missing from it is answered
+// BadRequest.
+var routes = map[wire.Method]route{
+	wire.MethodCreateSession: {serve: decoded((*call).createSession), anyEpoch: true, newSession: true},
+	wire.MethodKeepAlive:     {serve: decoded((*call).keepAlive), anyEpoch: true, inRecovery: true},
+	wire.MethodCloseSession:  {serve: bodiless((*call).closeSession), inRecovery: true},
+	wire.MethodCellStatus:    {anyEpoch: true, newSession: true},
+
+	wire.MethodOpen:          {serve: decoded((*call).open)},
+	wire.MethodSetContents:   {serve: decoded((*call).setContents)},
+	wire.MethodSetACL:        {serve: decoded((*call).setACL)},
+	wire.MethodAcquire:       {serve: decoded((*call).acquireTimed)},
+	wire.MethodCancelAcquire: {serve: decoded((*call).cancelAcquire)},
+
+	wire.MethodClose:              {serve: decoded((*call).handleCall)},
+	wire.MethodDelete:             {serve: decoded((*call).handleCall)},
+	wire.MethodRelease:            {serve: decoded((*call).handleCall)},
+	wire.MethodGetSequencer:       {serve: decoded((*call).handleCall)},
+	wire.MethodGetContentsAndStat: {serve: decoded((*call).handleCall), rationed: true},
+	wire.MethodGetStat:            {serve: decoded((*call).handleCall), rationed: true},
+	wire.MethodReadDir:            {serve: decoded((*call).handleCall), rationed: true},
+
+	wire.MethodListSessions:   {serve: bodiless((*call).listSessions), rationed: true},
+	wire.MethodCheckSequencer: {serve: decoded((*call).checkSequencer), rationed: true},
+	wire.MethodBackup:         {serve: decoded((*call).backup)},
+
+	wire.MethodReplicaAdd:    {serve: (*call).membershipCall, anyEpoch: true, inRecovery: true},
+	wire.MethodReplicaRemove: {serve: (*call).membershipCall, anyEpoch: true, inRecovery: true},
+	wire.MethodReplicaList:   {serve: (*call).membershipCall, anyEpoch: true, inRecovery: true},
+}
