@@ -137,7 +137,7 @@ func TestNodeEncodingMatchesReflection(t *testing.T) {
 	ints := []int64{0, 1, -1, -32, -33, 127, -128, -129, 1 << 40, -1 << 40, 1<<63 - 1, -1 << 63}
 	strs := []string{"", "a", strings.Repeat("s", 31), strings.Repeat("s", 32), strings.Repeat("s", 300), strings.Repeat("s", 70000)}
 	var nodes []*Node
-	for i := range 2000 {
+	for i := range 400 {
 		n := &Node{}
 		v := reflect.ValueOf(n).Elem()
 		for j := range v.NumField() {
