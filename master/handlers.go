@@ -217,18 +217,11 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 	if req.Mode != wire.LockExclusive && req.Mode != wire.LockShared {
 		return nil, wire.Errorf(wire.CodeBadRequest, "unknown lock mode %d", req.Mode)
 	}
-	var woke chan struct{}
-	key := waitKey{req.Handle, c.h.Seq}
+	var woke <-chan struct{}
 	if req.Wait {
-		woke = make(chan struct{}, 1)
-		c.mu.Lock()
-		c.waits[key] = woke
-		c.mu.Unlock()
-		defer func() {
-			c.mu.Lock()
-			delete(c.waits, key)
-			c.mu.Unlock()
-		}()
+		var done func()
+		woke, done = c.waits.add(waitKey{req.Handle, c.h.Seq})
+		defer done()
 	}
 	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdAcquire, Handle: req.Handle, Mode: req.Mode, Wait: req.Wait})
 	if err != nil {

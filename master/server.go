@@ -123,8 +123,8 @@ type Server struct {
 	stop          chan struct{} // closed by Stop; a fresh one per term of service
 	leases        map[uint64]*lease
 	connSessions  map[uint64]int // live sessions by the connection that created them
-	waits         map[waitKey]chan struct{}
-	delays        map[string]Timer
+	waits         acquireWaits   // blocked acquires (lockdelay.go)
+	delays        *lockDelays    // lock-delay hand-offs (lockdelay.go)
 	wg            sync.WaitGroup
 	// proof vouches for leadership before a lease is granted or a call
 	// admitted (leadership.go); servingSince is when this term began.
@@ -140,16 +140,15 @@ type Server struct {
 	inv *invalidator
 }
 
-type waitKey struct{ handle, seq uint64 }
-
 // New returns a master for the replica's state machine. It installs itself
 // as the state's observer.
 func New(cfg Config, cons Consensus, state State) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
-		leases: map[uint64]*lease{}, connSessions: map[uint64]int{}, waits: map[waitKey]chan struct{}{}, delays: map[string]Timer{},
+		leases: map[uint64]*lease{}, connSessions: map[uint64]int{},
 		members:  newMembership(),
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
+	s.delays = newLockDelays(cfg.Clock, &s.wg, s.grantAfterDelay)
 	s.inv = newInvalidator(cfg.Clock, s, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Clock.Now}
 	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
@@ -211,8 +210,9 @@ func (s *Server) Start(ctx context.Context) error {
 		s.pendingAck[id] = true
 	}
 	s.recovering = len(s.pendingAck) > 0
+	s.delays.start(s.stop)
 	for path, until := range delays {
-		s.armDelayLocked(path, until)
+		s.delays.arm(path, until)
 	}
 	s.serving = true
 	s.servingSince = s.cfg.Clock.Now()
@@ -267,10 +267,7 @@ func (s *Server) Stop() {
 	close(s.stop)
 	s.leases = map[uint64]*lease{}
 	s.connSessions = map[uint64]int{}
-	for p, t := range s.delays {
-		t.Stop()
-		delete(s.delays, p)
-	}
+	s.delays.stopAll()
 	s.mu.Unlock()
 	s.inv.reset()
 	s.wg.Wait()
@@ -315,12 +312,7 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 	for _, c := range changes {
 		switch c.Kind {
 		case replica.ChangeLockGranted, replica.ChangeWaitEnded:
-			if ch, ok := s.waits[waitKey{c.Handle, c.Seq}]; ok {
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-			}
+			s.waits.wake(waitKey{c.Handle, c.Seq})
 		case replica.ChangeSessionCreated:
 			if s.serving {
 				if _, ok := s.leases[c.Session]; !ok {
@@ -338,36 +330,10 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 			}
 		case replica.ChangeLockDelay:
 			if s.serving {
-				s.armDelayLocked(c.Path, c.Time)
+				s.delays.arm(c.Path, c.Time)
 			}
 		}
 	}
-}
-
-// armDelayLocked schedules a Grant command for when the lock-delay on path
-// ends, so queued waiters get the lock without polling.
-func (s *Server) armDelayLocked(path string, until int64) {
-	if t, ok := s.delays[path]; ok {
-		t.Stop()
-	}
-	d := time.Duration(until - s.now())
-	stop := s.stop
-	s.delays[path] = s.cfg.Clock.AfterFunc(max(d, 0)+time.Millisecond, func() {
-		s.mu.Lock()
-		if !s.serving || s.stop != stop {
-			s.mu.Unlock()
-			return
-		}
-		delete(s.delays, path)
-		s.wg.Add(1)
-		s.mu.Unlock()
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := s.applyInvalidating(ctx, stop, &replica.Command{Type: replica.CmdGrant, Path: path, Time: s.now()}); err != nil {
-			s.log.Warn("lock-delay hand-off failed", "path", path, "err", err)
-		}
-	})
 }
 
 // checkServing admits a call: this master serves, and the caller expects

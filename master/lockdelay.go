@@ -1,0 +1,147 @@
+package master
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"lockcell/replica"
+)
+
+// lockDelays is the master's part that ends lock-delays. A lock whose
+// holder failed stays free until its lock-delay ends, and the state
+// machine then needs a Grant command to hand it to the first waiter: the
+// part keeps one timer per such name on the master's clock and proposes
+// the Grant when it fires, so waiters get the lock without polling. A new
+// master re-arms a timer for every delay the state holds (Start).
+//
+// Its mutex is a leaf: the observer arms timers holding Server.mu, and a
+// firing timer proposes its Grant holding no lock.
+type lockDelays struct {
+	clock Clock
+	// grant proposes the hand-off of the lock at path; stop is the term
+	// of service the timer belonged to.
+	grant func(stop <-chan struct{}, path string)
+	wg    *sync.WaitGroup // the Server's: Stop waits for hand-offs in flight
+
+	mu     sync.Mutex
+	stop   <-chan struct{} // the term the timers belong to; nil when not serving
+	timers map[string]*delayTimer
+}
+
+type delayTimer struct{ t Timer }
+
+func newLockDelays(clock Clock, wg *sync.WaitGroup, grant func(stop <-chan struct{}, path string)) *lockDelays {
+	return &lockDelays{clock: clock, grant: grant, wg: wg, timers: map[string]*delayTimer{}}
+}
+
+// start begins a term of service that ends when stop is closed.
+func (d *lockDelays) start(stop <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stop = stop
+}
+
+// arm schedules the hand-off of the lock at path for when its lock-delay
+// ends (until, Unix ns), replacing a timer armed earlier for path. Outside
+// a term of service it does nothing.
+func (d *lockDelays) arm(path string, until int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stop == nil {
+		return
+	}
+	if old := d.timers[path]; old != nil {
+		old.t.Stop()
+	}
+	wait := time.Unix(0, until).Sub(d.clock.Now())
+	stop, dt := d.stop, &delayTimer{}
+	d.timers[path] = dt
+	// The extra millisecond: the state machine compares the delay's end
+	// with the Grant's time, which must be past it.
+	dt.t = d.clock.AfterFunc(max(wait, 0)+time.Millisecond, func() {
+		d.mu.Lock()
+		if d.stop != stop || d.timers[path] != dt {
+			d.mu.Unlock() // a later term, or replaced by a later arm
+			return
+		}
+		delete(d.timers, path)
+		d.wg.Add(1)
+		d.mu.Unlock()
+		defer d.wg.Done()
+		d.grant(stop, path)
+	})
+}
+
+// stopAll ends the term of service: every timer is stopped, and one that
+// fires anyway hands nothing off. Called before the Server waits for its
+// goroutines, so no hand-off starts after that wait began.
+func (d *lockDelays) stopAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stop = nil
+	for p, dt := range d.timers {
+		dt.t.Stop()
+		delete(d.timers, p)
+	}
+}
+
+// armed counts the hand-offs scheduled.
+func (d *lockDelays) armed() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.timers)
+}
+
+// grantAfterDelay proposes the Grant that hands the lock at path to its
+// first waiter once its lock-delay is over.
+func (s *Server) grantAfterDelay(stop <-chan struct{}, path string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.applyInvalidating(ctx, stop, &replica.Command{Type: replica.CmdGrant, Path: path, Time: s.now()}); err != nil {
+		s.log.Warn("lock-delay hand-off failed", "path", path, "err", err)
+	}
+}
+
+// acquireWaits is the master's part that wakes blocked acquires: each
+// parked Acquire registers its (handle, request id), and the observer
+// wakes it when the state machine grants it the lock or ends its wait.
+// Its mutex is a leaf.
+type acquireWaits struct {
+	mu    sync.Mutex
+	waits map[waitKey]chan struct{}
+}
+
+type waitKey struct{ handle, seq uint64 }
+
+// add registers a parked acquire; woke receives when it should look at
+// the state again, and done unregisters it.
+func (w *acquireWaits) add(key waitKey) (woke <-chan struct{}, done func()) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waits == nil {
+		w.waits = map[waitKey]chan struct{}{}
+	}
+	w.waits[key] = ch
+	return ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.waits[key] == ch {
+			delete(w.waits, key)
+		}
+	}
+}
+
+// wake tells the acquire parked on key, if any, to look again. It never
+// blocks: one pending wake-up is as good as many.
+func (w *acquireWaits) wake(key waitKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.waits[key]; ok {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// A master over a real state machine fed without Raft: localConsensus
+// applies each command to the FSM at once, in order, as a one-replica
+// cell whose every write commits. It exercises admission, the method
+// table and the reads through the view; the replicated parts are proven
+// on real cells in package cell.
+type localConsensus struct {
+	mu    sync.Mutex
+	fsm   *replica.FSM
+	index uint64
+}
+
+func (l *localConsensus) Apply(_ context.Context, cmd *replica.Command) (*replica.Result, error) {
+	b, err := cmd.Encode()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.index++
+	return l.fsm.Apply(&raft.Log{Index: l.index, Data: b}).(*replica.Result), nil
+}
+
+func (l *localConsensus) VerifyLeader(context.Context) error { return nil }
+func (l *localConsensus) IsLeader() bool                     { return true }
+
+type testMaster struct {
+	*Server
+	clock *fakeClock
+	epoch uint64
+}
+
+func newTestMaster(t *testing.T) *testMaster {
+	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clock := newFakeClock()
+	s := New(Config{Cell: "c", LeaseTTL: testLease, Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		&localConsensus{fsm: fsm}, fsm)
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	_, epoch := s.Serving()
+	return &testMaster{Server: s, clock: clock, epoch: epoch}
+}
+
+// call dispatches one call as the anonymous admin, with the master's
+// epoch and the given session and request id.
+func (m *testMaster) call(session, seq uint64, method wire.Method, req any) (any, error) {
+	var body []byte
+	if req != nil {
+		var err error
+		if body, err = msgpack.Marshal(req); err != nil {
+			panic(err)
+		}
+	}
+	h := &wire.Header{Method: method, Session: session, Epoch: m.epoch, Seq: seq}
+	resp, _, err := m.Dispatch(context.Background(), Caller{Principal: AnonymousPrincipal}, h, body)
+	return resp, err
+}
+
+func codeOf(err error) wire.Code {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	return wire.CodeOK
+}
+
+func TestDispatchServesThroughTheMethodTable(t *testing.T) {
+	m := newTestMaster(t)
+	resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := resp.(*wire.CreateSessionResponse).Session
+	resp, err = m.call(sess, 1, wire.MethodOpen, &wire.OpenRequest{Path: "/ls/c/f",
+		Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate, Contents: []byte("one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := resp.(*wire.OpenResponse).Handle
+	if _, err := m.call(sess, 2, wire.MethodSetContents, &wire.SetContentsRequest{Handle: handle, Contents: []byte("two")}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = m.call(sess, 0, wire.MethodGetContentsAndStat, &wire.HandleRequest{Handle: handle, Cache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.(*wire.ContentsResponse); string(got.Contents) != "two" || !got.Cacheable {
+		t.Fatalf("read %q cacheable=%v; want \"two\", cacheable", got.Contents, got.Cacheable)
+	}
+	// The cached read registered the session: the next write of the name
+	// waits for its acknowledgement, which the KeepAlive gives.
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.call(sess, 3, wire.MethodSetContents, &wire.SetContentsRequest{Handle: handle, Contents: []byte("three")})
+		done <- err
+	}()
+	resp, err = m.call(sess, 0, wire.MethodKeepAlive, &wire.KeepAliveRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := resp.(*wire.KeepAliveResponse).Events
+	if len(evs) == 0 || evs[len(evs)-1].Kind != wire.EventInvalidate || evs[len(evs)-1].Path != "/ls/c/f" {
+		t.Fatalf("KeepAlive carried %+v; want an invalidation of /ls/c/f", evs)
+	}
+	ack := evs[len(evs)-1].Seq
+	go m.call(sess, 0, wire.MethodKeepAlive, &wire.KeepAliveRequest{AckEvent: ack}) // parks; Stop ends it
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write still waits after its invalidation was acknowledged")
+	}
+	if st := m.InvalidationStats(); st.Sent != 1 || st.Acked != 1 || st.Late != 0 {
+		t.Errorf("invalidation stats %+v; want one sent and acknowledged", st)
+	}
+
+	// Admission, as the table says.
+	for _, tc := range []struct {
+		name   string
+		h      wire.Header
+		body   []byte
+		caller string
+		want   wire.Code
+	}{
+		{"unknown method", wire.Header{Method: 99, Epoch: m.epoch}, nil, AnonymousPrincipal, wire.CodeBadRequest},
+		{"CellStatus is the cell's", wire.Header{Method: wire.MethodCellStatus}, nil, AnonymousPrincipal, wire.CodeBadRequest},
+		{"wrong epoch", wire.Header{Method: wire.MethodGetStat, Session: sess, Epoch: m.epoch + 1}, nil, AnonymousPrincipal, wire.CodeBadEpoch},
+		{"malformed body", wire.Header{Method: wire.MethodGetStat, Session: sess, Epoch: m.epoch}, []byte{0xc1}, AnonymousPrincipal, wire.CodeBadRequest},
+		{"another principal's session", wire.Header{Method: wire.MethodGetStat, Session: sess, Epoch: m.epoch}, nil, "mallory", wire.CodePermission},
+		{"write without a request id", wire.Header{Method: wire.MethodSetContents, Session: sess, Epoch: m.epoch},
+			mustMarshal(&wire.SetContentsRequest{Handle: handle}), AnonymousPrincipal, wire.CodeBadRequest},
+		{"membership on a replica without it", wire.Header{Method: wire.MethodReplicaList, Epoch: 0}, nil, AnonymousPrincipal, wire.CodeInternal},
+	} {
+		_, _, err := m.Dispatch(context.Background(), Caller{Principal: tc.caller}, &tc.h, tc.body)
+		if got := codeOf(err); got != tc.want {
+			t.Errorf("%s: %v (code %v); want code %v", tc.name, err, got, tc.want)
+		}
+	}
+}
+
+func mustMarshal(v any) []byte {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
