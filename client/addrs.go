@@ -20,19 +20,27 @@ const DefaultReplicaRefresh = time.Minute
 // client started are tried, removed ones are not, so a client outlives the
 // replacement of every machine it was configured with. It is never empty.
 //
-// A seed that never named a member (a load balancer, a DNS alias, an
-// address the members do not advertise) stays in the set after the
-// members, as a way back in should the members' own addresses not be
-// reachable from this client; a seed that named a member leaves with it.
+// It follows the membership only once a member list has named one of the
+// seeds: seeds that are the members' own client addresses say this client
+// reaches the members directly. A client whose seeds name no member
+// reaches the cell through addresses the members do not advertise
+// (proxies, NAT, a load balancer, a DNS alias): the members' own
+// addresses may be unreachable from it, or would bypass what its operator
+// put in between, so it keeps to its seeds. Once following, a seed that
+// never named a member stays in the set after the members, as a way back
+// in; a seed that named a member leaves with it.
 //
 // Its lock is taken inside routing's (route.go) and is otherwise a leaf:
 // an addrSet method never calls out while holding it.
 type addrSet struct {
 	mu    sync.Mutex
 	addrs []string
-	// aliases are the seeds no member list has named so far.
-	aliases []string
-	next    int
+	// seeds are Config.Replicas; aliases the seeds no member list has
+	// named so far.
+	seeds, aliases []string
+	// following: a member list named a seed (see above).
+	following bool
+	next      int
 }
 
 func newAddrSet(seeds []string) *addrSet {
@@ -42,7 +50,7 @@ func newAddrSet(seeds []string) *addrSet {
 			s.addrs = append(s.addrs, a)
 		}
 	}
-	s.aliases = slices.Clone(s.addrs)
+	s.seeds, s.aliases = slices.Clone(s.addrs), slices.Clone(s.addrs)
 	return s
 }
 
@@ -83,7 +91,8 @@ func (s *addrSet) add(addr string) bool {
 
 // learn replaces the set with the members' client addresses, as the
 // master listed them, followed by the seeds that never named a member. An
-// empty list is ignored: a set is never empty.
+// empty list is ignored (a set is never empty), and so is every list
+// until one names a seed.
 func (s *addrSet) learn(addrs []string) {
 	var next []string
 	for _, a := range addrs {
@@ -96,6 +105,12 @@ func (s *addrSet) learn(addrs []string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.following {
+		s.following = slices.ContainsFunc(s.seeds, func(a string) bool { return slices.Contains(next, a) })
+		if !s.following {
+			return
+		}
+	}
 	s.aliases = slices.DeleteFunc(s.aliases, func(a string) bool { return slices.Contains(next, a) })
 	s.addrs = append(next, s.aliases...)
 }
@@ -104,7 +119,9 @@ func (s *addrSet) learn(addrs []string) {
 // tries when it looks for a master: Config.Replicas until it has heard the
 // cell's membership from the master (right after Dial), the live members'
 // addresses from then on, followed by any seed that never named a member
-// (such as a load balancer's address).
+// (such as a load balancer's address). A client none of whose
+// Config.Replicas is a member's own client address (it reaches the cell
+// through proxies, NAT or a load balancer) keeps to Config.Replicas.
 func (c *Client) ReplicaAddrs() []string { return c.addrs.list() }
 
 // refreshAddrs asks for a refresh of the address set soon (without

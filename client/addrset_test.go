@@ -36,4 +36,13 @@ func TestAddrSetFollowsMembers(t *testing.T) {
 	if len(seen) != len(s.list()) {
 		t.Fatalf("rotation visited %v of %v", seen, s.list())
 	}
+
+	// Seeds that name no member (proxies, NAT, a load balancer): the
+	// members' own addresses may be unreachable from this client, or
+	// bypass the proxies, so it keeps to its seeds.
+	p := newAddrSet([]string{"proxy1:9001", "proxy2:9002"})
+	p.learn([]string{"a:7001", "b:7001"})
+	if got := p.list(); !slices.Equal(got, []string{"proxy1:9001", "proxy2:9002"}) {
+		t.Fatalf("a client behind proxies followed the members: %v", got)
+	}
 }
