@@ -36,7 +36,7 @@ import (
 //
 // Run counts: modelChecksDefault sequences in make test, modelChecksTorture
 // with LOCKCELL_CHAOS_TORTURE=1 (make torture); -rapid.checks overrides
-// both.
+// both (modelFlags).
 
 const (
 	modelChecksDefault = 300
@@ -832,31 +832,41 @@ func modelSameHash(rt *rapid.T, what string, a, b *FSM) {
 	}
 }
 
-// modelChecks is the number of sequences: -rapid.checks when given, else
-// the make test or make torture count.
-func modelChecks(t *testing.T) {
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
-	if given {
-		return
+// modelFlags sets rapid's flags for this test, unless given on the
+// command line: the number of sequences (the make test or the make
+// torture count); the seed from LOCKCELL_SAFETY_SEED when set (the
+// seeded-bug suite passes one, so a catch can be replayed); and no fail
+// file when a seeded bug is built in (its catches are expected, and
+// would otherwise be left in testdata to replay on every later run).
+func modelFlags(t *testing.T) {
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	set := func(name, value string) {
+		fl := flag.Lookup(name)
+		if fl == nil || given[name] {
+			return
+		}
+		old := fl.Value.String()
+		if err := fl.Value.Set(value); err != nil {
+			t.Fatalf("-%s=%s: %v", name, value, err)
+		}
+		t.Cleanup(func() { _ = fl.Value.Set(old) })
 	}
-	fl := flag.Lookup("rapid.checks")
-	if fl == nil {
-		return
-	}
-	old := fl.Value.String()
 	n := modelChecksDefault
 	if os.Getenv("LOCKCELL_CHAOS_TORTURE") == "1" {
 		n = modelChecksTorture
 	}
-	if err := fl.Value.Set(fmt.Sprint(n)); err != nil {
-		t.Fatal(err)
+	set("rapid.checks", fmt.Sprint(n))
+	if seed := os.Getenv("LOCKCELL_SAFETY_SEED"); seed != "" {
+		set("rapid.seed", seed)
 	}
-	t.Cleanup(func() { _ = fl.Value.Set(old) })
+	if bugNoDedup || bugNoLockDelay || bugNoSync || bugACLSkipSubOp {
+		set("rapid.nofailfile", "true")
+	}
 }
 
 func TestFSMMatchesModel(t *testing.T) {
-	modelChecks(t)
+	modelFlags(t)
 	total := map[string]int{}
 	sequences := 0
 	rapid.Check(t, func(rt *rapid.T) {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # TESTPLAN test 16: the checkers must bite. Builds each seeded bug (a build
-# tag, see the bug_*_on.go files) and runs the test that must catch it,
-# once per seed, then prints the catch table: tag, test, caught/seeds.
+# tag, see the bug_*_on.go files) and runs each test that must catch it
+# (a tag may have several rows), once per seed, then prints the catch
+# table: tag, package, test, caught/seeds.
 # A bug counts as caught when its test reports a failure (--- FAIL); a
 # build error or a test timeout is reported apart, never as a catch.
 #
@@ -19,11 +20,15 @@ FLAGS=${SEEDED_FLAGS:--race -count=1 -timeout 15m}
 DIR=${SEEDED_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/lockcell-seeded-bugs.XXXXXX")}
 mkdir -p "$DIR"
 
-# tag package test-regex (the target test of TESTPLAN 16)
+# tag package test-regex: a row per test that must catch the bug (the
+# target test of TESTPLAN 16, and replica's model test for the state
+# machine's own bugs, which it must catch on its own)
 CASES='bug_nofence ./fixtures/safety ^TestMutualExclusionFencing$
 bug_nolockdelay ./fixtures/safety ^TestLockDelay$
 bug_nosync ./fixtures/safety ^(TestStoreSyncsBeforeReturn|TestDurability)$
 bug_nodedup ./fixtures/safety ^TestAtMostOnceRetries$
+bug_nolockdelay ./replica ^TestFSMMatchesModel$
+bug_nodedup ./replica ^TestFSMMatchesModel$
 bug_readnoverify ./fixtures/chaos ^TestStaleReadProbe$
 bug_noinval ./fixtures/chaos ^TestCacheNeverStale$
 bug_aclskipsubop ./cell ^TestACLMatrix$'
@@ -41,7 +46,7 @@ echo "$CASES" | while read -r tag pkg run; do
 	i=1
 	while [ "$i" -le "$SEEDS" ]; do
 		seed=$((SEED_BASE + i))
-		log="$DIR/$tag-$seed.log"
+		log="$DIR/$tag-$(echo "$pkg$run" | tr -c 'A-Za-z0-9' _)-$seed.log"
 		LOCKCELL_SAFETY_SEED=$seed LOCKCELL_CHAOS_SEED=$seed \
 			$GO test $FLAGS -tags "$tag" -run "$run" -v "$pkg" > "$log" 2>&1
 		if grep -q 'panic: test timed out\|\[build failed\]\|\[setup failed\]' "$log"; then
