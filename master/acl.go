@@ -23,10 +23,15 @@ func (s *Server) checkSessionOwner(caller Caller, h *wire.Header, r route) error
 	if h.Session == 0 || r.newSession {
 		return nil
 	}
-	var owner string
-	var ok bool
-	s.read(func(v replica.View) { owner, ok = v.SessionPrincipal(h.Session) })
-	if ok && owner != "" && owner != caller.Principal {
+	var owner struct { // one allocation for the closure's results
+		name string
+		ok   bool
+	}
+	_ = s.state.Read(func(v replica.View) error {
+		owner.name, owner.ok = v.SessionPrincipal(h.Session)
+		return nil
+	})
+	if owner.ok && owner.name != "" && owner.name != caller.Principal {
 		return wire.Errorf(wire.CodePermission, "session %d belongs to another principal", h.Session)
 	}
 	return nil

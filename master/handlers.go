@@ -103,21 +103,23 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 	// invalidates what we are about to return.
 	cacheable := false
 	if isRead {
-		var name, principal string
-		var named bool
-		var err error
-		c.read(func(v replica.View) {
-			if err = c.checkRead(v, req.Handle); err != nil || !req.Cache {
-				return
+		var pre struct { // one allocation for the closure's results
+			name, principal string
+			named           bool
+		}
+		err := c.state.Read(func(v replica.View) error {
+			if err := c.checkRead(v, req.Handle); err != nil || !req.Cache {
+				return err
 			}
-			name, named = v.HandlePath(c.h.Session, req.Handle)
-			principal, _ = v.SessionPrincipal(c.h.Session)
+			pre.name, pre.named = v.HandlePath(c.h.Session, req.Handle)
+			pre.principal, _ = v.SessionPrincipal(c.h.Session)
+			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		if named {
-			cacheable = c.registerCacher(c.h.Session, principal, name)
+		if pre.named {
+			cacheable = c.registerCacher(c.h.Session, pre.principal, pre.name)
 		}
 	}
 	if err := c.verifyRead(ctx); err != nil {

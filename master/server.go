@@ -123,8 +123,6 @@ type Server struct {
 	stop          chan struct{} // closed by Stop; a fresh one per term of service
 	leases        map[uint64]*lease
 	connSessions  map[uint64]int // live sessions by the connection that created them
-	waits         acquireWaits   // blocked acquires (lockdelay.go)
-	delays        *lockDelays    // lock-delay hand-offs (lockdelay.go)
 	wg            sync.WaitGroup
 	// proof vouches for leadership before a lease is granted or a call
 	// admitted (leadership.go); servingSince is when this term began.
@@ -134,10 +132,14 @@ type Server struct {
 	backups      backupStore  // backups being paged out (backup.go)
 	auditRation  *auditRation // denial lines per principal (auditrate.go)
 	members      membership   // membership changes (membership.go)
-	// inv runs cache invalidation (invalidate.go). Its lock comes before
+
+	// Parts with locks of their own (DESIGN.md "The master in parts").
+	// inv runs cache invalidation (invalidate.go); its lock comes before
 	// mu: it calls the Server's sessionLink methods holding it, and no
-	// code holding mu calls it.
-	inv *invalidator
+	// code holding mu calls it. waits and delays have leaf locks.
+	inv    *invalidator
+	waits  acquireWaits // blocked acquires (lockdelay.go)
+	delays *lockDelays  // lock-delay hand-offs (lockdelay.go)
 }
 
 // New returns a master for the replica's state machine. It installs itself
@@ -418,11 +420,12 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
 	cmd.Quota = c.quotaFor(cmd)
 	var names []string
-	c.read(func(v replica.View) {
+	_ = c.state.Read(func(v replica.View) error {
 		if c.path == "" && cmd.Handle != 0 {
 			c.path, _ = v.HandlePath(c.h.Session, cmd.Handle) // for the audit log
 		}
 		names = v.AffectedPaths(cmd)
+		return nil
 	})
 	if c.h.Method.Mutating() {
 		if c.h.Seq == 0 {
