@@ -204,7 +204,7 @@ func (v View) HeldLock(session, handle uint64) (Fence, error) {
 // AffectedPaths returns every name whose contents, stat, listing or
 // existence applying cmd now could change: a superset, computed before the
 // command is proposed, so the master can invalidate caches of those names
-// first (SPEC 6). The answer is sorted and free of duplicates.
+// first. The answer is sorted and free of duplicates.
 func (v View) AffectedPaths(cmd *Command) []string {
 	f := v.f
 	set := map[string]bool{}
