@@ -110,7 +110,7 @@ fmt:
 clean:
 	rm -rf $(BIN)
 
-# The full campaign (TESTPLAN T-full), in four steps that all run even if
+# The full campaign (TESTPLAN T-full), in five steps that all run even if
 # one fails; the target fails if any did:
 #  1. the chaos tests (fixtures/chaos, the same as in `make test`) with long
 #     durations, a progress line per fault and per ~30 s;
@@ -124,7 +124,9 @@ clean:
 #  then a summary table with a row per chaos, safety and hostile test (ops,
 #  faults, unknown outcomes, violations, key figure);
 #  4. the seeded-bug suite (scripts/seeded-bugs.sh, SEEDS seeds, default 5),
-#     which prints its own catch table.
+#     which prints its own catch table;
+#  5. replica's model test of the state machine with 10,000 random
+#     sequences (300 in make test; about 2 min).
 # Reports of failed chaos runs stay under TORTURE_DIR. Knobs:
 # LOCKCELL_CHAOS_SEED, LOCKCELL_CHAOS_DURATION (fault phase, default 300s),
 # LOCKCELL_CHAOS_PROBES (stale-read probes, default 200),
@@ -139,17 +141,19 @@ TORTUREFLAGS  ?= -count=1 -timeout 100m
 torture:
 	@dir=$${TORTURE_DIR:-$${TMPDIR:-/tmp}/lockcell-torture-$$(date +%Y%m%d-%H%M%S)}; mkdir -p $$dir; \
 	echo "torture: reports and summary in $$dir"; \
-	echo "torture: 1/4 chaos tests"; \
+	echo "torture: 1/5 chaos tests"; \
 	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test $(TORTUREFLAGS) -v -run '$(TORTURE_RUN)' ./fixtures/chaos/; st=$$?; \
-	echo "torture: 2/4 safety tests"; \
+	echo "torture: 2/5 safety tests"; \
 	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -v ./fixtures/safety/; sf=$$?; \
-	echo "torture: 3/4 hostile clients"; \
+	echo "torture: 3/5 hostile clients"; \
 	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -v ./fixtures/hostile/; ho=$$?; \
 	$(GO) run ./fixtures/chaos/cmd/summary $$dir; sum=$$?; \
-	echo "torture: 4/4 seeded bugs (SEEDS=$${SEEDS:-5})"; \
+	echo "torture: 4/5 seeded bugs (SEEDS=$${SEEDS:-5})"; \
 	GO=$(GO) sh scripts/seeded-bugs.sh; sb=$$?; \
-	echo "torture: chaos exit $$st, safety exit $$sf, hostile exit $$ho, summary exit $$sum, seeded bugs exit $$sb"; \
-	test $$st -eq 0 -a $$sf -eq 0 -a $$ho -eq 0 -a $$sum -eq 0 -a $$sb -eq 0
+	echo "torture: 5/5 state machine model (10,000 sequences)"; \
+	LOCKCELL_CHAOS_TORTURE=1 $(GO) test -count=1 -timeout 60m -v -run '^TestFSMMatchesModel$$' ./replica/; mo=$$?; \
+	echo "torture: chaos exit $$st, safety exit $$sf, hostile exit $$ho, summary exit $$sum, seeded bugs exit $$sb, model exit $$mo"; \
+	test $$st -eq 0 -a $$sf -eq 0 -a $$ho -eq 0 -a $$sum -eq 0 -a $$sb -eq 0 -a $$mo -eq 0
 
 # TESTPLAN test 16: each seeded bug (build tag) against the test that must
 # catch it, for SEEDS seeds (default 5; seed i is SEED_BASE+i, passed as
