@@ -21,8 +21,8 @@ DIR=${SEEDED_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/lockcell-seeded-bugs.XXXXXX")}
 mkdir -p "$DIR"
 
 # tag package test-regex: a row per test that must catch the bug (the
-# target test of TESTPLAN 16, and replica's model test for the state
-# machine's own bugs, which it must catch on its own)
+# end-to-end test, and replica's model test for the state machine's own
+# bugs, which it must catch on its own)
 CASES='bug_nofence ./fixtures/safety ^TestMutualExclusionFencing$
 bug_nolockdelay ./fixtures/safety ^TestLockDelay$
 bug_nosync ./fixtures/safety ^(TestStoreSyncsBeforeReturn|TestDurability)$
