@@ -30,9 +30,10 @@ import (
 // followers that apply the rest of the log, and all of them must end with
 // the main FSM's state hash.
 //
-// Only modelObserve reads the FSM's state, and it reads it through the
-// snapshot encoding, which is a persisted format: the apply code can be
-// reorganised freely without touching this test.
+// modelObserve reads the FSM's state through the snapshot encoding, a
+// persisted format, so the apply code and the FSM's in-memory types can be
+// reorganised without touching the comparison (fsmtCheckInvariants, run
+// after every entry too, is the one reader of the in-memory maps).
 //
 // Run counts: modelChecksDefault sequences in make test, modelChecksTorture
 // with LOCKCELL_CHAOS_TORTURE=1 (make torture); -rapid.checks overrides
