@@ -43,6 +43,9 @@ type fsmtH struct {
 	now     int64
 	seq     map[uint64]uint64
 	changes []Change // the observer's changes of the last applied entry
+	// record, when set, sees every entry before it is applied (the
+	// committed-log writer keeps them).
+	record func(*raft.Log)
 }
 
 func newFSMT(t testing.TB) *fsmtH {
@@ -85,7 +88,11 @@ func (h *fsmtH) raw(c Command) *Result {
 		h.t.Fatalf("encode %+v: %v", c, err)
 	}
 	h.changes = nil
-	r, ok := h.f.Apply(&raft.Log{Index: h.idx, Term: 1, Type: raft.LogCommand, Data: b}).(*Result)
+	l := &raft.Log{Index: h.idx, Term: 1, Type: raft.LogCommand, Data: b}
+	if h.record != nil {
+		h.record(l)
+	}
+	r, ok := h.f.Apply(l).(*Result)
 	if !ok || r == nil {
 		h.t.Fatalf("Apply returned %T %v", r, r)
 	}
