@@ -20,10 +20,11 @@ import (
 	"lockcell/fixtures"
 )
 
-// TESTPLAN 14: the ACL enforcement matrix, through real mutual-TLS
+// docs/testplan.md#acl-matrix: the ACL enforcement matrix, through real mutual-TLS
 // connections with certificates the test mints. Every principal tries every
 // call on every node, and the outcome is compared with an independent
-// reference authorizer written out here from SPEC 8 and DESIGN.md.
+// reference authorizer written out here from docs/spec.md#acls and
+// DESIGN.md ("ACLs").
 
 // aclAudit records the cell's audit log lines.
 type aclAudit struct {

@@ -59,7 +59,8 @@ func benchClients(b *testing.B, clients int, setup func(ctx context.Context, c *
 }
 
 // BenchmarkSetContents: 100-byte conditional writes, 16 clients, each on
-// its own file (SPEC 12's "conditional 100-byte writes").
+// its own file (the "conditional 100-byte writes" of
+// docs/spec.md#performance-targets).
 func BenchmarkSetContents(b *testing.B) {
 	data := make([]byte, 100)
 	benchClients(b, 16, func(ctx context.Context, c *fixtures.Cell, cl *client.Client, i int) func(context.Context) error {

@@ -14,12 +14,13 @@ import (
 	"lockcell/fixtures"
 )
 
-// Benchmarks of the client cache (SPEC 6, 12): reads served with no call
+// Benchmarks of the client cache (docs/spec.md#caching,
+// #performance-targets): reads served with no call
 // to the cell, against linearizable reads at the master; and what caching
 // costs writers, who must invalidate every cacher before they complete.
 
 // benchReadWorkers is how many goroutines share the one client in the
-// read benchmarks (SPEC 12 measures with 16 clients).
+// read benchmarks (docs/spec.md#performance-targets: 16 clients).
 const benchReadWorkers = 16
 
 // benchReads runs read from benchReadWorkers goroutines, b.N reads in

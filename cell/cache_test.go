@@ -21,7 +21,7 @@ import (
 	"lockcell/fixtures"
 )
 
-// Tests of the client cache (SPEC 6) on real cells: a hit makes no call;
+// Tests of the client cache (docs/spec.md#caching) on real cells: a hit makes no call;
 // no read, cached or not, ever returns data older than a write that
 // completed before it began, across processes and across a master
 // fail-over; a cacher cut off from the cell delays a write by at most its
@@ -371,7 +371,7 @@ func TestHelperRegisterReaders(t *testing.T) {
 	fmt.Println("done")
 }
 
-// SPEC 6 across processes: 20 reader sessions in two processes (this one
+// The cache rule (docs/spec.md#caching) across processes: 20 reader sessions in two processes (this one
 // and a re-executed child) read one file in a loop, mostly from their
 // caches, while 3 writers write increasing values concurrently. No read,
 // cached or not, returns a value older than a write that completed before
@@ -485,14 +485,15 @@ func testRegisterAcrossProcesses(t *testing.T, writersTakeTurns bool) {
 		pr, ph, 100*float64(ph)/float64(max(pr, 1)), cr, chh, 100*float64(chh)/float64(max(cr, 1)),
 		int(float64(wrote.Load())/runFor.Seconds()))
 	if chk.Violations > 0 {
-		t.Fatalf("history violates SPEC 6 / linearizability: %s", chk.String())
+		t.Fatalf("history has a stale read or is not linearizable: %s", chk.String())
 	}
 	if ph == 0 || chh == 0 || chk.Writes < 20 {
 		t.Fatalf("the check did not cover the cache: parent hits %d, child hits %d, writes %d", ph, chh, chk.Writes)
 	}
 }
 
-// SPEC 6 and 7: the same check while the master is stopped mid-run and
+// docs/spec.md#caching and #fail-over: the same check while the master is
+// stopped mid-run and
 // later restarted. Clients flush their caches on the fail-over; no read
 // returns data older than a completed write; caching resumes at the new
 // master. The two writers take turns (concurrent writes of one name hit
@@ -588,7 +589,7 @@ func TestCacheNeverStaleAcrossMasterKill(t *testing.T) {
 	t.Logf("%d reads, %d cache hits (%.1f%%); after the stop: %d reads, %d hits; %d reads and %d writes failed",
 		reads, hitN, 100*float64(hitN)/float64(max(reads, 1)), after, afterHits, rfails.Load(), wfails.Load())
 	if chk.Violations > 0 {
-		t.Fatalf("history violates SPEC 6 / linearizability across a fail-over: %s", chk.String())
+		t.Fatalf("history has a stale read or is not linearizable across a fail-over: %s", chk.String())
 	}
 	for i, ev := range evs {
 		if !ev.has(client.MasterFailover) {
@@ -842,7 +843,8 @@ func TestPausedCacherDelaysConcurrentWritesToo(t *testing.T) {
 	}
 }
 
-// TESTPLAN 8: a caching client process stopped (SIGSTOP) for longer than
+// docs/testplan.md#cache-never-stale: a caching client process stopped
+// (SIGSTOP) for longer than
 // its lease: a write of what it cached completes meanwhile (the master
 // stops waiting when the lease runs out). When the process resumes it
 // must not serve the old value from its cache: its lease ran out while it

@@ -451,7 +451,7 @@ func TestBadInputIsTypedAndHarmless(t *testing.T) {
 }
 
 // Every replica of a running cell writes its Raft log with fsync on
-// (SPEC 11: badger's default is off).
+// (docs/spec.md#durability; badger's default is off).
 func TestReplicasSyncWrites(t *testing.T) {
 	c := fixtures.NewCell(t, 3, fixtures.Options{})
 	for i := range 3 {

@@ -14,7 +14,8 @@ import (
 	"lockcell/fixtures"
 )
 
-// Fault tests of SPEC 4, 5 and 7: a client process killed outright, a
+// Fault tests of sessions, lock-delay and fail-over (docs/spec.md#sessions-and-leases,
+// #lock-delay, #fail-over): a client process killed outright, a
 // lock-delay spanning a master fail-over, a session riding out a quorum
 // loss in jeopardy, and an expired session staying dead once the cell is
 // reachable again.
@@ -61,7 +62,8 @@ func TestHelperHoldLock(t *testing.T) {
 	t.Fatal("helper: not killed within its deadline")
 }
 
-// SPEC 4 and 5 with a real process: a client killed with SIGKILL (no
+// Session expiry and lock-delay (docs/spec.md#session-expiry,
+// #lock-delay) with a real process: a client killed with SIGKILL (no
 // Close, no goodbye) loses its session when its lease runs out: its
 // ephemeral file vanishes and its lock goes to the queued waiter, but only
 // after the lock-delay the dead holder asked for.
@@ -149,7 +151,7 @@ func TestKilledClientProcessLosesSession(t *testing.T) {
 		st.LockDelayUntil.Sub(killAt).Round(time.Millisecond), g.at.Sub(killAt).Round(time.Millisecond))
 }
 
-// SPEC 5: a lock-delay holds across a master fail-over. The holder's
+// docs/spec.md#lock-delay: a lock-delay holds across a master fail-over. The holder's
 // session expires (recording the delay), the master dies while the delay
 // runs; the new master neither lets a TryAcquire take the lock nor hands
 // it to the queued waiter before the delay ends, and then hands it on
@@ -262,7 +264,7 @@ func TestLockDelaySurvivesMasterFailover(t *testing.T) {
 	t.Logf("B granted at T+%v", g.at.Sub(cutAt).Round(time.Millisecond))
 }
 
-// SPEC 4 and 7: the cell loses its quorum (the master and two more of five
+// docs/spec.md#jeopardy-and-grace and #fail-over: the cell loses its quorum (the master and two more of five
 // replicas stop) for longer than the client's lease; the client goes into
 // jeopardy, and when the replicas return within the grace period it hears
 // Safe and MasterFailover and carries on with the same session, lock (same
@@ -352,8 +354,8 @@ func TestJeopardyThenSafeKeepsSession(t *testing.T) {
 	}
 }
 
-// SPEC 4: "A KeepAlive that succeeds in time gives a safe event and the
-// session goes on." When the hunt for a master lasts longer than one lease
+// docs/spec.md#jeopardy-and-grace: a KeepAlive that succeeds in time gives
+// a Safe event and the session goes on. When the hunt for a master lasts longer than one lease
 // (here: no quorum for a while after jeopardy began, then a new master),
 // the KeepAlive that finally succeeds must give the client a fresh local
 // lease; the client must not fall straight back into jeopardy.
@@ -432,7 +434,7 @@ func collectEventsUntilClosed(cl *client.Client) (*eventLog, <-chan struct{}) {
 	return l, done
 }
 
-// SPEC 4: once a client's session has expired (it was cut off longer than
+// docs/spec.md#jeopardy-and-grace: once a client's session has expired (it was cut off longer than
 // lease + grace), reaching the cell again does not bring it back: every
 // call fails with ErrSessionExpired, the master refuses the old session
 // id, Close is clean, and the application heard Expired exactly once.

@@ -22,7 +22,8 @@ import (
 	"lockcell/sequencer/kv"
 )
 
-// Fencing at a resource server (SPEC 5, the pause scenario of Chubby's
+// Fencing at a resource server (docs/spec.md#sequencers-and-fencing, the
+// pause scenario of Chubby's
 // §2.4): a real cell, and the kv resource server of package sequencer/kv on
 // a real HTTP listener, its writes guarded by sequencer.Guard.
 

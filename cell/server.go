@@ -75,7 +75,8 @@ func New(cfg Config) (*Server, error) {
 	rcfg := replica.Config{ID: cfg.Self, Cell: cfg.Cell, Dir: cfg.Dir, RaftAddr: self.RaftAddr,
 		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger, Transport: cfg.Transport, Join: cfg.Join}
 	if cfg.PeerTLS != nil {
-		// Only replica certificates of the cell's CA speak Raft (SPEC 11).
+		// Only replica certificates of the cell's CA speak Raft
+		// (docs/spec.md#the-raft-port).
 		rcfg.PeerTLS, rcfg.VerifyPeer = cfg.PeerTLS, certs.VerifyReplica
 	}
 	rep, err := replica.Open(rcfg)

@@ -1,5 +1,5 @@
-// Package certs is lockcell's identity plumbing for mutual TLS (SPEC 8,
-// 11): a development certificate authority, replica and user certificates
+// Package certs is lockcell's identity plumbing for mutual TLS
+// (docs/spec.md#identity, #the-raft-port): a development certificate authority, replica and user certificates
 // (ECDSA P-256, crypto/x509), PEM files, and the *tls.Config of each kind
 // of connection:
 //

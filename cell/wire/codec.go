@@ -17,7 +17,8 @@ import (
 // reader fails with CodeTooLarge before allocating anything.
 const MaxFrameSize = 1536 * 1024
 
-// MaxContents is the largest file contents the cell stores (SPEC 2).
+// MaxContents is the largest file contents the cell stores
+// (docs/spec.md#nodes-and-contents).
 const MaxContents = 256 * 1024
 
 // A frame is a 4-byte big-endian length followed by that many bytes of one

@@ -1,10 +1,10 @@
 package wire_test
 
-// Fuzz targets of TESTPLAN test 11 for the client<->master protocol:
+// Fuzz targets (docs/testplan.md#fuzzing) for the client<->master protocol:
 // FuzzFrame (the byte stream a server reads from one yamux stream),
 // FuzzDecodeRequest (one frame body into every message type),
 // FuzzRoundTrip (decode(encode(x)) == x for every message type) and
-// FuzzPath (name validation against the TESTPLAN path rules).
+// FuzzPath (name validation against docs/testplan.md#path-rules).
 //
 // Every target asserts: no panic, every rejection a typed *wire.Error of
 // the documented code, and an allocation bound of 64 x len(input) + 1 MiB
@@ -547,7 +547,7 @@ func FuzzRoundTrip(f *testing.F) {
 }
 
 // ---------------------------------------------------------------------------
-// FuzzPath: name validation against TESTPLAN's path rules.
+// FuzzPath: name validation against docs/testplan.md#path-rules.
 
 // fzZooKeeperForbidden reports whether r is a code point ZooKeeper's
 // PathUtils.validatePath refuses.
@@ -555,7 +555,7 @@ func fzZooKeeperForbidden(r rune) bool {
 	return r <= 0x1f || r >= 0x7f && r <= 0x9f || r >= 0xd800 && r <= 0xf8ff || r >= 0xfff0 && r <= 0xffff
 }
 
-// fzCheckAcceptedName asserts every TESTPLAN path rule on a name
+// fzCheckAcceptedName asserts every rule of docs/testplan.md#path-rules on a name
 // ValidateName accepted in cell.
 func fzCheckAcceptedName(t *testing.T, cell, name string) {
 	t.Helper()

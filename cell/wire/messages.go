@@ -120,7 +120,7 @@ const (
 	LockShared    uint8 = 2
 )
 
-// Stat is the metadata of a node (SPEC section 2). Generations are Raft log
+// Stat is the metadata of a node (docs/spec.md#stat). Generations are Raft log
 // indexes of the entry that last changed them, so they only ever grow, also
 // across delete and re-create of a name.
 type Stat struct {

@@ -4,7 +4,7 @@ import (
 	"strings"
 )
 
-// Naming limits (SPEC 2).
+// Naming limits (docs/spec.md#names).
 const (
 	MaxNameLen      = 1024
 	MaxComponentLen = 255

@@ -550,7 +550,7 @@ func targets() []decodeTarget {
 }
 
 // Every bomb into every type: a typed error, and an allocation bounded by
-// the input (TESTPLAN: 64 x input + 1 MiB).
+// the input (docs/testplan.md#allocation-bound: 64 x input + 1 MiB).
 func TestDecodeBombsAreTypedAndCheap(t *testing.T) {
 	for i, b := range bombs() {
 		for _, tg := range targets() {
@@ -614,7 +614,7 @@ func denseSlices(t *testing.T, factor int) {
 // The worst honest case stays within a constant factor of the frame.
 func TestDecodeDenseSlicesAreBounded(t *testing.T) { denseSlices(t, 128) }
 
-// ... and within the TESTPLAN's 64 x input + 1 MiB.
+// ... and within 64 x input + 1 MiB (docs/testplan.md#allocation-bound).
 func TestDecodeDenseSlicesWithinPlanBound(t *testing.T) {
 	denseSlices(t, 64)
 }
