@@ -1,6 +1,6 @@
 package acl
 
-// FuzzACLFile (TESTPLAN test 11): Parse of arbitrary file contents never
+// FuzzACLFile (docs/testplan.md#fuzzing): Parse of arbitrary file contents never
 // panics, allocates at most 64 x input + 1 MiB, rejects with a *ParseError
 // (wrapping ErrInvalidACL) that names the first bad line, and accepts
 // exactly the set of principals the file's lines hold, which Format

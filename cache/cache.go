@@ -1,5 +1,5 @@
 // Package cache is the client library's consistent cache of node data
-// (SPEC 6): file contents, stats and directory listings, keyed by node name
+// (docs/spec.md#caching): file contents, stats and directory listings, keyed by node name
 // and a caller-chosen kind. It is a pure data structure guarded by its own
 // mutex: no network, no goroutines, no clock. The client translates the
 // master's invalidation events, jeopardy and fail-over into calls on it.
@@ -9,7 +9,8 @@
 // A read reply can arrive after an invalidation of the data it carries (the
 // master answered, then a write invalidated the name, and the invalidation
 // event overtook the reply on its way to the client). Storing such a reply
-// would resurrect data older than a completed write, which SPEC 6 forbids.
+// would resurrect data older than a completed write, which
+// docs/spec.md#caching forbids.
 // The client therefore reads like this:
 //
 //	t := c.Token(name)              // before the read RPC is sent

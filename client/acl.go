@@ -6,7 +6,7 @@ import (
 	"lockcell/cell/wire"
 )
 
-// ACL names the three ACL files of a node (SPEC 8): base names of files in
+// ACL names the three ACL files of a node (docs/spec.md#acls): base names of files in
 // /ls/<cell>/acl/, each listing principals one a line. An empty name means
 // the default rule: anyone may read, only the node's creator may write or
 // change its ACLs (the cell admin may always do everything).

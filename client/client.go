@@ -40,7 +40,8 @@ type Config struct {
 	// DialTimeout bounds one TCP connect. Default 2 s.
 	DialTimeout time.Duration
 	// GracePeriod is how long a session in jeopardy keeps hunting for a
-	// master before it is declared expired (SPEC 4). Default 45 s.
+	// master before it is declared expired
+	// (docs/spec.md#jeopardy-and-grace). Default 45 s.
 	GracePeriod time.Duration
 	// CacheBytes bounds the cache of contents, stats and listings
 	// (default 32 MiB). DisableCache turns the cache off for every handle;
@@ -70,7 +71,8 @@ type Config struct {
 	// lease of L master-seconds then ends locally after at most
 	// (0.99 L - 20 ms) / r real seconds on a clock of rate r, which is
 	// before the master's end for any r >= 0.99: the client enters
-	// jeopardy (disabling its cache, SPEC 4) before the master can expire
+	// jeopardy (disabling its cache: docs/spec.md#jeopardy-and-grace)
+	// before the master can expire
 	// the session and hand its locks on. A faster clock is safe (the
 	// client only gives up early); a clock more than 1 % slow is not:
 	// the local lease can outlast the master's, and a cached read or a
@@ -249,7 +251,8 @@ func (c *Client) noteEpoch(epoch uint64) {
 	changed, old := c.sess.adoptEpoch(epoch)
 	if changed {
 		// A new master knows nothing of what we cached: invalidations
-		// may have been lost with the old one (SPEC 6, 7).
+		// may have been lost with the old one (docs/spec.md#caching,
+		// #fail-over).
 		c.purgeCache()
 	}
 	if changed && old != 0 {

@@ -9,7 +9,7 @@ import (
 	"lockcell/cell/wire"
 )
 
-// The open-handle cache (SPEC 6, Chubby §2.5): a handle the application
+// The open-handle cache (docs/spec.md#caching, Chubby §2.5): a handle the application
 // closes is kept open at the master, idle, and the next Open of the same
 // name in the same mode takes it back without a call. Only clean handles
 // qualify: opened with the cache on, not exclusive-create, ephemeral or

@@ -12,7 +12,7 @@ import (
 // EventKind names a session or handle event.
 type EventKind int
 
-// Session events (SPEC 4, 7).
+// Session events (docs/spec.md#jeopardy-and-grace, #fail-over).
 const (
 	// Jeopardy: the local lease ran out without a KeepAlive reply; the
 	// session may or may not survive. Calls keep trying for up to
@@ -265,7 +265,7 @@ func (c *Client) keepAliveLoop() {
 		// In jeopardy the call asks for a prompt answer and each try is
 		// short: the master we knew may be frozen with its connection
 		// still open, and a new master gives us only about one lease to
-		// find it (SPEC 7), so waiting on one replica for the whole grace
+		// find it (docs/spec.md#fail-over), so waiting on one replica for the whole grace
 		// period would lose the session. The session's own deadline (lease
 		// end, then grace end) bounds the search, not RetryTimeout.
 		try := time.Duration(0)
@@ -335,7 +335,7 @@ func (c *Client) keepAliveLoop() {
 			// the replica we waited on is gone or cut off. Search afresh.
 			c.route.dropMaster()
 			// The master may no longer wait for our acknowledgements: our
-			// cache can no longer be trusted (SPEC 4).
+			// cache can no longer be trusted (docs/spec.md#jeopardy-and-grace).
 			if c.cache != nil {
 				c.cache.Disable()
 				c.dropPooled("")

@@ -2,7 +2,7 @@
 
 package sequencer
 
-// bugNoFence is the seeded bug of TESTPLAN test 16 (build tag
+// bugNoFence is a seeded bug (docs/testplan.md#seeded-bugs; build tag
 // bug_nofence): the guard accepts sequencers older than one it has
 // already accepted. fixtures/safety's TestMutualExclusionFencing must
 // fail with it.

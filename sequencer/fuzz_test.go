@@ -1,6 +1,6 @@
 package sequencer
 
-// FuzzSequencer (TESTPLAN test 11): Parse and Verify of arbitrary bytes
+// FuzzSequencer (docs/testplan.md#fuzzing): Parse and Verify of arbitrary bytes
 // never panic, reject with errors wrapping ErrMalformed or ErrForged,
 // allocate at most 64 x input + 1 MiB, and everything they accept
 // round-trips through Sign; FuzzSequencerSign: Sign of arbitrary fields

@@ -10,7 +10,7 @@ import (
 	"lockcell/client"
 )
 
-// aclCommand shows and changes a node's ACL names (SPEC 8).
+// aclCommand shows and changes a node's ACL names (docs/spec.md#acls).
 func aclCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "acl",

@@ -32,9 +32,11 @@ const (
 	// for processes it left behind to close the pipes it shares with them
 	// (only when lockcell's streams are not plain files, as in tests).
 	waitDelay = 2 * time.Second
-	// maxLockDelay is the longest lock-delay the cell accepts (SPEC 5).
+	// maxLockDelay is the longest lock-delay the cell accepts
+	// (docs/spec.md#lock-delay).
 	maxLockDelay = time.Minute
-	// defaultGrace is the client library's grace period (SPEC 4).
+	// defaultGrace is the client library's grace period
+	// (docs/spec.md#jeopardy-and-grace).
 	defaultGrace = 45 * time.Second
 	// exitTimeout is lock's exit code when --timeout (or --wait) ended
 	// the wait for the lock: EX_TEMPFAIL of sysexits.h, "try again later".

@@ -2,7 +2,8 @@
 // (put, cat, stat, ls, mkdir, touch, rm) on the cell's namespace, watch
 // (print a node's events), lock (hold a lock while a command runs), seq
 // (inspect and check sequencers), status (every replica's view of the
-// cell) and replica (list, add and remove the cell's members) (SPEC 10).
+// cell) and replica (list, add and remove the cell's members)
+// (docs/spec.md#cli).
 //
 // Exit codes: 0 ok, 1 error (the cell or the client refused or failed; the
 // message names the operation and the path), 2 usage error; lock exits with
@@ -34,7 +35,7 @@ const (
 	defaultTimeout  = 30 * time.Second
 )
 
-// Exit codes (SPEC 10).
+// Exit codes (docs/spec.md#exit-codes).
 const (
 	exitOK    = 0
 	exitError = 1

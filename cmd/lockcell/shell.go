@@ -24,7 +24,7 @@ import (
 	"lockcell/client"
 )
 
-// shellCommand runs an interactive shell on one session (SPEC 10).
+// shellCommand runs an interactive shell on one session (docs/spec.md#cli).
 func shellCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:      "shell",

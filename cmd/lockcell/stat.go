@@ -16,7 +16,7 @@ func statCommand(e *env) *cli.Command {
 		Name:      "stat",
 		Usage:     "print a file's or directory's metadata",
 		ArgsUsage: "NAME",
-		Description: "Prints every field of the node's Stat (SPEC 2): instance, generations, checksum, size, " +
+		Description: "Prints every field of the node's Stat: instance, generations, checksum, size, " +
 			"times, ephemeral flag, ACL names, lock mode, holders, waiters and lock-delay. --json for scripts.\n\n" +
 			"Example: lockcell --json stat cfg/flag",
 		Action: func(c *cli.Context) error {

@@ -1,5 +1,6 @@
 // Package kv is a small HTTP key/value resource server whose writes are
-// fenced by lockcell sequencers: the reference "resource server" of SPEC 5.
+// fenced by lockcell sequencers: the reference "resource server" of
+// docs/spec.md#sequencers-and-fencing.
 //
 // Clients take a lockcell lock, get its sequencer (client.Handle's
 // GetSequencer) and send it with every write in the Lockcell-Sequencer
