@@ -60,7 +60,7 @@ browser-deps:
 	    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null; }; }; } || \
 	  echo "make: chromium unavailable: TestStatusPageInBrowser will skip"
 
-# Short fuzzing (TESTPLAN test 11): each target for FUZZTIME, one target per
+# Short fuzzing (docs/testplan.md#fuzzing): each target for FUZZTIME, one target per
 # run (as -fuzz requires), from one fuzz-instrumented test binary per
 # package; plain `go test` replays the committed corpora (testdata/fuzz/)
 # anyway. New interesting inputs stay in the go build cache; a failing input
@@ -110,11 +110,12 @@ fmt:
 clean:
 	rm -rf $(BIN)
 
-# The full campaign (TESTPLAN T-full), in five steps that all run even if
+# The full campaign (docs/testplan.md#tiers), in five steps that all run even if
 # one fails; the target fails if any did:
 #  1. the chaos tests (fixtures/chaos, the same as in `make test`) with long
 #     durations, a progress line per fault and per ~30 s;
-#  2. the safety tests (fixtures/safety: TESTPLAN 4, 5, 6 pause, 7, 9) with
+#  2. the safety tests (fixtures/safety: mutual exclusion, lock-delay, the
+#     frozen master, durability, at-most-once retries) with
 #     their long torture defaults (about 10-15 min in all);
 #  3. the hostile-client campaign (fixtures/hostile) with a minute per
 #     attack class and a directory of 100,000 children (about 20 min),
@@ -155,7 +156,7 @@ torture:
 	echo "torture: chaos exit $$st, safety exit $$sf, hostile exit $$ho, summary exit $$sum, seeded bugs exit $$sb, model exit $$mo"; \
 	test $$st -eq 0 -a $$sf -eq 0 -a $$ho -eq 0 -a $$sum -eq 0 -a $$sb -eq 0 -a $$mo -eq 0
 
-# TESTPLAN test 16: each seeded bug (build tag) against the test that must
+# docs/testplan.md#seeded-bugs: each seeded bug (build tag) against the test that must
 # catch it, for SEEDS seeds (default 5; seed i is SEED_BASE+i, passed as
 # LOCKCELL_SAFETY_SEED and LOCKCELL_CHAOS_SEED); prints the catch table
 # (tag, test, caught/SEEDS) and fails if a bug is caught in fewer than 4

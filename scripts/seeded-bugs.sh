@@ -1,5 +1,5 @@
 #!/bin/sh
-# TESTPLAN test 16: the checkers must bite. Builds each seeded bug (a build
+# docs/testplan.md#seeded-bugs: the checkers must bite. Builds each seeded bug (a build
 # tag, see the bug_*_on.go files) and runs each test that must catch it
 # (a tag may have several rows), once per seed, then prints the catch
 # table: tag, package, test, caught/seeds.
@@ -67,7 +67,7 @@ done
 echo
 printf '%-17s %-19s %-55s %s\n' "TAG" "PACKAGE" "TEST" "CAUGHT"
 cat "$TABLE"
-# TESTPLAN 16 passes when every bug is caught in at least 4 of 5 seeds.
+# The suite passes when every bug is caught in at least 4 of 5 seeds.
 need=$(( (SEEDS * 4 + 4) / 5 ))
 awk -v need="$need" '{ split($4, a, "/"); if (a[1] + 0 < need) bad = 1 } END { exit bad }' "$TABLE" || status=1
 if [ "$status" -ne 0 ]; then
