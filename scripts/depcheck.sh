@@ -1,32 +1,104 @@
 #!/bin/sh
-# Enforces the one-way package rule of DESIGN.md over `go list` output
-# ("pkg: imports...") on stdin. Exits 1 naming every violation.
-awk '
-function bad(msg) { print "depcheck: " msg; failed = 1 }
-{
-  pkg = $1; sub(/:$/, "", pkg)
-  hasMaster = 0; hasReplica = 0
-  for (i = 2; i <= NF; i++) {
-    imp = $i
-    if (imp !~ /^lockcell(\/|$)/) {
-      if (pkg ~ /^lockcell\/(client|cache|sequencer|acl|cell\/wire|backupfile)$/ && imp ~ /dgraph-io\/badger|hashicorp\/raft/)
-        bad(pkg " must not import " imp)
-      continue
-    }
-    if (imp == "lockcell/master") hasMaster = 1
-    if (imp == "lockcell/replica") hasReplica = 1
-    # Test helpers live under fixtures/ and may build on each other.
-    if (imp == "lockcell/fixtures" && pkg !~ /^lockcell\/fixtures\//) bad(pkg " (non-test) imports lockcell/fixtures")
-    # cell/wire/bound is a shared leaf: the msgpack bounds check; so is
-    # backupfile: the backup file layout, read by replica and client.
-    if (imp == "lockcell/cell/wire/bound" || imp == "lockcell/backupfile") continue
-    # acl is pure logic: the state machine decides permissions with it.
-    if (pkg == "lockcell/replica" && imp == "lockcell/acl") continue
-    if (pkg ~ /^lockcell\/(cell\/wire|cell\/wire\/bound|backupfile|acl|sequencer|cache|replica)$/) bad(pkg " is a leaf but imports " imp)
-    if (pkg ~ /^lockcell\/(client|cache|sequencer)$/ && imp ~ /^lockcell\/(master|replica|cell|acl)$/) bad(pkg " must not import " imp)
-    if (pkg == "lockcell/master" && imp ~ /^lockcell\/(cell|client|fixtures)$/) bad(pkg " must not import " imp)
-    if (pkg == "lockcell/cmd/lockcell" && imp ~ /^lockcell\/(master|replica|cell)$/) bad(pkg " (the CLI) must not import " imp)
+# Enforces the one-way package rule of DESIGN.md ("Packages and the
+# dependency rule") on every package's transitive dependencies: what
+# `go list -deps` would list for it (its .Deps), not only what it imports
+# itself, so a package cannot reach a forbidden one through a third.
+# Test files are not checked: tests may import anything (fixtures is for
+# them). Exits 1 naming every violation and the import it comes through.
+#
+#   sh scripts/depcheck.sh [packages]   (default ./...; GO names the go command)
+set -u
+GO=${GO:-go}
+[ $# -gt 0 ] || set -- ./...
+list=$(mktemp "${TMPDIR:-/tmp}/depcheck.XXXXXX") || exit 1
+trap 'rm -f "$list"' EXIT
+# One line a package: path|direct imports|transitive dependencies.
+"$GO" list -f '{{.ImportPath}}|{{join .Imports " "}}|{{join .Deps " "}}' "$@" >"$list" || exit 1
+
+awk -F'|' '
+# The rules, first match wins. A pattern names a package tree: "cell/wire"
+# is lockcell/cell/wire and every package below it; "=sequencer" is that
+# one package. Each package may depend on its own tree and on the trees
+# after the colon ("*": any lockcell package; "-": none), and on nothing
+# else of lockcell. A package no rule matches is itself an error: a new
+# package gets its place here and in DESIGN.md.
+BEGIN {
+  n = split("" \
+    "fixtures: *\n" \
+    "deploy: -\n" \
+    "cmd/lockcelld: cell master replica backupfile acl =sequencer cache client buildinfo\n" \
+    "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo\n" \
+    "cmd/lockcell-kv: client cache cell/wire backupfile sequencer\n" \
+    "cell/wire/bound: -\n" \
+    "cell/wire: -\n" \
+    "cell/certs: acl\n" \
+    "cell: master replica backupfile acl =sequencer buildinfo\n" \
+    "master: cell/wire replica backupfile acl =sequencer\n" \
+    "replica: cell/wire/bound backupfile acl\n" \
+    "client: cell/wire backupfile cache\n" \
+    "sequencer/kv: =sequencer client cell/wire backupfile cache\n" \
+    "sequencer: -\n" \
+    "backupfile: cell/wire/bound\n" \
+    "cache: -\n" \
+    "acl: -\n" \
+    "buildinfo: -", rule, "\n")
+  for (i = 1; i <= n; i++) {
+    split(rule[i], kv, ": ")
+    pat[i] = kv[1]; allow[i] = kv[2]
   }
-  if (hasMaster && hasReplica && pkg !~ /^lockcell\/(cell|fixtures)$/) bad(pkg " imports both master and replica; only cell and fixtures may")
+  # Packages that serve clients or resource servers never carry the
+  # server side third-party stores with them.
+  nostore = "client cache sequencer acl backupfile cell/wire =cmd/lockcell cmd/lockcell-kv"
+  store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
-END { if (failed) exit 1; print "depcheck: ok" }'
+function bad(msg) { print "depcheck: " msg; failed = 1 }
+# under(p, pattern): p is the pattern'\''s package or, unless the pattern is
+# exact, below it.
+function under(p, q,   exact) {
+  exact = substr(q, 1, 1) == "="
+  if (exact) q = substr(q, 2)
+  q = (q ~ /\./) ? q : "lockcell/" q
+  return p == q || (!exact && index(p, q "/") == 1)
+}
+function inAny(p, list,   k, m, a) {
+  m = split(list, a, " ")
+  for (k = 1; k <= m; k++) if (under(p, a[k])) return 1
+  return 0
+}
+function mine(p) { return p == "lockcell" || index(p, "lockcell/") == 1 }
+# via(pkg, dep): the direct import of pkg that dep comes through.
+function via(pkg, dep,   k, m, a) {
+  m = split(imports[pkg], a, " ")
+  for (k = 1; k <= m; k++)
+    if (a[k] == dep || index(" " deps[a[k]] " ", " " dep " ")) return a[k]
+  return "?"
+}
+{ order[++np] = $1; imports[$1] = $2; deps[$1] = $3 }
+END {
+  for (j = 1; j <= np; j++) {
+    pkg = order[j]
+    r = 0
+    for (i = 1; i <= n && !r; i++) if (under(pkg, pat[i])) r = i
+    if (!r) { bad(pkg " has no rule in scripts/depcheck.sh (give it its place there and in DESIGN.md)"); continue }
+    m = split(deps[pkg], d, " ")
+    for (k = 1; k <= m; k++) {
+      dep = d[k]
+      if (mine(dep)) {
+        if (allow[r] == "*" || under(dep, pat[r]) || (allow[r] != "-" && inAny(dep, allow[r]))) continue
+        v = via(pkg, dep)
+        bad(pkg " must not depend on " dep (v == dep ? "" : " (through " v ")"))
+      } else if (inAny(pkg, nostore) && inAny(dep, store)) {
+        # One line a module, not one a package of it.
+        split(dep, mod, "/"); key = pkg " " mod[1] "/" mod[2] "/" mod[3]
+        if (!(key in said)) { said[key] = 1; bad(pkg " must not depend on " dep " (through " via(pkg, dep) ")") }
+      }
+    }
+    # Composition happens in one place: only cell (and the test fixtures)
+    # import both master and replica.
+    if (index(" " imports[pkg] " ", " lockcell/master ") && index(" " imports[pkg] " ", " lockcell/replica ") &&
+        !under(pkg, "=cell") && !under(pkg, "fixtures"))
+      bad(pkg " imports both master and replica; only cell and fixtures may")
+  }
+  if (failed) exit 1
+  print "depcheck: ok (" np " packages, transitive dependencies)"
+}' "$list"
