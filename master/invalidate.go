@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
 )
 
@@ -50,12 +49,13 @@ const cachePenaltyLeases = 10
 // remembers the cachers of each name, the names with a change in flight,
 // the invalidations those changes wait for, and the principals barred
 // from caching. The events themselves travel in the sessions' queues,
-// which the sessions part (Server) owns; the invalidator reaches them
+// which the sessions part (sessions.go) owns; the invalidator reaches them
 // through sessionLink.
 //
-// Lock order: invalidator.mu, then Server.mu (inside sessionLink), then
-// the state's read lock. The invalidator calls sessionLink holding its
-// mu; the Server never calls the invalidator while holding Server.mu.
+// Lock order: invalidator.mu, then the sessions' lock (inside
+// sessionLink), then the state's read lock. The invalidator calls
+// sessionLink holding its mu; no code holding Server.mu or the sessions'
+// lock calls the invalidator.
 type invalidator struct {
 	clock    Clock
 	sessions sessionLink
@@ -334,34 +334,6 @@ func (s *Server) applyAfter(ctx context.Context, stop <-chan struct{}, names []s
 	return s.cons.Apply(ctx, cmd)
 }
 
-// The sessions part's side of sessionLink.
-
-func (s *Server) cacheable(session, seq uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.leases[session]
-	return l != nil && !l.closed && l.acked >= seq
-}
-
-func (s *Server) queueInvalidation(session uint64, name string) (*lease, uint64, time.Time, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.leases[session]
-	if l == nil || l.closed {
-		return nil, 0, time.Time{}, false
-	}
-	seq := s.nextEventLocked()
-	l.events = append(l.events, wire.Event{Seq: seq, Kind: wire.EventInvalidate, Path: name})
-	l.wakeLocked()
-	return l, seq, l.end, true
-}
-
-func (s *Server) ackState(l *lease, seq uint64) (bool, bool, <-chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackCh
-}
-
 // InvalidationStats counts invalidations sent, those the cacher
 // acknowledged, those whose change went ahead at the cacher's lease
 // deadline without its acknowledgement, and handle events dropped because
@@ -375,8 +347,5 @@ type InvalidationStats struct {
 // InvalidationStats reports the master's invalidation counters.
 func (s *Server) InvalidationStats() InvalidationStats {
 	sent, late := s.inv.counts()
-	s.mu.Lock()
-	dropped := s.droppedEvents
-	s.mu.Unlock()
-	return InvalidationStats{Sent: sent, Acked: s.stats.invalAcked.Load(), Late: late, EventsDropped: dropped}
+	return InvalidationStats{Sent: sent, Acked: s.stats.invalAcked.Load(), Late: late, EventsDropped: s.sess.droppedEvents()}
 }

@@ -1,6 +1,8 @@
 package master
 
 import (
+	"sync"
+
 	"lockcell/cell/wire"
 	"lockcell/replica"
 )
@@ -81,18 +83,23 @@ func (l *Limits) setDefaults() {
 // session or handle: a caller racing at the cap may be refused early,
 // never let past it.
 type reservations struct {
+	sess *sessions // counts the live sessions by connection
+
+	mu        sync.Mutex // before the sessions' lock and the state's
 	principal map[string]int
 	cell      int
 	conn      map[uint64]int
 	handles   map[uint64]int // by session
 }
 
-// reserveSessionLocked admits one more session of caller against the
+// reserveSession admits one more session of caller against the
 // per-principal, per-cell and per-connection caps, or says which is
-// reached. s.mu is held.
-func (s *Server) reserveSessionLocked(caller Caller) (func(), error) {
+// reached. The returned func gives the reservation back.
+func (s *Server) reserveSession(caller Caller) (func(), error) {
 	r := &s.reserved
 	lim := s.cfg.Limits
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var own, sessions int
 	s.read(func(v replica.View) {
 		own = v.PrincipalSessions(caller.Principal)
@@ -105,7 +112,7 @@ func (s *Server) reserveSessionLocked(caller Caller) (func(), error) {
 		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d sessions, the limit", sessions+r.cell)
 	}
 	if caller.Conn != 0 {
-		if n := s.connSessions[caller.Conn] + r.conn[caller.Conn]; n >= lim.SessionsPerConn {
+		if n := r.sess.connSessions(caller.Conn) + r.conn[caller.Conn]; n >= lim.SessionsPerConn {
 			return nil, wire.Errorf(wire.CodeTooMany, "%d live sessions were created over this connection, the limit", n)
 		}
 	}
@@ -113,8 +120,8 @@ func (s *Server) reserveSessionLocked(caller Caller) (func(), error) {
 	r.cell++
 	r.conn[caller.Conn]++
 	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		if r.principal[caller.Principal]--; r.principal[caller.Principal] <= 0 {
 			delete(r.principal, caller.Principal)
 		}
@@ -127,9 +134,9 @@ func (s *Server) reserveSessionLocked(caller Caller) (func(), error) {
 
 // reserveHandle admits one more handle of session against its cap.
 func (s *Server) reserveHandle(session uint64) (func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	r := &s.reserved
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var open int
 	s.read(func(v replica.View) { open = v.SessionHandles(session) })
 	if n := open + r.handles[session]; n >= s.cfg.Limits.HandlesPerSession {
@@ -137,8 +144,8 @@ func (s *Server) reserveHandle(session uint64) (func(), error) {
 	}
 	r.handles[session]++
 	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		if r.handles[session]--; r.handles[session] <= 0 {
 			delete(r.handles, session)
 		}

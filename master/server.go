@@ -108,22 +108,14 @@ type Server struct {
 	state State
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	serving bool
-	epoch   uint64
-	// recovering: after a fail-over the master accepts only KeepAlives
-	// until every session has acknowledged its fail-over event or expired
-	// (SPEC 7 steps 3-5). pendingAck holds the sessions still to answer.
-	recovering    bool
-	pendingAck    map[uint64]bool
-	eventSeq      uint64        // last event sequence issued; epoch<<40 | counter
-	droppedEvents uint64        // handle events not queued: the session's queue was full
-	reserved      reservations  // sessions and handles being created (limits.go)
-	reads         *readRations  // each principal's read budget (rations.go)
-	stop          chan struct{} // closed by Stop; a fresh one per term of service
-	leases        map[uint64]*lease
-	connSessions  map[uint64]int // live sessions by the connection that created them
-	wg            sync.WaitGroup
+	// mu guards the term of service: serving, epoch, stop, servingSince.
+	mu       sync.Mutex
+	serving  bool
+	epoch    uint64
+	reserved reservations  // sessions and handles being created (limits.go)
+	reads    *readRations  // each principal's read budget (rations.go)
+	stop     chan struct{} // closed by Stop; a fresh one per term of service
+	wg       sync.WaitGroup
 	// proof vouches for leadership before a lease is granted or a call
 	// admitted (leadership.go); servingSince is when this term began.
 	proof        *leadershipProof
@@ -134,10 +126,13 @@ type Server struct {
 	members      membership   // membership changes (membership.go)
 
 	// Parts with locks of their own (DESIGN.md "The master in parts").
-	// inv runs cache invalidation (invalidate.go); its lock comes before
-	// mu: it calls the Server's sessionLink methods holding it, and no
-	// code holding mu calls it. waits and delays have leaf locks.
+	// inv runs cache invalidation (invalidate.go); its lock comes first:
+	// it calls the sessions part (sessionLink) holding it, and no code
+	// holding mu or the sessions' lock calls it. sess (sessions.go) holds
+	// the leases; its lock comes after mu and the reservations'. waits and
+	// delays have leaf locks.
 	inv    *invalidator
+	sess   *sessions
 	waits  acquireWaits // blocked acquires (lockdelay.go)
 	delays *lockDelays  // lock-delay hand-offs (lockdelay.go)
 }
@@ -147,12 +142,13 @@ type Server struct {
 func New(cfg Config, cons Consensus, state State) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
-		leases: map[uint64]*lease{}, connSessions: map[uint64]int{},
 		members:  newMembership(),
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
 	s.delays = newLockDelays(cfg.Clock, &s.wg, s.grantAfterDelay)
-	s.inv = newInvalidator(cfg.Clock, s, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Clock.Now}
+	s.sess = newSessions(cfg.Clock, cfg.LeaseTTL, raftAuthority{cons, s.proof}, &s.stats, cfg.Logger)
+	s.reserved.sess = s.sess
+	s.inv = newInvalidator(cfg.Clock, s.sess, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
 	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
 	s.auditRation = newAuditRation(cfg.Clock.Now)
 	state.SetObserver(s.observe)
@@ -197,21 +193,11 @@ func (s *Server) Start(ctx context.Context) error {
 		return nil
 	}
 	s.epoch = res.Epoch
-	s.eventSeq = s.epoch << 40
 	s.stop = make(chan struct{})
-	end := s.cfg.Clock.Now().Add(s.cfg.LeaseTTL)
-	s.pendingAck = map[uint64]bool{}
 	var ids []uint64
 	var delays map[string]int64
 	s.read(func(v replica.View) { ids, delays = v.SessionIDs(), v.LockDelays() })
-	for _, id := range ids {
-		l := newLease(end)
-		l.events = append(l.events, wire.Event{Seq: s.nextEventLocked(), Kind: wire.EventMasterFailover})
-		l.failoverSeq = l.events[0].Seq
-		s.leases[id] = l
-		s.pendingAck[id] = true
-	}
-	s.recovering = len(s.pendingAck) > 0
+	recovering := s.sess.start(s.epoch, ids)
 	s.delays.start(s.stop)
 	for path, until := range delays {
 		s.delays.arm(path, until)
@@ -222,38 +208,13 @@ func (s *Server) Start(ctx context.Context) error {
 	go s.expireLoop(s.stop)
 	go s.proveLoop(s.stop)
 	go s.membershipLoop(s.stop)
-	s.log.Info("master serving", "epoch", s.epoch, "sessions", len(s.leases), "recovering", s.recovering)
+	s.log.Info("master serving", "epoch", s.epoch, "sessions", len(ids), "recovering", recovering)
 	return nil
-}
-
-// nextEventLocked issues an event sequence number. Numbers grow across
-// masters (the epoch is in the high bits), so a client's acknowledgement
-// of an old master's events never covers a new master's.
-func (s *Server) nextEventLocked() uint64 {
-	s.eventSeq++
-	return s.eventSeq
-}
-
-// ackedLocked records that a session is done with the fail-over (it
-// acknowledged its event, or it ended); the last one ends recovery.
-func (s *Server) ackedLocked(session uint64) {
-	if !s.recovering || !s.pendingAck[session] {
-		return
-	}
-	delete(s.pendingAck, session)
-	if len(s.pendingAck) == 0 {
-		s.recovering = false
-		s.log.Info("fail-over complete: every session acknowledged or expired", "epoch", s.epoch)
-	}
 }
 
 // Recovering reports whether the master is still in its KeepAlive-only
 // fail-over phase, and how many sessions it waits for.
-func (s *Server) Recovering() (bool, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.recovering, len(s.pendingAck)
-}
+func (s *Server) Recovering() (bool, int) { return s.sess.recovery() }
 
 // Stop ends service: parked KeepAlives and blocked acquires return
 // NotMaster (clients follow to the new master), leases and timers are
@@ -265,10 +226,8 @@ func (s *Server) Stop() {
 		return
 	}
 	s.serving = false
-	s.recovering, s.pendingAck = false, nil
 	close(s.stop)
-	s.leases = map[uint64]*lease{}
-	s.connSessions = map[uint64]int{}
+	s.sess.stop()
 	s.delays.stopAll()
 	s.mu.Unlock()
 	s.inv.reset()
@@ -288,53 +247,21 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 	if serving { // followers deliver no events
 		notes = s.handleEvents(changes)
 	}
-	var ended []uint64
-	defer func() { // after Server.mu is released: the invalidator's lock comes first
-		for _, id := range ended {
-			s.inv.forget(id)
-		}
-	}()
+	ended := s.sess.observe(notes, changes)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.serving {
-		for _, n := range notes {
-			if l := s.leases[n.session]; l != nil && !l.closed {
-				if len(l.events) >= l.eventRoom() {
-					// Handle events are notifications: a session that
-					// does not take them does not get to pile them up.
-					s.droppedEvents++
-					continue
-				}
-				n.ev.Seq = s.nextEventLocked()
-				l.events = append(l.events, n.ev)
-				l.wakeLocked()
-			}
-		}
-	}
 	for _, c := range changes {
 		switch c.Kind {
 		case replica.ChangeLockGranted, replica.ChangeWaitEnded:
 			s.waits.wake(waitKey{c.Handle, c.Seq})
-		case replica.ChangeSessionCreated:
-			if s.serving {
-				if _, ok := s.leases[c.Session]; !ok {
-					s.leases[c.Session] = newLease(s.cfg.Clock.Now().Add(s.cfg.LeaseTTL))
-				}
-			}
-		case replica.ChangeSessionClosed:
-			s.ackedLocked(c.Session)
-			if l, ok := s.leases[c.Session]; ok {
-				l.closed = true
-				l.wakeLocked()
-				l.signalAckLocked()
-				ended = append(ended, c.Session)
-				s.dropLeaseLocked(c.Session, l)
-			}
 		case replica.ChangeLockDelay:
-			if s.serving {
+			if s.serving { // under mu: never armed after Stop's stopAll
 				s.delays.arm(c.Path, c.Time)
 			}
 		}
+	}
+	s.mu.Unlock()
+	for _, id := range ended { // no master lock held: the invalidator's comes first
+		s.inv.forget(id)
 	}
 }
 
@@ -352,9 +279,9 @@ func (s *Server) checkServing(h *wire.Header, r route) (uint64, <-chan struct{},
 		// and KeepAlives prove leadership themselves, each bounded.
 		return 0, nil, wire.ErrNotMaster
 	}
-	if s.recovering && !r.inRecovery {
+	if recovering, waiting := s.sess.recovery(); recovering && !r.inRecovery {
 		return s.epoch, nil, wire.Errorf(wire.CodeUnavailable,
-			"master of epoch %d is recovering from a fail-over: waiting for %d session(s) to acknowledge", s.epoch, len(s.pendingAck))
+			"master of epoch %d is recovering from a fail-over: waiting for %d session(s) to acknowledge", s.epoch, waiting)
 	}
 	if !r.anyEpoch && h.Epoch != s.epoch {
 		return s.epoch, nil, wire.Errorf(wire.CodeBadEpoch, "call for epoch %d, master is at epoch %d", h.Epoch, s.epoch)

@@ -2,6 +2,8 @@ package master
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"lockcell/cell/wire"
@@ -71,87 +73,249 @@ func (l *lease) wakeLocked() {
 	}
 }
 
-func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest) (*wire.CreateSessionResponse, error) {
-	if len(req.ClientName) > 256 {
-		return nil, wire.Errorf(wire.CodeBadRequest, "client name of %d bytes exceeds 256", len(req.ClientName))
-	}
-	c.mu.Lock()
-	unreserve, err := c.reserveSessionLocked(c.caller)
-	c.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	defer unreserve() // after the lease below counts it on its connection
-	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdCreateSession, Client: req.ClientName})
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	l, ok := c.leases[res.Session]
-	if !ok && c.serving {
-		l = newLease(c.cfg.Clock.Now().Add(c.cfg.LeaseTTL))
-		c.leases[res.Session] = l
-	}
-	if l != nil && !l.closed && l.conn == 0 && c.caller.Conn != 0 {
-		l.conn = c.caller.Conn
-		c.connSessions[l.conn]++
-	}
-	c.mu.Unlock()
-	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds()}, nil
+// sessions is the sessions-and-leases part: the lease table, each
+// session's event queue and acknowledgements, KeepAlive parking, expiry,
+// fail-over recovery and event numbering, under one mutex of its own.
+//
+// Lock order: the invalidator's mutex and Server.mu may be held when
+// calling its methods (sessionLink, admission, reservations); while it
+// holds its mutex it calls nothing of the master's, only the state's Read
+// (through the admit function a KeepAlive passes) and the stats' atomics.
+type sessions struct {
+	clock Clock
+	ttl   time.Duration
+	auth  leaseAuthority
+	stats *masterStats
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	active bool // between start and stop: leases are kept and granted
+	epoch  uint64
+	leases map[uint64]*lease
+	byConn map[uint64]int // live sessions by the connection that created them
+	// eventSeq is the last event sequence issued: epoch<<40 | counter.
+	eventSeq uint64
+	dropped  uint64 // handle events not queued: the session's queue was full
+	// recovering: after a fail-over the master accepts only KeepAlives
+	// until every session has acknowledged its fail-over event or ended
+	// (SPEC 7 steps 3-5). pendingAck holds the sessions still to answer.
+	recovering bool
+	pendingAck map[uint64]bool
 }
 
-// keepAlive is the long poll of SPEC 4. The master extends the lease when
-// the call arrives and parks it until a quarter of the lease is left (or an
-// event is queued for the session), then extends it again and replies. The
-// reply says how long the call was held and how much lease remains, so the
-// client can compute a lease end that never exceeds the master's.
-func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire.KeepAliveResponse, error) {
-	arrived := c.cfg.Clock.Now()
-	c.mu.Lock()
-	l, ok := c.leases[c.h.Session]
-	if !ok {
-		c.mu.Unlock()
-		if !c.cons.IsLeader() {
-			return nil, errStopped
-		}
-		var live bool
-		var applied uint64
-		c.read(func(v replica.View) {
-			live = v.SessionExists(c.h.Session)
-			_, _, _, applied = v.Counts()
-		})
-		if c.h.Session == 0 || !live {
-			if c.h.Session == 0 || c.h.Session > applied {
-				return nil, wire.Errorf(wire.CodeUnknownSession, "session %d was never created in this cell", c.h.Session)
+// leaseAuthority is what granting a lease needs of leadership: Raft still
+// believes this replica leads, and the start of the latest round of
+// contact with a quorum (leadership.go).
+type leaseAuthority interface {
+	leads() bool
+	provenSince(ctx context.Context, notBefore time.Time) (time.Time, error)
+}
+
+// raftAuthority is the leaseAuthority of a running cell.
+type raftAuthority struct {
+	cons  Consensus
+	proof *leadershipProof
+}
+
+func (a raftAuthority) leads() bool { return a.cons.IsLeader() }
+
+func (a raftAuthority) provenSince(ctx context.Context, notBefore time.Time) (time.Time, error) {
+	return a.proof.since(ctx, notBefore)
+}
+
+func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
+	return &sessions{clock: clock, ttl: ttl, auth: auth, stats: stats, log: log,
+		leases: map[uint64]*lease{}, byConn: map[uint64]int{}}
+}
+
+// start begins a term of service at epoch: every session of the state
+// (ids) gets a full lease from now, since no earlier master can have
+// granted more (SPEC 7), and a master-fail-over event; recovery lasts until
+// each has acknowledged it or ended. It returns whether recovery is on.
+func (ss *sessions) start(epoch uint64, ids []uint64) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.active, ss.epoch = true, epoch
+	ss.eventSeq = epoch << 40
+	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
+	ss.pendingAck = map[uint64]bool{}
+	end := ss.clock.Now().Add(ss.ttl)
+	for _, id := range ids {
+		l := newLease(end)
+		l.events = append(l.events, wire.Event{Seq: ss.nextEventLocked(), Kind: wire.EventMasterFailover})
+		l.failoverSeq = l.events[0].Seq
+		ss.leases[id] = l
+		ss.pendingAck[id] = true
+	}
+	ss.recovering = len(ss.pendingAck) > 0
+	return ss.recovering
+}
+
+// stop ends the term: every lease is forgotten and recovery ends. Parked
+// KeepAlives end on the term's stop channel.
+func (ss *sessions) stop() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.active = false
+	ss.recovering, ss.pendingAck = false, nil
+	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
+}
+
+// recovery reports whether the term is still in its KeepAlive-only
+// fail-over phase, and how many sessions it waits for.
+func (ss *sessions) recovery() (bool, int) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.recovering, len(ss.pendingAck)
+}
+
+// count returns the number of leases held.
+func (ss *sessions) count() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.leases)
+}
+
+// connSessions returns how many live sessions were created over conn.
+func (ss *sessions) connSessions(conn uint64) int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.byConn[conn]
+}
+
+// created gives session, just created over conn (0 if none), a full lease
+// if it has none yet, and counts it on conn. Outside a term it does
+// nothing: the next master grants the lease.
+func (ss *sessions) created(session, conn uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	l, ok := ss.leases[session]
+	if !ok && ss.active {
+		l = newLease(ss.clock.Now().Add(ss.ttl))
+		ss.leases[session] = l
+	}
+	if l != nil && !l.closed && l.conn == 0 && conn != 0 {
+		l.conn = conn
+		ss.byConn[conn]++
+	}
+}
+
+// nextEventLocked issues an event sequence number. Numbers grow across
+// masters (the epoch is in the high bits), so a client's acknowledgement
+// of an old master's events never covers a new master's.
+func (ss *sessions) nextEventLocked() uint64 {
+	ss.eventSeq++
+	return ss.eventSeq
+}
+
+// ackedLocked records that a session is done with the fail-over (it
+// acknowledged its event, or it ended); the last one ends recovery.
+func (ss *sessions) ackedLocked(session uint64) {
+	if !ss.recovering || !ss.pendingAck[session] {
+		return
+	}
+	delete(ss.pendingAck, session)
+	if len(ss.pendingAck) == 0 {
+		ss.recovering = false
+		ss.log.Info("fail-over complete: every session acknowledged or expired", "epoch", ss.epoch)
+	}
+}
+
+// keepAliveArgs is one KeepAlive call as the sessions part serves it.
+type keepAliveArgs struct {
+	session     uint64
+	epoch       uint64 // the master's epoch the call is served at
+	clientEpoch uint64 // the epoch the client's header names
+	ack         uint64 // the highest event sequence the client acknowledges
+	prompt      bool   // answer at once
+	// admit is asked, holding the sessions' lock, when the session has no
+	// lease: nil lets the call adopt the session (created just now, not
+	// yet seen by the observer) with a fresh lease, an error ends the call.
+	// It may read the state (whose lock comes after the sessions').
+	admit func() error
+}
+
+// keepAlive is the long poll of SPEC 4. The lease is extended when the
+// call arrives and the call parks until a quarter of the lease is left
+// (or an event is queued for the session, or stop or ctx ends it); then
+// leadership is proven, the lease is extended again and the reply carries
+// the oldest unacknowledged events. The reply says how long the call was
+// held and how much lease remains, so the client can compute a lease end
+// that never exceeds the master's.
+func (ss *sessions) keepAlive(ctx context.Context, stop <-chan struct{}, a keepAliveArgs) (*wire.KeepAliveResponse, error) {
+	arrived := ss.clock.Now()
+	l, holdUntil, pending, err := ss.arrive(a, arrived)
+	if err != nil {
+		return nil, err
+	}
+	if !pending {
+		if d := holdUntil.Sub(arrived); d > 0 {
+			due, stopTimer := after(ss.clock, d)
+			select {
+			case <-due:
+			case <-l.wake:
+			case <-ctx.Done():
+				stopTimer()
+				return nil, ctx.Err()
+			case <-stop:
+				stopTimer()
+				return nil, errStopped
 			}
-			return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", c.h.Session)
+			stopTimer()
 		}
-		// Created just now and not yet seen by the observer: give it a lease.
-		c.mu.Lock()
-		if l, ok = c.leases[c.h.Session]; !ok {
-			l = newLease(arrived.Add(c.cfg.LeaseTTL))
-			c.leases[c.h.Session] = l
+	}
+	if !ss.auth.leads() {
+		return nil, errStopped // never extend a lease once deposed
+	}
+	// Belief is not enough (leadership.go): the lease granted ends by the
+	// start of a round of contact with a quorum plus one lease. A master
+	// that gets no such round within a quarter lease (its Raft is stuck
+	// or deposed) answers NotMaster, and the client searches elsewhere
+	// before its lease runs out.
+	pctx, cancel := context.WithTimeout(ctx, ss.ttl/4)
+	proven, err := ss.auth.provenSince(pctx, ss.clock.Now().Add(-ss.ttl/10))
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
+		return nil, errStopped
+	}
+	return ss.reply(l, a, arrived, proven)
+}
+
+// arrive is a KeepAlive's arrival: the lease is extended and the
+// acknowledgement recorded. It returns until when the call may be held,
+// and whether something is to be sent at once.
+func (ss *sessions) arrive(a keepAliveArgs, arrived time.Time) (l *lease, holdUntil time.Time, pending bool, err error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	l, ok := ss.leases[a.session]
+	if !ok {
+		if err := a.admit(); err != nil {
+			return nil, time.Time{}, false, err
+		}
+		l = newLease(arrived.Add(ss.ttl))
+		ss.leases[a.session] = l
 	}
 	if l.end.Before(arrived) {
-		c.mu.Unlock()
-		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", c.h.Session)
+		return nil, time.Time{}, false, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", a.session)
 	}
-	c.stats.leaseLeft.Observe(l.end.Sub(arrived))
+	ss.stats.leaseLeft.Observe(l.end.Sub(arrived))
 	// The previous lease end bounds how long the call may be held: reply
 	// with a quarter of the lease to spare so the next call arrives in time.
-	holdUntil := l.end.Add(-c.cfg.LeaseTTL / 4)
-	if e := arrived.Add(c.cfg.LeaseTTL); e.After(l.end) {
+	holdUntil = l.end.Add(-ss.ttl / 4)
+	if e := arrived.Add(ss.ttl); e.After(l.end) {
 		l.end = e
 	}
-	c.stats.noteAcked(l.events, req.AckEvent)
-	l.events = dropAcked(l.events, req.AckEvent)
-	if req.AckEvent > l.acked {
-		l.acked = req.AckEvent
+	ss.stats.noteAcked(l.events, a.ack)
+	l.events = dropAcked(l.events, a.ack)
+	if a.ack > l.acked {
+		l.acked = a.ack
 		l.signalAckLocked()
 	}
 	redeliver := false
-	if req.AckEvent < l.delivered {
+	if a.ack < l.delivered {
 		// Events we sent are not acknowledged: the reply was lost, or the
 		// client ignores them. Send them again at once, but only once in
 		// a row, so a client that ignores them cannot make us answer in
@@ -164,61 +328,32 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		// standing again.
 		l.redelivered, l.ignored = false, 0
 	}
-	if l.failoverSeq != 0 && req.AckEvent >= l.failoverSeq {
-		c.ackedLocked(c.h.Session)
+	if l.failoverSeq != 0 && a.ack >= l.failoverSeq {
+		ss.ackedLocked(a.session)
 	}
-	if c.h.Epoch != c.epoch && len(l.events) == 0 {
+	if a.clientEpoch != a.epoch && len(l.events) == 0 {
 		// The client last spoke to another master and has no fail-over
 		// event queued: tell it (SPEC 7 step 4), so it flushes its cache.
-		l.events = append(l.events, wire.Event{Seq: c.nextEventLocked(), Kind: wire.EventMasterFailover})
+		l.events = append(l.events, wire.Event{Seq: ss.nextEventLocked(), Kind: wire.EventMasterFailover})
 	}
-	pending := redeliver || req.Prompt || len(l.events) > 0 && l.events[len(l.events)-1].Seq > l.delivered
-	c.mu.Unlock()
+	pending = redeliver || a.prompt || len(l.events) > 0 && l.events[len(l.events)-1].Seq > l.delivered
+	return l, holdUntil, pending, nil
+}
 
-	if !pending {
-		if d := holdUntil.Sub(arrived); d > 0 {
-			due, stop := after(c.cfg.Clock, d)
-			select {
-			case <-due:
-			case <-l.wake:
-			case <-ctx.Done():
-				stop()
-				return nil, ctx.Err()
-			case <-c.stop:
-				stop()
-				return nil, errStopped
-			}
-			stop()
-		}
-	}
-	if !c.cons.IsLeader() {
-		return nil, errStopped // never extend a lease once deposed
-	}
-	// Belief is not enough (leadership.go): the lease granted ends by the
-	// start of a round of contact with a quorum plus one lease. A master
-	// that gets no such round within a quarter lease (its Raft is stuck
-	// or deposed) answers NotMaster, and the client searches elsewhere
-	// before its lease runs out.
-	pctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
-	proven, err := c.proof.since(pctx, c.cfg.Clock.Now().Add(-c.cfg.LeaseTTL/10))
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, errStopped
-	}
-	replied := c.cfg.Clock.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// reply extends l once more and builds the KeepAlive's answer: the lease
+// granted ends no later than proven plus one lease.
+func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) (*wire.KeepAliveResponse, error) {
+	replied := ss.clock.Now()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	if l.closed {
-		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", c.h.Session)
+		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", a.session)
 	}
-	if e := replied.Add(c.cfg.LeaseTTL); e.After(l.end) {
+	if e := replied.Add(ss.ttl); e.After(l.end) {
 		l.end = e
 	}
 	granted := l.end
-	if e := proven.Add(c.cfg.LeaseTTL); e.Before(granted) {
+	if e := proven.Add(ss.ttl); e.Before(granted) {
 		granted = e
 	}
 	// The reply carries the oldest unacknowledged events, as many as fit a
@@ -230,11 +365,180 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 		l.delivered = max(l.delivered, events[n-1].Seq)
 	}
 	return &wire.KeepAliveResponse{
-		Epoch:       c.epoch,
+		Epoch:       a.epoch,
 		HeldMillis:  replied.Sub(arrived).Milliseconds(),
 		LeaseMillis: granted.Sub(replied).Milliseconds(),
 		Events:      events,
 	}, nil
+}
+
+// expired returns the sessions whose lease ran out before now.
+func (ss *sessions) expired(now time.Time) []uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var out []uint64
+	for id, l := range ss.leases {
+		if l.end.Before(now) && !l.closed {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// drop forgets session's lease: the state no longer has the session.
+func (ss *sessions) drop(session uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if l := ss.leases[session]; l != nil {
+		ss.dropLocked(session, l)
+	}
+}
+
+// dropLocked forgets a session's lease and its place in the
+// per-connection count.
+func (ss *sessions) dropLocked(id uint64, l *lease) {
+	if l.conn != 0 {
+		if ss.byConn[l.conn]--; ss.byConn[l.conn] <= 0 {
+			delete(ss.byConn, l.conn)
+		}
+	}
+	delete(ss.leases, id)
+}
+
+// leaseLeft returns how much lease each of ids has left at now, for those
+// that hold an open lease.
+func (ss *sessions) leaseLeft(ids []uint64, now time.Time) map[uint64]time.Duration {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	out := make(map[uint64]time.Duration, len(ids))
+	for _, id := range ids {
+		if l := ss.leases[id]; ss.active && l != nil && !l.closed {
+			out[id] = max(l.end.Sub(now), 0)
+		}
+	}
+	return out
+}
+
+// observe applies one entry's changes to the leases: handle events (notes)
+// are numbered and queued, waking the parked KeepAlive (past a session's
+// bound they are dropped); a session created gets a lease; a session closed
+// ends its parked KeepAlive and its fail-over wait. It returns the sessions
+// that ended, for the invalidator to forget (after this lock is released).
+func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (ended []uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.active {
+		for _, n := range notes {
+			if l := ss.leases[n.session]; l != nil && !l.closed {
+				if len(l.events) >= l.eventRoom() {
+					// Handle events are notifications: a session that
+					// does not take them does not get to pile them up.
+					ss.dropped++
+					continue
+				}
+				n.ev.Seq = ss.nextEventLocked()
+				l.events = append(l.events, n.ev)
+				l.wakeLocked()
+			}
+		}
+	}
+	for _, c := range changes {
+		switch c.Kind {
+		case replica.ChangeSessionCreated:
+			if _, ok := ss.leases[c.Session]; !ok && ss.active {
+				ss.leases[c.Session] = newLease(ss.clock.Now().Add(ss.ttl))
+			}
+		case replica.ChangeSessionClosed:
+			ss.ackedLocked(c.Session)
+			if l, ok := ss.leases[c.Session]; ok {
+				l.closed = true
+				l.wakeLocked()
+				l.signalAckLocked()
+				ended = append(ended, c.Session)
+				ss.dropLocked(c.Session, l)
+			}
+		}
+	}
+	return ended
+}
+
+// droppedEvents counts handle events not queued because a session's queue
+// was full.
+func (ss *sessions) droppedEvents() uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.dropped
+}
+
+// The sessions part's side of sessionLink (invalidate.go).
+
+func (ss *sessions) cacheable(session, seq uint64) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	l := ss.leases[session]
+	return l != nil && !l.closed && l.acked >= seq
+}
+
+func (ss *sessions) queueInvalidation(session uint64, name string) (*lease, uint64, time.Time, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	l := ss.leases[session]
+	if l == nil || l.closed {
+		return nil, 0, time.Time{}, false
+	}
+	seq := ss.nextEventLocked()
+	l.events = append(l.events, wire.Event{Seq: seq, Kind: wire.EventInvalidate, Path: name})
+	l.wakeLocked()
+	return l, seq, l.end, true
+}
+
+func (ss *sessions) ackState(l *lease, seq uint64) (bool, bool, <-chan struct{}) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackCh
+}
+
+func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest) (*wire.CreateSessionResponse, error) {
+	if len(req.ClientName) > 256 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "client name of %d bytes exceeds 256", len(req.ClientName))
+	}
+	unreserve, err := c.reserveSession(c.caller)
+	if err != nil {
+		return nil, err
+	}
+	defer unreserve() // after the lease below counts it on its connection
+	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdCreateSession, Client: req.ClientName})
+	if err != nil {
+		return nil, err
+	}
+	c.sess.created(res.Session, c.caller.Conn)
+	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds()}, nil
+}
+
+// keepAlive serves a KeepAlive through the sessions part. A session the
+// part holds no lease for is adopted only if the state has it live and
+// this replica still leads.
+func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire.KeepAliveResponse, error) {
+	id := c.h.Session
+	return c.sess.keepAlive(ctx, c.stop, keepAliveArgs{session: id, epoch: c.epoch, clientEpoch: c.h.Epoch,
+		ack: req.AckEvent, prompt: req.Prompt, admit: func() error {
+			if !c.cons.IsLeader() {
+				return errStopped
+			}
+			var live bool
+			var applied uint64
+			c.read(func(v replica.View) {
+				live = v.SessionExists(id)
+				_, _, _, applied = v.Counts()
+			})
+			if id == 0 || !live {
+				if id == 0 || id > applied {
+					return wire.Errorf(wire.CodeUnknownSession, "session %d was never created in this cell", id)
+				}
+				return wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", id)
+			}
+			return nil
+		}})
 }
 
 // Bounds on one KeepAlive reply's events, well inside a frame (names are
@@ -288,28 +592,15 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 			return
 		case <-tick:
 		}
-		now := s.cfg.Clock.Now()
-		var expired []uint64
-		s.mu.Lock()
-		for id, l := range s.leases {
-			if l.end.Before(now) && !l.closed {
-				expired = append(expired, id)
-			}
-		}
-		s.mu.Unlock()
-		for _, id := range expired {
+		for _, id := range s.sess.expired(s.cfg.Clock.Now()) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			res, err := s.applyInvalidating(ctx, stop, &replica.Command{Type: replica.CmdCloseSession, Session: id, Expired: true, Time: s.now()})
 			cancel()
 			switch {
 			case err != nil:
 				s.log.Warn("session expiry not applied; will retry", "session", id, "err", err)
-			case res.Err != nil:
-				s.mu.Lock()
-				if l := s.leases[id]; l != nil {
-					s.dropLeaseLocked(id, l)
-				}
-				s.mu.Unlock()
+			case res.Err != nil: // the state has no such session
+				s.sess.drop(id)
 				s.inv.forget(id)
 			default:
 				s.log.Info("session expired", "session", id)
@@ -349,26 +640,14 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 		views = views[:wire.MaxListedSessions]
 	}
 	out.Sessions = make([]wire.SessionInfo, 0, len(views))
-	c.mu.Lock()
+	ids := make([]uint64, len(views))
+	for i, v := range views {
+		ids[i] = v.ID
+	}
+	left := c.sess.leaseLeft(ids, now)
 	for _, v := range views {
-		info := wire.SessionInfo{ID: v.ID, Client: v.Client, Principal: v.Principal, Created: v.Created,
-			Handles: uint32(v.Handles), Locks: v.Locks}
-		if l := c.leases[v.ID]; l != nil {
-			info.LeaseMillis = max(l.end.Sub(now).Milliseconds(), 0)
-		}
-		out.Sessions = append(out.Sessions, info)
+		out.Sessions = append(out.Sessions, wire.SessionInfo{ID: v.ID, Client: v.Client, Principal: v.Principal, Created: v.Created,
+			Handles: uint32(v.Handles), Locks: v.Locks, LeaseMillis: left[v.ID].Milliseconds()})
 	}
-	c.mu.Unlock()
 	return out, nil
-}
-
-// dropLeaseLocked forgets a session's lease and its place in the
-// per-connection count. s.mu is held.
-func (s *Server) dropLeaseLocked(id uint64, l *lease) {
-	if l.conn != 0 {
-		if s.connSessions[l.conn]--; s.connSessions[l.conn] <= 0 {
-			delete(s.connSessions, l.conn)
-		}
-	}
-	delete(s.leases, id)
 }

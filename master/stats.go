@@ -105,14 +105,14 @@ func (s *Server) SessionStatuses(limit int) (total int, out []SessionStatus) {
 		views = views[:limit]
 	}
 	out = make([]SessionStatus, 0, len(views))
-	now := s.cfg.Clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	ids := make([]uint64, len(views))
+	for i, v := range views {
+		ids[i] = v.ID
+	}
+	left := s.sess.leaseLeft(ids, s.cfg.Clock.Now())
 	for _, v := range views {
 		st := SessionStatus{ID: v.ID, Client: v.Client, Principal: v.Principal, Handles: v.Handles, Locks: v.Locks}
-		if l := s.leases[v.ID]; s.serving && l != nil && !l.closed {
-			st.HasLease, st.LeaseLeft = true, max(l.end.Sub(now), 0)
-		}
+		st.LeaseLeft, st.HasLease = left[v.ID]
 		out = append(out, st)
 	}
 	return total, out

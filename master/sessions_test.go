@@ -1,0 +1,292 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"lockcell/cell/wire"
+	"lockcell/replica"
+)
+
+// The sessions part against a fake clock and a fake leadership, without
+// Raft. End to end: cell.TestSessionsSurviveFailover, the KeepAlive and
+// Jeopardy tests of package cell and fixtures/safety.
+
+// alwaysLeader is a leaseAuthority whose leadership is proven at every
+// instant of its clock.
+type alwaysLeader struct{ clock *fakeClock }
+
+func (a alwaysLeader) leads() bool { return true }
+
+func (a alwaysLeader) provenSince(context.Context, time.Time) (time.Time, error) {
+	return a.clock.Now(), nil
+}
+
+const testEpoch = 3
+
+func newTestSessions(t *testing.T, ids ...uint64) (*sessions, *fakeClock, chan struct{}) {
+	clock := newFakeClock()
+	ss := newSessions(clock, testLease, alwaysLeader{clock}, &masterStats{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ss.start(testEpoch, ids)
+	stop := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+	})
+	return ss, clock, stop
+}
+
+type keepAliveResult struct {
+	resp *wire.KeepAliveResponse
+	err  error
+}
+
+// keepAliveAsync runs one KeepAlive of session (acknowledging ack, at the
+// master's epoch) and waits until it has parked or answered.
+func keepAliveAsync(t *testing.T, ss *sessions, clock *fakeClock, stop chan struct{}, session, ack uint64) <-chan keepAliveResult {
+	t.Helper()
+	armed := clock.armed()
+	out := make(chan keepAliveResult, 1)
+	go func() {
+		resp, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: session, epoch: testEpoch,
+			clientEpoch: testEpoch, ack: ack, admit: func() error { return errors.New("no lease") }})
+		out <- keepAliveResult{resp, err}
+	}()
+	eventually(t, "the KeepAlive parks or answers", func() bool { return clock.armed() > armed || len(out) > 0 })
+	return out
+}
+
+func answered(t *testing.T, ch <-chan keepAliveResult) keepAliveResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("the KeepAlive did not answer")
+		return keepAliveResult{}
+	}
+}
+
+func parked(t *testing.T, ch <-chan keepAliveResult) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("the KeepAlive answered %+v, %v; want it parked", r.resp, r.err)
+	default:
+	}
+}
+
+func TestKeepAliveParksUntilAQuarterLeaseIsLeftAndExtendsTheLease(t *testing.T) {
+	ss, clock, stop := newTestSessions(t)
+	ss.created(1, 0)
+	ch := keepAliveAsync(t, ss, clock, stop, 1, 0)
+	clock.Advance(testLease*3/4 - time.Millisecond)
+	parked(t, ch)
+	clock.Advance(time.Millisecond)
+	r := answered(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.resp.HeldMillis != (testLease*3/4).Milliseconds() || r.resp.LeaseMillis != testLease.Milliseconds() {
+		t.Fatalf("held %d ms with %d ms of lease; want %d ms held and a full lease", r.resp.HeldMillis, r.resp.LeaseMillis,
+			(testLease * 3 / 4).Milliseconds())
+	}
+	if left := ss.leaseLeft([]uint64{1}, clock.Now())[1]; left != testLease {
+		t.Fatalf("the master's lease has %v left after the reply; want %v", left, testLease)
+	}
+	if n := len(ss.expired(clock.Now().Add(testLease - time.Millisecond))); n != 0 {
+		t.Fatalf("%d sessions expire within the extended lease", n)
+	}
+}
+
+func TestKeepAliveAnswersAtOnceWhenAnEventIsQueued(t *testing.T) {
+	ss, clock, stop := newTestSessions(t)
+	ss.created(1, 0)
+	ss.created(2, 0)
+	ch := keepAliveAsync(t, ss, clock, stop, 1, 0)
+	parked(t, ch)
+	// A handle event from the state wakes the parked call, with no time
+	// passing; a session that is not watching gets nothing.
+	ss.observe([]sessionEvent{{1, wire.Event{Kind: wire.EventContents, Path: "/ls/c/f", Handle: 7}}}, nil)
+	r := answered(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.resp.HeldMillis != 0 || len(r.resp.Events) != 1 || r.resp.Events[0].Path != "/ls/c/f" {
+		t.Fatalf("reply %+v; want the event at once", r.resp)
+	}
+	// So does an invalidation; the acknowledgement of the first event
+	// comes with the next call, and only the new event is sent.
+	first := r.resp.Events[0].Seq
+	ch = keepAliveAsync(t, ss, clock, stop, 1, first)
+	parked(t, ch)
+	if _, _, _, ok := ss.queueInvalidation(1, "/ls/c/g"); !ok {
+		t.Fatal("no live lease to queue an invalidation on")
+	}
+	r = answered(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.resp.Events) != 1 || r.resp.Events[0].Kind != wire.EventInvalidate || r.resp.Events[0].Seq <= first {
+		t.Fatalf("events %+v; want only the invalidation, numbered after %d", r.resp.Events, first)
+	}
+	if !ss.cacheable(1, first) || ss.cacheable(1, r.resp.Events[0].Seq) {
+		t.Fatal("acknowledgements are not recorded as sent")
+	}
+}
+
+func TestEventsAreNumberedInOrderAndExpiredLeasesFound(t *testing.T) {
+	ss, clock, stop := newTestSessions(t)
+	ss.created(1, 0)
+	ss.created(2, 0)
+	var notes []sessionEvent
+	for i := range 3 {
+		notes = append(notes, sessionEvent{uint64(1 + i%2), wire.Event{Kind: wire.EventChildAdded, Path: "/ls/c"}})
+	}
+	ss.observe(notes, nil)
+	_, seq, _, _ := ss.queueInvalidation(2, "/ls/c/x")
+	if want := uint64(testEpoch<<40 + 4); seq != want {
+		t.Fatalf("fourth event numbered %d; want %d (the epoch in the high bits, counting from 1)", seq, want)
+	}
+	var got []uint64
+	for _, id := range []uint64{1, 2} {
+		for _, ev := range ss.leases[id].events {
+			got = append(got, ev.Seq)
+		}
+	}
+	// Session 1 has events 1 and 3, session 2 has 2 and 4.
+	want := []uint64{testEpoch<<40 + 1, testEpoch<<40 + 3, testEpoch<<40 + 2, testEpoch<<40 + 4}
+	if len(got) != len(want) {
+		t.Fatalf("queued %v; want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("queued %v; want %v", got, want)
+		}
+	}
+
+	// Session 2's lease is extended by a KeepAlive's arrival; session
+	// 1's runs out.
+	clock.Advance(testLease / 2)
+	ch := keepAliveAsync(t, ss, clock, stop, 2, testEpoch<<40+4)
+	if n := len(ss.expired(clock.Now().Add(testLease / 2))); n != 0 {
+		t.Fatalf("%d sessions expired while their leases last", n)
+	}
+	clock.Advance(testLease/2 + time.Millisecond)
+	if r := answered(t, ch); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if exp := ss.expired(clock.Now()); len(exp) != 1 || exp[0] != 1 {
+		t.Fatalf("expired %v; want [1]", exp)
+	}
+	// A KeepAlive that arrives after its lease ran out is refused.
+	r := answered(t, keepAliveAsync(t, ss, clock, nil, 1, 0))
+	if codeOf(r.err) != wire.CodeSessionExpired {
+		t.Fatalf("KeepAlive after the lease: %v; want SessionExpired", r.err)
+	}
+	// The expiry applied: the lease is gone, and its session's ended.
+	if ended := ss.observe(nil, []replica.Change{{Kind: replica.ChangeSessionClosed, Session: 1}}); len(ended) != 1 || ended[0] != 1 {
+		t.Fatalf("ended %v; want [1]", ended)
+	}
+	if exp := ss.expired(clock.Now()); len(exp) != 0 {
+		t.Fatalf("expired %v after the close; want none", exp)
+	}
+}
+
+func TestFailoverGivesFreshLeasesAndWaitsForEveryAcknowledgement(t *testing.T) {
+	ss, clock, stop := newTestSessions(t, 1, 2)
+	if rec, n := ss.recovery(); !rec || n != 2 {
+		t.Fatalf("recovery %v with %d sessions; want true with 2", rec, n)
+	}
+	if left := ss.leaseLeft([]uint64{1, 2}, clock.Now()); left[1] != testLease || left[2] != testLease {
+		t.Fatalf("leases left %v; want a full lease each", left)
+	}
+	r := answered(t, keepAliveAsync(t, ss, clock, stop, 1, 0))
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.resp.Events) != 1 || r.resp.Events[0].Kind != wire.EventMasterFailover {
+		t.Fatalf("first reply %+v; want the fail-over event", r.resp)
+	}
+	failover := r.resp.Events[0].Seq
+	ch := keepAliveAsync(t, ss, clock, stop, 1, failover)
+	if rec, n := ss.recovery(); !rec || n != 1 {
+		t.Fatalf("recovery %v with %d sessions after one acknowledged; want true with 1", rec, n)
+	}
+	parked(t, ch)
+	// The other session ends instead of acknowledging: recovery is over.
+	ss.observe(nil, []replica.Change{{Kind: replica.ChangeSessionClosed, Session: 2}})
+	if rec, n := ss.recovery(); rec || n != 0 {
+		t.Fatalf("recovery %v with %d sessions; want over", rec, n)
+	}
+	close(stop)
+	if r := answered(t, ch); !errors.Is(r.err, errStopped) {
+		t.Fatalf("parked KeepAlive at stop: %v; want errStopped", r.err)
+	}
+	// A client that last spoke to another master is told of the fail-over
+	// even once it has nothing queued.
+	resp, err := ss.keepAlive(context.Background(), nil, keepAliveArgs{session: 1, epoch: testEpoch, clientEpoch: testEpoch - 1,
+		ack: failover})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Events) != 1 || resp.Events[0].Kind != wire.EventMasterFailover || resp.Events[0].Seq <= failover {
+		t.Fatalf("reply to an old epoch's client %+v; want a fail-over event", resp)
+	}
+}
+
+func TestClosedSessionEndsItsParkedKeepAlive(t *testing.T) {
+	ss, clock, stop := newTestSessions(t)
+	ss.created(1, 0)
+	ch := keepAliveAsync(t, ss, clock, stop, 1, 0)
+	parked(t, ch)
+	ss.observe(nil, []replica.Change{{Kind: replica.ChangeSessionClosed, Session: 1}})
+	if r := answered(t, ch); codeOf(r.err) != wire.CodeSessionExpired {
+		t.Fatalf("parked KeepAlive of a closed session: %+v, %v; want SessionExpired", r.resp, r.err)
+	}
+	// A session with no lease is adopted only as admit says.
+	refused := errors.New("not live")
+	if _, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: 5, epoch: testEpoch, clientEpoch: testEpoch,
+		prompt: true, admit: func() error { return refused }}); !errors.Is(err, refused) {
+		t.Fatalf("KeepAlive of an unknown session: %v; want admit's error", err)
+	}
+	resp, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: 5, epoch: testEpoch, clientEpoch: testEpoch,
+		prompt: true, admit: func() error { return nil }})
+	if err != nil || resp.LeaseMillis != testLease.Milliseconds() {
+		t.Fatalf("adopted session's KeepAlive: %+v, %v; want a full lease", resp, err)
+	}
+}
+
+// TestExpiryClosesTheSessionInTheState: the master's expiry loop, on the
+// master's clock, proposes the close of a session whose lease ran out.
+func TestExpiryClosesTheSessionInTheState(t *testing.T) {
+	m := newTestMaster(t)
+	resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.(*wire.CreateSessionResponse).Session
+	live := func() bool {
+		var ok bool
+		m.read(func(v replica.View) { ok = v.SessionExists(id) })
+		return ok
+	}
+	m.clock.Advance(testLease - time.Millisecond)
+	if !live() {
+		t.Fatal("session closed before its lease ran out")
+	}
+	eventually(t, "the expired session is closed", func() bool {
+		m.clock.Advance(testLease / 20) // the expiry loop's period
+		return !live()
+	})
+	if n := m.sess.count(); n != 0 {
+		t.Fatalf("%d leases left after the expiry", n)
+	}
+}
