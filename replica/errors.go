@@ -6,30 +6,31 @@ import (
 )
 
 // Kind classifies an error the state machine returns as a value in a
-// Result. Numbers are stored in snapshots (the de-duplication table), so
-// they are append-only.
+// Result. Results are stored in snapshots and backups (the de-duplication
+// table), so every kind has an explicit number that never changes; new
+// kinds take new numbers. TestPersistedEnumValues pins them.
 type Kind uint8
 
 // The kinds of state-machine errors.
 const (
-	KindNone Kind = iota
-	KindNotFound
-	KindExists
-	KindNotDir
-	KindIsDir
-	KindNotEmpty
-	KindGenerationMismatch
-	KindLockHeld
-	KindNotHeld
-	KindHandleInvalid
-	KindSessionExpired
-	KindDuplicate
-	KindBadRequest
-	KindLockDelay
-	KindPermission
-	KindCanceled
-	KindStaleSequencer
-	KindQuotaExceeded
+	KindNone               Kind = 0
+	KindNotFound           Kind = 1
+	KindExists             Kind = 2
+	KindNotDir             Kind = 3
+	KindIsDir              Kind = 4
+	KindNotEmpty           Kind = 5
+	KindGenerationMismatch Kind = 6
+	KindLockHeld           Kind = 7
+	KindNotHeld            Kind = 8
+	KindHandleInvalid      Kind = 9
+	KindSessionExpired     Kind = 10
+	KindDuplicate          Kind = 11
+	KindBadRequest         Kind = 12
+	KindLockDelay          Kind = 13
+	KindPermission         Kind = 14
+	KindCanceled           Kind = 15
+	KindStaleSequencer     Kind = 16
+	KindQuotaExceeded      Kind = 17
 )
 
 // Error is a state-machine error: deterministic, stored in the request
