@@ -60,16 +60,16 @@ browser-deps:
 	    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null; }; }; } || \
 	  echo "make: chromium unavailable: TestStatusPageInBrowser will skip"
 
-# Short fuzzing (docs/testplan.md#fuzzing): each target for FUZZTIME, one target per
-# run (as -fuzz requires), from one fuzz-instrumented test binary per
-# package; plain `go test` replays the committed corpora (testdata/fuzz/)
+# Short fuzzing (docs/testplan.md#fuzzing): each target for FUZZTIME, one
+# target per run (as -fuzz requires), from one fuzz-instrumented test binary
+# per package; plain `go test` replays the committed corpora (testdata/fuzz/)
 # anyway. New interesting inputs stay in the go build cache; a failing input
 # is written to the package's testdata and fails. Go 1.26's fuzz coordinator
 # can end a clean run with a bare "context deadline exceeded"
-# (golang/go#75804, fixed in Go 1.27): with no failing input written, that
-# is reported and ignored.
-# A target may name its own time (Fn@10s): the FSM targets' executions are
-# slow (their test binary instruments raft and badger too), so they get more.
+# (golang/go#75804, fixed in Go 1.27): with no failing input written, that is
+# reported and ignored. A target may name its own time (Fn@10s): the FSM
+# targets' executions are slow (their test binary instruments raft and badger
+# too), so they get more.
 FUZZTIME     ?= 4s
 FUZZ_TARGETS := cell/wire:FuzzFrame,FuzzDecodeRequest,FuzzRoundTrip,FuzzPath \
 	replica:FuzzDecodeRaftEntry@10s,FuzzSnapshotRestore@10s sequencer:FuzzSequencer acl:FuzzACLFile
@@ -158,10 +158,10 @@ torture:
 	echo "torture: chaos exit $$st, safety exit $$sf, hostile exit $$ho, summary exit $$sum, seeded bugs exit $$sb, model exit $$mo"; \
 	test $$st -eq 0 -a $$sf -eq 0 -a $$ho -eq 0 -a $$sum -eq 0 -a $$sb -eq 0 -a $$mo -eq 0
 
-# docs/testplan.md#seeded-bugs: each seeded bug (build tag) against the test that must
-# catch it, for SEEDS seeds (default 5; seed i is SEED_BASE+i, passed as
-# LOCKCELL_SAFETY_SEED and LOCKCELL_CHAOS_SEED); prints the catch table
-# (tag, test, caught/SEEDS) and fails if a bug is caught in fewer than 4
+# docs/testplan.md#seeded-bugs: each seeded bug (build tag) against the test
+# that must catch it, for SEEDS seeds (default 5; seed i is SEED_BASE+i,
+# passed as LOCKCELL_SAFETY_SEED and LOCKCELL_CHAOS_SEED); prints the catch
+# table (tag, test, caught/SEEDS) and fails if a bug is caught in fewer than 4
 # of 5. BUGS="bug_x ..." runs a subset. See scripts/seeded-bugs.sh.
 .PHONY: seeded-bugs
 seeded-bugs:

@@ -1,9 +1,9 @@
 package acl
 
-// FuzzACLFile (docs/testplan.md#fuzzing): Parse of arbitrary file contents never
-// panics, allocates at most 64 x input + 1 MiB, rejects with a *ParseError
-// (wrapping ErrInvalidACL) that names the first bad line, and accepts
-// exactly the set of principals the file's lines hold, which Format
+// FuzzACLFile (docs/testplan.md#fuzzing): Parse of arbitrary file contents
+// never panics, allocates at most 64 x input + 1 MiB, rejects with a
+// *ParseError (wrapping ErrInvalidACL) that names the first bad line, and
+// accepts exactly the set of principals the file's lines hold, which Format
 // renders back to an equal List. FuzzACLFormat: Format of arbitrary names
 // either rejects them (ErrInvalidACL) or parses back to New(names).
 

@@ -1,8 +1,9 @@
 // Package cache is the client library's consistent cache of node data
-// (docs/spec.md#caching): file contents, stats and directory listings, keyed by node name
-// and a caller-chosen kind. It is a pure data structure guarded by its own
-// mutex: no network, no goroutines, no clock. The client translates the
-// master's invalidation events, jeopardy and fail-over into calls on it.
+// (docs/spec.md#caching): file contents, stats and directory listings, keyed
+// by node name and a caller-chosen kind. It is a pure data structure guarded
+// by its own mutex: no network, no goroutines, no clock. The client
+// translates the master's invalidation events, jeopardy and fail-over into
+// calls on it.
 //
 // # Consistency protocol
 //

@@ -20,11 +20,11 @@ import (
 	"lockcell/fixtures"
 )
 
-// docs/testplan.md#acl-matrix: the ACL enforcement matrix, through real mutual-TLS
-// connections with certificates the test mints. Every principal tries every
-// call on every node, and the outcome is compared with an independent
-// reference authorizer written out here from docs/spec.md#acls and
-// DESIGN.md ("ACLs").
+// docs/testplan.md#acl-matrix: the ACL enforcement matrix, through real
+// mutual-TLS connections with certificates the test mints. Every principal
+// tries every call on every node, and the outcome is compared with an
+// independent reference authorizer written out here from docs/spec.md#acls
+// and DESIGN.md ("ACLs").
 
 // aclAudit records the cell's audit log lines.
 type aclAudit struct {

@@ -21,11 +21,11 @@ import (
 	"lockcell/fixtures"
 )
 
-// Tests of the client cache (docs/spec.md#caching) on real cells: a hit makes no call;
-// no read, cached or not, ever returns data older than a write that
-// completed before it began, across processes and across a master
-// fail-over; a cacher cut off from the cell delays a write by at most its
-// lease; listings and stats are invalidated like contents.
+// Tests of the client cache (docs/spec.md#caching) on real cells: a hit makes
+// no call; no read, cached or not, ever returns data older than a write that
+// completed before it began, across processes and across a master fail-over;
+// a cacher cut off from the cell delays a write by at most its lease;
+// listings and stats are invalidated like contents.
 
 // expectHit runs read and fails unless it was served from cl's cache
 // without a call to the cell (a KeepAlive of some client in the process
@@ -371,12 +371,12 @@ func TestHelperRegisterReaders(t *testing.T) {
 	fmt.Println("done")
 }
 
-// The cache rule (docs/spec.md#caching) across processes: 20 reader sessions in two processes (this one
-// and a re-executed child) read one file in a loop, mostly from their
-// caches, while 3 writers write increasing values concurrently. No read,
-// cached or not, returns a value older than a write that completed before
-// the read began, or a value never written; reads and writes are
-// linearizable.
+// The cache rule (docs/spec.md#caching) across processes: 20 reader sessions
+// in two processes (this one and a re-executed child) read one file in a
+// loop, mostly from their caches, while 3 writers write increasing values
+// concurrently. No read, cached or not, returns a value older than a write
+// that completed before the read began, or a value never written; reads and
+// writes are linearizable.
 func TestCacheNeverStaleAfterWrite(t *testing.T) {
 	testRegisterAcrossProcesses(t, false)
 }

@@ -14,11 +14,11 @@ import (
 	"lockcell/fixtures"
 )
 
-// Fault tests of sessions, lock-delay and fail-over (docs/spec.md#sessions-and-leases,
-// #lock-delay, #fail-over): a client process killed outright, a
-// lock-delay spanning a master fail-over, a session riding out a quorum
-// loss in jeopardy, and an expired session staying dead once the cell is
-// reachable again.
+// Fault tests of sessions, lock-delay and fail-over
+// (docs/spec.md#sessions-and-leases, #lock-delay, #fail-over): a client
+// process killed outright, a lock-delay spanning a master fail-over, a
+// session riding out a quorum loss in jeopardy, and an expired session
+// staying dead once the cell is reachable again.
 
 const (
 	helperHoldLockEnv = "LOCKCELL_HELPER_HOLDLOCK"
@@ -151,10 +151,10 @@ func TestKilledClientProcessLosesSession(t *testing.T) {
 		st.LockDelayUntil.Sub(killAt).Round(time.Millisecond), g.at.Sub(killAt).Round(time.Millisecond))
 }
 
-// docs/spec.md#lock-delay: a lock-delay holds across a master fail-over. The holder's
-// session expires (recording the delay), the master dies while the delay
-// runs; the new master neither lets a TryAcquire take the lock nor hands
-// it to the queued waiter before the delay ends, and then hands it on
+// docs/spec.md#lock-delay: a lock-delay holds across a master fail-over. The
+// holder's session expires (recording the delay), the master dies while the
+// delay runs; the new master neither lets a TryAcquire take the lock nor
+// hands it to the queued waiter before the delay ends, and then hands it on
 // without anyone polling.
 func TestLockDelaySurvivesMasterFailover(t *testing.T) {
 	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: time.Second})
@@ -264,11 +264,12 @@ func TestLockDelaySurvivesMasterFailover(t *testing.T) {
 	t.Logf("B granted at T+%v", g.at.Sub(cutAt).Round(time.Millisecond))
 }
 
-// docs/spec.md#jeopardy-and-grace and #fail-over: the cell loses its quorum (the master and two more of five
-// replicas stop) for longer than the client's lease; the client goes into
-// jeopardy, and when the replicas return within the grace period it hears
-// Safe and MasterFailover and carries on with the same session, lock (same
-// generation) and ephemeral file. Nobody else can take the lock.
+// docs/spec.md#jeopardy-and-grace and #fail-over: the cell loses its quorum
+// (the master and two more of five replicas stop) for longer than the
+// client's lease; the client goes into jeopardy, and when the replicas return
+// within the grace period it hears Safe and MasterFailover and carries on
+// with the same session, lock (same generation) and ephemeral file. Nobody
+// else can take the lock.
 func TestJeopardyThenSafeKeepsSession(t *testing.T) {
 	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: time.Second})
 	ctx := ctxT(t, 60*time.Second)
@@ -354,11 +355,11 @@ func TestJeopardyThenSafeKeepsSession(t *testing.T) {
 	}
 }
 
-// docs/spec.md#jeopardy-and-grace: a KeepAlive that succeeds in time gives
-// a Safe event and the session goes on. When the hunt for a master lasts longer than one lease
-// (here: no quorum for a while after jeopardy began, then a new master),
-// the KeepAlive that finally succeeds must give the client a fresh local
-// lease; the client must not fall straight back into jeopardy.
+// docs/spec.md#jeopardy-and-grace: a KeepAlive that succeeds in time gives a
+// Safe event and the session goes on. When the hunt for a master lasts longer
+// than one lease (here: no quorum for a while after jeopardy began, then a
+// new master), the KeepAlive that finally succeeds must give the client a
+// fresh local lease; the client must not fall straight back into jeopardy.
 func TestSafeAfterLongHuntIsNotFollowedByJeopardy(t *testing.T) {
 	const lease = time.Second
 	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: lease})
@@ -434,10 +435,11 @@ func collectEventsUntilClosed(cl *client.Client) (*eventLog, <-chan struct{}) {
 	return l, done
 }
 
-// docs/spec.md#jeopardy-and-grace: once a client's session has expired (it was cut off longer than
-// lease + grace), reaching the cell again does not bring it back: every
-// call fails with ErrSessionExpired, the master refuses the old session
-// id, Close is clean, and the application heard Expired exactly once.
+// docs/spec.md#jeopardy-and-grace: once a client's session has expired (it
+// was cut off longer than lease + grace), reaching the cell again does not
+// bring it back: every call fails with ErrSessionExpired, the master refuses
+// the old session id, Close is clean, and the application heard Expired
+// exactly once.
 func TestExpiredSessionCallsFailWhileCellServes(t *testing.T) {
 	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: time.Second})
 	ctx := ctxT(t, 60*time.Second)

@@ -6,10 +6,10 @@ import (
 	"lockcell/cell/wire"
 )
 
-// ACL names the three ACL files of a node (docs/spec.md#acls): base names of files in
-// /ls/<cell>/acl/, each listing principals one a line. An empty name means
-// the default rule: anyone may read, only the node's creator may write or
-// change its ACLs (the cell admin may always do everything).
+// ACL names the three ACL files of a node (docs/spec.md#acls): base names of
+// files in /ls/<cell>/acl/, each listing principals one a line. An empty name
+// means the default rule: anyone may read, only the node's creator may write
+// or change its ACLs (the cell admin may always do everything).
 type ACL struct {
 	Read      string
 	Write     string

@@ -98,9 +98,9 @@ func WithoutCache() OpenOption {
 	return func(o *openOptions) { o.noCache = true }
 }
 
-// Stat is a node's metadata (docs/spec.md#stat). Generations only grow: ContentGen on
-// every SetContents, LockGen each time the lock goes from free to held,
-// Instance each time the name is created.
+// Stat is a node's metadata (docs/spec.md#stat). Generations only grow:
+// ContentGen on every SetContents, LockGen each time the lock goes from free
+// to held, Instance each time the name is created.
 type Stat struct {
 	Instance    uint64
 	ContentGen  uint64

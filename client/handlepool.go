@@ -9,15 +9,14 @@ import (
 	"lockcell/cell/wire"
 )
 
-// The open-handle cache (docs/spec.md#caching, Chubby §2.5): a handle the application
-// closes is kept open at the master, idle, and the next Open of the same
-// name in the same mode takes it back without a call. Only clean handles
-// qualify: opened with the cache on, not exclusive-create, ephemeral or
-// with events, never used to take a lock, delete or attach a sequencer,
+// The open-handle cache (docs/spec.md#caching, Chubby §2.5): a handle the
+// application closes is kept open at the master, idle, and the next Open of
+// the same name in the same mode takes it back without a call. Only clean
+// handles qualify: opened with the cache on, not exclusive-create, ephemeral
+// or with events, never used to take a lock, delete or attach a sequencer,
 // and with no invalidation of the name since they were opened (the master
-// invalidates the name to us like a cached read, so a delete or re-create
-// of the node drops them). Idle handles are closed at the master when
-// dropped.
+// invalidates the name to us like a cached read, so a delete or re-create of
+// the node drops them). Idle handles are closed at the master when dropped.
 
 // maxPooled bounds the idle handles kept.
 const maxPooled = 1024

@@ -263,11 +263,11 @@ func (c *Client) keepAliveLoop() {
 		ctx, cancel := c.withDeadline(c.base, deadline)
 		var resp wire.KeepAliveResponse
 		// In jeopardy the call asks for a prompt answer and each try is
-		// short: the master we knew may be frozen with its connection
-		// still open, and a new master gives us only about one lease to
-		// find it (docs/spec.md#fail-over), so waiting on one replica for the whole grace
-		// period would lose the session. The session's own deadline (lease
-		// end, then grace end) bounds the search, not RetryTimeout.
+		// short: the master we knew may be frozen with its connection still
+		// open, and a new master gives us only about one lease to find it
+		// (docs/spec.md#fail-over), so waiting on one replica for the whole
+		// grace period would lose the session. The session's own deadline
+		// (lease end, then grace end) bounds the search, not RetryTimeout.
 		try := time.Duration(0)
 		if inJeopardy {
 			try = jeopardyTry(s.leaseTTL)

@@ -1,10 +1,10 @@
 #!/bin/sh
-# docs/testplan.md#seeded-bugs: the checkers must bite. Builds each seeded bug (a build
-# tag, see the bug_*_on.go files) and runs each test that must catch it
-# (a tag may have several rows), once per seed, then prints the catch
-# table: tag, package, test, caught/seeds.
-# A bug counts as caught when its test reports a failure (--- FAIL); a
-# build error or a test timeout is reported apart, never as a catch.
+# docs/testplan.md#seeded-bugs: the checkers must bite. Builds each seeded bug
+# (a build tag, see the bug_*_on.go files) and runs each test that must catch
+# it (a tag may have several rows), once per seed, then prints the catch
+# table: tag, package, test, caught/seeds. A bug counts as caught when its
+# test reports a failure (--- FAIL); a build error or a test timeout is
+# reported apart, never as a catch.
 #
 #   SEEDS=5          seeds per bug (seed i is SEED_BASE+i)
 #   SEED_BASE=...    default: a random base, printed

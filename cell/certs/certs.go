@@ -1,7 +1,7 @@
 // Package certs is lockcell's identity plumbing for mutual TLS
-// (docs/spec.md#identity, #the-raft-port): a development certificate authority, replica and user certificates
-// (ECDSA P-256, crypto/x509), PEM files, and the *tls.Config of each kind
-// of connection:
+// (docs/spec.md#identity, #the-raft-port): a development certificate
+// authority, replica and user certificates (ECDSA P-256, crypto/x509), PEM
+// files, and the *tls.Config of each kind of connection:
 //
 //   - the client port (ServerConfig): the replica presents its replica
 //     certificate and requires a user certificate signed by the CA; the

@@ -36,9 +36,9 @@ func ClientConfig(cert tls.Certificate, roots *x509.CertPool) *tls.Config {
 
 // PeerConfig is the Raft port's TLS configuration, for both ends of a
 // connection: each presents cert and requires the other's to be a replica
-// certificate (OU lockcell-replica) that roots verify (TLS 1.3 only). A
-// user certificate can never speak Raft (docs/spec.md#the-raft-port). The dialling side must
-// set ServerName per connection (replica.Config.PeerTLS does).
+// certificate (OU lockcell-replica) that roots verify (TLS 1.3 only). A user
+// certificate can never speak Raft (docs/spec.md#the-raft-port). The dialling
+// side must set ServerName per connection (replica.Config.PeerTLS does).
 func PeerConfig(cert tls.Certificate, roots *x509.CertPool) *tls.Config {
 	return &tls.Config{
 		MinVersion:       tls.VersionTLS13,

@@ -555,8 +555,8 @@ func fzZooKeeperForbidden(r rune) bool {
 	return r <= 0x1f || r >= 0x7f && r <= 0x9f || r >= 0xd800 && r <= 0xf8ff || r >= 0xfff0 && r <= 0xffff
 }
 
-// fzCheckAcceptedName asserts every rule of docs/testplan.md#path-rules on a name
-// ValidateName accepted in cell.
+// fzCheckAcceptedName asserts every rule of docs/testplan.md#path-rules on a
+// name ValidateName accepted in cell.
 func fzCheckAcceptedName(t *testing.T, cell, name string) {
 	t.Helper()
 	root := "/ls/" + cell
