@@ -19,7 +19,7 @@ func (c *call) isAdmin() bool { return c.caller.Principal == c.cfg.Admin }
 // checkSessionOwner refuses a call on a session created by another
 // principal: session ids are small integers, and a guessed one must not let
 // a caller act with someone else's handles and locks.
-func (s *Server) checkSessionOwner(caller Caller, h *wire.Header, r route) error {
+func (s *parts) checkSessionOwner(caller Caller, h *wire.Header, r route) error {
 	if h.Session == 0 || r.newSession {
 		return nil
 	}
@@ -105,7 +105,7 @@ func (c *call) audit(err error) {
 // because their principal was over its ration (auditrate.go).
 func (s *Server) AuditSuppressed() uint64 { return s.auditRation.Suppressed() }
 
-func (s *Server) isACLPath(name string) bool {
+func (s *parts) isACLPath(name string) bool {
 	dir := "/ls/" + s.cfg.Cell + "/" + replica.ACLDirName + "/"
 	return len(name) > len(dir) && name[:len(dir)] == dir
 }

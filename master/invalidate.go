@@ -311,13 +311,13 @@ func (inv *invalidator) counts() (sent, late uint64) {
 
 // registerCacher records that session (of principal) may cache name; see
 // invalidator.register.
-func (s *Server) registerCacher(session uint64, principal, name string) bool {
+func (s *parts) registerCacher(session uint64, principal, name string) bool {
 	return s.inv.register(session, principal, name)
 }
 
 // applyInvalidating applies cmd after invalidating every cache of a name
 // it could change.
-func (s *Server) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd *replica.Command) (*replica.Result, error) {
+func (s *parts) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd *replica.Command) (*replica.Result, error) {
 	var names []string
 	s.read(func(v replica.View) { names = v.AffectedPaths(cmd) })
 	return s.applyAfter(ctx, stop, names, cmd)
@@ -325,7 +325,7 @@ func (s *Server) applyInvalidating(ctx context.Context, stop <-chan struct{}, cm
 
 // applyAfter applies cmd after invalidating every cache of names, the
 // names cmd could change.
-func (s *Server) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *replica.Command) (*replica.Result, error) {
+func (s *parts) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *replica.Command) (*replica.Result, error) {
 	release, err := s.inv.invalidate(ctx, stop, names)
 	defer release()
 	if err != nil {

@@ -95,7 +95,7 @@ type reservations struct {
 // reserveSession admits one more session of caller against the
 // per-principal, per-cell and per-connection caps, or says which is
 // reached. The returned func gives the reservation back.
-func (s *Server) reserveSession(caller Caller) (func(), error) {
+func (s *parts) reserveSession(caller Caller) (func(), error) {
 	r := &s.reserved
 	lim := s.cfg.Limits
 	r.mu.Lock()
@@ -133,7 +133,7 @@ func (s *Server) reserveSession(caller Caller) (func(), error) {
 }
 
 // reserveHandle admits one more handle of session against its cap.
-func (s *Server) reserveHandle(session uint64) (func(), error) {
+func (s *parts) reserveHandle(session uint64) (func(), error) {
 	r := &s.reserved
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -64,7 +64,7 @@ const (
 // changeTimeout bounds one Raft configuration change.
 const changeTimeout = 10 * time.Second
 
-func (s *Server) ops() (membershipOps, error) {
+func (s *parts) ops() (membershipOps, error) {
 	ops, ok := s.cons.(membershipOps)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeInternal, "this master's replica cannot change the membership")
@@ -80,7 +80,7 @@ func healthyWithin(ops membershipOps) time.Duration { return 2 * ops.HeartbeatTi
 
 // lock takes the change semaphore, or gives up with ctx or the master's
 // stop.
-func (s *Server) lockMembers(ctx context.Context, stop <-chan struct{}) error {
+func (s *parts) lockMembers(ctx context.Context, stop <-chan struct{}) error {
 	select {
 	case s.members.sem <- struct{}{}:
 		return nil
@@ -91,38 +91,42 @@ func (s *Server) lockMembers(ctx context.Context, stop <-chan struct{}) error {
 	}
 }
 
-func (s *Server) unlockMembers() { <-s.members.sem }
+func (s *parts) unlockMembers() { <-s.members.sem }
 
-// membershipCall serves ReplicaAdd, ReplicaRemove and ReplicaList: the
-// admin's alone, and session-less.
-func (c *call) membershipCall(ctx context.Context, body []byte) (any, error) {
+// membershipAdmit admits a membership call (ReplicaAdd, ReplicaRemove,
+// ReplicaList; session-less) before its body is read: the admin's alone,
+// on a replica that can change its membership.
+func (c *call) membershipAdmit() error {
 	if !c.isAdmin() {
-		return nil, wire.Errorf(wire.CodePermission, "only the cell admin may list or change the replicas (%s is not)", c.caller.Principal)
+		return wire.Errorf(wire.CodePermission, "only the cell admin may list or change the replicas (%s is not)", c.caller.Principal)
 	}
+	_, err := c.ops()
+	return err
+}
+
+func (c *call) replicaAddCall(ctx context.Context, req *wire.ReplicaAddRequest) (*wire.ReplicaListResponse, error) {
 	ops, err := c.ops()
 	if err != nil {
 		return nil, err
 	}
-	switch c.h.Method {
-	case wire.MethodReplicaAdd:
-		var req wire.ReplicaAddRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		resp, err := c.replicaAdd(ctx, ops, &req)
-		c.auditChange(err, "id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
-		return resp, err
-	case wire.MethodReplicaRemove:
-		var req wire.ReplicaRemoveRequest
-		if err := wire.Decode(body, &req); err != nil {
-			return nil, err
-		}
-		resp, err := c.replicaRemove(ctx, ops, &req)
-		c.auditChange(err, "id", req.ID)
-		return resp, err
+	resp, err := c.replicaAdd(ctx, ops, req)
+	c.auditChange(err, "id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
+	return resp, err
+}
+
+func (c *call) replicaRemoveCall(ctx context.Context, req *wire.ReplicaRemoveRequest) (*wire.ReplicaListResponse, error) {
+	ops, err := c.ops()
+	if err != nil {
+		return nil, err
 	}
-	var req wire.ReplicaListRequest
-	if err := wire.Decode(body, &req); err != nil {
+	resp, err := c.replicaRemove(ctx, ops, req)
+	c.auditChange(err, "id", req.ID)
+	return resp, err
+}
+
+func (c *call) replicaList(_ context.Context, _ *wire.ReplicaListRequest) (*wire.ReplicaListResponse, error) {
+	ops, err := c.ops()
+	if err != nil {
 		return nil, err
 	}
 	return c.listMembers(ops)
@@ -298,7 +302,7 @@ func changeErr(err error) error {
 
 // checkVoters applies the refusal rules to the configuration cfg would
 // become with id removed (or, with promote, made a voter).
-func (s *Server) checkVoters(ops membershipOps, cfg replica.Configuration, id string, promote bool) error {
+func (s *parts) checkVoters(ops membershipOps, cfg replica.Configuration, id string, promote bool) error {
 	voters := map[string]bool{}
 	for _, sv := range cfg.Servers {
 		if sv.Voter {
@@ -341,7 +345,7 @@ func (s *Server) checkVoters(ops membershipOps, cfg replica.Configuration, id st
 
 // healthy reports whether the master heard from member id lately (the
 // master itself is healthy).
-func (s *Server) healthy(ops membershipOps, id string, prog map[string]replica.PeerProgress, now time.Time, within time.Duration) bool {
+func (s *parts) healthy(ops membershipOps, id string, prog map[string]replica.PeerProgress, now time.Time, within time.Duration) bool {
 	if id == ops.ID() {
 		return true
 	}
@@ -349,7 +353,7 @@ func (s *Server) healthy(ops membershipOps, id string, prog map[string]replica.P
 	return ok && !pp.LastContact.IsZero() && now.Sub(pp.LastContact) <= within
 }
 
-func (s *Server) memberTable() map[string]replica.MemberAddrs {
+func (s *parts) memberTable() map[string]replica.MemberAddrs {
 	var ms []replica.MemberAddrs
 	s.read(func(v replica.View) { ms, _ = v.MemberTable() })
 	out := make(map[string]replica.MemberAddrs, len(ms))
@@ -361,7 +365,7 @@ func (s *Server) memberTable() map[string]replica.MemberAddrs {
 
 // listMembers describes the Raft configuration joined with the member
 // table, with the master's view of each member's health.
-func (s *Server) listMembers(ops membershipOps) (*wire.ReplicaListResponse, error) {
+func (s *parts) listMembers(ops membershipOps) (*wire.ReplicaListResponse, error) {
 	cfg, err := ops.Configuration()
 	if err != nil {
 		return nil, err
@@ -394,7 +398,7 @@ func (s *Server) listMembers(ops membershipOps) (*wire.ReplicaListResponse, erro
 
 // bootstrapAddr is the client address the bootstrap configuration gave
 // id, until the member table is seeded.
-func (s *Server) bootstrapAddr(id string) string {
+func (s *parts) bootstrapAddr(id string) string {
 	for _, m := range s.cfg.Members {
 		if m.ID == id {
 			return m.ClientAddr
@@ -408,7 +412,7 @@ func (s *Server) bootstrapAddr(id string) string {
 // and records the cell's configured size: the voter count now. The state
 // machine keeps the first seed ever applied, so two masters racing (or a
 // restored cell, whose backup carries no table) cannot overwrite a table.
-func (s *Server) seedMembers(ctx context.Context, ops membershipOps) error {
+func (s *parts) seedMembers(ctx context.Context, ops membershipOps) error {
 	var ms []replica.MemberAddrs
 	var size int
 	s.read(func(v replica.View) { ms, size = v.MemberTable() })
@@ -480,7 +484,7 @@ func (s *Server) membershipLoop(stop <-chan struct{}) {
 // promoteCaughtUp promotes at most one non-voter of the member table: one
 // whose log holds every entry committed as of this check and that the
 // master heard from lately, and whose promotion the refusal rules allow.
-func (s *Server) promoteCaughtUp(ctx context.Context, ops membershipOps) error {
+func (s *parts) promoteCaughtUp(ctx context.Context, ops membershipOps) error {
 	cfg, err := ops.Configuration()
 	if err != nil {
 		return err

@@ -8,7 +8,8 @@ import (
 
 // route is how the master admits and serves one wire method. Every call
 // goes through the same steps in Dispatch (serving, leadership proof,
-// fail-over recovery, epoch, session owner, read ration, handler, audit);
+// fail-over recovery, epoch, session owner, read ration, admit,
+// handler, audit);
 // a route says which of them apply, so adding a method is one entry.
 type route struct {
 	// serve decodes the body into the method's request and runs its
@@ -28,6 +29,9 @@ type route struct {
 	newSession bool
 	// rationed: a read charged to the caller's read ration (rations.go).
 	rationed bool
+	// admit, if set, runs before the body is decoded; a call it refuses
+	// is answered its error.
+	admit func(c *call) error
 }
 
 // decoded wraps a handler of request type Req: the body is decoded into a
@@ -74,7 +78,7 @@ var routes = map[wire.Method]route{
 	wire.MethodCheckSequencer: {serve: decoded((*call).checkSequencer), rationed: true},
 	wire.MethodBackup:         {serve: decoded((*call).backup)},
 
-	wire.MethodReplicaAdd:    {serve: (*call).membershipCall, anyEpoch: true, inRecovery: true},
-	wire.MethodReplicaRemove: {serve: (*call).membershipCall, anyEpoch: true, inRecovery: true},
-	wire.MethodReplicaList:   {serve: (*call).membershipCall, anyEpoch: true, inRecovery: true},
+	wire.MethodReplicaAdd:    {serve: decoded((*call).replicaAddCall), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},
+	wire.MethodReplicaRemove: {serve: decoded((*call).replicaRemoveCall), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},
+	wire.MethodReplicaList:   {serve: decoded((*call).replicaList), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},
 }

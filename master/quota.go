@@ -17,7 +17,7 @@ import "lockcell/replica"
 // quotaFor returns the quota an Open that may create, or a SetContents,
 // carries; nil for commands that cannot grow the namespace, which so stay
 // the size they were.
-func (s *Server) quotaFor(cmd *replica.Command) *replica.Quota {
+func (s *parts) quotaFor(cmd *replica.Command) *replica.Quota {
 	switch {
 	case cmd.Type == replica.CmdOpen && cmd.Flags&replica.FlagCreate != 0, cmd.Type == replica.CmdSetContents:
 		l := s.cfg.Limits

@@ -103,54 +103,67 @@ func (c *Config) setDefaults() {
 
 // Server is the master side of the client protocol on one replica.
 type Server struct {
+	// parts are shared with every call in flight (see parts).
+	*parts
+
+	// mu guards the term of service: serving, epoch, stop, servingSince.
+	mu      sync.Mutex
+	serving bool
+	epoch   uint64
+	stop    chan struct{} // closed by Stop; a fresh one per term of service
+	wg      sync.WaitGroup
+	reads   *readRations // each principal's read budget (rations.go)
+	// proof vouches for leadership before a lease is granted or a call
+	// admitted (leadership.go); servingSince is when this term began.
+	proof        *leadershipProof
+	servingSince time.Time
+	delays       *lockDelays // lock-delay hand-offs (lockdelay.go)
+}
+
+// parts are what a call's handler may use: the configuration, the
+// replicated state and consensus, and the master's parts, each with a lock
+// of its own (DESIGN.md "The master in parts"). The term of service
+// (Server.mu and what it guards) is not among them: Dispatch hands each
+// call its epoch and stop channel when it admits it, so no handler reads
+// or changes the Server's own fields.
+//
+// Lock order: inv runs cache invalidation (invalidate.go) and its lock
+// comes first: it calls the sessions part (sessionLink) holding it, and no
+// code holding Server.mu, the reservations' or the sessions' lock calls
+// it. Then Server.mu, then the reservations' lock, then the sessions' lock
+// (sessions.go), then the leaf locks (waits, the lock-delay timers, the
+// stats, backups, audit ration), and the state's read lock last.
+type parts struct {
 	cfg   Config
 	cons  Consensus
 	state State
 	log   *slog.Logger
 
-	// mu guards the term of service: serving, epoch, stop, servingSince.
-	mu       sync.Mutex
-	serving  bool
-	epoch    uint64
-	reserved reservations  // sessions and handles being created (limits.go)
-	reads    *readRations  // each principal's read budget (rations.go)
-	stop     chan struct{} // closed by Stop; a fresh one per term of service
-	wg       sync.WaitGroup
-	// proof vouches for leadership before a lease is granted or a call
-	// admitted (leadership.go); servingSince is when this term began.
-	proof        *leadershipProof
-	servingSince time.Time
-	stats        masterStats  // operators' figures (stats.go)
-	backups      backupStore  // backups being paged out (backup.go)
-	auditRation  *auditRation // denial lines per principal (auditrate.go)
-	members      membership   // membership changes (membership.go)
-
-	// Parts with locks of their own (DESIGN.md "The master in parts").
-	// inv runs cache invalidation (invalidate.go); its lock comes first:
-	// it calls the sessions part (sessionLink) holding it, and no code
-	// holding mu or the sessions' lock calls it. sess (sessions.go) holds
-	// the leases; its lock comes after mu and the reservations'. waits and
-	// delays have leaf locks.
-	inv    *invalidator
-	sess   *sessions
-	waits  acquireWaits // blocked acquires (lockdelay.go)
-	delays *lockDelays  // lock-delay hand-offs (lockdelay.go)
+	inv         *invalidator
+	sess        *sessions
+	reserved    reservations // sessions and handles being created (limits.go)
+	waits       acquireWaits // blocked acquires (lockdelay.go)
+	stats       masterStats  // operators' figures (stats.go)
+	backups     backupStore  // backups being paged out (backup.go)
+	auditRation *auditRation // denial lines per principal (auditrate.go)
+	members     membership   // membership changes (membership.go)
 }
 
 // New returns a master for the replica's state machine. It installs itself
 // as the state's observer.
 func New(cfg Config, cons Consensus, state State) *Server {
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
+	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
 		members:  newMembership(),
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
+	s := &Server{parts: p}
 	s.delays = newLockDelays(cfg.Clock, &s.wg, s.grantAfterDelay)
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Clock.Now}
-	s.sess = newSessions(cfg.Clock, cfg.LeaseTTL, raftAuthority{cons, s.proof}, &s.stats, cfg.Logger)
-	s.reserved.sess = s.sess
-	s.inv = newInvalidator(cfg.Clock, s.sess, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
+	p.sess = newSessions(cfg.Clock, cfg.LeaseTTL, raftAuthority{cons, s.proof}, &p.stats, cfg.Logger)
+	p.reserved.sess = p.sess
+	p.inv = newInvalidator(cfg.Clock, p.sess, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
+	p.auditRation = newAuditRation(cfg.Clock.Now)
 	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
-	s.auditRation = newAuditRation(cfg.Clock.Now)
 	state.SetObserver(s.observe)
 	return s
 }
@@ -235,7 +248,7 @@ func (s *Server) Stop() {
 	s.log.Info("master stopped", "epoch", s.epoch)
 }
 
-func (s *Server) now() int64 { return s.cfg.Clock.Now().UnixNano() }
+func (s *parts) now() int64 { return s.cfg.Clock.Now().UnixNano() }
 
 // observe runs on raft's apply goroutine for every applied entry with
 // changes. It only flips in-memory state and never blocks.
@@ -307,7 +320,7 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 			"result", wire.CodePermission.String())
 		return nil, epoch, err
 	}
-	c := &call{Server: s, caller: caller, h: h, epoch: epoch, stop: stop}
+	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch, stop: stop}
 	ration := r.rationed && caller.Principal != s.cfg.Admin
 	if ration {
 		if err := s.reads.wait(ctx, caller.Principal); err != nil {
@@ -315,9 +328,13 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 		}
 	}
 	var resp any
-	if r.serve == nil {
+	switch {
+	case r.serve == nil:
 		err = wire.Errorf(wire.CodeBadRequest, "unknown method %d", h.Method)
-	} else {
+	case r.admit != nil:
+		err = r.admit(c)
+	}
+	if err == nil {
 		resp, err = r.serve(c, ctx, body)
 	}
 	if ration {
@@ -328,9 +345,10 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	return resp, epoch, err
 }
 
-// call is one request in flight.
+// call is one request in flight: the parts it may use, and what Dispatch
+// admitted it with.
 type call struct {
-	*Server
+	*parts
 	caller Caller
 	h      *wire.Header
 	path   string // the node the call is about, once known (for the audit log)

@@ -151,6 +151,7 @@ func TestDispatchServesThroughTheMethodTable(t *testing.T) {
 		{"write without a request id", wire.Header{Method: wire.MethodSetContents, Session: sess, Epoch: m.epoch},
 			mustMarshal(&wire.SetContentsRequest{Handle: handle}), AnonymousPrincipal, wire.CodeBadRequest},
 		{"membership on a replica without it", wire.Header{Method: wire.MethodReplicaList, Epoch: 0}, nil, AnonymousPrincipal, wire.CodeInternal},
+		{"membership by another than the admin", wire.Header{Method: wire.MethodReplicaList}, nil, "mallory", wire.CodePermission},
 	} {
 		_, _, err := m.Dispatch(context.Background(), Caller{Principal: tc.caller}, &tc.h, tc.body)
 		if got := codeOf(err); got != tc.want {

@@ -24,6 +24,6 @@ type State interface {
 }
 
 // read runs fn on a view of the replicated state under one lock.
-func (s *Server) read(fn func(v replica.View)) {
+func (s *parts) read(fn func(v replica.View)) {
 	_ = s.state.Read(func(v replica.View) error { fn(v); return nil })
 }
