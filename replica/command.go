@@ -88,7 +88,7 @@ type Command struct {
 	Type CmdType `msgpack:"t"`
 	// Time is the proposing master's wall clock, Unix nanoseconds.
 	Time int64 `msgpack:"tm"`
-	// Session, Seq and Ack form the request id (SPEC 11): Seq is unique per
+	// Session, Seq and Ack form the request id: Seq is unique per
 	// session; Ack says every Seq at or below it has completed.
 	Session uint64 `msgpack:"s,omitempty"`
 	Seq     uint64 `msgpack:"q,omitempty"`
