@@ -2,7 +2,8 @@
 
 package master
 
-// bugNoInval is a seeded bug of TESTPLAN test 16 (build tag bug_noinval):
+// bugNoInval is a seeded bug (docs/testplan.md#seeded-bugs;
+// build tag bug_noinval):
 // writes do not wait for cache invalidations to be acknowledged
 // (or for the cacher's lease to run out). fixtures/chaos's
 // TestCacheNeverStale must fail with it.

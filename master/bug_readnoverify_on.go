@@ -2,7 +2,8 @@
 
 package master
 
-// bugReadNoVerify is a seeded bug of TESTPLAN test 16 (build tag bug_readnoverify):
+// bugReadNoVerify is a seeded bug (docs/testplan.md#seeded-bugs;
+// build tag bug_readnoverify):
 // reads ignore VerifyLeader's verdict (a deposed master serves
 // them from its own state). fixtures/chaos's TestStaleReadProbe must fail
 // with it.

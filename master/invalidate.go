@@ -9,7 +9,7 @@ import (
 	"lockcell/replica"
 )
 
-// The cache-invalidation protocol (SPEC 6). The master remembers which
+// The cache-invalidation protocol (docs/spec.md#cache-invalidation). The master remembers which
 // sessions may have cached each name (registered when it served them a
 // read they asked to cache). Before a command that could change a name is
 // proposed, the name is marked busy (reads of it are then served

@@ -18,7 +18,8 @@ import (
 // would go on trusting their caches and their locks. A round of contact
 // that began at time V and succeeded proves no successor was elected
 // before V (a quorum still followed this term after V), and a successor
-// waits a whole lease from its own start before it expires anyone (SPEC 7).
+// waits a whole lease from its own start before it expires anyone
+// (docs/spec.md#fail-over).
 // So a lease that ends by V + LeaseTTL can never outlast what a successor
 // honours.
 type leadershipProof struct {

@@ -63,7 +63,7 @@ type Config struct {
 }
 
 // AnonymousPrincipal is the one principal of a cell without TLS: every
-// caller is it, and it is the default admin (SPEC 8).
+// caller is it, and it is the default admin (docs/spec.md#identity).
 const AnonymousPrincipal = "anonymous"
 
 // Caller is who a call comes from, as the transport authenticated it.
@@ -75,7 +75,7 @@ type Caller struct {
 	Conn uint64
 }
 
-// MaxLockDelay is the longest lock-delay a handle may ask for (SPEC 5).
+// MaxLockDelay is the longest lock-delay a handle may ask for (docs/spec.md#lock-delay).
 const MaxLockDelay = time.Minute
 
 func (c *Config) setDefaults() {
@@ -178,7 +178,7 @@ func (s *Server) Serving() (bool, uint64) {
 // Start makes this replica's master serve, after it won leadership: it
 // takes a new epoch through Raft (which is also the post-election barrier:
 // once it is applied, every earlier entry is), grants every session a full
-// lease from now (no old master can have granted more, SPEC 7), and re-arms
+// lease from now (no old master can have granted more, docs/spec.md#fail-over), and re-arms
 // the hand-off of locks waiting out a lock-delay.
 func (s *Server) Start(ctx context.Context) error {
 	proposed := s.cfg.Clock.Now()

@@ -11,7 +11,7 @@ import (
 )
 
 // lease is a session's lease in master memory. Extensions are never
-// written through Raft (SPEC 4); a new master grants every session a full
+// written through Raft (docs/spec.md#sessions-and-leases); a new master grants every session a full
 // lease instead.
 type lease struct {
 	end    time.Time
@@ -98,7 +98,7 @@ type sessions struct {
 	dropped  uint64 // handle events not queued: the session's queue was full
 	// recovering: after a fail-over the master accepts only KeepAlives
 	// until every session has acknowledged its fail-over event or ended
-	// (SPEC 7 steps 3-5). pendingAck holds the sessions still to answer.
+	// (docs/spec.md#fail-over). pendingAck holds the sessions still to answer.
 	recovering bool
 	pendingAck map[uint64]bool
 }
@@ -130,7 +130,7 @@ func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *mas
 
 // start begins a term of service at epoch: every session of the state
 // (ids) gets a full lease from now, since no earlier master can have
-// granted more (SPEC 7), and a master-fail-over event; recovery lasts until
+// granted more (docs/spec.md#fail-over), and a master-fail-over event; recovery lasts until
 // each has acknowledged it or ended. It returns whether recovery is on.
 func (ss *sessions) start(epoch uint64, ids []uint64) bool {
 	ss.mu.Lock()
@@ -235,7 +235,7 @@ type keepAliveArgs struct {
 	admit func() error
 }
 
-// keepAlive is the long poll of SPEC 4. The lease is extended when the
+// keepAlive is the long poll of docs/spec.md#keepalive. The lease is extended when the
 // call arrives and the call parks until a quarter of the lease is left
 // (or an event is queued for the session, or stop or ctx ends it); then
 // leadership is proven, the lease is extended again and the reply carries
@@ -333,7 +333,7 @@ func (ss *sessions) arrive(a keepAliveArgs, arrived time.Time) (l *lease, holdUn
 	}
 	if a.clientEpoch != a.epoch && len(l.events) == 0 {
 		// The client last spoke to another master and has no fail-over
-		// event queued: tell it (SPEC 7 step 4), so it flushes its cache.
+		// event queued: tell it (docs/spec.md#fail-over), so it flushes its cache.
 		l.events = append(l.events, wire.Event{Seq: ss.nextEventLocked(), Kind: wire.EventMasterFailover})
 	}
 	pending = redeliver || a.prompt || len(l.events) > 0 && l.events[len(l.events)-1].Seq > l.delivered
@@ -580,7 +580,7 @@ func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
 }
 
 // expireLoop expires sessions whose lease ran out, through Raft, so every
-// replica releases their locks and deletes their ephemeral nodes (SPEC 4).
+// replica releases their locks and deletes their ephemeral nodes (docs/spec.md#session-expiry).
 func (s *Server) expireLoop(stop <-chan struct{}) {
 	defer s.wg.Done()
 	every := max(s.cfg.LeaseTTL/20, 10*time.Millisecond)
