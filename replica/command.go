@@ -84,6 +84,27 @@ const MaxCommandSize = 512 * 1024
 // fields matter depends on Type. Everything apply needs, including the
 // proposing master's wall-clock time, travels inside the command, so apply
 // is deterministic.
+//
+// Every command may carry Time, the request id (Session, Seq, Ack), the
+// caller (Principal, Admin) and a Fence. Besides those, apply reads:
+//
+//	Epoch                       nothing
+//	CreateSession               Client
+//	CloseSession                Expired
+//	Open                        Path, Flags, Contents, LockDelay, EventMask, Quota
+//	Close, Delete, Release      Handle
+//	SetContents                 Handle, Contents, IfGen, HasIfGen, Quota (Path: only in a quota error)
+//	Acquire                     Handle, Mode, Wait
+//	CancelWait                  Handle, WaitSeq
+//	Grant                       Path
+//	CellKey                     Contents
+//	SetACL                      Handle, ACL
+//	MembersSeed                 Members, ConfiguredSize
+//	MemberPut, MemberRemove     Members
+//
+// Results, error messages included, are replicated state (the
+// de-duplication table is in every snapshot), so what apply reads and
+// writes for each type is part of the log format.
 type Command struct {
 	Type CmdType `msgpack:"t"`
 	// Time is the proposing master's wall clock, Unix nanoseconds.
