@@ -187,7 +187,7 @@ func committedLogFacts(t testing.TB, f *FSM) {
 	if len(f.cellKey) != 32 || f.cellKey[0] != 0xa5 {
 		t.Errorf("cell key %x", f.cellKey)
 	}
-	members, size := View{f}.MemberTable()
+	members, size := f.members.sorted(), f.members.size
 	if size != 3 || len(members) != 3 || members[0].ID != "r1" || members[1].ID != "r3" || members[2].ID != "r4" {
 		t.Errorf("member table %+v size %d", members, size)
 	}
