@@ -13,8 +13,9 @@ import (
 )
 
 // The sessions part against a fake clock and a fake leadership, without
-// Raft. End to end: cell.TestSessionsSurviveFailover, the KeepAlive and
-// Jeopardy tests of package cell and fixtures/safety.
+// Raft. End to end: cell.TestMasterFailoverKeepsSessionsAndLocks, the
+// KeepAlive and Jeopardy tests of package cell, and
+// fixtures/safety.TestSessionsSurviveShortFailovers.
 
 // alwaysLeader is a leaseAuthority whose leadership is proven at every
 // instant of its clock.
