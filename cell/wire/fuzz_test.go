@@ -82,6 +82,10 @@ var fzTypes = []fzType{
 	{"ListSessionsResponse", func() any { return new(wire.ListSessionsResponse) }},
 	{"BackupRequest", func() any { return new(wire.BackupRequest) }},
 	{"BackupResponse", func() any { return new(wire.BackupResponse) }},
+	{"ReplicaAddRequest", func() any { return new(wire.ReplicaAddRequest) }},
+	{"ReplicaRemoveRequest", func() any { return new(wire.ReplicaRemoveRequest) }},
+	{"ReplicaListRequest", func() any { return new(wire.ReplicaListRequest) }},
+	{"ReplicaListResponse", func() any { return new(wire.ReplicaListResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -150,6 +154,12 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.SetACLRequest)
 	case wire.MethodBackup:
 		return new(wire.BackupRequest)
+	case wire.MethodReplicaAdd:
+		return new(wire.ReplicaAddRequest)
+	case wire.MethodReplicaRemove:
+		return new(wire.ReplicaRemoveRequest)
+	case wire.MethodReplicaList:
+		return new(wire.ReplicaListRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -196,6 +206,12 @@ func fzSamples() []any {
 		&wire.BackupRequest{ID: 3, Offset: 1 << 19},
 		&wire.BackupResponse{ID: 3, Offset: 1 << 19, Chunk: []byte("snap"), Total: 1 << 20, Checksum: make([]byte, 32), Cell: "c",
 			Applied: 9, Term: 2, Epoch: 1, Time: 5, Nodes: 4, Sessions: 1},
+		&wire.ReplicaAddRequest{ID: "6", ClientAddr: "10.0.0.6:7001", RaftAddr: "10.0.0.6:8001"},
+		&wire.ReplicaRemoveRequest{ID: "3"},
+		&wire.ReplicaListRequest{},
+		&wire.ReplicaListResponse{Replicas: []wire.ReplicaStatus{{ID: "1", ClientAddr: "a", RaftAddr: "b", Master: true,
+			Suffrage: wire.SuffrageVoter, Healthy: true}, {ID: "6", ClientAddr: "c", RaftAddr: "d", Suffrage: wire.SuffrageNonvoter,
+			LastContactMillis: 1500}}, ConfiguredSize: 5, Index: 42},
 	}
 }
 
@@ -503,7 +519,8 @@ func FuzzRoundTrip(f *testing.F) {
 		for i := range n {
 			events = append(events, wire.Event{Seq: u1 + uint64(i), Kind: uint8(u32) + uint8(i), Path: s1, Handle: u2, Gen: u3, Child: s2})
 			entries = append(entries, wire.DirEntry{Name: s1 + s3, Dir: bit(i)})
-			replicas = append(replicas, wire.ReplicaStatus{ID: s1, ClientAddr: s2, RaftAddr: s3, Master: bit(i)})
+			replicas = append(replicas, wire.ReplicaStatus{ID: s1, ClientAddr: s2, RaftAddr: s3, Master: bit(i), Suffrage: s3,
+				Healthy: bit(i + 1), LastContactMillis: i1})
 			sessions = append(sessions, wire.SessionInfo{ID: u1, Client: s1, Principal: s2, Created: i1, LeaseMillis: -i1,
 				Handles: u32, Locks: []string{s3, s1}[:i%3]})
 		}
@@ -538,6 +555,10 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.BackupRequest{ID: u1, Offset: u2},
 			&wire.BackupResponse{ID: u1, Offset: u2, Chunk: b1, Total: u3, Checksum: b2, Cell: s1, Applied: u1, Term: u2,
 				Epoch: u3, Time: i1, Nodes: u1 ^ u2, Sessions: u2 ^ u3},
+			&wire.ReplicaAddRequest{ID: s1, ClientAddr: s2, RaftAddr: s3},
+			&wire.ReplicaRemoveRequest{ID: s1},
+			&wire.ReplicaListRequest{},
+			&wire.ReplicaListResponse{Replicas: replicas, ConfiguredSize: int(i1), Index: u1},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))
