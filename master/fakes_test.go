@@ -68,6 +68,18 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
+// armedIn reports whether a timer is set to fire d from now.
+func (c *fakeClock) armedIn(d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t := range c.timers {
+		if t.at.Equal(c.now.Add(d)) {
+			return true
+		}
+	}
+	return false
+}
+
 // armed counts the timers set and not yet fired or stopped.
 func (c *fakeClock) armed() int {
 	c.mu.Lock()

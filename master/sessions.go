@@ -385,6 +385,23 @@ func (ss *sessions) expired(now time.Time) []uint64 {
 	return out
 }
 
+// extendLive moves the end of every live lease d later: the master could
+// not run for d (see expireLoop), so it could not have served the
+// KeepAlives that arrived meanwhile. Only the master's side grows; a
+// client's view of its lease never does, so it still ends first.
+func (ss *sessions) extendLive(d time.Duration) int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	n := 0
+	for _, l := range ss.leases {
+		if !l.closed {
+			l.end = l.end.Add(d)
+			n++
+		}
+	}
+	return n
+}
+
 // drop forgets session's lease: the state no longer has the session.
 func (ss *sessions) drop(session uint64) {
 	ss.mu.Lock()
@@ -581,10 +598,19 @@ func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
 
 // expireLoop expires sessions whose lease ran out, through Raft, so every
 // replica releases their locks and deletes their ephemeral nodes (docs/spec.md#session-expiry).
+//
+// Expiry measures a client's silence, not the master's: when the loop
+// wakes more than one period late, the master itself did not run (a long
+// garbage collection, a starved or paused process), and neither did its
+// KeepAlive handlers, so every live lease is first extended by the
+// lateness beyond one period. Otherwise a master stalled for a lease would
+// expire every session on waking, the honest ones whose KeepAlives were
+// waiting in its socket buffers included.
 func (s *Server) expireLoop(stop <-chan struct{}) {
 	defer s.wg.Done()
 	every := max(s.cfg.LeaseTTL/20, 10*time.Millisecond)
 	for {
+		armed := s.cfg.Clock.Now()
 		tick, stopTick := after(s.cfg.Clock, every)
 		select {
 		case <-stop:
@@ -592,7 +618,14 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 			return
 		case <-tick:
 		}
-		for _, id := range s.sess.expired(s.cfg.Clock.Now()) {
+		now := s.cfg.Clock.Now()
+		if late := now.Sub(armed) - every; late > every {
+			n := s.sess.extendLive(late)
+			s.stalls.Add(1)
+			s.log.Warn("the master did not run for a while: live leases extended by as much, so no session expires for the master's stall",
+				"stalled", late.Round(time.Millisecond), "sessions", n)
+		}
+		for _, id := range s.sess.expired(now) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			res, err := s.applyInvalidating(ctx, stop, &replica.Command{Type: replica.CmdCloseSession, Session: id, Expired: true, Time: s.now()})
 			cancel()

@@ -291,3 +291,40 @@ func TestExpiryClosesTheSessionInTheState(t *testing.T) {
 		t.Fatalf("%d leases left after the expiry", n)
 	}
 }
+
+// A master that did not run for longer than a lease (a long garbage
+// collection, a paused process) expires nobody for it when it wakes: its
+// expiry loop finds itself late and extends every live lease by as much.
+// A client that stays silent afterwards still expires a lease later.
+func TestMasterStallExpiresNoSession(t *testing.T) {
+	m := newTestMaster(t)
+	resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.(*wire.CreateSessionResponse).Session
+	live := func() bool {
+		var ok bool
+		m.read(func(v replica.View) { ok = v.SessionExists(id) })
+		return ok
+	}
+	// The expiry loop waits for its tick (a twentieth of a lease)...
+	eventually(t, "the expiry loop to wait for its tick", func() bool { return m.clock.armedIn(testLease / 20) })
+	m.clock.Advance(2 * testLease) // ...and the master stalls for two leases
+	eventually(t, "the expiry loop to see the stall", func() bool { return m.Stats().Stalls == 1 })
+	if !live() || m.sess.count() != 1 {
+		t.Fatal("a session expired for the master's own stall")
+	}
+	// Silent from here: expired after about a lease of regular ticks.
+	start := m.clock.Now()
+	eventually(t, "the silent session to expire", func() bool {
+		m.clock.Advance(testLease / 20)
+		return !live()
+	})
+	if took := m.clock.Now().Sub(start); took < testLease/2 {
+		t.Fatalf("the session expired %v after the stall; its lease had been extended past it", took)
+	}
+	if n := m.Stats().Stalls; n != 1 {
+		t.Fatalf("%d stalls counted for one", n)
+	}
+}
