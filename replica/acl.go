@@ -7,11 +7,11 @@ import (
 )
 
 // ACL checks live in the state machine, not only in the master, so that a
-// permission is decided in the same log entry as the change it guards: an
-// ACL file rewritten or a node's ACL names changed by one entry bind every
-// later entry, with no window in which a master's earlier check lets a
-// revoked principal through (TESTPLAN 14, "revocation effective on the next
-// op"). The master still checks reads itself, against this same state, after
+// permission is decided in the same log entry as the change it guards: an ACL
+// file rewritten or a node's ACL names changed by one entry bind every later
+// entry, with no window in which a master's earlier check lets a revoked
+// principal through (docs/testplan.md#acl-matrix: a revocation binds the next
+// call). The master still checks reads itself, against this same state, after
 // VerifyLeader.
 
 // ACLDirName is the directory, under the cell root, that holds ACL files.

@@ -11,10 +11,11 @@ import (
 	"lockcell/acl"
 )
 
-// TESTPLAN 14's random half: random ACL files, random ACL names and
-// creators on random nodes, and random calls by random principals, applied
-// to the state machine and to a reference authorizer written from SPEC 8
-// (not the acl package). Every outcome must match.
+// The random half of docs/testplan.md#acl-matrix: random ACL files, random
+// ACL names and creators on random nodes, and random calls by random
+// principals, applied to the state machine and to a reference authorizer
+// written from docs/spec.md#acls and DESIGN.md (not the acl package). Every
+// outcome must match.
 
 var rapidPrincipals = []string{"admin", "p1", "p2", "p3"}
 

@@ -2,6 +2,7 @@
 
 package replica
 
-// bugACLSkipSubOp is a seeded bug (TESTPLAN 16): the state machine forgets
-// the write check on Acquire. The ACL matrix test must catch it.
+// bugACLSkipSubOp is a seeded bug (docs/testplan.md#seeded-bugs): the state
+// machine forgets the write check on Acquire. The ACL matrix test must catch
+// it.
 const bugACLSkipSubOp = true

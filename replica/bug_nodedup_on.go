@@ -2,8 +2,8 @@
 
 package replica
 
-// bugNoDedup is a seeded bug of TESTPLAN test 16 (build tag bug_nodedup):
-// the state machine ignores its request de-duplication table, so a retried
-// request is applied again. fixtures/safety's TestAtMostOnceRetries must
-// fail with it.
+// bugNoDedup is a seeded bug (docs/testplan.md#seeded-bugs; build tag
+// bug_nodedup): the state machine ignores its request de-duplication table,
+// so a retried request is applied again. fixtures/safety's
+// TestAtMostOnceRetries must fail with it.
 const bugNoDedup = true

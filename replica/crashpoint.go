@@ -10,10 +10,10 @@ import (
 	"syscall"
 )
 
-// Crash points (TESTPLAN test 7c): a test arms one named place in the
-// replica through the environment, and the process kills itself with
-// SIGKILL the n-th time it gets there, so the crash lands exactly inside
-// the durable step under test rather than wherever an outside kill -9
+// Crash points (docs/testplan.md#no-acknowledged-write-lost): a test arms one
+// named place in the replica through the environment, and the process kills
+// itself with SIGKILL the n-th time it gets there, so the crash lands exactly
+// inside the durable step under test rather than wherever an outside kill -9
 // happens to fall.
 //
 //	LOCKCELL_CRASHPOINT=<name>[:<n>]   (n >= 1, default 1)

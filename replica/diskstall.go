@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// The disk-stall fault (fault campaign, TESTPLAN test 3): a disk that
+// The disk-stall fault (docs/testplan.md#stale-read-probe): a disk that
 // stops answering, as a dying SSD or a saturated cloud volume does. A
 // test arms it through the environment, then stalls and releases the
 // replica's log writes with signals:

@@ -2017,8 +2017,9 @@ func fsmtAllocDuring(fn func()) uint64 {
 	return b.TotalAlloc - a.TotalAlloc
 }
 
-// Decoding must not allocate far more than its input (TESTPLAN: at most
-// 64 x input + 1 MiB): the bombs that stay within it.
+// Decoding must not allocate far more than its input (at most
+// 64 x input + 1 MiB: docs/testplan.md#allocation-bound): the bombs that
+// stay within it.
 func TestDecodeCommandBombsAreCheap(t *testing.T) {
 	for i, bomb := range fsmtBombs() {
 		b := append([]byte{commandVersion}, bomb...)

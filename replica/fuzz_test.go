@@ -1,19 +1,19 @@
 package replica
 
-// Fuzz targets of TESTPLAN test 11 for the replicated state machine:
+// Fuzz targets (docs/testplan.md#fuzzing) for the replicated state machine:
 //
 //   - FuzzDecodeRaftEntry: arbitrary Raft entries are decoded and applied
-//     to two FSMs in the same state. Decoding stays within TESTPLAN's
-//     allocation bound and rejects with an error (Apply then panics, by
-//     design: stopping beats diverging); everything that decodes applies
-//     without panicking (except an unknown command type, also by design)
-//     and both FSMs return identical results and changes for every entry
-//     and snapshot to identical bytes at the end. A third FSM restored from
+//     to two FSMs in the same state. Decoding stays within the allocation
+//     bound (docs/testplan.md#allocation-bound) and rejects with an error
+//     (Apply then panics, by design: stopping beats diverging); everything
+//     that decodes applies without panicking (except an unknown command
+//     type, also by design) and both FSMs return identical results and
+//     changes for every entry and snapshot to identical bytes at the end. A third FSM restored from
 //     that snapshot must then behave exactly like the original. Rejections
 //     wrap ErrMalformedCommand.
 //   - FuzzSnapshotRestore: arbitrary bytes restored into an FSM, within
-//     TESTPLAN's allocation bound, give an error wrapping
-//     ErrMalformedSnapshot and leave the state alone, or a state whose
+//     the allocation bound, give an error wrapping ErrMalformedSnapshot
+//     and leave the state alone, or a state whose
 //     snapshot restores to the same snapshot bytes and behaves the same.
 
 import (
@@ -756,7 +756,8 @@ func TestDecodeCommandRejectionsTyped(t *testing.T) {
 	}
 }
 
-// Restore of large snapshots stays within TESTPLAN's allocation bound,
+// Restore of large snapshots stays within the allocation bound
+// (docs/testplan.md#allocation-bound),
 // 64 x the input + 1 MiB: a valid snapshot of many nodes, sessions,
 // handles and remembered results, and hostile ones of the densest elements
 // bound.Check lets through (which the count check must refuse before they
