@@ -178,6 +178,31 @@ func validMemberAddr(what, addr string) error {
 	return nil
 }
 
+// beginChange starts one membership change: it takes the change
+// semaphore, bounds the change by changeTimeout, seeds the member table if
+// it is empty and reads the configuration the change is made against.
+// done releases what it took; on an error nothing is held.
+func (c *call) beginChange(ctx context.Context, ops membershipOps) (context.Context, replica.Configuration, func(), error) {
+	if err := c.lockMembers(ctx, c.stop); err != nil {
+		return nil, replica.Configuration{}, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
+	done := func() {
+		cancel()
+		c.unlockMembers()
+	}
+	if err := c.seedMembers(ctx, ops); err != nil {
+		done()
+		return nil, replica.Configuration{}, nil, err
+	}
+	cfg, err := ops.Configuration()
+	if err != nil {
+		done()
+		return nil, replica.Configuration{}, nil, err
+	}
+	return ctx, cfg, done, nil
+}
+
 func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.ReplicaAddRequest) (*wire.ReplicaListResponse, error) {
 	if err := validMemberID(req.ID); err != nil {
 		return nil, err
@@ -188,19 +213,11 @@ func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.Repl
 	if err := validMemberAddr("Raft address", req.RaftAddr); err != nil {
 		return nil, err
 	}
-	if err := c.lockMembers(ctx, c.stop); err != nil {
-		return nil, err
-	}
-	defer c.unlockMembers()
-	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
-	defer cancel()
-	if err := c.seedMembers(ctx, ops); err != nil {
-		return nil, err
-	}
-	cfg, err := ops.Configuration()
+	ctx, cfg, done, err := c.beginChange(ctx, ops)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	table := c.memberTable()
 	if sv, ok := cfg.Find(req.ID); ok {
 		m, known := table[req.ID]
@@ -246,19 +263,11 @@ func (c *call) replicaRemove(ctx context.Context, ops membershipOps, req *wire.R
 	if err := validMemberID(req.ID); err != nil {
 		return nil, err
 	}
-	if err := c.lockMembers(ctx, c.stop); err != nil {
-		return nil, err
-	}
-	defer c.unlockMembers()
-	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
-	defer cancel()
-	if err := c.seedMembers(ctx, ops); err != nil {
-		return nil, err
-	}
-	cfg, err := ops.Configuration()
+	ctx, cfg, done, err := c.beginChange(ctx, ops)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	sv, ok := cfg.Find(req.ID)
 	if ok && sv.Voter {
 		if err := c.checkVoters(ops, cfg, req.ID, false); err != nil {
@@ -314,11 +323,7 @@ func (s *parts) checkVoters(ops membershipOps, cfg replica.Configuration, id str
 	} else {
 		delete(voters, id)
 	}
-	var size int
-	s.read(func(v replica.View) { _, size = v.MemberTable() })
-	if size == 0 {
-		size = cfg.Voters()
-	}
+	_, size := s.memberTableSized(cfg)
 	n := len(voters)
 	if need := size/2 + 1; n < need {
 		return wire.Errorf(wire.CodeBadRequest,
@@ -354,13 +359,25 @@ func (s *parts) healthy(ops membershipOps, id string, prog map[string]replica.Pe
 }
 
 func (s *parts) memberTable() map[string]replica.MemberAddrs {
+	table, _ := s.memberTableSized(replica.Configuration{})
+	return table
+}
+
+// memberTableSized reads the member table by id and the cell's
+// configured size in one view; until the table is seeded the size is
+// cfg's voter count.
+func (s *parts) memberTableSized(cfg replica.Configuration) (map[string]replica.MemberAddrs, int) {
 	var ms []replica.MemberAddrs
-	s.read(func(v replica.View) { ms, _ = v.MemberTable() })
+	var size int
+	s.read(func(v replica.View) { ms, size = v.MemberTable() })
 	out := make(map[string]replica.MemberAddrs, len(ms))
 	for _, m := range ms {
 		out[m.ID] = m
 	}
-	return out
+	if size == 0 {
+		size = cfg.Voters()
+	}
+	return out, size
 }
 
 // listMembers describes the Raft configuration joined with the member
@@ -370,12 +387,7 @@ func (s *parts) listMembers(ops membershipOps) (*wire.ReplicaListResponse, error
 	if err != nil {
 		return nil, err
 	}
-	table := s.memberTable()
-	var size int
-	s.read(func(v replica.View) { _, size = v.MemberTable() })
-	if size == 0 {
-		size = cfg.Voters()
-	}
+	table, size := s.memberTableSized(cfg)
 	out := &wire.ReplicaListResponse{ConfiguredSize: size, Index: cfg.Index}
 	prog, now, within := ops.Progress(), time.Now(), healthyWithin(ops)
 	for _, sv := range cfg.Servers {
