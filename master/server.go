@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"lockcell/cell/wire"
@@ -119,9 +118,6 @@ type Server struct {
 	proof        *leadershipProof
 	servingSince time.Time
 	delays       *lockDelays // lock-delay hand-offs (lockdelay.go)
-	// stalls counts the times the expiry loop found the master had not
-	// run for more than a period, and extended the live leases.
-	stalls atomic.Uint64
 }
 
 // parts are what a call's handler may use: the configuration, the

@@ -101,6 +101,15 @@ type sessions struct {
 	// (docs/spec.md#fail-over). pendingAck holds the sessions still to answer.
 	recovering bool
 	pendingAck map[uint64]bool
+
+	// The stall watch (creditStallLocked): while the expiry loop waits
+	// for its tick, the master runs at least every watchEvery; lastRan is
+	// the latest instant it is known to have run (the loop's arming, a
+	// KeepAlive's arrival). watching is false while the loop works.
+	watchEvery time.Duration
+	watching   bool
+	lastRan    time.Time
+	stalls     uint64
 }
 
 // leaseAuthority is what granting a lease needs of leadership: Raft still
@@ -125,7 +134,14 @@ func (a raftAuthority) provenSince(ctx context.Context, notBefore time.Time) (ti
 
 func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
 	return &sessions{clock: clock, ttl: ttl, auth: auth, stats: stats, log: log,
-		leases: map[uint64]*lease{}, byConn: map[uint64]int{}}
+		leases: map[uint64]*lease{}, byConn: map[uint64]int{},
+		watchEvery: expiryPeriod(ttl)}
+}
+
+// expiryPeriod is how often the expiry loop looks for leases that ran
+// out: a twentieth of a lease, so a session ends at most 5 % late.
+func expiryPeriod(ttl time.Duration) time.Duration {
+	return max(ttl/20, 10*time.Millisecond)
 }
 
 // start begins a term of service at epoch: every session of the state
@@ -136,6 +152,7 @@ func (ss *sessions) start(epoch uint64, ids []uint64) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.active, ss.epoch = true, epoch
+	ss.watching, ss.lastRan = false, time.Time{}
 	ss.eventSeq = epoch << 40
 	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
 	ss.pendingAck = map[uint64]bool{}
@@ -157,6 +174,7 @@ func (ss *sessions) stop() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.active = false
+	ss.watching, ss.lastRan = false, time.Time{}
 	ss.recovering, ss.pendingAck = false, nil
 	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
 }
@@ -298,6 +316,9 @@ func (ss *sessions) arrive(a keepAliveArgs, arrived time.Time) (l *lease, holdUn
 		l = newLease(arrived.Add(ss.ttl))
 		ss.leases[a.session] = l
 	}
+	// A KeepAlive that waited in the socket while the master stalled may
+	// run before the expiry loop's tick does: it credits the stall first.
+	ss.creditStallLocked(arrived)
 	if l.end.Before(arrived) {
 		return nil, time.Time{}, false, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", a.session)
 	}
@@ -385,21 +406,56 @@ func (ss *sessions) expired(now time.Time) []uint64 {
 	return out
 }
 
-// extendLive moves the end of every live lease d later: the master could
-// not run for d (see expireLoop), so it could not have served the
-// KeepAlives that arrived meanwhile. Only the master's side grows; a
-// client's view of its lease never does, so it still ends first.
-func (ss *sessions) extendLive(d time.Duration) int {
+// watch is the expiry loop's report: at now it starts waiting for its
+// next tick (watching) or it woke and starts working (!watching). On
+// waking, a stall is credited first, so no lease is found expired for it.
+func (ss *sessions) watch(now time.Time, watching bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	n := 0
-	for _, l := range ss.leases {
-		if !l.closed {
-			l.end = l.end.Add(d)
-			n++
-		}
+	if !watching {
+		ss.creditStallLocked(now)
 	}
-	return n
+	ss.watching = watching
+	if watching {
+		ss.lastRan = now
+	}
+}
+
+// creditStallLocked is how expiry measures a client's silence, not the
+// master's. While the expiry loop waits, the master runs at least every
+// watchEvery (the loop's tick); finding at now that it last ran more than
+// two periods ago means the master itself did not run (a long garbage
+// collection, a starved or paused process), and neither did the
+// KeepAlive handlers whose calls were waiting in its socket buffers. Every
+// live lease is extended by the time lost beyond one period. Only the
+// master's side grows; a client's view of its lease never does, so it
+// still ends first.
+func (ss *sessions) creditStallLocked(now time.Time) {
+	if !ss.watching || ss.lastRan.IsZero() {
+		return
+	}
+	if late := now.Sub(ss.lastRan) - ss.watchEvery; late > ss.watchEvery {
+		n := 0
+		for _, l := range ss.leases {
+			if !l.closed {
+				l.end = l.end.Add(late)
+				n++
+			}
+		}
+		ss.stalls++
+		ss.log.Warn("the master did not run for a while: live leases extended by as much, so no session expires for the master's stall",
+			"stalled", late.Round(time.Millisecond), "sessions", n)
+	}
+	if now.After(ss.lastRan) {
+		ss.lastRan = now
+	}
+}
+
+// stallCount is the number of stalls credited.
+func (ss *sessions) stallCount() uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.stalls
 }
 
 // drop forgets session's lease: the state no longer has the session.
@@ -599,18 +655,16 @@ func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
 // expireLoop expires sessions whose lease ran out, through Raft, so every
 // replica releases their locks and deletes their ephemeral nodes (docs/spec.md#session-expiry).
 //
-// Expiry measures a client's silence, not the master's: when the loop
-// wakes more than one period late, the master itself did not run (a long
-// garbage collection, a starved or paused process), and neither did its
-// KeepAlive handlers, so every live lease is first extended by the
-// lateness beyond one period. Otherwise a master stalled for a lease would
-// expire every session on waking, the honest ones whose KeepAlives were
-// waiting in its socket buffers included.
+// Expiry measures a client's silence, not the master's: the loop reports
+// when it waits and when it wakes (sessions.watch), so a master that
+// stalled for a lease credits the stall before expiring anyone, rather
+// than expiring every session on waking, the honest ones whose
+// KeepAlives were waiting in its socket buffers included.
 func (s *Server) expireLoop(stop <-chan struct{}) {
 	defer s.wg.Done()
-	every := max(s.cfg.LeaseTTL/20, 10*time.Millisecond)
+	every := expiryPeriod(s.cfg.LeaseTTL)
 	for {
-		armed := s.cfg.Clock.Now()
+		s.sess.watch(s.cfg.Clock.Now(), true)
 		tick, stopTick := after(s.cfg.Clock, every)
 		select {
 		case <-stop:
@@ -619,12 +673,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		case <-tick:
 		}
 		now := s.cfg.Clock.Now()
-		if late := now.Sub(armed) - every; late > every {
-			n := s.sess.extendLive(late)
-			s.stalls.Add(1)
-			s.log.Warn("the master did not run for a while: live leases extended by as much, so no session expires for the master's stall",
-				"stalled", late.Round(time.Millisecond), "sessions", n)
-		}
+		s.sess.watch(now, false)
 		for _, id := range s.sess.expired(now) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			res, err := s.applyInvalidating(ctx, stop, &replica.Command{Type: replica.CmdCloseSession, Session: id, Expired: true, Time: s.now()})

@@ -328,3 +328,34 @@ func TestMasterStallExpiresNoSession(t *testing.T) {
 		t.Fatalf("%d stalls counted for one", n)
 	}
 }
+
+// A KeepAlive that waited in the socket while the master stalled may run
+// before the expiry loop's tick: it credits the stall itself, so it is
+// served, not refused as expired, and the stall is credited once.
+func TestKeepAliveAfterAMasterStallIsServed(t *testing.T) {
+	ss, clock, stop := newTestSessions(t)
+	ss.created(1, 0)
+	ss.watch(clock.Now(), true)  // the expiry loop waits for its tick
+	clock.Advance(2 * testLease) // the master stalls for two leases
+	resp, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: 1, epoch: testEpoch, clientEpoch: testEpoch,
+		prompt: true, admit: func() error { return errors.New("no lease") }})
+	if err != nil || resp.LeaseMillis != testLease.Milliseconds() {
+		t.Fatalf("KeepAlive after the master's stall: %+v, %v; want a full lease", resp, err)
+	}
+	ss.watch(clock.Now(), false) // the loop's late tick runs next
+	if n := ss.stallCount(); n != 1 {
+		t.Fatalf("%d stalls credited for one", n)
+	}
+	if ids := ss.expired(clock.Now()); len(ids) != 0 {
+		t.Fatalf("sessions %v expired for the master's stall", ids)
+	}
+	// While the loop works (not waiting), time passing is no stall.
+	clock.Advance(2 * testLease)
+	ss.watch(clock.Now(), true)
+	if n := ss.stallCount(); n != 1 {
+		t.Fatalf("%d stalls after the loop's own work; want still 1", n)
+	}
+	if ids := ss.expired(clock.Now()); len(ids) != 1 {
+		t.Fatalf("expired %v; a silent session must expire a lease after the stall", ids)
+	}
+}

@@ -41,15 +41,15 @@ type Stats struct {
 	// LeaseTTL is the lease each KeepAlive grants.
 	LeaseTTL time.Duration
 	// Stalls counts the times this master found it had not run for more
-	// than a twentieth of a lease and extended every live lease by as
-	// much, so that its own stall expired no session.
+	// than two expiry periods (a tenth of a lease) and extended every live
+	// lease by the time lost, so that its own stall expired no session.
 	Stalls uint64
 }
 
 // Stats reports the master's operating figures.
 func (s *Server) Stats() Stats {
 	return Stats{LockWait: s.stats.lockWait.Snapshot(), LeaseLeft: s.stats.leaseLeft.Snapshot(), LeaseTTL: s.cfg.LeaseTTL,
-		Stalls: s.stalls.Load()}
+		Stalls: s.sess.stallCount()}
 }
 
 // acquireTimed runs acquire, counts a grant against the lock's name and,
