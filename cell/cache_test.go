@@ -169,15 +169,21 @@ type regConfig struct {
 	writeThink time.Duration // a writer, between writes
 }
 
-// readLoop reads h until stop, recording every successful read (a cache
-// hit when cl's hit counter moved: cl serves only this goroutine).
-func readLoop(ctx context.Context, proc string, idx int, cl *client.Client, h *client.Handle, rng *rand.Rand,
-	think time.Duration, stop *atomic.Bool, rec *fixtures.Recorder) (fails int, lastErr error) {
+// readLoop reads h (the file name) until stop, recording every read as
+// client proc/idx (a cache hit when cl's hit counter moved: cl serves only
+// this goroutine).
+func readLoop(ctx context.Context, proc string, idx int, cl *client.Client, h *client.Handle, name string, rng *rand.Rand,
+	think time.Duration, stop *atomic.Bool, hist *fixtures.History) (fails int, lastErr error) {
+	rec := &fixtures.Recorder{Name: fmt.Sprintf("%s/%d", proc, idx), H: hist}
 	for !stop.Load() && ctx.Err() == nil {
-		h0 := cl.CacheStats().Hits
-		inv := time.Now().UnixNano()
-		data, st, err := h.GetContentsAndStat(ctx)
-		ret := time.Now().UnixNano()
+		_, err := rec.Do(fixtures.Input{Op: fixtures.OpGet, File: name}, func() (fixtures.Output, error) {
+			h0 := cl.CacheStats().Hits
+			data, st, err := h.GetContentsAndStat(ctx)
+			if err != nil {
+				return fixtures.Output{}, err
+			}
+			return fixtures.Output{Value: string(data), Gen: st.ContentGen, Hit: cl.CacheStats().Hits > h0}, nil
+		})
 		if err != nil {
 			fails, lastErr = fails+1, err
 			if errors.Is(err, client.ErrSessionExpired) || errors.Is(err, client.ErrClosed) {
@@ -185,8 +191,6 @@ func readLoop(ctx context.Context, proc string, idx int, cl *client.Client, h *c
 			}
 			continue
 		}
-		rec.Add(fixtures.Op{Proc: proc, Client: idx, Value: string(data), Gen: st.ContentGen,
-			Invoke: inv, Return: ret, Hit: cl.CacheStats().Hits > h0})
 		if think > 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(think))))
 		}
@@ -194,28 +198,32 @@ func readLoop(ctx context.Context, proc string, idx int, cl *client.Client, h *c
 	return
 }
 
-// writeLoop writes increasing values of counter to h until stop. With a
-// turn mutex, writers take turns: no two writes of the register overlap.
-func writeLoop(ctx context.Context, idx int, h *client.Handle, rng *rand.Rand, think time.Duration, turn *sync.Mutex,
-	stop *atomic.Bool, counter, ok *atomic.Int64, rec *fixtures.Recorder) (fails int, lastErr error) {
+// writeLoop writes increasing values of counter to h (the file name) until
+// stop, recording every write as client writer/idx. With a turn mutex,
+// writers take turns: no two writes of the register overlap.
+func writeLoop(ctx context.Context, idx int, h *client.Handle, name string, rng *rand.Rand, think time.Duration, turn *sync.Mutex,
+	stop *atomic.Bool, counter, ok *atomic.Int64, hist *fixtures.History) (fails int, lastErr error) {
+	rec := &fixtures.Recorder{Name: fmt.Sprintf("writer/%d", idx), H: hist}
 	for !stop.Load() && ctx.Err() == nil {
 		if turn != nil {
 			turn.Lock()
 		}
 		val := strconv.FormatInt(counter.Add(1), 10)
-		inv := time.Now().UnixNano()
-		st, err := h.SetContentsAndStat(ctx, []byte(val))
-		ret := time.Now().UnixNano()
+		_, err := rec.Do(fixtures.Input{Op: fixtures.OpSet, File: name, Value: val}, func() (fixtures.Output, error) {
+			st, err := h.SetContentsAndStat(ctx, []byte(val))
+			if err != nil {
+				return fixtures.Output{}, err // unknown outcome
+			}
+			return fixtures.Output{Gen: st.ContentGen}, nil
+		})
 		if turn != nil {
 			turn.Unlock()
 		}
 		if err != nil {
 			fails, lastErr = fails+1, err
-			rec.Add(fixtures.Op{Proc: "writer", Client: idx, Write: true, Value: val, Invoke: inv}) // unknown outcome
 			continue
 		}
 		ok.Add(1)
-		rec.Add(fixtures.Op{Proc: "writer", Client: idx, Write: true, Value: val, Gen: st.ContentGen, Invoke: inv, Return: ret})
 		if think > 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(think))))
 		}
@@ -225,7 +233,7 @@ func writeLoop(ctx context.Context, idx int, h *client.Handle, rng *rand.Rand, t
 
 // initialWrite creates the register with value "0" and returns its write,
 // stamped before everything else.
-func initialWrite(t *testing.T, ctx context.Context, cl *client.Client, name string) fixtures.Op {
+func initialWrite(t *testing.T, ctx context.Context, cl *client.Client, name string) fixtures.Record {
 	t.Helper()
 	h := mustOpen(t, ctx, cl, name, client.Read|client.Write|client.Create|client.Excl, client.WithContents([]byte("0")))
 	defer h.Close()
@@ -233,15 +241,16 @@ func initialWrite(t *testing.T, ctx context.Context, cl *client.Client, name str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fixtures.Op{Proc: "init", Write: true, Value: "0", Gen: st.ContentGen, Invoke: 1, Return: 1}
+	return fixtures.Record{Client: "init", ID: 1, Op: fixtures.OpCreate, Input: fixtures.Input{Op: fixtures.OpCreate, File: name, Value: "0"},
+		Output: &fixtures.Output{Gen: st.ContentGen}, Call: 1, Return: 1}
 }
 
 // keepHistory writes ops to $LOCKCELL_HISTORY_DIR/<test>.jsonl when that
 // variable is set, for a look at a failing history.
-func keepHistory(t *testing.T, ops []fixtures.Op) {
+func keepHistory(t *testing.T, ops []fixtures.Record) {
 	if dir := os.Getenv("LOCKCELL_HISTORY_DIR"); dir != "" {
 		p := filepath.Join(dir, t.Name()+".jsonl")
-		if err := fixtures.WriteOps(p, ops); err != nil {
+		if err := fixtures.WriteJSONL(p, ops); err != nil {
 			t.Logf("keep history: %v", err)
 		} else {
 			t.Logf("history written to %s", p)
@@ -258,12 +267,12 @@ func seedFor(t *testing.T) uint64 {
 	return seed
 }
 
-// hitStats summarises the reads of one process.
-func hitStats(ops []fixtures.Op, proc string) (reads, hits int) {
+// hitStats summarises the successful reads of one process.
+func hitStats(ops []fixtures.Record, proc string) (reads, hits int) {
 	for _, op := range ops {
-		if !op.Write && op.Proc == proc {
+		if op.Op == fixtures.OpGet && op.Output != nil && strings.HasPrefix(op.Client, proc+"/") {
 			reads++
-			if op.Hit {
+			if op.Output.Hit {
 				hits++
 			}
 		}
@@ -339,14 +348,14 @@ func TestHelperRegisterReaders(t *testing.T) {
 	}
 	var stop atomic.Bool
 	var fails atomic.Int64
-	rec := &fixtures.Recorder{}
+	hist := fixtures.NewHistory()
 	fmt.Println("ready")
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(1000+i)))
-			f, _ := readLoop(ctx, "child", i, clients[i], handles[i], rng, think, &stop, rec)
+			f, _ := readLoop(ctx, "child", i, clients[i], handles[i], name, rng, think, &stop, hist)
 			fails.Add(int64(f))
 		}()
 	}
@@ -365,7 +374,7 @@ func TestHelperRegisterReaders(t *testing.T) {
 	if f := fails.Load(); f > 0 && os.Getenv(regTolerateEnv) == "" {
 		t.Fatalf("helper: %d reads failed", f)
 	}
-	if err := fixtures.WriteOps(out, rec.Ops()); err != nil {
+	if err := fixtures.WriteJSONL(out, hist.Records()); err != nil {
 		t.Fatalf("helper: write history: %v", err)
 	}
 	fmt.Println("done")
@@ -406,7 +415,7 @@ func testRegisterAcrossProcesses(t *testing.T, writersTakeTurns bool) {
 		regCellEnv+"="+c.Options().Cell, regAddrsEnv+"="+strings.Join(c.Addrs(), ","), regFileEnv+"="+name,
 		regOutEnv+"="+out, regSeedEnv+"="+strconv.FormatUint(seed, 10), regSessionsEnv+"="+strconv.Itoa(childSessions))
 
-	rec := &fixtures.Recorder{}
+	hist := fixtures.NewHistory()
 	readers := make([]*client.Client, parentSessions)
 	rhandles := make([]*client.Handle, parentSessions)
 	for i := range readers {
@@ -436,7 +445,7 @@ func testRegisterAcrossProcesses(t *testing.T, writersTakeTurns bool) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(i)))
-			f, err := readLoop(ctx, "parent", i, readers[i], rhandles[i], rng, 2*time.Millisecond, &stopR, rec)
+			f, err := readLoop(ctx, "parent", i, readers[i], rhandles[i], name, rng, 2*time.Millisecond, &stopR, hist)
 			if f > 0 {
 				rfails.Add(int64(f))
 				firstErr.Do(func() { errMsg = err.Error() })
@@ -448,7 +457,7 @@ func testRegisterAcrossProcesses(t *testing.T, writersTakeTurns bool) {
 		go func() {
 			defer wwg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(500+i)))
-			f, err := writeLoop(ctx, i, whandles[i], rng, 10*time.Millisecond, turn, &stopW, &counter, &wrote, rec)
+			f, err := writeLoop(ctx, i, whandles[i], name, rng, 10*time.Millisecond, turn, &stopW, &counter, &wrote, hist)
 			if f > 0 {
 				wfails.Add(int64(f))
 				firstErr.Do(func() { errMsg = err.Error() })
@@ -471,11 +480,11 @@ func testRegisterAcrossProcesses(t *testing.T, writersTakeTurns bool) {
 	if rfails.Load() > 0 || wfails.Load() > 0 {
 		t.Fatalf("%d reads and %d writes failed on a healthy cell; first: %s", rfails.Load(), wfails.Load(), errMsg)
 	}
-	childOps, err := fixtures.ReadOps(out)
+	childOps, err := fixtures.ReadJSONL[fixtures.Record](out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := append(append(rec.Ops(), childOps...), initOp)
+	ops := append(append(hist.Records(), childOps...), initOp)
 	keepHistory(t, ops)
 	chk := fixtures.CheckRegister(ops)
 	pr, ph := hitStats(ops, "parent")
@@ -508,7 +517,7 @@ func TestCacheNeverStaleAcrossMasterKill(t *testing.T) {
 	ctx := ctxT(t, 120*time.Second)
 	name := c.Name("reg")
 	initOp := initialWrite(t, ctx, c.Client(t), name)
-	rec := &fixtures.Recorder{}
+	hist := fixtures.NewHistory()
 	readers := make([]*client.Client, sessions)
 	rhandles := make([]*client.Handle, sessions)
 	evs := make([]*eventLog, sessions)
@@ -537,7 +546,7 @@ func TestCacheNeverStaleAcrossMasterKill(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(i)))
-			f, err := readLoop(ctx, "reader", i, readers[i], rhandles[i], rng, 2*time.Millisecond, &stop, rec)
+			f, err := readLoop(ctx, "reader", i, readers[i], rhandles[i], name, rng, 2*time.Millisecond, &stop, hist)
 			if f > 0 {
 				rfails.Add(int64(f))
 				t.Logf("reader %d: %d failed reads, last: %v", i, f, err)
@@ -549,7 +558,7 @@ func TestCacheNeverStaleAcrossMasterKill(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(500+i)))
-			f, err := writeLoop(ctx, i, whandles[i], rng, 10*time.Millisecond, &turn, &stop, &counter, &wrote, rec)
+			f, err := writeLoop(ctx, i, whandles[i], name, rng, 10*time.Millisecond, &turn, &stop, &counter, &wrote, hist)
 			if f > 0 {
 				wfails.Add(int64(f))
 				t.Logf("writer %d: %d failed writes, last: %v", i, f, err)
@@ -563,7 +572,7 @@ func TestCacheNeverStaleAcrossMasterKill(t *testing.T) {
 	}
 	progress("writes and cache hits before the fail-over", 20, 500)
 	old := c.StopMaster()
-	stoppedAt := time.Now()
+	stoppedAt, stoppedMono := time.Now(), fixtures.Mono()
 	m := c.WaitForMaster(30 * time.Second)
 	progress("writes and cache hits at the new master", 20, 500)
 	t.Logf("master %d stopped; master %d serving writes and cached reads %v later", old, m, time.Since(stoppedAt).Round(time.Millisecond))
@@ -572,15 +581,15 @@ func TestCacheNeverStaleAcrossMasterKill(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 
-	ops := append(rec.Ops(), initOp)
+	ops := append(hist.Records(), initOp)
 	keepHistory(t, ops)
 	chk := fixtures.CheckRegister(ops)
 	reads, hitN := hitStats(ops, "reader")
 	var after, afterHits int
 	for _, op := range ops {
-		if !op.Write && op.Invoke > stoppedAt.UnixNano() {
+		if op.Op == fixtures.OpGet && op.Output != nil && op.Call > stoppedMono {
 			after++
-			if op.Hit {
+			if op.Output.Hit {
 				afterHits++
 			}
 		}
@@ -857,7 +866,7 @@ func TestPausedCacherProcessServesNothingStaleOnResume(t *testing.T) {
 	name := c.Name("reg")
 	initOp := initialWrite(t, ctx, c.Client(t), name)
 	hw := mustOpen(t, ctx, c.Client(t), name, client.Read|client.Write)
-	writes := []fixtures.Op{initOp}
+	writes := []fixtures.Record{initOp}
 	var stats []string
 	stale := 0
 	for round := 1; round <= 3; round++ {
@@ -874,9 +883,9 @@ func TestPausedCacherProcessServesNothingStaleOnResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		stoppedAt := time.Now()
-		inv := time.Now().UnixNano()
+		inv := fixtures.Mono()
 		st, err := hw.SetContentsAndStat(ctx, []byte(val))
-		ret := time.Now().UnixNano()
+		ret := fixtures.Mono()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -896,23 +905,24 @@ func TestPausedCacherProcessServesNothingStaleOnResume(t *testing.T) {
 		if err := proc.WaitLine("done", 60*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		ops, err := fixtures.ReadOps(out)
+		ops, err := fixtures.ReadJSONL[fixtures.Record](out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var after, afterHits, staleN int
 		for _, op := range ops {
-			if op.Invoke > ret {
+			if op.Output != nil && op.Call > ret {
 				after++
-				if op.Hit {
+				if op.Output.Hit {
 					afterHits++
 				}
-				if op.Gen < st.ContentGen {
+				if op.Output.Gen < st.ContentGen {
 					staleN++
 				}
 			}
 		}
-		writes = append(writes, fixtures.Op{Proc: "writer", Write: true, Value: val, Gen: st.ContentGen, Invoke: inv, Return: ret})
+		writes = append(writes, fixtures.Record{Client: "writer", ID: uint64(round), Op: fixtures.OpSet,
+			Input: fixtures.Input{Op: fixtures.OpSet, File: name, Value: val}, Output: &fixtures.Output{Gen: st.ContentGen}, Call: inv, Return: ret})
 		chk := fixtures.CheckRegister(append(slices.Clone(writes), ops...))
 		stale += chk.StaleReads
 		stats = append(stats, fmt.Sprintf("round %d: write took %v; %d reads after it, %d of them cache hits, %d stale; %s",
@@ -1025,27 +1035,32 @@ func TestReadDirCacheSeesCreateAndDelete(t *testing.T) {
 // The register checker bites: each class of violation it claims to catch
 // in a small synthetic history is caught, and a correct history passes.
 func TestCacheHistoryCheckerBites(t *testing.T) {
-	w := func(v string, gen uint64, inv, ret int64) fixtures.Op {
-		return fixtures.Op{Proc: "w", Write: true, Value: v, Gen: gen, Invoke: inv, Return: ret}
+	w := func(v string, gen uint64, inv, ret int64) fixtures.Record {
+		in := fixtures.Input{Op: fixtures.OpSet, File: "f", Value: v}
+		if ret == 0 {
+			return fixtures.Record{Client: "w", Op: in.Op, Input: in, Call: inv, Unknown: true}
+		}
+		return fixtures.Record{Client: "w", Op: in.Op, Input: in, Output: &fixtures.Output{Gen: gen}, Call: inv, Return: ret}
 	}
-	r := func(v string, gen uint64, inv, ret int64, hit bool) fixtures.Op {
-		return fixtures.Op{Proc: "r", Value: v, Gen: gen, Invoke: inv, Return: ret, Hit: hit}
+	r := func(v string, gen uint64, inv, ret int64, hit bool) fixtures.Record {
+		return fixtures.Record{Client: "r", Op: fixtures.OpGet, Input: fixtures.Input{Op: fixtures.OpGet, File: "f"},
+			Output: &fixtures.Output{Value: v, Gen: gen, Hit: hit}, Call: inv, Return: ret}
 	}
-	base := []fixtures.Op{w("0", 10, 1, 1), w("1", 20, 100, 200), w("2", 30, 300, 400), w("3", 0, 500, 0)}
+	base := []fixtures.Record{w("0", 10, 1, 1), w("1", 20, 100, 200), w("2", 30, 300, 400), w("3", 0, 500, 0)}
 	cases := []struct {
 		name  string
-		reads []fixtures.Op
+		reads []fixtures.Record
 		bad   bool
 		stale int
 	}{
-		{"correct", []fixtures.Op{r("0", 10, 50, 60, true), r("1", 20, 150, 160, false), r("0", 10, 150, 170, true),
+		{"correct", []fixtures.Record{r("0", 10, 50, 60, true), r("1", 20, 150, 160, false), r("0", 10, 150, 170, true),
 			r("1", 20, 250, 260, true), r("2", 30, 410, 420, true), r("3", 40, 510, 520, false), r("3", 40, 600, 610, true)}, false, 0},
-		{"stale cached read", []fixtures.Op{r("1", 20, 410, 420, true)}, true, 1},
-		{"stale read of the initial value", []fixtures.Op{r("0", 10, 201, 202, false)}, true, 1},
-		{"never written", []fixtures.Op{r("7", 20, 150, 160, true)}, true, 0},
-		{"wrong generation", []fixtures.Op{r("2", 20, 350, 360, false)}, true, 0},
-		{"from the future", []fixtures.Op{r("2", 30, 250, 260, false)}, true, 0},
-		{"back in time", []fixtures.Op{r("1", 20, 150, 160, false), r("0", 10, 170, 180, true)}, true, 0},
+		{"stale cached read", []fixtures.Record{r("1", 20, 410, 420, true)}, true, 1},
+		{"stale read of the initial value", []fixtures.Record{r("0", 10, 201, 202, false)}, true, 1},
+		{"never written", []fixtures.Record{r("7", 20, 150, 160, true)}, true, 0},
+		{"wrong generation", []fixtures.Record{r("2", 20, 350, 360, false)}, true, 0},
+		{"from the future", []fixtures.Record{r("2", 30, 250, 260, false)}, true, 0},
+		{"back in time", []fixtures.Record{r("1", 20, 150, 160, false), r("0", 10, 170, 180, true)}, true, 0},
 	}
 	for _, tc := range cases {
 		chk := fixtures.CheckRegister(append(slices.Clone(base), tc.reads...))
@@ -1054,7 +1069,7 @@ func TestCacheHistoryCheckerBites(t *testing.T) {
 		}
 	}
 	// Writes out of real-time order.
-	chk := fixtures.CheckRegister([]fixtures.Op{w("0", 10, 1, 1), w("1", 30, 100, 200), w("2", 20, 300, 400)})
+	chk := fixtures.CheckRegister([]fixtures.Record{w("0", 10, 1, 1), w("1", 30, 100, 200), w("2", 20, 300, 400)})
 	if chk.Violations == 0 {
 		t.Errorf("writes out of order: %s", chk.String())
 	}

@@ -52,7 +52,7 @@ func TestMemoryAttackKeepsRSSBounded(t *testing.T) {
 		client.WithContents(bytes.Repeat([]byte("b"), wire.MaxContents))); err != nil {
 		t.Fatal(err)
 	}
-	bin := hostile.BuildAttacker(t, "..")
+	bin := hostile.BuildAttacker(t)
 	sources := []string{"127.0.0.2", "127.0.0.3"}
 	if s := os.Getenv(envMemSources); s != "" {
 		n, err := strconv.Atoi(s)

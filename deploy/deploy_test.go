@@ -12,52 +12,30 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
 
 	"lockcell/cell"
+	"lockcell/fixtures"
 )
 
-// The binaries the deploy files run, built as the Dockerfile builds them
-// (static, -trimpath), once for the package.
-var (
-	buildOnce          sync.Once
-	lockcelld, lockcli string
-	buildErr           error
-	buildDir           string
-)
-
+// TestMain removes the binaries the tests built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	fixtures.RemoveBuilds()
 	os.Exit(code)
 }
 
-// binaries builds cmd/lockcelld and cmd/lockcell with CGO_ENABLED=0 and
-// -trimpath, the Dockerfile's flags, and returns their paths.
+// binaries returns the binaries the deploy files run, cmd/lockcelld and
+// cmd/lockcell, built as the Dockerfile builds them (CGO_ENABLED=0,
+// -trimpath), once for the package.
 func binaries(t *testing.T) (daemon, cli string) {
 	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "lockcell-deploy-bin"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", buildDir+string(filepath.Separator), "./cmd/lockcelld", "./cmd/lockcell")
-		cmd.Dir = ".."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-			return
-		}
-		lockcelld, lockcli = filepath.Join(buildDir, "lockcelld"), filepath.Join(buildDir, "lockcell")
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	build := func(pkg string) string {
+		return fixtures.Binary{Pkg: pkg, Flags: []string{"-trimpath"}, Env: []string{"CGO_ENABLED=0"}}.Build(t)
 	}
-	return lockcelld, lockcli
+	return build("./cmd/lockcelld"), build("./cmd/lockcell")
 }
 
 // yamlFiles returns every YAML file under deploy/.

@@ -326,7 +326,7 @@ func TestReplaceDeadReplicaUnderLoad(t *testing.T) {
 	}
 	started := time.Now()
 	cli := buildCLI(t)
-	daemon := fixtures.BuildLockcelld(t, "../..")
+	daemon := fixtures.BuildLockcelld(t)
 	set := fixtures.TestCerts(t)
 	pc := fixtures.NewProcCellWith(t, daemon, "rp", 5, replaceLease, fixtures.ProcOptions{TLS: set, ExtraArgs: replaceRaft})
 	m := pc.MasterIndex(60 * time.Second)

@@ -31,7 +31,7 @@ func TestServeAuditLinesAtDefaultLevel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs three processes")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	set := fixtures.TestCerts(t, "alice")
 	pc := fixtures.NewProcCellWith(t, bin, "aud", 3, 8*time.Second, fixtures.ProcOptions{TLS: set})
 	pc.MasterIndex(60 * time.Second)

@@ -54,7 +54,7 @@ func TestServeReloadsCertificatesOnSIGHUP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs three processes")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	set := fixtures.TestCerts(t)
 	pc := fixtures.NewProcCellWith(t, bin, "hup", 3, 8*time.Second, fixtures.ProcOptions{TLS: set})
 	mi := pc.MasterIndex(60 * time.Second)

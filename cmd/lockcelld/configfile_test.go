@@ -167,7 +167,7 @@ func TestServeConfigFileProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	peer := fixtures.FreePeers(t, 1)[0]
 	path := writeFile(t, "id: \""+peer.ID+"\"\ndata: "+t.TempDir()+"\ncell: cfgcell\ninsecure: true\npeers: "+
 		cell.FormatPeers([]cell.Peer{peer})+"\nlease: 5s\n")

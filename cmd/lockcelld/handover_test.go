@@ -21,7 +21,7 @@ func TestServeCleanShutdownHandsMastershipOver(t *testing.T) {
 		t.Skip("builds and runs three processes")
 	}
 	const timeout = 6 * time.Second
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	pc := fixtures.NewProcCellWith(t, bin, "handover", 3, 20*time.Second, fixtures.ProcOptions{
 		ExtraArgs: []string{"--raft-heartbeat", timeout.String(), "--raft-election", timeout.String(), "--raft-leader-lease", "500ms"}})
 	mi := pc.MasterIndex(90 * time.Second)

@@ -21,7 +21,7 @@ func TestServeHTTPPort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	for _, pprof := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pprof=%v", pprof), func(t *testing.T) {
 			peer := fixtures.FreePeers(t, 1)[0]

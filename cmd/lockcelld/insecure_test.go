@@ -71,7 +71,7 @@ func TestServeInsecureBanner(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the daemon")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	ports := fixtures.FreePorts(t, 2)
 	peers := fmt.Sprintf("1=127.0.0.1:%d/127.0.0.1:%d", ports[0], ports[1])
 	serve := []string{"serve", "--id", "1", "--data", t.TempDir(), "--peers", peers}

@@ -94,7 +94,7 @@ func TestServeJoinAddsReplica(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs four processes")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	set := fixtures.TestCerts(t)
 	pc := fixtures.NewProcCellWith(t, bin, "join", 3, 20*time.Second, fixtures.ProcOptions{TLS: set})
 	pc.MasterIndex(90 * time.Second)

@@ -17,7 +17,7 @@ func TestServeProcessesSurviveKill9OfMaster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs five processes")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	pc := fixtures.NewProcCell(t, bin, "proc", 5, 3*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

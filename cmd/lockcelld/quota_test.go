@@ -33,7 +33,7 @@ func TestServeQuotaProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a process")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	set := fixtures.TestCerts(t, "alice")
 	pc := fixtures.NewProcCellWith(t, bin, "quota", 1, 4*time.Second, fixtures.ProcOptions{TLS: set,
 		ExtraArgs: []string{"--max-nodes", "6", "--max-content-bytes", "1KiB", "--max-nodes-per-principal", "1"}})

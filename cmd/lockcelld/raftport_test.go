@@ -48,7 +48,7 @@ func TestRaftPortFloodOfStrangers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs three processes")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	set := fixtures.TestCerts(t)
 	pc := fixtures.NewProcCellWith(t, bin, "flood", 3, 8*time.Second, fixtures.ProcOptions{TLS: set})
 	mi := pc.MasterIndex(60 * time.Second)

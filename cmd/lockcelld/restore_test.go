@@ -91,7 +91,7 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds both binaries and runs eight replicas")
 	}
-	lockcelld := fixtures.BuildLockcelld(t, "../..")
+	lockcelld := fixtures.BuildLockcelld(t)
 	lockcell := filepath.Join(t.TempDir(), "lockcell")
 	if out, err := exec.Command("go", "build", "-o", lockcell, "../lockcell").CombinedOutput(); err != nil {
 		t.Fatalf("go build lockcell: %v\n%s", err, out)

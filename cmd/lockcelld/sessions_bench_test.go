@@ -29,7 +29,7 @@ func BenchmarkSessions10k(b *testing.B) {
 	hold := time.Duration(benchEnvInt(b, "LOCKCELL_BENCH_SECONDS", 60)) * time.Second
 	const lease = 12 * time.Second
 
-	bin := fixtures.BuildLockcelld(b, "../..")
+	bin := fixtures.BuildLockcelld(b)
 	pc := fixtures.NewProcCell(b, bin, "bench", 5, lease)
 	addrs := pc.Addrs()
 	mi := pc.MasterIndex(30 * time.Second)

@@ -27,7 +27,7 @@ func TestCertsCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	dir := filepath.Join(t.TempDir(), "certs")
 	out, err := exec.Command(bin, "certs", "--dir", dir, "--users", "alice,bob", "--hosts", "db.example,10.9.8.7").CombinedOutput()
 	if err != nil {
@@ -66,7 +66,7 @@ func TestServeWithTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs five processes")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	set := fixtures.TestCerts(t, "alice")
 	pc := fixtures.NewProcCellWith(t, bin, "sec", 5, 8*time.Second, fixtures.ProcOptions{TLS: set})
 	mi := pc.MasterIndex(60 * time.Second)
@@ -127,7 +127,7 @@ func TestDevWithTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the dev cell")
 	}
-	bin := fixtures.BuildLockcelld(t, "../..")
+	bin := fixtures.BuildLockcelld(t)
 	data := t.TempDir()
 	port := freeRun(t, 6)
 	cmd := exec.Command(bin, "dev", "--tls", "--data", data, "--replicas", "3", "--port", fmt.Sprint(port),
