@@ -63,8 +63,8 @@ func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatR
 			return nil, wire.Errorf(wire.CodeInvalidName, "ACL file name %q: %v", name, err)
 		}
 	}
-	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdSetACL, Handle: req.Handle,
-		ACL: &replica.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}})
+	res, err := c.apply(ctx, &replica.Command{Payload: &replica.SetACLArgs{Handle: req.Handle,
+		ACL: &replica.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}}})
 	if err != nil {
 		return nil, err
 	}

@@ -55,8 +55,8 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 		})
 		cacheable = readable && c.registerCacher(c.h.Session, principal, req.Path)
 	}
-	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdOpen, Path: req.Path, Flags: req.Flags,
-		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask})
+	res, err := c.apply(ctx, &replica.Command{Payload: &replica.OpenArgs{Path: req.Path, Flags: req.Flags,
+		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask}})
 	if err != nil {
 		return nil, err
 	}
@@ -71,8 +71,8 @@ func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdSetContents, Handle: req.Handle,
-		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration, Fence: fence})
+	res, err := c.apply(ctx, &replica.Command{Fence: fence, Payload: &replica.SetContentsArgs{Handle: req.Handle,
+		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration}})
 	if err != nil {
 		return nil, err
 	}
@@ -87,13 +87,13 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 	switch c.h.Method {
 	case wire.MethodClose:
 		// Closing is always allowed: a stale holder must be able to let go.
-		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdClose, Handle: req.Handle})
+		_, err := c.apply(ctx, &replica.Command{Payload: &replica.CloseArgs{Handle: req.Handle}})
 		return &wire.Empty{}, err
 	case wire.MethodDelete:
-		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdDelete, Handle: req.Handle, Fence: fence})
+		_, err := c.apply(ctx, &replica.Command{Fence: fence, Payload: &replica.DeleteArgs{Handle: req.Handle}})
 		return &wire.Empty{}, err
 	case wire.MethodRelease:
-		_, err := c.apply(ctx, &replica.Command{Type: replica.CmdRelease, Handle: req.Handle})
+		_, err := c.apply(ctx, &replica.Command{Payload: &replica.ReleaseArgs{Handle: req.Handle}})
 		return &wire.Empty{}, err
 	}
 	isRead := c.h.Method != wire.MethodGetSequencer
@@ -225,7 +225,7 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 		woke, done = c.waits.add(waitKey{req.Handle, c.h.Seq})
 		defer done()
 	}
-	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdAcquire, Handle: req.Handle, Mode: req.Mode, Wait: req.Wait})
+	res, err := c.apply(ctx, &replica.Command{Payload: &replica.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}})
 	if err != nil {
 		return nil, err
 	}
@@ -264,8 +264,8 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 func (c *call) withdraw(handle, seq uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Type: replica.CmdCancelWait, Session: c.h.Session,
-		Handle: handle, WaitSeq: seq, Time: c.now()})
+	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(),
+		Payload: &replica.CancelWaitArgs{Handle: handle, WaitSeq: seq}})
 	if err == nil {
 		err = resultErr(res)
 	}
@@ -276,7 +276,7 @@ func (c *call) withdraw(handle, seq uint64) {
 }
 
 func (c *call) cancelAcquire(ctx context.Context, req *wire.CancelAcquireRequest) (*wire.Empty, error) {
-	_, err := c.apply(ctx, &replica.Command{Type: replica.CmdCancelWait, Handle: req.Handle, WaitSeq: req.WaitSeq})
+	_, err := c.apply(ctx, &replica.Command{Payload: &replica.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}})
 	return &wire.Empty{}, err
 }
 

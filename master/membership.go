@@ -242,7 +242,7 @@ func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.Repl
 	// The table first: once Raft lists the member, every replica can name
 	// its client address.
 	m := replica.MemberAddrs{ID: req.ID, ClientAddr: req.ClientAddr, RaftAddr: req.RaftAddr}
-	if _, err := c.cons.Apply(ctx, &replica.Command{Type: replica.CmdMemberPut, Time: c.now(), Members: []replica.MemberAddrs{m}}); err != nil {
+	if _, err := c.cons.Apply(ctx, &replica.Command{Time: c.now(), Payload: &replica.MemberPutArgs{Members: []replica.MemberAddrs{m}}}); err != nil {
 		return nil, err
 	}
 	if _, ok := cfg.Find(req.ID); !ok {
@@ -293,8 +293,8 @@ func (c *call) replicaRemove(ctx context.Context, ops membershipOps, req *wire.R
 		c.log.Info("member removed", "id", req.ID, "raft_addr", sv.RaftAddr, "voter", sv.Voter)
 	}
 	if _, known := c.memberTable()[req.ID]; known {
-		if _, err := c.cons.Apply(ctx, &replica.Command{Type: replica.CmdMemberRemove, Time: c.now(),
-			Members: []replica.MemberAddrs{{ID: req.ID}}}); err != nil {
+		if _, err := c.cons.Apply(ctx, &replica.Command{Time: c.now(),
+			Payload: &replica.MemberRemoveArgs{Members: []replica.MemberAddrs{{ID: req.ID}}}}); err != nil {
 			return nil, err
 		}
 	}
@@ -438,14 +438,14 @@ func (s *parts) seedMembers(ctx context.Context, ops membershipOps) error {
 	if cfg.Voters() == 0 {
 		return nil
 	}
-	cmd := &replica.Command{Type: replica.CmdMembersSeed, Time: s.now(), ConfiguredSize: cfg.Voters()}
+	seed := &replica.MembersSeedArgs{ConfiguredSize: cfg.Voters()}
 	for _, sv := range cfg.Servers {
-		cmd.Members = append(cmd.Members, replica.MemberAddrs{ID: sv.ID, ClientAddr: s.bootstrapAddr(sv.ID), RaftAddr: sv.RaftAddr})
+		seed.Members = append(seed.Members, replica.MemberAddrs{ID: sv.ID, ClientAddr: s.bootstrapAddr(sv.ID), RaftAddr: sv.RaftAddr})
 	}
-	if _, err := s.cons.Apply(ctx, cmd); err != nil {
+	if _, err := s.cons.Apply(ctx, &replica.Command{Time: s.now(), Payload: seed}); err != nil {
 		return fmt.Errorf("master: seed the member table: %w", err)
 	}
-	s.log.Info("member table seeded", "members", len(cmd.Members), "configured_size", cmd.ConfiguredSize)
+	s.log.Info("member table seeded", "members", len(seed.Members), "configured_size", seed.ConfiguredSize)
 	return nil
 }
 

@@ -14,14 +14,20 @@ import "lockcell/replica"
 // id gets its first answer from the de-duplication table, never a second
 // judgement. A refused command costs one Raft entry and changes nothing.
 
-// quotaFor returns the quota an Open that may create, or a SetContents,
-// carries; nil for commands that cannot grow the namespace, which so stay
-// the size they were.
-func (s *parts) quotaFor(cmd *replica.Command) *replica.Quota {
-	switch {
-	case cmd.Type == replica.CmdOpen && cmd.Flags&replica.FlagCreate != 0, cmd.Type == replica.CmdSetContents:
-		l := s.cfg.Limits
+// setQuota puts the quota into an Open that may create, or a
+// SetContents; other commands cannot grow the namespace and carry none,
+// so they stay the size they were.
+func (s *parts) setQuota(cmd *replica.Command) {
+	l := s.cfg.Limits
+	quota := func() *replica.Quota {
 		return &replica.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal)}
 	}
-	return nil
+	switch p := cmd.Payload.(type) {
+	case *replica.OpenArgs:
+		if p.Flags&replica.FlagCreate != 0 {
+			p.Quota = quota()
+		}
+	case *replica.SetContentsArgs:
+		p.Quota = quota()
+	}
 }

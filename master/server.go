@@ -182,7 +182,7 @@ func (s *Server) Serving() (bool, uint64) {
 // the hand-off of locks waiting out a lock-delay.
 func (s *Server) Start(ctx context.Context) error {
 	proposed := s.cfg.Clock.Now()
-	res, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdEpoch, Time: s.now()})
+	res, err := s.cons.Apply(ctx, &replica.Command{Time: s.now(), Payload: &replica.EpochArgs{}})
 	if err != nil {
 		return fmt.Errorf("master: take epoch: %w", err)
 	}
@@ -196,7 +196,7 @@ func (s *Server) Start(ctx context.Context) error {
 		if _, err := rand.Read(key); err != nil {
 			return fmt.Errorf("master: draw cell key: %w", err)
 		}
-		if _, err := s.cons.Apply(ctx, &replica.Command{Type: replica.CmdCellKey, Contents: key, Time: s.now()}); err != nil {
+		if _, err := s.cons.Apply(ctx, &replica.Command{Time: s.now(), Payload: &replica.CellKeyArgs{Key: key}}); err != nil {
 			return fmt.Errorf("master: store cell key: %w", err)
 		}
 	}
@@ -363,11 +363,11 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 	cmd.Time = c.now()
 	cmd.Session = c.h.Session
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
-	cmd.Quota = c.quotaFor(cmd)
+	c.setQuota(cmd)
 	var names []string
 	_ = c.state.Read(func(v replica.View) error {
-		if c.path == "" && cmd.Handle != 0 {
-			c.path, _ = v.HandlePath(c.h.Session, cmd.Handle) // for the audit log
+		if handle := cmd.HandleOf(); c.path == "" && handle != 0 {
+			c.path, _ = v.HandlePath(c.h.Session, handle) // for the audit log
 		}
 		names = v.AffectedPaths(cmd)
 		return nil

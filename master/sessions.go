@@ -580,7 +580,7 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 		return nil, err
 	}
 	defer unreserve() // after the lease below counts it on its connection
-	res, err := c.apply(ctx, &replica.Command{Type: replica.CmdCreateSession, Client: req.ClientName})
+	res, err := c.apply(ctx, &replica.Command{Client: req.ClientName, Payload: &replica.CreateSessionArgs{}})
 	if err != nil {
 		return nil, err
 	}
@@ -645,7 +645,7 @@ func dropAcked(evs []wire.Event, ack uint64) []wire.Event {
 }
 
 func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Type: replica.CmdCloseSession, Session: c.h.Session, Time: c.now()})
+	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(), Payload: &replica.CloseSessionArgs{}})
 	if err != nil {
 		return nil, err
 	}
@@ -676,7 +676,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		s.sess.watch(now, false)
 		for _, id := range s.sess.expired(now) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := s.applyInvalidating(ctx, stop, &replica.Command{Type: replica.CmdCloseSession, Session: id, Expired: true, Time: s.now()})
+			res, err := s.applyInvalidating(ctx, stop, &replica.Command{Session: id, Time: s.now(), Payload: &replica.CloseSessionArgs{Expired: true}})
 			cancel()
 			switch {
 			case err != nil:

@@ -127,15 +127,15 @@ func validACLName(s string) bool {
 	return true
 }
 
-func (f *FSM) setACL(index uint64, c *Command) *Result {
-	_, n, err := f.liveHandle(c)
+func (f *FSM) setACL(index uint64, c *Command, p *SetACLArgs) *Result {
+	_, n, err := f.liveHandle(c.Session, p.Handle)
 	if err != nil {
 		return &Result{Err: err}
 	}
-	if c.ACL == nil {
+	if p.ACL == nil {
 		return &Result{Err: errf(KindBadRequest, "%s: SetACL names no ACL files", n.Path)}
 	}
-	for _, name := range []string{c.ACL.Read, c.ACL.Write, c.ACL.ChangeACL} {
+	for _, name := range []string{p.ACL.Read, p.ACL.Write, p.ACL.ChangeACL} {
 		if !validACLName(name) {
 			return &Result{Err: errf(KindBadRequest, "%s: %q is not an ACL file name", n.Path, name)}
 		}
@@ -143,7 +143,7 @@ func (f *FSM) setACL(index uint64, c *Command) *Result {
 	if err := f.permit(c, n, acl.ChangeACL); err != nil {
 		return &Result{Err: err}
 	}
-	n.ReadACL, n.WriteACL, n.ChangeACL = c.ACL.Read, c.ACL.Write, c.ACL.ChangeACL
+	n.ReadACL, n.WriteACL, n.ChangeACL = p.ACL.Read, p.ACL.Write, p.ACL.ChangeACL
 	n.ACLGen = index
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
 	f.note(Change{Kind: ChangeACL, Path: n.Path})
@@ -168,7 +168,7 @@ func (f *FSM) hiddenFrom(c *Command, n *Node) bool {
 	return c.Principal != "" && f.hidden(n, c.Principal, c.Admin)
 }
 
-// openHidden answers an open of c.Path, a node hidden from the caller,
+// openHidden answers an open of p.Path, a node hidden from the caller,
 // exactly as an open of a missing name would be answered, except where
 // that answer is success: a create the caller is allowed to make (it may
 // write the parent directory) cannot make a name that is taken, so it
@@ -177,14 +177,14 @@ func (f *FSM) hiddenFrom(c *Command, n *Node) bool {
 // taken, as a Unix directory that may be written but not listed lets
 // creates tell; it learns nothing more of them (not their kind, contents,
 // ACLs or locks), and a caller who may not create there learns nothing.
-func (f *FSM) openHidden(c *Command) *Error {
-	if c.Flags&FlagCreate == 0 {
-		return errf(KindNotFound, "%s does not exist", c.Path)
+func (f *FSM) openHidden(c *Command, p *OpenArgs) *Error {
+	if p.Flags&FlagCreate == 0 {
+		return errf(KindNotFound, "%s does not exist", p.Path)
 	}
-	if _, err := f.checkCreate(c); err != nil {
+	if _, err := f.checkCreate(c, p); err != nil {
 		return err
 	}
-	return errf(KindExists, "%s already exists", c.Path)
+	return errf(KindExists, "%s already exists", p.Path)
 }
 
 // fenceNode is the node of the lock fc names as the principal may know
@@ -248,19 +248,19 @@ func (f *FSM) namingACLLocked(path string) []string {
 // permitOpen checks an open of an existing node: the handle's read and
 // write modes each need that permission. A caller that may neither read
 // nor write the node is told it does not exist.
-func (f *FSM) permitOpen(c *Command, n *Node) *Error {
+func (f *FSM) permitOpen(c *Command, p *OpenArgs, n *Node) *Error {
 	if c.Principal == "" {
 		return nil
 	}
 	if f.hidden(n, c.Principal, c.Admin) {
 		return errf(KindNotFound, "%s does not exist", n.Path)
 	}
-	if c.Flags&FlagRead != 0 {
+	if p.Flags&FlagRead != 0 {
 		if err := f.check(c.Principal, c.Admin, n, acl.Read); err != nil {
 			return err
 		}
 	}
-	if c.Flags&FlagWrite != 0 {
+	if p.Flags&FlagWrite != 0 {
 		if err := f.check(c.Principal, c.Admin, n, acl.Write); err != nil {
 			return err
 		}

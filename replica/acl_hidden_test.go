@@ -32,10 +32,10 @@ func newHiddenFixture(t *testing.T) *hiddenFixture {
 	x := &hiddenFixture{h: h, admin: h.sessionOf("root"), ops: h.sessionOf("ops"), carol: h.sessionOf("carol")}
 	mk := func(rel string, flags uint32, contents string, names *ACLNames) uint64 {
 		t.Helper()
-		r := h.aclDo(x.admin, "root", Command{Type: CmdOpen, Path: fsmtPath(rel), Flags: fsmtRWC | flags, Contents: []byte(contents)})
+		r := h.aclDo(x.admin, "root", Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: fsmtRWC | flags, Contents: []byte(contents)}})
 		aclWant(t, "admin creates "+rel, r, KindNone)
 		if names != nil {
-			aclWant(t, "admin names "+rel+"'s ACLs", h.aclDo(x.admin, "root", Command{Type: CmdSetACL, Handle: r.Handle, ACL: names}), KindNone)
+			aclWant(t, "admin names "+rel+"'s ACLs", h.aclDo(x.admin, "root", Command{Payload: &SetACLArgs{Handle: r.Handle, ACL: names}}), KindNone)
 		}
 		return r.Handle
 	}
@@ -49,9 +49,9 @@ func newHiddenFixture(t *testing.T) *hiddenFixture {
 	mk("pub/v", 0, "", nil)
 	mk("closed", FlagDirectory, "", nil)
 	mk("closed/hf", 0, "", &ACLNames{Read: "ops", Write: "ops"})
-	r := h.aclDo(x.ops, "ops", Command{Type: CmdOpen, Path: fsmtPath("pub/hf"), Flags: fsmtRW})
+	r := h.aclDo(x.ops, "ops", Command{Payload: &OpenArgs{Path: fsmtPath("pub/hf"), Flags: fsmtRW}})
 	aclWant(t, "ops opens pub/hf", r, KindNone)
-	r = h.aclDo(x.ops, "ops", Command{Type: CmdAcquire, Handle: r.Handle, Mode: LockExclusive})
+	r = h.aclDo(x.ops, "ops", Command{Payload: &AcquireArgs{Handle: r.Handle, Mode: LockExclusive}})
 	aclWant(t, "ops locks pub/hf", r, KindNone)
 	x.lockGen = r.LockGen
 	return x
@@ -77,7 +77,7 @@ func TestACLHiddenNamesAnswerAsMissing(t *testing.T) {
 	carol := func(c Command) *Result { t.Helper(); return h.aclDo(x.carol, "carol", c) }
 	open := func(rel string, flags uint32) *Result {
 		t.Helper()
-		return carol(Command{Type: CmdOpen, Path: fsmtPath(rel), Flags: flags})
+		return carol(Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: flags}})
 	}
 	flagSets := map[string]uint32{
 		"read": FlagRead, "write": FlagWrite, "read-write": fsmtRW, "read-dir": FlagRead | FlagDirectory,
@@ -145,8 +145,8 @@ func TestACLHiddenNamesAnswerAsMissing(t *testing.T) {
 	// Creates with bad arguments answer as for a missing name (bad
 	// request), checked before the name is found taken.
 	sameAnswer(t, "carol mkdir with contents over pub/hf",
-		carol(Command{Type: CmdOpen, Path: fsmtPath("pub/hf"), Flags: fsmtRWC | FlagDirectory, Contents: []byte("x")}),
-		carol(Command{Type: CmdOpen, Path: fsmtPath("pub/mf"), Flags: fsmtRWC | FlagDirectory, Contents: []byte("x")}),
+		carol(Command{Payload: &OpenArgs{Path: fsmtPath("pub/hf"), Flags: fsmtRWC | FlagDirectory, Contents: []byte("x")}}),
+		carol(Command{Payload: &OpenArgs{Path: fsmtPath("pub/mf"), Flags: fsmtRWC | FlagDirectory, Contents: []byte("x")}}),
 		fsmtPath("pub/hf"), fsmtPath("pub/mf"))
 	if h.exists("pub/hd/x") || h.exists("pub/mf") || h.exists("pub/md") {
 		t.Fatal("a refused create made a node")
@@ -155,11 +155,10 @@ func TestACLHiddenNamesAnswerAsMissing(t *testing.T) {
 	// A sequencer whose lock carol may not read is checked as one whose
 	// lock file is gone: attached to her write of her own file, and asked
 	// about directly.
-	vh := carol(Command{Type: CmdOpen, Path: fsmtPath("pub/v"), Flags: fsmtRW})
+	vh := carol(Command{Payload: &OpenArgs{Path: fsmtPath("pub/v"), Flags: fsmtRW}})
 	aclWant(t, "carol opens pub/v", vh, KindNone)
 	fence := func(rel string) *Result {
-		return carol(Command{Type: CmdSetContents, Handle: vh.Handle, Contents: []byte("x"),
-			Fence: &Fence{Path: fsmtPath(rel), Mode: LockExclusive, Generation: x.lockGen}})
+		return carol(Command{Fence: &Fence{Path: fsmtPath(rel), Mode: LockExclusive, Generation: x.lockGen}, Payload: &SetContentsArgs{Handle: vh.Handle, Contents: []byte("x")}})
 	}
 	sameAnswer(t, "carol's write fenced by pub/hf's lock", fence("pub/hf"), fence("pub/mf"), fsmtPath("pub/hf"), fsmtPath("pub/mf"))
 	for _, gen := range []uint64{x.lockGen, x.lockGen + 1} {
@@ -186,14 +185,14 @@ func TestACLHiddenNamesAnswerAsMissing(t *testing.T) {
 func TestACLDeleteNotEmptyCountsNothing(t *testing.T) {
 	x := newHiddenFixture(t)
 	h := x.h
-	one := h.aclDo(x.admin, "root", Command{Type: CmdOpen, Path: fsmtPath("pub/one"), Flags: fsmtRWC | FlagDirectory})
+	one := h.aclDo(x.admin, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub/one"), Flags: fsmtRWC | FlagDirectory}})
 	aclWant(t, "mkdir pub/one", one, KindNone)
-	h.aclDo(x.admin, "root", Command{Type: CmdOpen, Path: fsmtPath("pub/one/a"), Flags: fsmtRWC})
-	r1 := h.aclDo(x.admin, "root", Command{Type: CmdDelete, Handle: one.Handle})
-	dh := h.aclDo(x.admin, "root", Command{Type: CmdOpen, Path: fsmtPath("pub/hd"), Flags: fsmtRW | FlagDirectory})
+	h.aclDo(x.admin, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub/one/a"), Flags: fsmtRWC}})
+	r1 := h.aclDo(x.admin, "root", Command{Payload: &DeleteArgs{Handle: one.Handle}})
+	dh := h.aclDo(x.admin, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub/hd"), Flags: fsmtRW | FlagDirectory}})
 	aclWant(t, "open pub/hd", dh, KindNone)
-	h.aclDo(x.admin, "root", Command{Type: CmdOpen, Path: fsmtPath("pub/hd/y"), Flags: fsmtRWC})
-	r2 := h.aclDo(x.admin, "root", Command{Type: CmdDelete, Handle: dh.Handle})
+	h.aclDo(x.admin, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub/hd/y"), Flags: fsmtRWC}})
+	r2 := h.aclDo(x.admin, "root", Command{Payload: &DeleteArgs{Handle: dh.Handle}})
 	sameAnswer(t, "delete of a non-empty directory", r1, r2, fsmtPath("pub/one"), fsmtPath("pub/hd"))
 	if r1.Err == nil || r1.Err.Kind != KindNotEmpty {
 		t.Fatalf("delete of a non-empty directory: %+v", r1.Err)

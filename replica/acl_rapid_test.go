@@ -69,28 +69,28 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 		asAdmin := func(c Command) *Result {
 			r := h.aclDo(sess["admin"], "admin", c)
 			if r.Err != nil {
-				rt.Fatalf("admin %s %s: %v", c.Type, c.Path, r.Err)
+				rt.Fatalf("admin %s %+v: %v", c.Payload.CmdType(), c.Payload, r.Err)
 			}
 			return r
 		}
 		// internal opens a handle for who's session with no ACL check
 		// (as the master's own commands do), to try each call's own check.
 		internal := func(who, node string, flags uint32) uint64 {
-			r := h.do(sess[who], Command{Type: CmdOpen, Path: fsmtPath(node), Flags: flags})
+			r := h.do(sess[who], Command{Payload: &OpenArgs{Path: fsmtPath(node), Flags: flags}})
 			if r.Err != nil {
 				rt.Fatalf("internal open %s: %v", node, r.Err)
 			}
 			return r.Handle
 		}
-		asAdmin(Command{Type: CmdOpen, Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory})
+		asAdmin(Command{Payload: &OpenArgs{Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory}})
 		fileNames := []string{"fa", "fb", "fc", "missing"}
 		writeFile := func(name string, ps []string) {
 			body := strings.Join(ps, "\n") + "\n"
 			if _, ok := m.files[name]; ok {
-				hd := asAdmin(Command{Type: CmdOpen, Path: fsmtPath("acl/" + name), Flags: fsmtRW}).Handle
-				asAdmin(Command{Type: CmdSetContents, Handle: hd, Contents: []byte(body)})
+				hd := asAdmin(Command{Payload: &OpenArgs{Path: fsmtPath("acl/" + name), Flags: fsmtRW}}).Handle
+				asAdmin(Command{Payload: &SetContentsArgs{Handle: hd, Contents: []byte(body)}})
 			} else {
-				asAdmin(Command{Type: CmdOpen, Path: fsmtPath("acl/" + name), Flags: fsmtRWC, Contents: []byte(body)})
+				asAdmin(Command{Payload: &OpenArgs{Path: fsmtPath("acl/" + name), Flags: fsmtRWC, Contents: []byte(body)}})
 			}
 			m.files[name] = ps
 		}
@@ -102,8 +102,8 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 		// and random names.
 		anyone := "everyone"
 		writeFile(anyone, []string{"*"})
-		rootH := asAdmin(Command{Type: CmdOpen, Path: fsmtRoot, Flags: fsmtRW | FlagDirectory}).Handle
-		asAdmin(Command{Type: CmdSetACL, Handle: rootH, ACL: &ACLNames{Write: anyone}})
+		rootH := asAdmin(Command{Payload: &OpenArgs{Path: fsmtRoot, Flags: fsmtRW | FlagDirectory}}).Handle
+		asAdmin(Command{Payload: &SetACLArgs{Handle: rootH, ACL: &ACLNames{Write: anyone}}})
 		m.nodes[""] = &rapidNode{names: [3]string{"", anyone, ""}, dir: true} // the root
 		nameGen := rapid.SampledFrom(append([]string{""}, fileNames...))
 		nNodes := rapid.IntRange(1, 5).Draw(rt, "nodes")
@@ -116,13 +116,13 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 			if dir {
 				flags |= FlagDirectory
 			}
-			r := h.aclDo(sess[creator], creator, Command{Type: CmdOpen, Path: fsmtPath(name), Flags: flags})
+			r := h.aclDo(sess[creator], creator, Command{Payload: &OpenArgs{Path: fsmtPath(name), Flags: flags}})
 			if r.Err != nil {
 				rt.Fatalf("%s creates %s: %v", creator, name, r.Err)
 			}
 			names := [3]string{nameGen.Draw(rt, "read"), nameGen.Draw(rt, "write"), nameGen.Draw(rt, "change")}
-			ah := asAdmin(Command{Type: CmdOpen, Path: fsmtPath(name), Flags: fsmtRW | flags&FlagDirectory}).Handle
-			asAdmin(Command{Type: CmdSetACL, Handle: ah, ACL: &ACLNames{Read: names[0], Write: names[1], ChangeACL: names[2]}})
+			ah := asAdmin(Command{Payload: &OpenArgs{Path: fsmtPath(name), Flags: fsmtRW | flags&FlagDirectory}}).Handle
+			asAdmin(Command{Payload: &SetACLArgs{Handle: ah, ACL: &ACLNames{Read: names[0], Write: names[1], ChangeACL: names[2]}}})
 			m.nodes[name] = &rapidNode{names: names, creator: creator, dir: dir}
 			nodeNames = append(nodeNames, name)
 		}
@@ -177,7 +177,7 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 				dirFlag = FlagDirectory
 			}
 			openAs := func(rel string, flags uint32) *Result {
-				return h.aclDo(sess[who], who, Command{Type: CmdOpen, Path: fsmtPath(rel), Flags: flags})
+				return h.aclDo(sess[who], who, Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: flags}})
 			}
 			switch op := rapid.IntRange(0, 8).Draw(rt, "op"); op {
 			case 0:
@@ -199,14 +199,13 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 			case 3:
 				hd := internal(who, node, fsmtRW|dirFlag)
 				if n.dir {
-					expect("set-acl", ch, h.aclDo(sess[who], who, Command{Type: CmdSetACL, Handle: hd,
-						ACL: &ACLNames{Read: n.names[0], Write: n.names[1], ChangeACL: n.names[2]}}), KindNone)
+					expect("set-acl", ch, h.aclDo(sess[who], who, Command{Payload: &SetACLArgs{Handle: hd, ACL: &ACLNames{Read: n.names[0], Write: n.names[1], ChangeACL: n.names[2]}}}), KindNone)
 				} else {
-					expect("write", w, h.aclDo(sess[who], who, Command{Type: CmdSetContents, Handle: hd, Contents: []byte(who)}), KindNone)
+					expect("write", w, h.aclDo(sess[who], who, Command{Payload: &SetContentsArgs{Handle: hd, Contents: []byte(who)}}), KindNone)
 				}
 			case 4:
 				hd := internal(who, node, fsmtRW|dirFlag)
-				res := h.aclDo(sess[who], who, Command{Type: CmdAcquire, Handle: hd, Mode: LockExclusive})
+				res := h.aclDo(sess[who], who, Command{Payload: &AcquireArgs{Handle: hd, Mode: LockExclusive}})
 				if res.Err != nil && res.Err.Kind == KindLockHeld {
 					break // someone holds it; not a permission question
 				}
@@ -237,13 +236,13 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 				}
 				expectKind("create-child", res, want, func(tw string) *Result { return openAs(tw+base, flags) })
 				if res.Err == nil {
-					h.do(sess[who], Command{Type: CmdClose, Handle: res.Handle})
+					h.do(sess[who], Command{Payload: &CloseArgs{Handle: res.Handle}})
 					if flags&FlagEphemeral != 0 || flags&FlagDirectory != 0 {
 						// Gone with its last handle, or a directory the
 						// reference does not track: delete it as the
 						// admin if it is still there.
 						if h.f.nodes[fsmtPath(child)] != nil {
-							asAdmin(Command{Type: CmdDelete, Handle: asAdmin(Command{Type: CmdOpen, Path: fsmtPath(child), Flags: fsmtRW}).Handle})
+							asAdmin(Command{Payload: &DeleteArgs{Handle: asAdmin(Command{Payload: &OpenArgs{Path: fsmtPath(child), Flags: fsmtRW}}).Handle}})
 						}
 						break
 					}
@@ -251,7 +250,7 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 					m.nodes[child] = &rapidNode{names: n.names, creator: who}
 					hd := internal(who, child, fsmtRW)
 					expect("delete-child", m.allowed(who, child, acl.Write),
-						h.aclDo(sess[who], who, Command{Type: CmdDelete, Handle: hd}), KindNone)
+						h.aclDo(sess[who], who, Command{Payload: &DeleteArgs{Handle: hd}}), KindNone)
 					if m.allowed(who, child, acl.Write) {
 						delete(m.nodes, child)
 					} else {
@@ -290,14 +289,14 @@ func TestACLRandomGraphsMatchReference(t *testing.T) {
 					rt.Fatalf("%s create-existing hidden %s: %q says more than that the name is taken", who, node, res.Err.Msg)
 				}
 				if res.Err == nil {
-					h.do(sess[who], Command{Type: CmdClose, Handle: res.Handle})
+					h.do(sess[who], Command{Payload: &CloseArgs{Handle: res.Handle}})
 				}
 			case 8:
 				// A sequencer of node's lock, checked by who: true only
 				// for a reader; for anyone else, the answer of a lock
 				// whose node is gone.
 				hd := internal("admin", node, fsmtRW|dirFlag)
-				res := h.do(sess["admin"], Command{Type: CmdAcquire, Handle: hd, Mode: LockExclusive})
+				res := h.do(sess["admin"], Command{Payload: &AcquireArgs{Handle: hd, Mode: LockExclusive}})
 				if res.Err != nil {
 					break // held by another call's handle
 				}

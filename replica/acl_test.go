@@ -23,7 +23,7 @@ func (h *fsmtH) aclDo(s uint64, who string, c Command) *Result {
 
 func (h *fsmtH) sessionOf(who string) uint64 {
 	h.t.Helper()
-	r := h.raw(Command{Type: CmdCreateSession, Client: "test", Principal: who, Admin: who == "root"})
+	r := h.raw(Command{Client: "test", Principal: who, Admin: who == "root", Payload: &CreateSessionArgs{}})
 	if r.Err != nil {
 		h.t.Fatal(r.Err)
 	}
@@ -45,21 +45,20 @@ func TestACLDefaultOwnerAndInheritance(t *testing.T) {
 	root, alice, bob := h.sessionOf("root"), h.sessionOf("alice"), h.sessionOf("bob")
 
 	// The root has no owner: under the default rule only the admin writes it.
-	aclWant(t, "alice creates at the root", h.aclDo(alice, "alice", Command{Type: CmdOpen, Path: fsmtPath("a"), Flags: fsmtRWC}), KindPermission)
-	r := h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("home"), Flags: fsmtRWC | FlagDirectory})
+	aclWant(t, "alice creates at the root", h.aclDo(alice, "alice", Command{Payload: &OpenArgs{Path: fsmtPath("a"), Flags: fsmtRWC}}), KindPermission)
+	r := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("home"), Flags: fsmtRWC | FlagDirectory}})
 	aclWant(t, "admin creates /home", r, KindNone)
 	rootH := r.Handle
 	// Give alice a directory of her own: admin creates it, then names ACLs.
-	aclWant(t, "admin writes ACL file", h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory}), KindNone)
-	r = h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl/alice"), Flags: fsmtRWC, Contents: []byte("alice\n")})
+	aclWant(t, "admin writes ACL file", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory}}), KindNone)
+	r = h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl/alice"), Flags: fsmtRWC, Contents: []byte("alice\n")}})
 	aclWant(t, "admin creates acl/alice", r, KindNone)
 	aclAlice := r.Handle
-	aclWant(t, "admin names alice's ACL on /home", h.aclDo(root, "root", Command{Type: CmdSetACL, Handle: rootH,
-		ACL: &ACLNames{Write: "alice", ChangeACL: "alice"}}), KindNone)
+	aclWant(t, "admin names alice's ACL on /home", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: rootH, ACL: &ACLNames{Write: "alice", ChangeACL: "alice"}}}), KindNone)
 
 	// alice creates under /home (write granted by the file); the child
 	// inherits the names and records alice as creator.
-	r = h.aclDo(alice, "alice", Command{Type: CmdOpen, Path: fsmtPath("home/f"), Flags: fsmtRWC})
+	r = h.aclDo(alice, "alice", Command{Payload: &OpenArgs{Path: fsmtPath("home/f"), Flags: fsmtRWC}})
 	aclWant(t, "alice creates home/f", r, KindNone)
 	aliceF := r.Handle
 	n := h.node("home/f")
@@ -67,9 +66,9 @@ func TestACLDefaultOwnerAndInheritance(t *testing.T) {
 		t.Fatalf("home/f inherited %q/%q/%q creator %q", n.ReadACL, n.WriteACL, n.ChangeACL, n.Creator)
 	}
 	// bob may read (no read ACL named: any principal) but not write or lock.
-	r = h.aclDo(bob, "bob", Command{Type: CmdOpen, Path: fsmtPath("home/f"), Flags: FlagRead})
+	r = h.aclDo(bob, "bob", Command{Payload: &OpenArgs{Path: fsmtPath("home/f"), Flags: FlagRead}})
 	aclWant(t, "bob opens home/f for reading", r, KindNone)
-	aclWant(t, "bob opens home/f for writing", h.aclDo(bob, "bob", Command{Type: CmdOpen, Path: fsmtPath("home/f"), Flags: fsmtRW}), KindPermission)
+	aclWant(t, "bob opens home/f for writing", h.aclDo(bob, "bob", Command{Payload: &OpenArgs{Path: fsmtPath("home/f"), Flags: fsmtRW}}), KindPermission)
 	if err := h.f.Allowed(fsmtPath("home/f"), "bob", false, acl.Read); err != nil {
 		t.Fatalf("bob may not read home/f: %v", err)
 	}
@@ -79,56 +78,56 @@ func TestACLDefaultOwnerAndInheritance(t *testing.T) {
 
 	// Revocation by rewriting the ACL file binds the next entry: alice's
 	// open handle can no longer write once the file no longer lists her.
-	aclWant(t, "alice writes", h.aclDo(alice, "alice", Command{Type: CmdSetContents, Handle: aliceF, Contents: []byte("1")}), KindNone)
-	aclWant(t, "admin revokes alice", h.aclDo(root, "root", Command{Type: CmdSetContents, Handle: aclAlice, Contents: []byte("carol\n")}), KindNone)
-	aclWant(t, "alice writes after revocation", h.aclDo(alice, "alice", Command{Type: CmdSetContents, Handle: aliceF, Contents: []byte("2")}), KindPermission)
-	aclWant(t, "alice locks after revocation", h.aclDo(alice, "alice", Command{Type: CmdAcquire, Handle: aliceF, Mode: LockExclusive}), KindPermission)
-	aclWant(t, "alice deletes after revocation", h.aclDo(alice, "alice", Command{Type: CmdDelete, Handle: aliceF}), KindPermission)
+	aclWant(t, "alice writes", h.aclDo(alice, "alice", Command{Payload: &SetContentsArgs{Handle: aliceF, Contents: []byte("1")}}), KindNone)
+	aclWant(t, "admin revokes alice", h.aclDo(root, "root", Command{Payload: &SetContentsArgs{Handle: aclAlice, Contents: []byte("carol\n")}}), KindNone)
+	aclWant(t, "alice writes after revocation", h.aclDo(alice, "alice", Command{Payload: &SetContentsArgs{Handle: aliceF, Contents: []byte("2")}}), KindPermission)
+	aclWant(t, "alice locks after revocation", h.aclDo(alice, "alice", Command{Payload: &AcquireArgs{Handle: aliceF, Mode: LockExclusive}}), KindPermission)
+	aclWant(t, "alice deletes after revocation", h.aclDo(alice, "alice", Command{Payload: &DeleteArgs{Handle: aliceF}}), KindPermission)
 	if got := string(h.node("home/f").Contents); got != "1" {
 		t.Fatalf("contents after a denied write: %q", got)
 	}
 	// Releasing and closing are never denied: a revoked holder can let go.
-	aclWant(t, "alice closes", h.aclDo(alice, "alice", Command{Type: CmdClose, Handle: aliceF}), KindNone)
+	aclWant(t, "alice closes", h.aclDo(alice, "alice", Command{Payload: &CloseArgs{Handle: aliceF}}), KindNone)
 }
 
 func TestACLFilesFailClosedAndMustParse(t *testing.T) {
 	h := newFSMT(t)
 	root, bob := h.sessionOf("root"), h.sessionOf("bob")
-	h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory})
-	r := h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl/ops"), Flags: fsmtRWC, Contents: []byte("bob\n")})
+	h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory}})
+	r := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl/ops"), Flags: fsmtRWC, Contents: []byte("bob\n")}})
 	aclWant(t, "create acl/ops", r, KindNone)
 	opsH := r.Handle
-	aclWant(t, "an ACL file that does not parse", h.aclDo(root, "root", Command{Type: CmdSetContents, Handle: opsH, Contents: []byte("bad name\n")}), KindBadRequest)
-	aclWant(t, "create an unparsable ACL file", h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl/x"), Flags: fsmtRWC, Contents: []byte("a b")}), KindBadRequest)
+	aclWant(t, "an ACL file that does not parse", h.aclDo(root, "root", Command{Payload: &SetContentsArgs{Handle: opsH, Contents: []byte("bad name\n")}}), KindBadRequest)
+	aclWant(t, "create an unparsable ACL file", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl/x"), Flags: fsmtRWC, Contents: []byte("a b")}}), KindBadRequest)
 
-	r = h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("secret"), Flags: fsmtRWC})
+	r = h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("secret"), Flags: fsmtRWC}})
 	secretH := r.Handle
 	// A read ACL naming a missing file denies everyone but the admin.
-	aclWant(t, "name a missing read ACL", h.aclDo(root, "root", Command{Type: CmdSetACL, Handle: secretH, ACL: &ACLNames{Read: "nobody-file", Write: "ops"}}), KindNone)
+	aclWant(t, "name a missing read ACL", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: secretH, ACL: &ACLNames{Read: "nobody-file", Write: "ops"}}}), KindNone)
 	if err := h.f.Allowed(fsmtPath("secret"), "bob", false, acl.Read); err == nil {
 		t.Fatal("a missing read ACL file granted bob read")
 	}
 	// bob may write but not read: open for reading says permission
 	// denied, opening for writing works.
-	aclWant(t, "bob opens secret for reading", h.aclDo(bob, "bob", Command{Type: CmdOpen, Path: fsmtPath("secret"), Flags: FlagRead}), KindPermission)
-	aclWant(t, "bob opens secret for writing", h.aclDo(bob, "bob", Command{Type: CmdOpen, Path: fsmtPath("secret"), Flags: FlagWrite}), KindNone)
+	aclWant(t, "bob opens secret for reading", h.aclDo(bob, "bob", Command{Payload: &OpenArgs{Path: fsmtPath("secret"), Flags: FlagRead}}), KindPermission)
+	aclWant(t, "bob opens secret for writing", h.aclDo(bob, "bob", Command{Payload: &OpenArgs{Path: fsmtPath("secret"), Flags: FlagWrite}}), KindNone)
 	// carol may neither read nor write: the node looks absent, with the
 	// very error a missing node gets.
 	carol := h.sessionOf("carol")
-	absent := h.aclDo(carol, "carol", Command{Type: CmdOpen, Path: fsmtPath("nothing"), Flags: FlagRead})
-	hidden := h.aclDo(carol, "carol", Command{Type: CmdOpen, Path: fsmtPath("secret"), Flags: FlagRead})
+	absent := h.aclDo(carol, "carol", Command{Payload: &OpenArgs{Path: fsmtPath("nothing"), Flags: FlagRead}})
+	hidden := h.aclDo(carol, "carol", Command{Payload: &OpenArgs{Path: fsmtPath("secret"), Flags: FlagRead}})
 	if absent.Err == nil || hidden.Err == nil || absent.Err.Kind != hidden.Err.Kind || absent.Err.Kind != KindNotFound {
 		t.Fatalf("absent %v vs forbidden %v: want the same not-found error", absent.Err, hidden.Err)
 	}
 	// SetACL needs change-ACL: bob lacks it (no change-ACL file named and
 	// he is not the owner).
-	bobW := h.aclDo(bob, "bob", Command{Type: CmdOpen, Path: fsmtPath("secret"), Flags: FlagWrite}).Handle
-	aclWant(t, "bob sets ACLs", h.aclDo(bob, "bob", Command{Type: CmdSetACL, Handle: bobW, ACL: &ACLNames{}}), KindPermission)
-	aclWant(t, "a bad ACL name", h.aclDo(root, "root", Command{Type: CmdSetACL, Handle: secretH, ACL: &ACLNames{Read: "a/b"}}), KindBadRequest)
+	bobW := h.aclDo(bob, "bob", Command{Payload: &OpenArgs{Path: fsmtPath("secret"), Flags: FlagWrite}}).Handle
+	aclWant(t, "bob sets ACLs", h.aclDo(bob, "bob", Command{Payload: &SetACLArgs{Handle: bobW, ACL: &ACLNames{}}}), KindPermission)
+	aclWant(t, "a bad ACL name", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: secretH, ACL: &ACLNames{Read: "a/b"}}}), KindBadRequest)
 
 	// Rewriting acl/ops invalidates caches of every node whose read ACL it is.
-	aclWant(t, "read ACL ops", h.aclDo(root, "root", Command{Type: CmdSetACL, Handle: secretH, ACL: &ACLNames{Read: "ops"}}), KindNone)
-	got := h.f.AffectedPaths(&Command{Type: CmdSetContents, Handle: opsH})
+	aclWant(t, "read ACL ops", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: secretH, ACL: &ACLNames{Read: "ops"}}}), KindNone)
+	got := h.f.AffectedPaths(&Command{Payload: &SetContentsArgs{Handle: opsH}})
 	if !slices.Contains(got, fsmtPath("secret")) || !slices.Contains(got, fsmtPath("acl/ops")) {
 		t.Fatalf("a write of acl/ops affects %v", got)
 	}
@@ -177,10 +176,10 @@ func TestStateHashFollowsState(t *testing.T) {
 func TestACLChecksConcurrentWithCacheFill(t *testing.T) {
 	h := newFSMT(t)
 	root := h.sessionOf("root")
-	h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory})
-	fh := h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl/r"), Flags: fsmtRWC, Contents: []byte("bob\n")}).Handle
-	nh := h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("n"), Flags: fsmtRWC}).Handle
-	h.aclDo(root, "root", Command{Type: CmdSetACL, Handle: nh, ACL: &ACLNames{Read: "r"}})
+	h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory}})
+	fh := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl/r"), Flags: fsmtRWC, Contents: []byte("bob\n")}}).Handle
+	nh := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("n"), Flags: fsmtRWC}}).Handle
+	h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: nh, ACL: &ACLNames{Read: "r"}}})
 	for round := range 3 {
 		var wg sync.WaitGroup
 		for range 4 {
@@ -197,7 +196,7 @@ func TestACLChecksConcurrentWithCacheFill(t *testing.T) {
 		if round%2 == 0 {
 			body = "carol\n"
 		}
-		h.aclDo(root, "root", Command{Type: CmdSetContents, Handle: fh, Contents: []byte(body)})
+		h.aclDo(root, "root", Command{Payload: &SetContentsArgs{Handle: fh, Contents: []byte(body)}})
 		if got := h.f.Allowed(fsmtPath("n"), "bob", false, acl.Read) == nil; got != (body == "bob\n") {
 			t.Fatalf("round %d: bob may read = %v after the file became %q", round, got, body)
 		}

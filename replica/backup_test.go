@@ -17,7 +17,7 @@ import (
 // ephemeral file of that session.
 func backupFixture(t testing.TB) *fsmtH {
 	h := newFSMT(t)
-	if r := h.raw(Command{Type: CmdCellKey, Contents: bytes.Repeat([]byte{7}, 32)}); r.Err != nil {
+	if r := h.raw(Command{Payload: &CellKeyArgs{Key: bytes.Repeat([]byte{7}, 32)}}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	s := h.session()
@@ -108,7 +108,7 @@ func TestBackupReadBackAndSeed(t *testing.T) {
 	defer cancel()
 	var res2 *Result
 	for {
-		res2, err = r.Apply(ctx, &Command{Type: CmdCreateSession, Client: "after", Time: time.Now().UnixNano()})
+		res2, err = r.Apply(ctx, &Command{Client: "after", Time: time.Now().UnixNano(), Payload: &CreateSessionArgs{}})
 		if err == nil || !errors.Is(err, ErrNotLeader) || ctx.Err() != nil {
 			break
 		}

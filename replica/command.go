@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -8,7 +9,8 @@ import (
 	"lockcell/cell/wire/bound"
 )
 
-// CmdType is the first field of every replicated command. Numbers are
+// CmdType names a replicated command's type; every encoded command
+// carries it, and its payload is that type's struct. Numbers are
 // append-only: a log written by one version is replayed by the next.
 type CmdType uint8
 
@@ -70,82 +72,71 @@ func (t CmdType) String() string {
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }
 
-// commandVersion is the first byte of every encoded command. A replica that
-// meets a version it does not know stops rather than diverge.
-const commandVersion byte = 1
+// The first byte of every encoded command is its format version. A replica
+// that meets a version it does not know stops rather than diverge.
+//
+// Version 1 (command_v1.go) is one flat msgpack map whose fields depend on
+// the type; version 2, written since, is a two-element msgpack array: the
+// envelope map (type, time, request id, caller, fence), then the payload
+// map of that type's own struct. A version-1 entry's first byte is 0x01,
+// so the two can never be mistaken for each other; both are decoded into
+// the same Command and apply alike.
+const (
+	commandV1      byte = 1
+	commandVersion byte = 2 // what Encode writes
+)
 
 // MaxCommandSize bounds an encoded command before it is proposed: contents
 // are at most 256 KiB, and a command is never allowed to grow a Raft entry
 // past what every replica and snapshot can carry.
 const MaxCommandSize = 512 * 1024
 
-// Command is one replicated state change. It is a single flat struct (not
-// one type per command) so that decoding goes into one concrete type; which
-// fields matter depends on Type. Everything apply needs, including the
-// proposing master's wall-clock time, travels inside the command, so apply
-// is deterministic.
-//
-// Every command may carry Time, the request id (Session, Seq, Ack), the
-// caller (Principal, Admin) and a Fence. Besides those, apply reads:
-//
-//	Epoch                       nothing
-//	CreateSession               Client
-//	CloseSession                Expired
-//	Open                        Path, Flags, Contents, LockDelay, EventMask, Quota
-//	Close, Delete, Release      Handle
-//	SetContents                 Handle, Contents, IfGen, HasIfGen, Quota (Path: only in a quota error)
-//	Acquire                     Handle, Mode, Wait
-//	CancelWait                  Handle, WaitSeq
-//	Grant                       Path
-//	CellKey                     Contents
-//	SetACL                      Handle, ACL
-//	MembersSeed                 Members, ConfiguredSize
-//	MemberPut, MemberRemove     Members
+// Command is one replicated state change: an envelope that every command
+// has, and a Payload, the type's own struct, holding only what that type
+// reads. Everything apply needs, including the proposing master's
+// wall-clock time, travels inside the command, so apply is deterministic.
 //
 // Results, error messages included, are replicated state (the
 // de-duplication table is in every snapshot), so what apply reads and
 // writes for each type is part of the log format.
+//
+// A batch of commands in one entry fits the same shape: a payload holding
+// a []Command, each element with its own envelope (Command encodes itself
+// as one msgpack value, so it nests).
 type Command struct {
-	Type CmdType `msgpack:"t"`
+	// Type is Payload's command type. Encode fills it in (a literal needs
+	// only Payload) and refuses a Type that disagrees with Payload;
+	// DecodeCommand always sets it.
+	Type CmdType
 	// Time is the proposing master's wall clock, Unix nanoseconds.
-	Time int64 `msgpack:"tm"`
+	Time int64
 	// Session, Seq and Ack form the request id: Seq is unique per
-	// session; Ack says every Seq at or below it has completed.
-	Session uint64 `msgpack:"s,omitempty"`
-	Seq     uint64 `msgpack:"q,omitempty"`
-	Ack     uint64 `msgpack:"a,omitempty"`
-
-	Path      string `msgpack:"p,omitempty"`
-	Handle    uint64 `msgpack:"h,omitempty"`
-	Flags     uint32 `msgpack:"f,omitempty"`
-	Contents  []byte `msgpack:"c,omitempty"`
-	IfGen     uint64 `msgpack:"ig,omitempty"`
-	HasIfGen  bool   `msgpack:"hi,omitempty"`
-	Mode      uint8  `msgpack:"m,omitempty"`
-	Wait      bool   `msgpack:"w,omitempty"`
-	WaitSeq   uint64 `msgpack:"ws,omitempty"`
-	LockDelay int64  `msgpack:"ld,omitempty"` // nanoseconds
-	EventMask uint32 `msgpack:"em,omitempty"`
-	Expired   bool   `msgpack:"x,omitempty"`
+	// session; Ack says every Seq at or below it has completed. Commands
+	// with no Seq (the master's own) are not de-duplicated. Session
+	// alone names the session a CloseSession ends.
+	Session uint64
+	Seq     uint64
+	Ack     uint64
 	// Principal is the authenticated caller of a client request (every
-	// client request carries one); Admin says it is the cell's admin.
-	Principal string `msgpack:"pr,omitempty"`
-	Admin     bool   `msgpack:"ad,omitempty"`
-	Client    string `msgpack:"cl,omitempty"`
-	// ACL is the new ACL names of a SetACL.
-	ACL *ACLNames `msgpack:"acl,omitempty"`
+	// client request carries one; the master's own commands none); Admin
+	// says it is the cell's admin.
+	Principal string
+	Admin     bool
+	// Client is the client's name, recorded by CreateSession.
+	Client string
 	// Fence, when set, makes the command apply only if the lock it names
 	// is still held at that generation in that mode (SetSequencer).
-	Fence *Fence `msgpack:"fc,omitempty"`
-	// Quota, when set, caps what an Open that creates or a SetContents
-	// may add to the namespace (quota.go). Entries without it are not
-	// capped.
-	Quota *Quota `msgpack:"qu,omitempty"`
-	// Members are the member-table entries of a MembersSeed, MemberPut or
-	// MemberRemove (members.go); ConfiguredSize is a MembersSeed's voter
-	// count.
-	Members        []MemberAddrs `msgpack:"mb,omitempty"`
-	ConfiguredSize int           `msgpack:"cs,omitempty"`
+	Fence *Fence
+	// Payload is what the command does: one of the *Args types.
+	Payload Payload
+}
+
+// Payload is the part of a Command its type owns. Only this package's
+// *Args types implement it, one per CmdType.
+type Payload interface {
+	// CmdType is the command type the payload belongs to.
+	CmdType() CmdType
+	payload()
 }
 
 // Fence is a sequencer's claim, checked atomically with a command.
@@ -155,32 +146,119 @@ type Fence struct {
 	Generation uint64 `msgpack:"g"`
 }
 
-// Encode returns the versioned bytes of c, or ErrTooLarge when they exceed
-// MaxCommandSize.
+// envelope is the first element of a version-2 command. Its tags are
+// version 1's, so a field means the same in both.
+type envelope struct {
+	Type      CmdType `msgpack:"t"`
+	Time      int64   `msgpack:"tm,omitempty"`
+	Session   uint64  `msgpack:"s,omitempty"`
+	Seq       uint64  `msgpack:"q,omitempty"`
+	Ack       uint64  `msgpack:"a,omitempty"`
+	Principal string  `msgpack:"pr,omitempty"`
+	Admin     bool    `msgpack:"ad,omitempty"`
+	Client    string  `msgpack:"cl,omitempty"`
+	Fence     *Fence  `msgpack:"fc,omitempty"`
+}
+
+// typeOf checks that c's Type agrees with its Payload and returns it.
+func (c *Command) typeOf() (CmdType, error) {
+	if c.Payload == nil {
+		return 0, fmt.Errorf("%w: %s command has no payload", ErrMalformedCommand, c.Type)
+	}
+	t := c.Payload.CmdType()
+	if c.Type != 0 && c.Type != t {
+		return 0, fmt.Errorf("%w: Type %s with a %s payload", ErrMalformedCommand, c.Type, t)
+	}
+	return t, nil
+}
+
+var (
+	_ msgpack.CustomEncoder = (*Command)(nil)
+	_ msgpack.CustomDecoder = (*Command)(nil)
+)
+
+// EncodeMsgpack writes c in the version-2 form (without the version
+// byte): [envelope, payload].
+func (c *Command) EncodeMsgpack(enc *msgpack.Encoder) error {
+	t, err := c.typeOf()
+	if err != nil {
+		return err
+	}
+	if err := enc.EncodeArrayLen(2); err != nil {
+		return err
+	}
+	if err := enc.Encode(&envelope{Type: t, Time: c.Time, Session: c.Session, Seq: c.Seq, Ack: c.Ack,
+		Principal: c.Principal, Admin: c.Admin, Client: c.Client, Fence: c.Fence}); err != nil {
+		return err
+	}
+	return enc.Encode(c.Payload)
+}
+
+// DecodeMsgpack reads what EncodeMsgpack wrote. A type this version does
+// not know is an error: its payload cannot be read.
+func (c *Command) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	if n != 2 {
+		return fmt.Errorf("command is an array of %d, not 2", n)
+	}
+	var e envelope
+	if err := dec.Decode(&e); err != nil {
+		return fmt.Errorf("envelope: %w", err)
+	}
+	p := newPayload(e.Type)
+	if p == nil {
+		return fmt.Errorf("unknown command type %d", e.Type)
+	}
+	if err := dec.Decode(p); err != nil {
+		return fmt.Errorf("%s payload: %w", e.Type, err)
+	}
+	*c = Command{Type: e.Type, Time: e.Time, Session: e.Session, Seq: e.Seq, Ack: e.Ack,
+		Principal: e.Principal, Admin: e.Admin, Client: e.Client, Fence: e.Fence, Payload: p}
+	return nil
+}
+
+// Encode returns the versioned bytes of c (version 2), or ErrTooLarge
+// when they exceed MaxCommandSize. It sets c.Type from c.Payload, and
+// fails (ErrMalformedCommand) when c has no payload or a Type that
+// disagrees with it.
 func (c *Command) Encode() ([]byte, error) {
-	b, err := msgpack.Marshal(c)
+	t, err := c.typeOf()
+	if err != nil {
+		return nil, err
+	}
+	c.Type = t
+	var buf bytes.Buffer
+	buf.WriteByte(commandVersion)
+	enc := msgpack.GetEncoder()
+	enc.Reset(&buf)
+	err = enc.Encode(c)
+	msgpack.PutEncoder(enc)
 	if err != nil {
 		return nil, fmt.Errorf("replica: encode %s: %w", c.Type, err)
 	}
-	if len(b)+1 > MaxCommandSize {
-		return nil, fmt.Errorf("%w: %s command of %d bytes exceeds %d", ErrTooLarge, c.Type, len(b)+1, MaxCommandSize)
+	if buf.Len() > MaxCommandSize {
+		return nil, fmt.Errorf("%w: %s command of %d bytes exceeds %d", ErrTooLarge, c.Type, buf.Len(), MaxCommandSize)
 	}
-	out := make([]byte, 0, len(b)+1)
-	out = append(out, commandVersion)
-	return append(out, b...), nil
+	return buf.Bytes(), nil
 }
 
-// DecodeCommand parses bytes written by Encode into a concrete Command.
-// Its errors wrap ErrMalformedCommand.
+// DecodeCommand parses bytes written by Encode, of either version, into a
+// Command with its typed payload. Its errors wrap ErrMalformedCommand.
 func DecodeCommand(b []byte) (*Command, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformedCommand)
 	}
-	if b[0] != commandVersion {
-		return nil, fmt.Errorf("%w: command version %d is not %d", ErrMalformedCommand, b[0], commandVersion)
+	if b[0] != commandV1 && b[0] != commandVersion {
+		return nil, fmt.Errorf("%w: command version %d is neither %d nor %d", ErrMalformedCommand, b[0], commandV1, commandVersion)
 	}
 	if err := bound.Check(b[1:]); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedCommand, err)
+	}
+	if b[0] == commandV1 {
+		return decodeV1(b[1:])
 	}
 	var c Command
 	if err := msgpack.Unmarshal(b[1:], &c); err != nil {

@@ -64,7 +64,8 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"FlagDirectory", uint64(FlagDirectory), 16},
 		{"FlagEphemeral", uint64(FlagEphemeral), 32},
 		// Format versions.
-		{"commandVersion", uint64(commandVersion), 1},
+		{"commandV1", uint64(commandV1), 1},
+		{"commandVersion", uint64(commandVersion), 2},
 		{"snapshotVersion", uint64(snapshotVersion), 2},
 		{"BackupFormat", uint64(BackupFormat), 1},
 	}

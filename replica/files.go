@@ -10,33 +10,33 @@ import (
 // open opens a handle with the entry's index as its id, creating the node
 // (and taking its parent's ACL names) when the flags ask for it. A name
 // the caller may not read answers as a missing one.
-func (f *FSM) open(index uint64, c *Command) *Result {
+func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 	s := f.sessions[c.Session]
 	if s == nil {
 		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
 	}
-	n := f.nodes[c.Path]
+	n := f.nodes[p.Path]
 	if n != nil && f.hiddenFrom(c, n) {
 		// Answer as for a missing name, up to the one point where that
 		// cannot be done: a create the caller may make cannot make a
 		// taken name (see openHidden).
-		return &Result{Err: f.openHidden(c)}
+		return &Result{Err: f.openHidden(c, p)}
 	}
 	created := false
 	if n == nil {
-		if c.Flags&FlagCreate == 0 {
-			return &Result{Err: errf(KindNotFound, "%s does not exist", c.Path)}
+		if p.Flags&FlagCreate == 0 {
+			return &Result{Err: errf(KindNotFound, "%s does not exist", p.Path)}
 		}
-		parent, err := f.checkCreate(c)
+		parent, err := f.checkCreate(c, p)
 		if err != nil {
 			return &Result{Err: err}
 		}
 		parentPath := parent.Path
-		dir := c.Flags&FlagDirectory != 0
+		dir := p.Flags&FlagDirectory != 0
 		n = &Node{
-			Path: c.Path, Dir: dir, Ephemeral: c.Flags&FlagEphemeral != 0,
-			Contents: c.Contents, Instance: index, ContentGen: index, ACLGen: index,
-			Checksum: checksum(c.Contents), CTime: c.Time, MTime: c.Time,
+			Path: p.Path, Dir: dir, Ephemeral: p.Flags&FlagEphemeral != 0,
+			Contents: p.Contents, Instance: index, ContentGen: index, ACLGen: index,
+			Checksum: checksum(p.Contents), CTime: c.Time, MTime: c.Time,
 			ReadACL: parent.ReadACL, WriteACL: parent.WriteACL, ChangeACL: parent.ChangeACL,
 			Creator: c.Principal,
 		}
@@ -46,29 +46,29 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 		if dir {
 			n.children = map[string]bool{}
 		}
-		f.nodes[c.Path] = n
+		f.nodes[p.Path] = n
 		f.usage.add(n)
-		parent.children[baseOf(c.Path)] = dir
-		parent.addKid(baseOf(c.Path), n)
+		parent.children[baseOf(p.Path)] = dir
+		parent.addKid(baseOf(p.Path), n)
 		created = true
-		f.note(Change{Kind: ChangeNode, Path: c.Path})
+		f.note(Change{Kind: ChangeNode, Path: p.Path})
 		f.note(Change{Kind: ChangeNode, Path: parentPath})
-		f.note(Change{Kind: ChangeChildAdded, Path: parentPath, Child: baseOf(c.Path), ChildACL: nodeACL(n)})
-	} else if err := f.permitOpen(c, n); err != nil {
+		f.note(Change{Kind: ChangeChildAdded, Path: parentPath, Child: baseOf(p.Path), ChildACL: nodeACL(n)})
+	} else if err := f.permitOpen(c, p, n); err != nil {
 		// Not hidden (checked above): the caller may read or write n.
 		return &Result{Err: err}
-	} else if c.Flags&FlagCreate != 0 {
-		if c.Flags&FlagExcl != 0 {
-			return &Result{Err: errf(KindExists, "%s already exists", c.Path)}
+	} else if p.Flags&FlagCreate != 0 {
+		if p.Flags&FlagExcl != 0 {
+			return &Result{Err: errf(KindExists, "%s already exists", p.Path)}
 		}
-		if want := c.Flags&FlagDirectory != 0; want != n.Dir {
-			return &Result{Err: errf(KindExists, "%s already exists as a %s", c.Path, kindName(n.Dir))}
+		if want := p.Flags&FlagDirectory != 0; want != n.Dir {
+			return &Result{Err: errf(KindExists, "%s already exists as a %s", p.Path, kindName(n.Dir))}
 		}
-	} else if c.Flags&FlagDirectory != 0 && !n.Dir {
-		return &Result{Err: errf(KindNotDir, "%s is a file", c.Path)}
+	} else if p.Flags&FlagDirectory != 0 && !n.Dir {
+		return &Result{Err: errf(KindNotDir, "%s is a file", p.Path)}
 	}
-	h := &Handle{ID: index, Session: c.Session, Path: c.Path, Instance: n.Instance,
-		Flags: c.Flags, LockDelay: c.LockDelay, EventMask: c.EventMask}
+	h := &Handle{ID: index, Session: c.Session, Path: p.Path, Instance: n.Instance,
+		Flags: p.Flags, LockDelay: p.LockDelay, EventMask: p.EventMask}
 	f.handles[index] = h
 	s.handles[index] = true
 	f.addWatch(h)
@@ -76,30 +76,30 @@ func (f *FSM) open(index uint64, c *Command) *Result {
 	return &Result{Handle: index, Created: created, Stat: n.stat()}
 }
 
-// checkCreate makes the checks a create of the missing name c.Path must
+// checkCreate makes the checks a create of the missing name p.Path must
 // pass, and returns the parent directory. A parent the caller may not see
 // answers as a missing one, so what lies below a hidden name reads as
 // below a missing name. openHidden relies on every answer here depending
 // on nothing but the parent and the command.
-func (f *FSM) checkCreate(c *Command) (*Node, *Error) {
-	parentPath := parentOf(c.Path)
+func (f *FSM) checkCreate(c *Command, p *OpenArgs) (*Node, *Error) {
+	parentPath := parentOf(p.Path)
 	parent := f.nodes[parentPath]
 	if parent == nil || f.hiddenFrom(c, parent) {
-		return nil, errf(KindNotFound, "%s: parent directory %s does not exist", c.Path, parentPath)
+		return nil, errf(KindNotFound, "%s: parent directory %s does not exist", p.Path, parentPath)
 	}
 	if !parent.Dir {
-		return nil, errf(KindNotDir, "%s: parent %s is a file", c.Path, parentPath)
+		return nil, errf(KindNotDir, "%s: parent %s is a file", p.Path, parentPath)
 	}
 	if err := f.permit(c, parent, acl.Write); err != nil {
 		return nil, err
 	}
-	if err := f.checkACLContents(c.Path, c.Contents); err != nil {
+	if err := f.checkACLContents(p.Path, p.Contents); err != nil {
 		return nil, err
 	}
-	if c.Flags&FlagDirectory != 0 && len(c.Contents) > 0 {
-		return nil, errf(KindBadRequest, "%s: a directory has no contents", c.Path)
+	if p.Flags&FlagDirectory != 0 && len(p.Contents) > 0 {
+		return nil, errf(KindBadRequest, "%s: a directory has no contents", p.Path)
 	}
-	if err := f.checkQuota(c, 1, int64(len(c.Contents))); err != nil {
+	if err := f.checkQuota(c, p.Quota, p.Path, 1, int64(len(p.Contents))); err != nil {
 		return nil, err
 	}
 	return parent, nil
@@ -108,8 +108,8 @@ func (f *FSM) checkCreate(c *Command) (*Node, *Error) {
 // setContents replaces a file's contents through a handle opened for
 // writing, if the content generation matches when the command is
 // conditional; the new generation is the entry's index.
-func (f *FSM) setContents(index uint64, c *Command) *Result {
-	h, n, err := f.liveHandle(c)
+func (f *FSM) setContents(index uint64, c *Command, p *SetContentsArgs) *Result {
+	h, n, err := f.liveHandle(c.Session, p.Handle)
 	if err != nil {
 		return &Result{Err: err}
 	}
@@ -122,20 +122,20 @@ func (f *FSM) setContents(index uint64, c *Command) *Result {
 	if err := f.permit(c, n, acl.Write); err != nil {
 		return &Result{Err: err}
 	}
-	if c.HasIfGen && n.ContentGen != c.IfGen {
-		return &Result{Err: errf(KindGenerationMismatch, "%s: content generation is %d, not %d", n.Path, n.ContentGen, c.IfGen)}
+	if p.HasIfGen && n.ContentGen != p.IfGen {
+		return &Result{Err: errf(KindGenerationMismatch, "%s: content generation is %d, not %d", n.Path, n.ContentGen, p.IfGen)}
 	}
-	if err := f.checkACLContents(n.Path, c.Contents); err != nil {
+	if err := f.checkACLContents(n.Path, p.Contents); err != nil {
 		return &Result{Err: err}
 	}
-	grow := int64(len(c.Contents)) - int64(len(n.Contents))
-	if err := f.checkQuota(c, 0, grow); err != nil {
+	grow := int64(len(p.Contents)) - int64(len(n.Contents))
+	if err := f.checkQuota(c, p.Quota, p.Path, 0, grow); err != nil {
 		return &Result{Err: err}
 	}
 	f.usage.bytes += grow
-	n.Contents = c.Contents
+	n.Contents = p.Contents
 	n.ContentGen = index
-	n.Checksum = checksum(c.Contents)
+	n.Checksum = checksum(p.Contents)
 	n.MTime = c.Time
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
 	f.note(Change{Kind: ChangeContents, Path: n.Path})
@@ -144,8 +144,8 @@ func (f *FSM) setContents(index uint64, c *Command) *Result {
 
 // delete removes the handle's node: a file or an empty directory, never
 // the cell root.
-func (f *FSM) delete(index uint64, c *Command) *Result {
-	h, n, err := f.liveHandle(c)
+func (f *FSM) delete(index uint64, c *Command, p *DeleteArgs) *Result {
+	h, n, err := f.liveHandle(c.Session, p.Handle)
 	if err != nil {
 		return &Result{Err: err}
 	}
@@ -168,8 +168,8 @@ func (f *FSM) delete(index uint64, c *Command) *Result {
 
 // closeOwnHandle closes a handle of the command's session on the client's request:
 // a clean close, so no lock-delay.
-func (f *FSM) closeOwnHandle(index uint64, c *Command) *Result {
-	h, err := f.ownHandle(c)
+func (f *FSM) closeOwnHandle(index uint64, c *Command, p *CloseArgs) *Result {
+	h, err := f.ownHandle(c.Session, p.Handle)
 	if err != nil {
 		return &Result{Err: err}
 	}

@@ -174,45 +174,45 @@ func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 // unknown type panics: a replica that cannot apply an entry must stop
 // rather than diverge from the others.
 func (f *FSM) apply(index uint64, c *Command) *Result {
-	switch c.Type {
-	case CmdEpoch:
+	switch p := c.Payload.(type) {
+	case *EpochArgs:
 		f.epoch++
 		return &Result{Epoch: f.epoch}
-	case CmdCreateSession:
+	case *CreateSessionArgs:
 		return f.createSession(index, c)
-	case CmdCloseSession:
-		return f.closeSession(index, c)
-	case CmdOpen:
-		return f.open(index, c)
-	case CmdClose:
-		return f.closeOwnHandle(index, c)
-	case CmdSetContents:
-		return f.setContents(index, c)
-	case CmdDelete:
-		return f.delete(index, c)
-	case CmdAcquire:
-		return f.acquire(index, c)
-	case CmdRelease:
-		return f.release(index, c)
-	case CmdCancelWait:
-		return f.cancelWait(index, c)
-	case CmdCellKey:
-		return f.setCellKey(c)
-	case CmdGrant:
-		return f.grantAfterDelay(index, c)
-	case CmdSetACL:
-		return f.setACL(index, c)
-	case CmdMembersSeed, CmdMemberPut, CmdMemberRemove:
-		return f.applyMembers(c)
+	case *CloseSessionArgs:
+		return f.closeSession(index, c, p)
+	case *OpenArgs:
+		return f.open(index, c, p)
+	case *CloseArgs:
+		return f.closeOwnHandle(index, c, p)
+	case *SetContentsArgs:
+		return f.setContents(index, c, p)
+	case *DeleteArgs:
+		return f.delete(index, c, p)
+	case *AcquireArgs:
+		return f.acquire(index, c, p)
+	case *ReleaseArgs:
+		return f.release(index, c, p)
+	case *CancelWaitArgs:
+		return f.cancelWait(index, c, p)
+	case *CellKeyArgs:
+		return f.setCellKey(p)
+	case *GrantArgs:
+		return f.grantAfterDelay(index, c, p)
+	case *SetACLArgs:
+		return f.setACL(index, c, p)
+	case *MembersSeedArgs, *MemberPutArgs, *MemberRemoveArgs:
+		return f.applyMembers(p)
 	}
-	panic(fmt.Sprintf("lockcell replica: unknown command type %d at index %d", c.Type, index))
+	panic(fmt.Sprintf("lockcell replica: unknown command type %d (payload %T) at index %d", c.Type, c.Payload, index))
 }
 
 // setCellKey stores the cell's sequencer key. The first key applied wins,
 // so a second master's proposal of its own key changes nothing.
-func (f *FSM) setCellKey(c *Command) *Result {
-	if len(f.cellKey) == 0 && len(c.Contents) >= 16 {
-		f.cellKey = append([]byte(nil), c.Contents...)
+func (f *FSM) setCellKey(p *CellKeyArgs) *Result {
+	if len(f.cellKey) == 0 && len(p.Key) >= 16 {
+		f.cellKey = append([]byte(nil), p.Key...)
 	}
 	return &Result{}
 }
@@ -233,18 +233,18 @@ func (f *FSM) addWatch(h *Handle) {
 	w[h.ID] = h.EventMask
 }
 
-// ownHandle finds the handle named by c and checks it belongs to c's session.
-func (f *FSM) ownHandle(c *Command) (*Handle, *Error) {
-	h := f.handles[c.Handle]
-	if h == nil || h.Session != c.Session {
-		return nil, errf(KindHandleInvalid, "handle %d is not open in session %d", c.Handle, c.Session)
+// ownHandle finds the handle and checks it belongs to the session.
+func (f *FSM) ownHandle(session, handle uint64) (*Handle, *Error) {
+	h := f.handles[handle]
+	if h == nil || h.Session != session {
+		return nil, errf(KindHandleInvalid, "handle %d is not open in session %d", handle, session)
 	}
 	return h, nil
 }
 
 // liveHandle is ownHandle plus: the handle's node instance still exists.
-func (f *FSM) liveHandle(c *Command) (*Handle, *Node, *Error) {
-	h, err := f.ownHandle(c)
+func (f *FSM) liveHandle(session, handle uint64) (*Handle, *Node, *Error) {
+	h, err := f.ownHandle(session, handle)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -151,7 +151,7 @@ func TestFSMReadDirPages(t *testing.T) {
 		hd := h.mustOpen(s, "d/"+name, flags)
 		live[name] = true
 		if i%3 == 0 { // delete every third again, out of order
-			wantOK(t, "delete "+name, h.do(s, Command{Type: CmdDelete, Handle: hd}))
+			wantOK(t, "delete "+name, h.do(s, Command{Payload: &DeleteArgs{Handle: hd}}))
 			delete(live, name)
 		}
 	}
@@ -215,7 +215,7 @@ func TestFSMReadDirPages(t *testing.T) {
 	// Emptying a directory leaves it as a restore would.
 	for _, n := range want {
 		hd := h.mustOpen(s, "d/"+n, fsmtRW)
-		wantOK(t, "delete "+n, h.do(s, Command{Type: CmdDelete, Handle: hd}))
+		wantOK(t, "delete "+n, h.do(s, Command{Payload: &DeleteArgs{Handle: hd}}))
 	}
 	fsmtCheckKids(t, h.f)
 	if got, pages := pageAll(t, h.f, s, dh, DirQuery{Limit: 7}); len(got) != 0 || pages != 1 {
@@ -234,13 +234,13 @@ func TestFSMReadDirHidesChildren(t *testing.T) {
 	bob := h.sessionOf("bob")
 	mk := func(rel string, flags uint32, contents string) uint64 {
 		t.Helper()
-		r := h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath(rel), Flags: fsmtRWC | flags, Contents: []byte(contents)})
+		r := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: fsmtRWC | flags, Contents: []byte(contents)}})
 		aclWant(t, "create "+rel, r, KindNone)
 		return r.Handle
 	}
 	setACL := func(hd uint64, a ACLNames) {
 		t.Helper()
-		aclWant(t, "SetACL", h.aclDo(root, "root", Command{Type: CmdSetACL, Handle: hd, ACL: &a}), KindNone)
+		aclWant(t, "SetACL", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: hd, ACL: &a}}), KindNone)
 	}
 	mk("acl", FlagDirectory, "")
 	team := mk("acl/team", 0, "alice\n")
@@ -275,7 +275,7 @@ func TestFSMReadDirHidesChildren(t *testing.T) {
 
 	// Child events carry the child's ACL, also once it is gone.
 	hd := hidden[0]
-	aclWant(t, "delete a-h", h.aclDo(root, "root", Command{Type: CmdDelete, Handle: hd}), KindNone)
+	aclWant(t, "delete a-h", h.aclDo(root, "root", Command{Payload: &DeleteArgs{Handle: hd}}), KindNone)
 	removed := h.changesOf(ChangeChildRemoved)
 	if len(removed) != 1 || removed[0].Child != "a-h" || removed[0].ChildACL.Names.Read != "team" {
 		t.Fatalf("child removed: %+v", removed)
@@ -299,14 +299,14 @@ func TestFSMReadDirHidesChildren(t *testing.T) {
 			t.Fatalf("%s: affects d's listing %v, want %v", what, got, want)
 		}
 	}
-	affects("SetACL of a child", Command{Type: CmdSetACL, Handle: hidden[1], ACL: &ACLNames{}}, true)
-	affects("rewrite of an ACL file a child names", Command{Type: CmdSetContents, Handle: team, Contents: []byte("bob\n")}, true)
-	affects("delete of an ACL file a child names", Command{Type: CmdDelete, Handle: team}, true)
+	affects("SetACL of a child", Command{Payload: &SetACLArgs{Handle: hidden[1], ACL: &ACLNames{}}}, true)
+	affects("rewrite of an ACL file a child names", Command{Payload: &SetContentsArgs{Handle: team, Contents: []byte("bob\n")}}, true)
+	affects("delete of an ACL file a child names", Command{Payload: &DeleteArgs{Handle: team}}, true)
 	other := mk("acl/other", 0, "bob\n")
-	affects("rewrite of an ACL file no child names", Command{Type: CmdSetContents, Handle: other, Contents: []byte("x\n")}, false)
-	affects("create of an ACL file a child names", Command{Type: CmdOpen, Path: fsmtPath("acl/later"), Flags: fsmtRWC}, false)
+	affects("rewrite of an ACL file no child names", Command{Payload: &SetContentsArgs{Handle: other, Contents: []byte("x\n")}}, false)
+	affects("create of an ACL file a child names", Command{Payload: &OpenArgs{Path: fsmtPath("acl/later"), Flags: fsmtRWC}}, false)
 	setACL(hidden[1], ACLNames{Read: "later", Write: "later"})
-	affects("create of an ACL file a child names", Command{Type: CmdOpen, Path: fsmtPath("acl/later"), Flags: fsmtRWC}, true)
+	affects("create of an ACL file a child names", Command{Payload: &OpenArgs{Path: fsmtPath("acl/later"), Flags: fsmtRWC}}, true)
 }
 
 // fsmtBigDir builds an FSM with a directory of n children created in a
@@ -319,15 +319,15 @@ func fsmtBigDir(b *testing.B, n int, hidden bool) (*fsmtH, uint64, uint64) {
 	dh := h.mustOpen(s, "d", fsmtRWC|FlagDirectory)
 	if hidden {
 		h.mustOpen(s, "acl", fsmtRWC|FlagDirectory)
-		if r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath("acl/team"), Flags: fsmtRWC, Contents: []byte("alice\n")}); r.Err != nil {
+		if r := h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath("acl/team"), Flags: fsmtRWC, Contents: []byte("alice\n")}}); r.Err != nil {
 			b.Fatal(r.Err)
 		}
-		if r := h.do(s, Command{Type: CmdSetACL, Handle: dh, ACL: &ACLNames{Read: "team", Write: "team"}}); r.Err != nil {
+		if r := h.do(s, Command{Payload: &SetACLArgs{Handle: dh, ACL: &ACLNames{Read: "team", Write: "team"}}}); r.Err != nil {
 			b.Fatal(r.Err)
 		}
 	}
 	for _, i := range rand.New(rand.NewPCG(3, 4)).Perm(n) {
-		r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("d/job-%06d-%021d", i, i)), Flags: fsmtRWC | FlagDirectory})
+		r := h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath(fmt.Sprintf("d/job-%06d-%021d", i, i)), Flags: fsmtRWC | FlagDirectory}})
 		if r.Err != nil {
 			b.Fatal(r.Err)
 		}
@@ -377,7 +377,7 @@ func BenchmarkFSMReadDirPage(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			i := rng.IntN(1 << 30)
-			r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("d/job-%06d-x%d", i%n, i)), Flags: fsmtRWC})
+			r := h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath(fmt.Sprintf("d/job-%06d-x%d", i%n, i)), Flags: fsmtRWC}})
 			if r.Err != nil && r.Err.Kind != KindExists {
 				b.Fatal(r.Err)
 			}

@@ -13,13 +13,13 @@ import (
 // acquire grants the lock at once when it is free (or shared and asked
 // for shared) with nobody queued and no lock-delay running; otherwise a
 // blocking acquire queues in FIFO order and a try fails with why.
-func (f *FSM) acquire(index uint64, c *Command) *Result {
-	h, n, err := f.liveHandle(c)
+func (f *FSM) acquire(index uint64, c *Command, p *AcquireArgs) *Result {
+	h, n, err := f.liveHandle(c.Session, p.Handle)
 	if err != nil {
 		return &Result{Err: err}
 	}
-	if c.Mode != LockExclusive && c.Mode != LockShared {
-		return &Result{Err: errf(KindBadRequest, "unknown lock mode %d", c.Mode)}
+	if p.Mode != LockExclusive && p.Mode != LockShared {
+		return &Result{Err: errf(KindBadRequest, "unknown lock mode %d", p.Mode)}
 	}
 	if h.Flags&FlagWrite == 0 {
 		return &Result{Err: errf(KindPermission, "%s: taking a lock needs a handle opened for writing", n.Path)}
@@ -29,7 +29,7 @@ func (f *FSM) acquire(index uint64, c *Command) *Result {
 	}
 	for _, ho := range n.Holders {
 		if ho.Handle == h.ID {
-			if n.LockMode == c.Mode {
+			if n.LockMode == p.Mode {
 				return &Result{Granted: true, LockGen: n.LockGen}
 			}
 			return &Result{Err: errf(KindLockHeld, "%s: this handle already holds the lock in %s mode", n.Path, modeName(n.LockMode))}
@@ -47,16 +47,16 @@ func (f *FSM) acquire(index uint64, c *Command) *Result {
 		f.grantWaiters(index, n, c.Time)
 	}
 	free := n.LockMode == LockFree && len(n.Waiters) == 0
-	shareable := n.LockMode == LockShared && c.Mode == LockShared && len(n.Waiters) == 0
+	shareable := n.LockMode == LockShared && p.Mode == LockShared && len(n.Waiters) == 0
 	if !delayed && (free || shareable) {
-		f.grant(index, n, h.ID, h.Session, 0, c.Mode)
+		f.grant(index, n, h.ID, h.Session, 0, p.Mode)
 		return &Result{Granted: true, LockGen: n.LockGen}
 	}
 	if len(n.Holders) > 0 {
 		f.note(Change{Kind: ChangeLockConflict, Path: n.Path, Handle: h.ID, Session: h.Session})
 	}
-	if c.Wait {
-		n.Waiters = append(n.Waiters, Waiter{Handle: h.ID, Session: h.Session, Seq: c.Seq, Mode: c.Mode})
+	if p.Wait {
+		n.Waiters = append(n.Waiters, Waiter{Handle: h.ID, Session: h.Session, Seq: c.Seq, Mode: p.Mode})
 		if delayed && n.LockMode == LockFree {
 			f.note(Change{Kind: ChangeLockDelay, Path: n.Path, Time: n.LockDelayUntil})
 		}
@@ -69,8 +69,8 @@ func (f *FSM) acquire(index uint64, c *Command) *Result {
 }
 
 // release drops the handle's hold on its lock and hands the lock on.
-func (f *FSM) release(index uint64, c *Command) *Result {
-	h, n, err := f.liveHandle(c)
+func (f *FSM) release(index uint64, c *Command, p *ReleaseArgs) *Result {
+	h, n, err := f.liveHandle(c.Session, p.Handle)
 	if err != nil {
 		return &Result{Err: err}
 	}
@@ -84,8 +84,8 @@ func (f *FSM) release(index uint64, c *Command) *Result {
 // grantAfterDelay re-runs the hand-off of a lock once its lock-delay has
 // passed (the master proposes it when the delay's timer fires); before
 // then, or with no waiters, it changes nothing.
-func (f *FSM) grantAfterDelay(index uint64, c *Command) *Result {
-	if n := f.nodes[c.Path]; n != nil {
+func (f *FSM) grantAfterDelay(index uint64, c *Command, p *GrantArgs) *Result {
+	if n := f.nodes[p.Path]; n != nil {
 		f.grantWaiters(index, n, c.Time)
 	}
 	return &Result{}
@@ -151,22 +151,22 @@ func (f *FSM) grantWaiters(index uint64, n *Node, now int64) {
 // leaves the queue; already granted (the client gave up before it heard),
 // the grant is undone. Anything else is a no-op, so a cancel is safe to
 // repeat.
-func (f *FSM) cancelWait(index uint64, c *Command) *Result {
-	h, n, err := f.liveHandle(c)
+func (f *FSM) cancelWait(index uint64, c *Command, p *CancelWaitArgs) *Result {
+	h, n, err := f.liveHandle(c.Session, p.Handle)
 	if err != nil {
 		return &Result{Err: err}
 	}
 	for i, w := range n.Waiters {
-		if w.Handle == h.ID && w.Seq == c.WaitSeq {
+		if w.Handle == h.ID && w.Seq == p.WaitSeq {
 			n.Waiters = append(n.Waiters[:i:i], n.Waiters[i+1:]...)
-			f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: h.ID, Session: h.Session, Seq: c.WaitSeq})
+			f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: h.ID, Session: h.Session, Seq: p.WaitSeq})
 			// A queue head leaving may unblock shared waiters behind it.
 			f.grantWaiters(index, n, c.Time)
 			return &Result{}
 		}
 	}
 	for _, ho := range n.Holders {
-		if ho.Handle == h.ID && ho.WaitSeq == c.WaitSeq && c.WaitSeq != 0 {
+		if ho.Handle == h.ID && ho.WaitSeq == p.WaitSeq && p.WaitSeq != 0 {
 			n.removeHolder(h.ID)
 			f.afterRelease(index, n, c.Time)
 			return &Result{}

@@ -34,27 +34,27 @@ type memberTable struct {
 // applyMembers applies the member-table commands. They never fail: a seed
 // of a table that is not empty is a no-op (the first seed ever applied
 // wins, as with the cell key), so replaying one is harmless.
-func (f *FSM) applyMembers(c *Command) *Result {
+func (f *FSM) applyMembers(p Payload) *Result {
 	t := &f.members
-	switch c.Type {
-	case CmdMembersSeed:
+	switch p := p.(type) {
+	case *MembersSeedArgs:
 		if len(t.byID) > 0 || t.size > 0 {
 			return &Result{}
 		}
-		t.size = max(c.ConfiguredSize, 0)
-		for _, m := range c.Members {
+		t.size = max(p.ConfiguredSize, 0)
+		for _, m := range p.Members {
 			if m.ID != "" {
 				t.put(m)
 			}
 		}
-	case CmdMemberPut:
-		for _, m := range c.Members {
+	case *MemberPutArgs:
+		for _, m := range p.Members {
 			if m.ID != "" {
 				t.put(m)
 			}
 		}
-	case CmdMemberRemove:
-		for _, m := range c.Members {
+	case *MemberRemoveArgs:
+		for _, m := range p.Members {
 			delete(t.byID, m.ID)
 		}
 	}

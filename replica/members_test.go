@@ -20,11 +20,11 @@ func TestMemberTableAppliesAndSnapshots(t *testing.T) {
 	a := MemberAddrs{ID: "1", ClientAddr: "h1:7001", RaftAddr: "h1:7101"}
 	b := MemberAddrs{ID: "2", ClientAddr: "h2:7001", RaftAddr: "h2:7101"}
 	c := MemberAddrs{ID: "6", ClientAddr: "h6:7001", RaftAddr: "h6:7101"}
-	wantOK(t, "seed", h.raw(Command{Type: CmdMembersSeed, Members: []MemberAddrs{b, a}, ConfiguredSize: 5}))
-	wantOK(t, "second seed", h.raw(Command{Type: CmdMembersSeed, Members: []MemberAddrs{c}, ConfiguredSize: 3}))
-	wantOK(t, "put", h.raw(Command{Type: CmdMemberPut, Members: []MemberAddrs{c}}))
-	wantOK(t, "remove", h.raw(Command{Type: CmdMemberRemove, Members: []MemberAddrs{{ID: "2"}}}))
-	wantOK(t, "remove again", h.raw(Command{Type: CmdMemberRemove, Members: []MemberAddrs{{ID: "2"}}}))
+	wantOK(t, "seed", h.raw(Command{Payload: &MembersSeedArgs{Members: []MemberAddrs{b, a}, ConfiguredSize: 5}}))
+	wantOK(t, "second seed", h.raw(Command{Payload: &MembersSeedArgs{Members: []MemberAddrs{c}, ConfiguredSize: 3}}))
+	wantOK(t, "put", h.raw(Command{Payload: &MemberPutArgs{Members: []MemberAddrs{c}}}))
+	wantOK(t, "remove", h.raw(Command{Payload: &MemberRemoveArgs{Members: []MemberAddrs{{ID: "2"}}}}))
+	wantOK(t, "remove again", h.raw(Command{Payload: &MemberRemoveArgs{Members: []MemberAddrs{{ID: "2"}}}}))
 	ms, size := h.f.MemberTable()
 	if want := []MemberAddrs{a, c}; !reflect.DeepEqual(ms, want) || size != 5 {
 		t.Fatalf("table %+v size %d, want %+v size 5 (the first seed wins)", ms, size, want)

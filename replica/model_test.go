@@ -188,7 +188,54 @@ const (
 	permChange = 2
 )
 
-func (m *model) hidden(c *Command, n *mNode) bool {
+// mCmd is a command as the model reads it: the envelope with every
+// payload field alongside, flat. The model is written against what each
+// command means, independently of how the replica types its payloads.
+type mCmd struct {
+	Command
+	Path      string
+	Handle    uint64
+	Flags     uint32
+	Contents  []byte
+	IfGen     uint64
+	HasIfGen  bool
+	Mode      uint8
+	Wait      bool
+	WaitSeq   uint64
+	LockDelay int64
+	Expired   bool
+	ACL       *ACLNames
+}
+
+// flatCmd flattens an encoded command (its Type set) for the model.
+func flatCmd(c Command) mCmd {
+	m := mCmd{Command: c}
+	switch p := c.Payload.(type) {
+	case *CloseSessionArgs:
+		m.Expired = p.Expired
+	case *OpenArgs:
+		m.Path, m.Flags, m.Contents, m.LockDelay = p.Path, p.Flags, p.Contents, p.LockDelay
+	case *CloseArgs:
+		m.Handle = p.Handle
+	case *SetContentsArgs:
+		m.Handle, m.Contents, m.IfGen, m.HasIfGen = p.Handle, p.Contents, p.IfGen, p.HasIfGen
+	case *DeleteArgs:
+		m.Handle = p.Handle
+	case *AcquireArgs:
+		m.Handle, m.Mode, m.Wait = p.Handle, p.Mode, p.Wait
+	case *ReleaseArgs:
+		m.Handle = p.Handle
+	case *CancelWaitArgs:
+		m.Handle, m.WaitSeq = p.Handle, p.WaitSeq
+	case *GrantArgs:
+		m.Path = p.Path
+	case *SetACLArgs:
+		m.Handle, m.ACL = p.Handle, p.ACL
+	}
+	return m
+}
+
+func (m *model) hidden(c *mCmd, n *mNode) bool {
 	return c.Principal != "" && !m.allowed(c.Principal, c.Admin, n, permRead) && !m.allowed(c.Principal, c.Admin, n, permWrite)
 }
 
@@ -203,7 +250,7 @@ func (m *model) stat(n *mNode) Stat {
 func errResult(k Kind) mResult { return mResult{Kind: k} }
 
 // apply is the model's Apply: request de-duplication, then the command.
-func (m *model) apply(idx uint64, c Command) mResult {
+func (m *model) apply(idx uint64, c mCmd) mResult {
 	if c.Session == 0 || c.Seq == 0 {
 		return m.exec(idx, c)
 	}
@@ -234,7 +281,7 @@ func (m *model) apply(idx uint64, c Command) mResult {
 
 // liveHandle: the handle is the session's own and its node instance
 // still exists.
-func (m *model) liveHandle(c Command) (*mHandle, *mNode, Kind) {
+func (m *model) liveHandle(c mCmd) (*mHandle, *mNode, Kind) {
 	h := m.handles[c.Handle]
 	if h == nil || h.session != c.Session {
 		return nil, nil, KindHandleInvalid
@@ -246,7 +293,7 @@ func (m *model) liveHandle(c Command) (*mHandle, *mNode, Kind) {
 	return h, n, KindNone
 }
 
-func (m *model) exec(idx uint64, c Command) mResult {
+func (m *model) exec(idx uint64, c mCmd) mResult {
 	switch c.Type {
 	case CmdEpoch:
 		m.epoch++
@@ -384,7 +431,7 @@ func (m *model) exec(idx uint64, c Command) mResult {
 }
 
 // checkCreate: what a create of the missing name must pass.
-func (m *model) checkCreate(c Command) Kind {
+func (m *model) checkCreate(c mCmd) Kind {
 	parent := m.nodes[modelParent(c.Path)]
 	switch {
 	case parent == nil || m.hidden(&c, parent):
@@ -399,7 +446,7 @@ func (m *model) checkCreate(c Command) Kind {
 	return KindNone
 }
 
-func (m *model) open(idx uint64, c Command) mResult {
+func (m *model) open(idx uint64, c mCmd) mResult {
 	if m.sessions[c.Session] == nil {
 		return errResult(KindSessionExpired)
 	}
@@ -447,7 +494,7 @@ func (m *model) open(idx uint64, c Command) mResult {
 	return mResult{Handle: idx, Created: created, Stat: m.stat(n)}
 }
 
-func (m *model) acquire(idx uint64, c Command) mResult {
+func (m *model) acquire(idx uint64, c mCmd) mResult {
 	h, n, k := m.liveHandle(c)
 	switch {
 	case k != KindNone:
@@ -751,10 +798,11 @@ func (r *modelRun) applyEntry(c Command) mResult {
 			r.rt.Fatalf("entry %d %s: follower %d answered %+v, the main FSM %+v", idx, c.Type, i, fr, got)
 		}
 	}
-	want := r.m.apply(idx, c)
+	mc := flatCmd(c)
+	want := r.m.apply(idx, mc)
 	r.trace = append(r.trace, fmt.Sprintf("%d %s s=%d q=%d a=%d h=%d p=%s f=%#x m=%d w=%v ws=%d ld=%v ig=%v/%d x=%v t=+%dms pr=%s -> %+v",
-		idx, c.Type, c.Session, c.Seq, c.Ack, c.Handle, strings.TrimPrefix(c.Path, fsmtRoot), c.Flags, c.Mode, c.Wait, c.WaitSeq,
-		time.Duration(c.LockDelay), c.HasIfGen, c.IfGen, c.Expired, (c.Time-fsmtBase)/1e6, c.Principal, got.short()))
+		idx, c.Type, c.Session, c.Seq, c.Ack, mc.Handle, strings.TrimPrefix(mc.Path, fsmtRoot), mc.Flags, mc.Mode, mc.Wait, mc.WaitSeq,
+		time.Duration(mc.LockDelay), mc.HasIfGen, mc.IfGen, mc.Expired, (c.Time-fsmtBase)/1e6, c.Principal, got.short()))
 	if !reflect.DeepEqual(got, want) {
 		r.rt.Fatalf("entry %d %s: the FSM answered\n  %+v\nthe model\n  %+v\nlog:\n%s", idx, c.Type, got, want, strings.Join(r.trace, "\n"))
 	}
@@ -799,11 +847,11 @@ func (r *modelRun) request(s uint64, c Command) mResult {
 	}
 	r.last[s] = c
 	res := r.applyEntry(c)
-	if c.Type == CmdOpen && res.Kind == KindNone && !slices.Contains(r.issued, res.Handle) {
+	if _, ok := c.Payload.(*OpenArgs); ok && res.Kind == KindNone && !slices.Contains(r.issued, res.Handle) {
 		r.issued = append(r.issued, res.Handle)
 	}
-	if c.Type == CmdAcquire && c.Wait {
-		r.waits[c.Handle] = c.Seq
+	if a, ok := c.Payload.(*AcquireArgs); ok && a.Wait {
+		r.waits[a.Handle] = c.Seq
 	}
 	return res
 }
@@ -876,26 +924,26 @@ func TestFSMMatchesModel(t *testing.T) {
 			seq: map[uint64]uint64{}, last: map[uint64]Command{}, waits: map[uint64]uint64{}, stats: total}
 		// Setup: the admin makes the ACL files and lets everyone create
 		// at the root; what is created below inherits that.
-		admin := r.applyEntry(Command{Type: CmdCreateSession, Client: "admin", Principal: "admin", Admin: true}).Session
+		admin := r.applyEntry(Command{Client: "admin", Principal: "admin", Admin: true, Payload: &CreateSessionArgs{}}).Session
 		asAdmin := func(c Command) mResult {
 			c.Principal, c.Admin = "admin", true
 			res := r.request(admin, c)
 			if res.Kind != KindNone {
-				rt.Fatalf("setup %s %s: kind %d", c.Type, c.Path, res.Kind)
+				rt.Fatalf("setup %s %+v: kind %d", c.Payload.CmdType(), c.Payload, res.Kind)
 			}
 			return res
 		}
-		asAdmin(Command{Type: CmdOpen, Path: fsmtPath(ACLDirName), Flags: fsmtRWC | FlagDirectory})
-		asAdmin(Command{Type: CmdOpen, Path: fsmtPath(ACLDirName + "/all"), Flags: fsmtRWC, Contents: []byte("*\n")})
-		asAdmin(Command{Type: CmdOpen, Path: fsmtPath(ACLDirName + "/p1only"), Flags: fsmtRWC, Contents: []byte("p1\n")})
-		rootH := asAdmin(Command{Type: CmdOpen, Path: fsmtRoot, Flags: fsmtRW | FlagDirectory}).Handle
-		asAdmin(Command{Type: CmdSetACL, Handle: rootH, ACL: &ACLNames{Write: "all", ChangeACL: "all"}})
+		asAdmin(Command{Payload: &OpenArgs{Path: fsmtPath(ACLDirName), Flags: fsmtRWC | FlagDirectory}})
+		asAdmin(Command{Payload: &OpenArgs{Path: fsmtPath(ACLDirName + "/all"), Flags: fsmtRWC, Contents: []byte("*\n")}})
+		asAdmin(Command{Payload: &OpenArgs{Path: fsmtPath(ACLDirName + "/p1only"), Flags: fsmtRWC, Contents: []byte("p1\n")}})
+		rootH := asAdmin(Command{Payload: &OpenArgs{Path: fsmtRoot, Flags: fsmtRW | FlagDirectory}}).Handle
+		asAdmin(Command{Payload: &SetACLArgs{Handle: rootH, ACL: &ACLNames{Write: "all", ChangeACL: "all"}}})
 		r.issued = nil // the admin's handles are not the clients' to play with
 
 		var sessions []uint64 // client sessions, live or not
 		newSession := func() {
 			p := rapid.SampledFrom(modelPrincipals).Draw(rt, "principal")
-			sessions = append(sessions, r.applyEntry(Command{Type: CmdCreateSession, Client: "c", Principal: p}).Session)
+			sessions = append(sessions, r.applyEntry(Command{Client: "c", Principal: p, Payload: &CreateSessionArgs{}}).Session)
 		}
 		newSession()
 		// pickSession: mostly a live client session.
@@ -967,7 +1015,7 @@ func TestFSMMatchesModel(t *testing.T) {
 			case "new session":
 				newSession()
 			case "close session":
-				r.applyEntry(Command{Type: CmdCloseSession, Session: pickSession(), Expired: rapid.Bool().Draw(rt, "expired")})
+				r.applyEntry(Command{Session: pickSession(), Payload: &CloseSessionArgs{Expired: rapid.Bool().Draw(rt, "expired")}})
 			case "open":
 				flags := FlagRead
 				if !modelChance(rt, 4, "read-only") {
@@ -988,52 +1036,51 @@ func TestFSMMatchesModel(t *testing.T) {
 						contents = nil
 					}
 				}
-				r.request(pickSession(), Command{Type: CmdOpen, Path: pickName(), Flags: flags, Contents: contents,
-					LockDelay: rapid.SampledFrom(delays).Draw(rt, "lock-delay")})
+				r.request(pickSession(), Command{Payload: &OpenArgs{Path: pickName(), Flags: flags, Contents: contents, LockDelay: rapid.SampledFrom(delays).Draw(rt, "lock-delay")}})
 			case "close":
 				h := pickHandle()
-				r.request(ownerOf(h), Command{Type: CmdClose, Handle: h})
+				r.request(ownerOf(h), Command{Payload: &CloseArgs{Handle: h}})
 			case "set":
 				h := pickHandle()
-				c := Command{Type: CmdSetContents, Handle: h, Contents: []byte(rapid.SampledFrom([]string{"", "v1", "v22"}).Draw(rt, "contents"))}
+				p := &SetContentsArgs{Handle: h, Contents: []byte(rapid.SampledFrom([]string{"", "v1", "v22"}).Draw(rt, "contents"))}
 				if rapid.Bool().Draw(rt, "cas") {
-					c.HasIfGen = true
-					c.IfGen = uint64(rapid.IntRange(0, len(r.log)).Draw(rt, "stale gen"))
+					p.HasIfGen = true
+					p.IfGen = uint64(rapid.IntRange(0, len(r.log)).Draw(rt, "stale gen"))
 					if mh := r.m.handles[h]; mh != nil && r.m.nodes[mh.path] != nil && rapid.Bool().Draw(rt, "current gen") {
-						c.IfGen = r.m.nodes[mh.path].cgen
+						p.IfGen = r.m.nodes[mh.path].cgen
 					}
 				}
-				r.request(ownerOf(h), c)
+				r.request(ownerOf(h), Command{Payload: p})
 			case "delete":
 				h := pickHandle()
-				r.request(ownerOf(h), Command{Type: CmdDelete, Handle: h})
+				r.request(ownerOf(h), Command{Payload: &DeleteArgs{Handle: h}})
 			case "acquire":
 				h := pickHandle()
 				mode := rapid.SampledFrom([]uint8{LockExclusive, LockShared}).Draw(rt, "mode")
 				if modelChance(rt, 20, "bad mode") {
 					mode = 3
 				}
-				r.request(ownerOf(h), Command{Type: CmdAcquire, Handle: h, Mode: mode, Wait: rapid.Bool().Draw(rt, "wait")})
+				r.request(ownerOf(h), Command{Payload: &AcquireArgs{Handle: h, Mode: mode, Wait: rapid.Bool().Draw(rt, "wait")}})
 			case "release":
 				h := pickHandle()
-				r.request(ownerOf(h), Command{Type: CmdRelease, Handle: h})
+				r.request(ownerOf(h), Command{Payload: &ReleaseArgs{Handle: h}})
 			case "cancel":
 				h := pickHandle()
 				ws := r.waits[h]
 				if modelChance(rt, 5, "other wait") {
 					ws = uint64(rapid.IntRange(0, 8).Draw(rt, "wait seq"))
 				}
-				r.request(ownerOf(h), Command{Type: CmdCancelWait, Handle: h, WaitSeq: ws})
+				r.request(ownerOf(h), Command{Payload: &CancelWaitArgs{Handle: h, WaitSeq: ws}})
 			case "set acl":
 				h := pickHandle()
 				names := &ACLNames{}
 				names.Read = rapid.SampledFrom(modelACLNames).Draw(rt, "read acl")
 				names.Write = rapid.SampledFrom(modelACLNames).Draw(rt, "write acl")
 				names.ChangeACL = rapid.SampledFrom(modelACLNames).Draw(rt, "change acl")
-				r.request(ownerOf(h), Command{Type: CmdSetACL, Handle: h, ACL: names})
+				r.request(ownerOf(h), Command{Payload: &SetACLArgs{Handle: h, ACL: names}})
 			case "grant":
 				// The master's hand-off once a lock-delay has passed.
-				r.applyEntry(Command{Type: CmdGrant, Path: pickName()})
+				r.applyEntry(Command{Payload: &GrantArgs{Path: pickName()}})
 			case "retry":
 				// A retry: the session's last request again (it must get
 				// the first answer and change nothing), or an earlier one
@@ -1051,7 +1098,7 @@ func TestFSMMatchesModel(t *testing.T) {
 				r.stats["retry"]++
 				r.applyEntry(c)
 			case "epoch":
-				r.applyEntry(Command{Type: CmdEpoch})
+				r.applyEntry(Command{Payload: &EpochArgs{}})
 			case "pause":
 				// Time passes (a lock-delay may run out).
 				r.now += int64(rapid.IntRange(0, 6000).Draw(rt, "long pause")) * int64(time.Millisecond)

@@ -68,28 +68,28 @@ func (u *usage) remove(n *Node) {
 func (f *FSM) nodeCount() int64 { return int64(len(f.nodes) - 1) }
 
 // checkQuota decides whether c may add nodes (0 or 1) and grow the cell's
-// contents by grow bytes (negative: shrink) under the quota c carries. The
+// contents by grow bytes (negative: shrink) under the quota q its payload
+// carries; name is what an error names. The
 // admin is held to the cell-wide quotas, which protect the cell, but not
 // to the per-principal one: the admin builds the tree and repairs it, and
 // its nodes still count towards the cell's.
-func (f *FSM) checkQuota(c *Command, nodes, grow int64) *Error {
-	q := c.Quota
+func (f *FSM) checkQuota(c *Command, q *Quota, name string, nodes, grow int64) *Error {
 	if q == nil {
 		return nil
 	}
 	if nodes > 0 && q.Nodes > 0 && f.nodeCount()+nodes > q.Nodes {
 		return errf(KindQuotaExceeded, "%s: the cell's node quota is reached: it holds %d nodes, the limit is %d",
-			c.Path, f.nodeCount(), q.Nodes)
+			name, f.nodeCount(), q.Nodes)
 	}
 	if nodes > 0 && q.NodesPerPrincipal > 0 && !c.Admin {
 		if have := f.usage.byCreator[c.Principal]; have+nodes > q.NodesPerPrincipal {
 			return errf(KindQuotaExceeded, "%s: principal %q's node quota is reached: it created %d nodes that exist, the limit is %d",
-				c.Path, c.Principal, have, q.NodesPerPrincipal)
+				name, c.Principal, have, q.NodesPerPrincipal)
 		}
 	}
 	if grow > 0 && q.ContentBytes > 0 && f.usage.bytes+grow > q.ContentBytes {
 		return errf(KindQuotaExceeded, "%s: the cell's content quota is reached: it holds %d bytes of contents, %d more would pass the limit of %d",
-			c.Path, f.usage.bytes, grow, q.ContentBytes)
+			name, f.usage.bytes, grow, q.ContentBytes)
 	}
 	return nil
 }

@@ -19,10 +19,10 @@ func BenchmarkNodeCost(b *testing.B) {
 		h := newFSMT(b)
 		s := h.session()
 		for d := range dirs {
-			h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("dir-%03d", d)), Flags: fsmtRWC | FlagDirectory, Principal: "principal-1", Admin: true})
+			h.do(s, Command{Principal: "principal-1", Admin: true, Payload: &OpenArgs{Path: fsmtPath(fmt.Sprintf("dir-%03d", d)), Flags: fsmtRWC | FlagDirectory}})
 			for f := range perDir {
-				r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("dir-%03d/file-%06d", d, f)), Flags: fsmtRWC, Principal: "principal-1", Admin: true})
-				h.do(s, Command{Type: CmdClose, Handle: r.Handle})
+				r := h.do(s, Command{Principal: "principal-1", Admin: true, Payload: &OpenArgs{Path: fsmtPath(fmt.Sprintf("dir-%03d/file-%06d", d, f)), Flags: fsmtRWC}})
+				h.do(s, Command{Payload: &CloseArgs{Handle: r.Handle}})
 			}
 		}
 		h.f.mu.Lock()

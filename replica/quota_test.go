@@ -28,16 +28,16 @@ func (h *fsmtH) checkUsage(what string) {
 func (h *fsmtH) pub(root uint64, q *Quota) {
 	h.t.Helper()
 	t := h.t.(*testing.T)
-	aclWant(t, "acl dir", h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory, Quota: q}), KindNone)
-	aclWant(t, "acl file", h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("acl/all"), Flags: fsmtRWC, Contents: []byte("alice\nbob\n"), Quota: q}), KindNone)
-	r := h.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("pub"), Flags: fsmtRWC | FlagDirectory, Quota: q})
+	aclWant(t, "acl dir", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory, Quota: q}}), KindNone)
+	aclWant(t, "acl file", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl/all"), Flags: fsmtRWC, Contents: []byte("alice\nbob\n"), Quota: q}}), KindNone)
+	r := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub"), Flags: fsmtRWC | FlagDirectory, Quota: q}})
 	aclWant(t, "pub", r, KindNone)
-	aclWant(t, "open pub", h.aclDo(root, "root", Command{Type: CmdSetACL, Handle: r.Handle, ACL: &ACLNames{Read: "all", Write: "all"}}), KindNone)
+	aclWant(t, "open pub", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: r.Handle, ACL: &ACLNames{Read: "all", Write: "all"}}}), KindNone)
 }
 
 func (h *fsmtH) create(s uint64, rel string, flags uint32, q *Quota, contents string) *Result {
 	h.t.Helper()
-	return h.do(s, Command{Type: CmdOpen, Path: fsmtPath(rel), Flags: flags | FlagCreate, Quota: q, Contents: []byte(contents)})
+	return h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: flags | FlagCreate, Quota: q, Contents: []byte(contents)}})
 }
 
 func wantQuota(t *testing.T, what string, r *Result, mention string) {
@@ -76,7 +76,7 @@ func TestQuotaNodes(t *testing.T) {
 	// once the uncapped node is gone too.
 	wantOK(t, "close ephemeral", h.closeH(s, eph.Handle))
 	fh := h.mustOpen(s, "free", fsmtRW)
-	wantOK(t, "delete", h.do(s, Command{Type: CmdDelete, Handle: fh}))
+	wantOK(t, "delete", h.do(s, Command{Payload: &DeleteArgs{Handle: fh}}))
 	wantOK(t, "create after deletes", h.create(s, "d/y", fsmtRW, q, ""))
 	h.checkUsage("after creates and deletes")
 	if u := h.f.Usage(); u.Nodes != 3 {
@@ -99,24 +99,24 @@ func TestQuotaContentBytes(t *testing.T) {
 	wantOK(t, "create with 4 more: exactly full", r)
 	b := r.Handle
 	before := h.stat(s, a)
-	wantQuota(t, "grow a by one", h.do(s, Command{Type: CmdSetContents, Handle: a, Contents: []byte("1234567"), Quota: q}), "content quota")
+	wantQuota(t, "grow a by one", h.do(s, Command{Payload: &SetContentsArgs{Handle: a, Contents: []byte("1234567"), Quota: q}}), "content quota")
 	if got := string(h.node("a").Contents); got != "123456" || h.stat(s, a) != before {
 		t.Fatalf("a refused write changed the file: %q %+v", got, h.stat(s, a))
 	}
-	wantOK(t, "rewrite a at the same size", h.do(s, Command{Type: CmdSetContents, Handle: a, Contents: []byte("abcdef"), Quota: q}))
-	wantOK(t, "shrink a", h.do(s, Command{Type: CmdSetContents, Handle: a, Contents: []byte("ab"), Quota: q}))
-	wantOK(t, "grow b into the freed bytes", h.do(s, Command{Type: CmdSetContents, Handle: b, Contents: []byte("12345678"), Quota: q}))
+	wantOK(t, "rewrite a at the same size", h.do(s, Command{Payload: &SetContentsArgs{Handle: a, Contents: []byte("abcdef"), Quota: q}}))
+	wantOK(t, "shrink a", h.do(s, Command{Payload: &SetContentsArgs{Handle: a, Contents: []byte("ab"), Quota: q}}))
+	wantOK(t, "grow b into the freed bytes", h.do(s, Command{Payload: &SetContentsArgs{Handle: b, Contents: []byte("12345678"), Quota: q}}))
 	if u := h.f.Usage(); u.ContentBytes != 10 {
 		t.Fatalf("usage %+v, want 10 bytes", u)
 	}
-	wantOK(t, "delete b", h.do(s, Command{Type: CmdDelete, Handle: b}))
+	wantOK(t, "delete b", h.do(s, Command{Payload: &DeleteArgs{Handle: b}}))
 	if u := h.f.Usage(); u.ContentBytes != 2 {
 		t.Fatalf("usage %+v after the delete, want 2 bytes", u)
 	}
 	// A quota lowered below what is held: nothing grows, shrinking still works.
 	low := &Quota{ContentBytes: 1}
-	wantQuota(t, "grow over a lowered quota", h.do(s, Command{Type: CmdSetContents, Handle: a, Contents: []byte("abc"), Quota: low}), "limit of 1")
-	wantOK(t, "shrink under a lowered quota", h.do(s, Command{Type: CmdSetContents, Handle: a, Contents: []byte("a"), Quota: low}))
+	wantQuota(t, "grow over a lowered quota", h.do(s, Command{Payload: &SetContentsArgs{Handle: a, Contents: []byte("abc"), Quota: low}}), "limit of 1")
+	wantOK(t, "shrink under a lowered quota", h.do(s, Command{Payload: &SetContentsArgs{Handle: a, Contents: []byte("a"), Quota: low}}))
 	wantOK(t, "empty file under a full quota", h.create(s, "c", fsmtRW, low, ""))
 	h.checkUsage("after writes")
 }
@@ -128,7 +128,7 @@ func TestQuotaNodesPerPrincipal(t *testing.T) {
 	h.pub(root, q) // the admin's three nodes: the admin is exempt
 
 	mk := func(s uint64, who, rel string) *Result {
-		return h.aclDo(s, who, Command{Type: CmdOpen, Path: fsmtPath(rel), Flags: fsmtRWC, Quota: q})
+		return h.aclDo(s, who, Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: fsmtRWC, Quota: q}})
 	}
 	aclWant(t, "alice 1", mk(alice, "alice", "pub/a1"), KindNone)
 	r := mk(alice, "alice", "pub/a2")
@@ -140,7 +140,7 @@ func TestQuotaNodesPerPrincipal(t *testing.T) {
 	}
 	aclWant(t, "bob is counted apart", mk(bob, "bob", "pub/b1"), KindNone)
 	// A node alice created and bob deletes frees alice's count.
-	aclWant(t, "alice deletes a2", h.aclDo(alice, "alice", Command{Type: CmdDelete, Handle: a2}), KindNone)
+	aclWant(t, "alice deletes a2", h.aclDo(alice, "alice", Command{Payload: &DeleteArgs{Handle: a2}}), KindNone)
 	aclWant(t, "alice 3 after a delete", mk(alice, "alice", "pub/a3"), KindNone)
 	if n := h.f.PrincipalNodes("alice"); n != 2 {
 		t.Fatalf("alice has %d nodes, want 2", n)
@@ -149,11 +149,11 @@ func TestQuotaNodesPerPrincipal(t *testing.T) {
 		t.Fatalf("the admin has %d nodes, want 3 (counted, not capped)", n)
 	}
 	// Closing alice's session takes her ephemeral nodes and their count.
-	aclWant(t, "alice's ephemeral", h.aclDo(alice, "alice", Command{Type: CmdOpen, Path: fsmtPath("pub/ae"), Flags: fsmtRWC | FlagEphemeral}), KindNone)
+	aclWant(t, "alice's ephemeral", h.aclDo(alice, "alice", Command{Payload: &OpenArgs{Path: fsmtPath("pub/ae"), Flags: fsmtRWC | FlagEphemeral}}), KindNone)
 	if n := h.f.PrincipalNodes("alice"); n != 3 {
 		t.Fatalf("alice has %d nodes with an uncapped ephemeral one, want 3", n)
 	}
-	wantOK(t, "close alice's session", h.raw(Command{Type: CmdCloseSession, Session: alice}))
+	wantOK(t, "close alice's session", h.raw(Command{Session: alice, Payload: &CloseSessionArgs{}}))
 	if n := h.f.PrincipalNodes("alice"); n != 2 {
 		t.Fatalf("alice has %d nodes after her session closed, want 2", n)
 	}
@@ -168,8 +168,7 @@ func TestQuotaSurvivesRestore(t *testing.T) {
 	h.pub(root, nil)
 	q := &Quota{Nodes: 7, ContentBytes: 100, NodesPerPrincipal: 3}
 	for _, rel := range []string{"a", "b", "c"} {
-		wantOK(t, "create "+rel, h.aclDo(s, "alice", Command{Type: CmdOpen, Path: fsmtPath("pub/" + rel), Flags: fsmtRWC, Quota: q,
-			Contents: []byte(strings.Repeat(rel, 30))}))
+		wantOK(t, "create "+rel, h.aclDo(s, "alice", Command{Payload: &OpenArgs{Path: fsmtPath("pub/" + rel), Flags: fsmtRWC, Quota: q, Contents: []byte(strings.Repeat(rel, 30))}}))
 	}
 	f2, err := fsmtRestore(t, fsmtCell, h.snapshot())
 	if err != nil {
@@ -184,9 +183,9 @@ func TestQuotaSurvivesRestore(t *testing.T) {
 	}
 	h2 := h.clone(f2)
 	for _, d := range []*fsmtH{h, h2} {
-		wantQuota(t, "alice's fourth", d.aclDo(s, "alice", Command{Type: CmdOpen, Path: fsmtPath("pub/d"), Flags: fsmtRWC, Quota: q}), `"alice"`)
-		wantOK(t, "the admin's seventh node", d.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("pub/r"), Flags: fsmtRWC, Quota: q}))
-		wantQuota(t, "the admin's eighth node", d.aclDo(root, "root", Command{Type: CmdOpen, Path: fsmtPath("pub/r2"), Flags: fsmtRWC, Quota: q}), "limit is 7")
+		wantQuota(t, "alice's fourth", d.aclDo(s, "alice", Command{Payload: &OpenArgs{Path: fsmtPath("pub/d"), Flags: fsmtRWC, Quota: q}}), `"alice"`)
+		wantOK(t, "the admin's seventh node", d.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub/r"), Flags: fsmtRWC, Quota: q}}))
+		wantQuota(t, "the admin's eighth node", d.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub/r2"), Flags: fsmtRWC, Quota: q}}), "limit is 7")
 	}
 	h2.checkUsage("restored")
 }

@@ -28,7 +28,7 @@ func (f *FSM) Read(fn func(View) error) error {
 // node instance is gone.
 func (v View) LookupHandle(session, handle uint64) (HandleView, error) {
 	f := v.f
-	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
+	h, n, err := f.liveHandle(session, handle)
 	if err != nil {
 		return HandleView{}, err
 	}
@@ -44,7 +44,7 @@ func (v View) LookupHandle(session, handle uint64) (HandleView, error) {
 // the cursor is always a name the caller was shown.
 func (v View) ReadDirPage(session, handle uint64, q DirQuery) (DirPage, error) {
 	f := v.f
-	_, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
+	_, n, err := f.liveHandle(session, handle)
 	if err != nil {
 		return DirPage{}, err
 	}
@@ -120,7 +120,7 @@ func (v View) ChildVisible(session uint64, a acl.NodeACL, admin string) bool {
 // request id seq, and the node's lock generation.
 func (v View) LockWait(session, handle, seq uint64) (WaitState, uint64, error) {
 	f := v.f
-	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
+	h, n, err := f.liveHandle(session, handle)
 	if err != nil {
 		return WaitGone, 0, err
 	}
@@ -189,7 +189,7 @@ func (v View) FenceValid(fc *Fence) (bool, string) {
 // generation; an error of KindNotHeld when it holds none.
 func (v View) HeldLock(session, handle uint64) (Fence, error) {
 	f := v.f
-	h, n, err := f.liveHandle(&Command{Session: session, Handle: handle})
+	h, n, err := f.liveHandle(session, handle)
 	if err != nil {
 		return Fence{}, err
 	}
@@ -230,19 +230,19 @@ func (v View) AffectedPaths(cmd *Command) []string {
 			addNode(h.Path)
 		}
 	}
-	switch cmd.Type {
-	case CmdOpen:
-		if f.nodes[cmd.Path] == nil && cmd.Flags&FlagCreate != 0 {
-			addNode(cmd.Path)
-			f.addACLDependents(set, cmd.Path)
+	switch p := cmd.Payload.(type) {
+	case *OpenArgs:
+		if f.nodes[p.Path] == nil && p.Flags&FlagCreate != 0 {
+			addNode(p.Path)
+			f.addACLDependents(set, p.Path)
 		}
-	case CmdSetContents, CmdAcquire, CmdRelease, CmdCancelWait, CmdSetACL:
-		if h := f.handles[cmd.Handle]; h != nil {
+	case *SetContentsArgs, *AcquireArgs, *ReleaseArgs, *CancelWaitArgs, *SetACLArgs:
+		if h := f.handles[cmd.HandleOf()]; h != nil {
 			set[h.Path] = true
-			switch cmd.Type {
-			case CmdSetContents:
+			switch p.(type) {
+			case *SetContentsArgs:
 				f.addACLDependents(set, h.Path)
-			case CmdSetACL:
+			case *SetACLArgs:
 				// The parent's listing shows the node only to whom
 				// its ACLs let read or write it.
 				if parent := parentOf(h.Path); parent != "" {
@@ -250,14 +250,16 @@ func (v View) AffectedPaths(cmd *Command) []string {
 				}
 			}
 		}
-	case CmdDelete, CmdClose:
-		handlePath(cmd.Handle)
-		if h := f.handles[cmd.Handle]; h != nil && cmd.Type == CmdDelete {
+	case *DeleteArgs:
+		handlePath(p.Handle)
+		if h := f.handles[p.Handle]; h != nil {
 			f.addACLDependents(set, h.Path)
 		}
-	case CmdGrant:
-		set[cmd.Path] = true
-	case CmdCloseSession:
+	case *CloseArgs:
+		handlePath(p.Handle)
+	case *GrantArgs:
+		set[p.Path] = true
+	case *CloseSessionArgs:
 		if s := f.sessions[cmd.Session]; s != nil {
 			for id := range s.handles {
 				handlePath(id)

@@ -15,14 +15,14 @@ func (f *FSM) createSession(index uint64, c *Command) *Result {
 
 // closeSession ends a session: its handles close (a failed session's
 // locks go under lock-delay) and the ephemeral nodes it created go.
-func (f *FSM) closeSession(index uint64, c *Command) *Result {
+func (f *FSM) closeSession(index uint64, c *Command, p *CloseSessionArgs) *Result {
 	s := f.sessions[c.Session]
 	if s == nil {
 		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
 	}
 	for _, id := range sortedKeys(s.handles) {
 		if h := f.handles[id]; h != nil {
-			f.closeHandle(index, h, c.Expired, c.Time)
+			f.closeHandle(index, h, p.Expired, c.Time)
 		}
 	}
 	// Ephemeral files die with their creating session even if others still

@@ -31,15 +31,14 @@ func bigFSM(b *testing.B) *FSM {
 	bigState.once.Do(func() {
 		h := newFSMT(b)
 		s := h.session()
-		h.do(s, Command{Type: CmdOpen, Path: fsmtPath(bigStateDir), Flags: fsmtRWC | FlagDirectory, Principal: "admin", Admin: true})
+		h.do(s, Command{Principal: "admin", Admin: true, Payload: &OpenArgs{Path: fsmtPath(bigStateDir), Flags: fsmtRWC | FlagDirectory}})
 		pad := strings.Repeat("n", 232)
 		for i := range bigStateNodes {
-			r := h.do(s, Command{Type: CmdOpen, Path: fsmtPath(fmt.Sprintf("%s/%07d-%s", bigStateDir, i, pad)),
-				Flags: fsmtRWC, Principal: "admin", Admin: true})
+			r := h.do(s, Command{Principal: "admin", Admin: true, Payload: &OpenArgs{Path: fsmtPath(fmt.Sprintf("%s/%07d-%s", bigStateDir, i, pad)), Flags: fsmtRWC}})
 			if r.Err != nil {
 				b.Fatalf("create child %d: %v", i, r.Err)
 			}
-			h.do(s, Command{Type: CmdClose, Handle: r.Handle})
+			h.do(s, Command{Payload: &CloseArgs{Handle: r.Handle}})
 		}
 		bigState.f = h.f
 	})

@@ -20,7 +20,7 @@ import (
 func TestSnapshotChunksKeepTheByteFormat(t *testing.T) {
 	h := newFSMT(t)
 	s := h.session()
-	h.do(s, Command{Type: CmdOpen, Path: fsmtPath("d"), Flags: fsmtRWC | FlagDirectory})
+	h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath("d"), Flags: fsmtRWC | FlagDirectory}})
 	pad := strings.Repeat("x", 200)
 	for i := range 3000 {
 		r := h.open(s, fmt.Sprintf("d/%05d-%s", i, pad), fsmtRWC)
@@ -209,7 +209,7 @@ func TestNodeEncodingMatchesReflection(t *testing.T) {
 func TestSnapshotAndHashAllocateTheStateAtMostOnce(t *testing.T) {
 	h := newFSMT(t)
 	s := h.session()
-	h.do(s, Command{Type: CmdOpen, Path: fsmtPath("d"), Flags: fsmtRWC | FlagDirectory})
+	h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath("d"), Flags: fsmtRWC | FlagDirectory}})
 	pad := strings.Repeat("n", 232)
 	for i := range 10_000 {
 		r := h.open(s, fmt.Sprintf("d/%07d-%s", i, pad), fsmtRWC)

@@ -143,7 +143,7 @@ func waitApply(t testing.TB, reps []*Replica, within time.Duration) *Replica {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := r.Apply(ctx, &Command{Type: CmdEpoch, Time: time.Now().UnixNano()})
+			_, err := r.Apply(ctx, &Command{Time: time.Now().UnixNano(), Payload: &EpochArgs{}})
 			cancel()
 			if err == nil {
 				return r
@@ -296,7 +296,7 @@ func proxyHasConns(p *fwdProxy) bool {
 func applyAtLeader(ctx context.Context, reps []*Replica) error {
 	for _, r := range reps {
 		if r.IsLeader() {
-			_, err := r.Apply(ctx, &Command{Type: CmdEpoch, Time: time.Now().UnixNano()})
+			_, err := r.Apply(ctx, &Command{Time: time.Now().UnixNano(), Payload: &EpochArgs{}})
 			return err
 		}
 	}
@@ -306,7 +306,7 @@ func applyAtLeader(ctx context.Context, reps []*Replica) error {
 func applyOn(r *Replica) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := r.Apply(ctx, &Command{Type: CmdEpoch, Time: time.Now().UnixNano()})
+	_, err := r.Apply(ctx, &Command{Time: time.Now().UnixNano(), Payload: &EpochArgs{}})
 	return err
 }
 
