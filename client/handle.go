@@ -122,13 +122,16 @@ type Stat struct {
 	// LockDelayUntil is when a lock freed by a failed holder's session may
 	// be taken again (zero if no lock-delay was ever imposed).
 	LockDelayUntil time.Time
+	// Holders names the lock's holders (see LockHolder).
+	Holders []LockHolder
 }
 
 func statFrom(s wire.Stat) Stat {
 	st := Stat{Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
 		Checksum: s.Checksum, Size: s.Size, CTime: time.Unix(0, s.CTime), MTime: time.Unix(0, s.MTime),
 		Dir: s.Dir, Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
-		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders), LockWaiters: int(s.LockWaiters)}
+		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders), LockWaiters: int(s.LockWaiters),
+		Holders: holdersFrom(s.Holders)}
 	if s.LockDelayUntil != 0 {
 		st.LockDelayUntil = time.Unix(0, s.LockDelayUntil)
 	}
@@ -524,7 +527,7 @@ type cached struct {
 }
 
 func cachedSize(v cached) int64 {
-	n := int64(len(v.contents)) + 128
+	n := int64(len(v.contents)) + 128 + holdersSize(v.stat.Holders)
 	for _, e := range v.entries {
 		n += int64(len(e.Name)) + 24
 	}

@@ -143,6 +143,22 @@ type Stat struct {
 	// LockDelayUntil (Unix ns) is when a lock freed by a failed holder may
 	// be taken again; 0 when no lock-delay was ever imposed.
 	LockDelayUntil int64 `msgpack:"ld,omitempty"`
+	// Holders names the lock's holders in grant order, at most
+	// MaxStatHolders of them (LockHolders counts them all). Only the reads
+	// GetStat and GetContentsAndStat fill it, for a caller that may read
+	// the node; a decoder that does not know the field skips it.
+	Holders []LockHolder `msgpack:"ho,omitempty"`
+}
+
+// MaxStatHolders bounds Stat.Holders, so a stat of a lock shared by
+// thousands of sessions still fits a frame.
+const MaxStatHolders = 64
+
+// LockHolder is one holder of a lock: its session and the principal that
+// session authenticated as ("" in a cell without TLS).
+type LockHolder struct {
+	Session   uint64 `msgpack:"s"`
+	Principal string `msgpack:"p,omitempty"`
 }
 
 // Event kinds delivered on KeepAlive replies.
