@@ -309,10 +309,11 @@ func TestKeepAliveUnknownSessionAndStaleEpoch(t *testing.T) {
 	}
 }
 
-// The election recipe (client.Campaign): candidates open an ephemeral file
-// and Acquire; the winner writes its identity as contents, which everyone
-// reads as the leader; when the winner's session ends, the next candidate
-// wins and takes over, even though the file died with its creator.
+// The election recipe (client.Campaign): candidates open the election's
+// file and Acquire; the winner writes its identity as contents, which
+// everyone reads as the leader; when the winner's session ends cleanly,
+// the next candidate wins and takes over at once, also after the file's
+// creator has gone.
 func TestElectionRecipe(t *testing.T) {
 	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: time.Second})
 	ctx := ctxT(t, 120*time.Second)
