@@ -387,7 +387,7 @@ func (sh *shell) run(ctx context.Context, words []string) int {
 // nameArgs says which positional arguments of a verb are node names: -1
 // all of them, 1 the first only. Verbs not listed take no names.
 var nameArgs = map[string]int{
-	"ls": -1, "cat": -1, "stat": -1, "watch": -1, "touch": -1, "mkdir": -1, "rm": -1,
+	"ls": -1, "cat": -1, "stat": -1, "watch": -1, "touch": -1, "mkdir": -1, "rm": -1, "who": 1,
 	"put": 1, "lock": 1, "get": 1, "set": 1, // acl get|set NAME
 }
 
