@@ -2029,6 +2029,11 @@ func FuzzDecodeCommand(f *testing.F) {
 	}
 	for _, bomb := range fsmtBombs() {
 		f.Add(append([]byte{commandVersion}, bomb...))
+		f.Add(append([]byte{commandV1}, bomb...))
+	}
+	// Version-1 entries as committed.
+	for _, e := range readCommittedLog(f, committedLogV1)[:40] {
+		f.Add(e.Data)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
@@ -2109,8 +2114,12 @@ func fsmtAllocDuring(fn func()) uint64 {
 // 64 x input + 1 MiB: docs/testplan.md#allocation-bound): the bombs that
 // stay within it.
 func TestDecodeCommandBombsAreCheap(t *testing.T) {
-	for i, bomb := range fsmtBombs() {
-		b := append([]byte{commandVersion}, bomb...)
+	for i, bomb := range append(fsmtBombs(), fsmtBombs()...) {
+		v := commandVersion
+		if i >= len(fsmtBombs()) {
+			v = commandV1
+		}
+		b := append([]byte{v}, bomb...)
 		var err error
 		n := fsmtAllocDuring(func() { _, err = DecodeCommand(b) })
 		if err == nil {
@@ -2124,8 +2133,12 @@ func TestDecodeCommandBombsAreCheap(t *testing.T) {
 
 func TestDecodeCommandBombAllocation(t *testing.T) {
 	for _, b := range [][]byte{
-		{commandVersion, 0x81, 0xa1, 'c', 0xc6, 0xff, 0xff, 0xff, 0xff},
-		{commandVersion, 0x81, 0xa1, 'c', 0xdb, 0xff, 0xff, 0xff, 0xff},
+		{commandV1, 0x81, 0xa1, 'c', 0xc6, 0xff, 0xff, 0xff, 0xff},
+		{commandV1, 0x81, 0xa1, 'c', 0xdb, 0xff, 0xff, 0xff, 0xff},
+		// Version 2: an empty envelope, then a payload claiming 4 GiB.
+		{commandVersion, 0x92, 0x80, 0x81, 0xa1, 'c', 0xc6, 0xff, 0xff, 0xff, 0xff},
+		{commandVersion, 0x92, 0x81, 0xa1, 't', 0x06, 0x81, 0xa1, 'c', 0xc6, 0xff, 0xff, 0xff, 0xff},
+		{commandVersion, 0x92, 0x81, 0xa2, 'p', 'r', 0xdb, 0xff, 0xff, 0xff, 0xff, 0x80},
 	} {
 		var err error
 		n := fsmtAllocDuring(func() { _, err = DecodeCommand(b) })
