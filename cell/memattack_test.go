@@ -132,7 +132,7 @@ func heldMemory(t *testing.T) int64 {
 		runtime.ReadMemStats(&ms)
 		return int64(ms.HeapSys - ms.HeapReleased + ms.StackSys)
 	}
-	v, err := hostile.ReadRSS(os.Getpid())
+	v, err := fixtures.ProcRSS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
