@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -280,12 +281,12 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 		}
 		bs, as := b.stat, a.stat
 		// Locks are not restored: their holders' sessions are not.
-		bs.LockMode, bs.LockHolders, bs.LockWaiters, bs.LockDelayUntil = 0, 0, 0, time.Time{}
+		bs.LockMode, bs.LockHolders, bs.LockWaiters, bs.LockDelayUntil, bs.Holders = 0, 0, 0, time.Time{}, nil
 		if !as.CTime.Equal(bs.CTime) || !as.MTime.Equal(bs.MTime) {
 			t.Errorf("%s: times %v %v, backed up %v %v", n, as.CTime, as.MTime, bs.CTime, bs.MTime)
 		}
 		as.CTime, as.MTime, bs.CTime, bs.MTime = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-		if as != bs || !bytes.Equal(a.contents, b.contents) {
+		if !reflect.DeepEqual(as, bs) || !bytes.Equal(a.contents, b.contents) {
 			t.Errorf("%s: restored %+v (%d bytes), backed up %+v (%d bytes)", n, as, len(a.contents), bs, len(b.contents))
 		}
 	}
