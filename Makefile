@@ -8,10 +8,14 @@ PKGS     := ./...
 DATA     ?= ./lockcell-data
 CERTS    ?= ./lockcell-certs
 TESTFLAGS ?= -race -count=1 -timeout 14m
+# Tests run with the fault points compiled in (crash points and the disk
+# stall, replica/faultpoints_on.go), and so do the lockcelld processes
+# they build; release builds (make build, the image) have none.
+TESTTAGS  ?= faultpoints
 
 .PHONY: all build run certs test bench race vet depcheck fmt clean
 .PHONY: torture
-.PHONY: fuzz-short netns-deps browser-deps
+.PHONY: fuzz-short netns-deps browser-deps postgres-deps
 
 all: build
 
@@ -35,10 +39,10 @@ certs: build
 # campaign runs last and alone:
 # it compares a victim's rate and latency under attack with its rate alone,
 # which other packages' tests running beside it would blur.
-test: vet depcheck fuzz-short netns-deps browser-deps
-	$(GO) test $(TESTFLAGS) ./cell/ ./fixtures/chaos/ ./fixtures/safety/ \
+test: vet depcheck fuzz-short netns-deps browser-deps postgres-deps
+	$(GO) test $(TESTFLAGS) -tags '$(TESTTAGS)' ./cell/ ./fixtures/chaos/ ./fixtures/safety/ \
 	  $$($(GO) list $(PKGS) | grep -v -e '/fixtures/hostile$$' -e '/cell$$' -e '/fixtures/chaos$$' -e '/fixtures/safety$$')
-	$(GO) test $(TESTFLAGS) ./fixtures/hostile/
+	$(GO) test $(TESTFLAGS) -tags '$(TESTTAGS)' ./fixtures/hostile/
 
 # The network-namespace chaos test (fixtures/chaos TestNetns: partitions as
 # nftables drops in a private namespace) needs the nft command. As root
@@ -59,6 +63,16 @@ browser-deps:
 	  { echo "make: installing chromium (apt-get) for TestStatusPageInBrowser"; \
 	    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null; }; }; } || \
 	  echo "make: chromium unavailable: TestStatusPageInBrowser will skip"
+
+# The conditional-write test (sequencer/httpfence TestPostgresConditionalWrite,
+# docs/fencing.md) starts a private PostgreSQL server. As root with apt-get
+# it is installed here; elsewhere the test says why it skips.
+postgres-deps:
+	@{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { echo "make: installing postgresql (apt-get) for TestPostgresConditionalWrite"; \
+	    apt-get install -y -qq postgresql >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq postgresql >/dev/null; }; }; } || \
+	  echo "make: PostgreSQL unavailable: TestPostgresConditionalWrite will skip"
 
 # Short fuzzing (docs/testplan.md#fuzzing): each target for FUZZTIME, one
 # target per run (as -fuzz requires), from one fuzz-instrumented test binary
@@ -145,11 +159,11 @@ torture:
 	@dir=$${TORTURE_DIR:-$${TMPDIR:-/tmp}/lockcell-torture-$$(date +%Y%m%d-%H%M%S)}; mkdir -p $$dir; \
 	echo "torture: reports and summary in $$dir"; \
 	echo "torture: 1/5 chaos tests"; \
-	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test $(TORTUREFLAGS) -v -run '$(TORTURE_RUN)' ./fixtures/chaos/; st=$$?; \
+	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test $(TORTUREFLAGS) -tags '$(TESTTAGS)' -v -run '$(TORTURE_RUN)' ./fixtures/chaos/; st=$$?; \
 	echo "torture: 2/5 safety tests"; \
-	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -v ./fixtures/safety/; sf=$$?; \
+	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -tags '$(TESTTAGS)' -v ./fixtures/safety/; sf=$$?; \
 	echo "torture: 3/5 hostile clients"; \
-	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -v ./fixtures/hostile/; ho=$$?; \
+	LOCKCELL_CHAOS_TORTURE=1 LOCKCELL_CHAOS_ROOT=$$dir $(GO) test -count=1 -timeout 60m -tags '$(TESTTAGS)' -v ./fixtures/hostile/; ho=$$?; \
 	$(GO) run ./fixtures/chaos/cmd/summary $$dir; sum=$$?; \
 	echo "torture: 4/5 seeded bugs (SEEDS=$${SEEDS:-5})"; \
 	GO=$(GO) sh scripts/seeded-bugs.sh; sb=$$?; \

@@ -29,11 +29,11 @@ func TestMain(m *testing.M) {
 
 // binaries returns the binaries the deploy files run, cmd/lockcelld and
 // cmd/lockcell, built as the Dockerfile builds them (CGO_ENABLED=0,
-// -trimpath), once for the package.
+// -trimpath, none of the test binary's build tags), once for the package.
 func binaries(t *testing.T) (daemon, cli string) {
 	t.Helper()
 	build := func(pkg string) string {
-		return fixtures.Binary{Pkg: pkg, Flags: []string{"-trimpath"}, Env: []string{"CGO_ENABLED=0"}}.Build(t)
+		return fixtures.Binary{Pkg: pkg, Flags: []string{"-trimpath"}, Env: []string{"CGO_ENABLED=0"}, Release: true}.Build(t)
 	}
 	return build("./cmd/lockcelld"), build("./cmd/lockcell")
 }

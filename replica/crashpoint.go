@@ -3,11 +3,9 @@ package replica
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 )
 
 // Crash points (docs/testplan.md#no-acknowledged-write-lost): a test arms one
@@ -18,8 +16,13 @@ import (
 //
 //	LOCKCELL_CRASHPOINT=<name>[:<n>]   (n >= 1, default 1)
 //
-// The variable is read once, when the package initialises. Unset (the
-// production case), every hook is one load of a nil pointer and a branch.
+// Crash points, like the disk-stall fault, exist only in builds with the
+// faultpoints build tag (faultpoints_on.go), which make test and the test
+// fixtures use; a release build compiles every hook to nothing and refuses
+// to open a replica when the environment tries to arm one
+// (faultpoints_off.go). With the tag, the variable is read once, when the
+// package initialises; unset, every hook is one load of a nil pointer and
+// a branch.
 // SIGKILL, not os.Exit: no deferred call, no badger Close, no buffered
 // writer flush runs, as after a real kill -9. Before the signal the hook
 // writes one marker line to stderr (CrashPointMarker), which the test
@@ -67,6 +70,19 @@ var CrashPoints = []CrashPoint{CrashLogStore, CrashSnapshotPersist, CrashSnapsho
 // test waiting for a crash that can never come.
 var ErrBadCrashPoint = errors.New("replica: bad " + CrashPointEnv)
 
+// ErrNoFaultPoints is returned by Open when the environment arms a fault
+// (CrashPointEnv, DiskStallEnv) in a build without the faultpoints tag: a
+// release binary has no fault points, and a test must not wait for a
+// fault that cannot come.
+var ErrNoFaultPoints = errors.New("replica: this build has no fault points (build with -tags faultpoints)")
+
+// DiskStallEnv is the environment variable that arms the disk-stall fault
+// (faultpoints_on.go).
+const DiskStallEnv = "LOCKCELL_DISKSTALL"
+
+// DiskStallArmed reports whether this process arms the disk-stall fault.
+func DiskStallArmed() bool { return diskStall != nil }
+
 // armedPoint is the armed crash point, nil when none is.
 type armedPoint struct {
 	name CrashPoint
@@ -78,8 +94,6 @@ var (
 	armed    *armedPoint // set once by init, read-only afterwards
 	armedErr error
 )
-
-func init() { armed, armedErr = parseCrashPoint(os.Getenv(CrashPointEnv)) }
 
 // parseCrashPoint parses "<name>[:<n>]"; the empty string arms nothing.
 func parseCrashPoint(v string) (*armedPoint, error) {
@@ -110,22 +124,4 @@ func ArmedCrashPoint() (p CrashPoint, nth int64, ok bool) {
 		return "", 0, false
 	}
 	return armed.name, armed.nth, true
-}
-
-// crashPoint kills the process with SIGKILL if p is the armed point and
-// this is its n-th hit. It never returns after the signal.
-func crashPoint(p CrashPoint) {
-	a := armed
-	if a == nil || a.name != p {
-		return
-	}
-	n := a.hits.Add(1)
-	if n != a.nth {
-		return
-	}
-	// One write(2) to an unbuffered fd: the line is in the kernel (the
-	// test's log file) before the signal, nothing to flush.
-	fmt.Fprintf(os.Stderr, "%s %s hit %d pid %d\n", CrashPointMarker, p, n, os.Getpid())
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // SIGKILL is delivered before this goroutine runs again
 }

@@ -58,6 +58,9 @@ const crashHelperEnv = "LOCKCELL_CRASHPOINT_HELPER_DIR"
 // reopened here holds the first two batches (synced before the crash)
 // and not the third.
 func TestCrashPointKillsAfterSync(t *testing.T) {
+	if !FaultPointsBuilt {
+		t.Skip("crash points exist only in builds with -tags faultpoints (make test builds so)")
+	}
 	if dir := os.Getenv(crashHelperEnv); dir != "" {
 		s, err := OpenStore(dir, nil)
 		if err != nil {

@@ -284,7 +284,7 @@ func (s *Store) StoreLog(log *raft.Log) error {
 // after it; with the ascending indexes raft passes, the log stays
 // contiguous, which raft tolerates.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
-	diskStall.wait() // the disk-stall fault, when armed (diskstall.go)
+	diskStall.wait() // the disk-stall fault, when built and armed (faultpoints_on.go)
 	for i, l := range logs {
 		if l == nil {
 			return fmt.Errorf("replica: StoreLogs: nil log at position %d", i)

@@ -48,7 +48,7 @@ echo "$CASES" | while read -r tag pkg run; do
 		seed=$((SEED_BASE + i))
 		log="$DIR/$tag-$(echo "$pkg$run" | tr -c 'A-Za-z0-9' _)-$seed.log"
 		LOCKCELL_SAFETY_SEED=$seed LOCKCELL_CHAOS_SEED=$seed \
-			$GO test $FLAGS -tags "$tag" -run "$run" -v "$pkg" > "$log" 2>&1
+			$GO test $FLAGS -tags "faultpoints,$tag" -run "$run" -v "$pkg" > "$log" 2>&1
 		if grep -q 'panic: test timed out\|\[build failed\]\|\[setup failed\]' "$log"; then
 			errors=$((errors + 1)); verdict=error
 		elif grep -q -- '--- FAIL' "$log"; then

@@ -1,6 +1,9 @@
+//go:build faultpoints
+
 package replica
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"sync"
@@ -22,23 +25,41 @@ import (
 // a quorum has elected a successor, which a process pause cannot show
 // (on waking, the lease check runs first). Anything the master answers
 // from that belief alone, without a round of contact with a quorum, is
-// then answered by a deposed master. Unarmed (the production case) no
-// handler is installed and StoreLogs pays one nil check.
-
-// DiskStallEnv is the environment variable that arms the disk-stall fault.
-const DiskStallEnv = "LOCKCELL_DISKSTALL"
+// then answered by a deposed master. Unarmed, no handler is installed and
+// StoreLogs pays one nil check; without the faultpoints build tag (a
+// release build) none of this is compiled in (faultpoints_off.go).
 
 // diskStall is the process's stall gate: nil when the fault is unarmed.
 var diskStall *stallGate
 
 func init() {
+	armed, armedErr = parseCrashPoint(os.Getenv(CrashPointEnv))
 	if os.Getenv(DiskStallEnv) == "1" {
 		diskStall = newStallGate()
 	}
 }
 
-// DiskStallArmed reports whether this process arms the disk-stall fault.
-func DiskStallArmed() bool { return diskStall != nil }
+// FaultPointsBuilt reports whether this build has the fault points (crash
+// points and the disk-stall fault): true only with the faultpoints tag.
+const FaultPointsBuilt = true
+
+// crashPoint kills the process with SIGKILL if p is the armed point and
+// this is its n-th hit. It never returns after the signal.
+func crashPoint(p CrashPoint) {
+	a := armed
+	if a == nil || a.name != p {
+		return
+	}
+	n := a.hits.Add(1)
+	if n != a.nth {
+		return
+	}
+	// One write(2) to an unbuffered fd: the line is in the kernel (the
+	// test's log file) before the signal, nothing to flush.
+	fmt.Fprintf(os.Stderr, "%s %s hit %d pid %d\n", CrashPointMarker, p, n, os.Getpid())
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL is delivered before this goroutine runs again
+}
 
 // stallGate blocks log writes while stalled. Its signal goroutine lives as
 // long as the process (the fault belongs to the process, not to one
