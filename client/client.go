@@ -131,6 +131,7 @@ type Client struct {
 	sess  *sessionState
 	ids   requestIDs
 	pool  handlePool
+	locks lockTable // handles granted a lock, by name (lockctx.go)
 
 	// cache holds what reads returned, kept fresh by invalidations on
 	// KeepAlive replies; nil with Config.DisableCache.

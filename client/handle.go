@@ -164,6 +164,11 @@ type Handle struct {
 	closed bool
 	seq    []byte // attached by SetSequencer
 	dirty  bool   // used to lock, delete or fence: never reused
+	// held is the lock the handle was last granted and its context
+	// (lockctx.go); life ends on Poison (poison.go).
+	held *heldLock
+	life context.Context
+	kill context.CancelCauseFunc
 }
 
 // markDirty keeps the handle out of the idle pool: its lock, sequencer or
@@ -230,6 +235,9 @@ func (h *Handle) check() error {
 	if h.closed {
 		return ErrClosed
 	}
+	if h.poisonedLocked() {
+		return ErrPoisoned
+	}
 	return nil
 }
 
@@ -237,7 +245,13 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 	if err := h.check(); err != nil {
 		return opErr(op, h.path, err)
 	}
-	return opErr(op, h.path, h.c.call(ctx, m, m.Mutating(), req, resp))
+	gctx, done := h.guard(ctx)
+	err := done(h.c.call(gctx, m, m.Mutating(), req, resp))
+	if errors.Is(err, ErrHandleInvalid) {
+		// The node is gone, and its lock with it.
+		h.endLock(err)
+	}
+	return opErr(op, h.path, err)
 }
 
 // GetContentsAndStat reads a file's contents and metadata. The read is
@@ -433,6 +447,9 @@ func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
 	if errors.Is(err, ErrLockHeld) {
 		return false, nil
 	}
+	if err == nil {
+		h.gotLock(resp.LockGen, mode)
+	}
 	return err == nil, err
 }
 
@@ -444,12 +461,16 @@ func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 	if err := h.check(); err != nil {
 		return opErr("lock", h.path, err)
 	}
+	gctx, done := h.guard(ctx)
 	for {
-		err := h.acquireOnce(ctx, mode)
-		if errors.Is(err, ErrCanceled) && ctx.Err() == nil {
+		gen, err := h.acquireOnce(gctx, mode)
+		if errors.Is(err, ErrCanceled) && gctx.Err() == nil {
 			// The master withdrew the wait without our asking (its stream
 			// to us broke): queue again under a new request id.
 			continue
+		}
+		if err = done(err); err == nil {
+			h.gotLock(gen, mode)
 		}
 		return opErr("lock", h.path, err)
 	}
@@ -458,7 +479,7 @@ func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 // acquireOnce queues once, under one request id, and waits. A blocking
 // acquire may wait far longer than RetryTimeout; only the search for a
 // master is bounded, so it loops on ErrNoMaster while ctx lives.
-func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) error {
+func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) (uint64, error) {
 	c := h.c
 	seq := c.ids.begin()
 	defer c.ids.end(seq)
@@ -466,7 +487,7 @@ func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) error {
 	for {
 		err := c.callSeq(ctx, wire.MethodAcquire, seq, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode), Wait: true}, &resp)
 		if err == nil {
-			return nil
+			return resp.LockGen, nil
 		}
 		if ctx.Err() != nil {
 			cctx, cancel := context.WithTimeout(c.base, min(c.cfg.RetryTimeout, 10*time.Second))
@@ -475,18 +496,32 @@ func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) error {
 			if cerr != nil && !errors.Is(cerr, ErrHandleInvalid) && !errors.Is(cerr, ErrClosed) {
 				c.log.Warn("lockcell: could not withdraw an abandoned lock wait", "path", h.path, "err", cerr)
 			}
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 		if !errors.Is(err, ErrNoMaster) {
-			return err
+			return 0, err
 		}
 	}
 }
 
 // Release releases the lock this handle holds; the next waiters get it in
-// the same replicated step.
-func (h *Handle) Release(ctx context.Context) error {
-	return h.do(ctx, "unlock", wire.MethodRelease, h.request(), &wire.Empty{})
+// the same replicated step. It ends the handle's LockContext. A sequencer
+// attached with SetSequencer does not fence it; IfSequencer does.
+func (h *Handle) Release(ctx context.Context, opts ...ReleaseOption) error {
+	var o releaseOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.fenced && len(o.seq) == 0 {
+		return opErr("unlock", h.path, wire.Errorf(wire.CodeBadSequencer, "IfSequencer was given no sequencer"))
+	}
+	err := h.do(ctx, "unlock", wire.MethodRelease, &wire.HandleRequest{Handle: h.id, Sequencer: o.seq}, &wire.Empty{})
+	if err == nil {
+		h.endLock(ErrReleased)
+	} else if releaseEnds(err) {
+		h.endLock(err)
+	}
+	return err
 }
 
 // Close closes the handle, releasing any lock it holds (without
@@ -500,6 +535,7 @@ func (h *Handle) Close() error {
 	h.closed = true
 	dirty := h.dirty
 	h.mu.Unlock()
+	h.endLock(ErrClosed)
 	if h.pool != nil && !dirty && h.c.keepIdle(*h.pool, pooledHandle{id: h.id, tok: h.tok, instance: h.instance}) {
 		return nil
 	}

@@ -82,3 +82,23 @@ func (c *Client) SequencerStatus(ctx context.Context, seq []byte) (SequencerStat
 	}
 	return st, nil
 }
+
+// ReleaseOption adjusts a Release.
+type ReleaseOption func(*releaseOptions)
+
+type releaseOptions struct {
+	seq    []byte
+	fenced bool
+}
+
+// IfSequencer fences a Release with seq, a sequencer of this handle's
+// lock (GetSequencer): the lock is released only if it is still held at
+// seq's generation and in seq's mode, checked atomically with the release
+// at the master. Otherwise the Release fails with an error matching
+// ErrStaleSequencer and changes nothing: the lock has moved on since seq
+// was issued (released and taken again, by anyone, at a later
+// generation). A sequencer of another lock fails with ErrBadRequest, a
+// forged, malformed or missing one with ErrBadSequencer.
+func IfSequencer(seq []byte) ReleaseOption {
+	return func(o *releaseOptions) { o.seq, o.fenced = seq, true }
+}

@@ -131,6 +131,14 @@ type sessionState struct {
 	jeopardy bool
 	ackEvent uint64
 	leaseTTL time.Duration
+
+	// sure is live while the client can be sure its session still holds
+	// what it held: it ends, with why as its cause, on jeopardy, expiry
+	// and Close, and a new one begins when a KeepAlive succeeds after
+	// jeopardy. Every lock context is derived from the sure context of
+	// when its lock was granted (lockctx.go).
+	sure    context.Context
+	endSure context.CancelCauseFunc
 }
 
 // newSessionState returns a session whose local lease ends at end less the
@@ -139,7 +147,16 @@ type sessionState struct {
 func newSessionState(clock Clock, end time.Time, ttlMillis int64) *sessionState {
 	s := &sessionState{clock: clock}
 	s.setLeaseLocked(end, ttlMillis)
+	s.sure, s.endSure = context.WithCancelCause(context.Background())
 	return s
+}
+
+// sureContext returns the context that ends when the client can no
+// longer be sure of its session (see sessionState.sure).
+func (s *sessionState) sureContext() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sure
 }
 
 func (s *sessionState) setLeaseLocked(end time.Time, ttlMillis int64) {
@@ -222,6 +239,7 @@ func (s *sessionState) expire() (was, closing bool) {
 	defer s.mu.Unlock()
 	was, closing = s.expired, s.closing
 	s.expired = true
+	s.endSure(wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id))
 	return was, closing
 }
 
@@ -233,6 +251,7 @@ func (s *sessionState) beginClose() (closed, expired bool) {
 	if !s.closed {
 		s.closing = true
 	}
+	s.endSure(ErrClosed)
 	return s.closed, s.expired
 }
 
@@ -298,6 +317,9 @@ func (c *Client) keepAliveLoop() {
 					c.purgeCache()
 				default:
 					if k, ok := handleEventKinds[ev.Kind]; ok {
+						if k == HandleInvalid {
+							c.locks.endPath(ev.Path, wire.Errorf(wire.CodeHandleInvalid, "%s was deleted", ev.Path))
+						}
 						c.emit(Event{Kind: k, Path: ev.Path, Child: ev.Child})
 					}
 				}
@@ -308,6 +330,11 @@ func (c *Client) keepAliveLoop() {
 			s.leaseEnd = sent.Add(lease - driftMargin(lease))
 			wasJeopardy := s.jeopardy
 			s.jeopardy = false
+			if wasJeopardy && !s.expired && !s.closing {
+				// Locks granted from now on are sure again; those held
+				// through the jeopardy stay ended (their holders re-acquire).
+				s.sure, s.endSure = context.WithCancelCause(context.Background())
+			}
 			s.mu.Unlock()
 			if wasJeopardy && c.cache != nil {
 				c.cache.Enable()
@@ -330,6 +357,7 @@ func (c *Client) keepAliveLoop() {
 			}
 			s.mu.Lock()
 			s.jeopardy = true
+			s.endSure(ErrJeopardy)
 			s.mu.Unlock()
 			// A live master answers with a quarter of the lease to spare:
 			// the replica we waited on is gone or cut off. Search afresh.
