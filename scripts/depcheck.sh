@@ -37,6 +37,7 @@ BEGIN {
     "replica: cell/wire/bound backupfile acl\n" \
     "client: cell/wire backupfile cache\n" \
     "sequencer/kv: =sequencer client cell/wire backupfile cache\n" \
+    "sequencer/httpfence: =sequencer client cell/wire backupfile cache\n" \
     "sequencer: -\n" \
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \

@@ -186,3 +186,11 @@ func (g *Guard) UnmarshalJSON(b []byte) error {
 	g.Restore(m)
 	return nil
 }
+
+// Highest returns the highest generation of s's lock (its cell and path)
+// the guard has accepted, 0 if none.
+func (g *Guard) Highest(s Sequencer) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.highest[s.Key()]
+}
