@@ -1,0 +1,184 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"lockcell/cell"
+	"lockcell/client"
+	"lockcell/fixtures"
+	"lockcell/sequencer"
+)
+
+// exampleCell starts a one-replica cell named "example" in this process on
+// free loopback ports, for the examples to run against, and returns a
+// client configuration for it and the function that stops it. A real
+// program is given the replicas' addresses instead.
+func exampleCell() (client.Config, func()) {
+	dir, err := os.MkdirTemp("", "lockcell-example-")
+	if err != nil {
+		panic(err)
+	}
+	ports, err := fixtures.PickPorts(2)
+	if err != nil {
+		panic(err)
+	}
+	d, err := cell.StartDev(cell.DevConfig{Cell: "example", Dir: filepath.Join(dir, "cell"), LeaseTTL: 2 * time.Second,
+		Timings: fixtures.TestTimings(), Logger: fixtures.Logger(),
+		Peers: []cell.Peer{{ID: "1", ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}}})
+	if err != nil {
+		panic(err)
+	}
+	stop := func() {
+		d.Close()
+		os.RemoveAll(dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := d.WaitForMaster(ctx); err != nil {
+		stop()
+		panic(err)
+	}
+	return client.Config{Cell: "example", Replicas: d.Addrs(), Logger: fixtures.Logger()}, stop
+}
+
+// Dial starts a session with the cell; Open gives a handle on a file (here
+// creating it); Acquire takes its lock, waiting for it as long as ctx
+// allows; GetSequencer gives the lock's sequencer to hand to resource
+// servers.
+func ExampleDial() {
+	cfg, stop := exampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	c, err := client.Dial(ctx, cfg) // cfg: the cell's name and some replicas' addresses
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	h, err := c.Open(ctx, "/ls/example/jobs", client.Read|client.Write|client.Create,
+		client.WithContents([]byte("nightly")))
+	if err != nil {
+		fmt.Println("open:", err)
+		return
+	}
+	defer h.Close()
+	if err := h.Acquire(ctx, client.Exclusive); err != nil {
+		fmt.Println("acquire:", err)
+		return
+	}
+	data, st, err := h.GetContentsAndStat(ctx)
+	if err != nil {
+		fmt.Println("read:", err)
+		return
+	}
+	fmt.Printf("%s holds %s lock, contents %q\n", h.Name(), st.LockMode, data)
+
+	seq, err := h.GetSequencer(ctx)
+	if err != nil {
+		fmt.Println("sequencer:", err)
+		return
+	}
+	s, _ := sequencer.Parse(seq)
+	fmt.Println("sequencer for", s.Path, s.Mode)
+
+	if err := h.Release(ctx); err != nil {
+		fmt.Println("release:", err)
+	}
+	_, err = h.GetSequencer(ctx)
+	fmt.Println("after Release:", errors.Is(err, client.ErrNotHeld))
+	// Output:
+	// /ls/example/jobs holds exclusive lock, contents "nightly"
+	// sequencer for /ls/example/jobs exclusive
+	// after Release: true
+}
+
+// Campaign blocks until this candidate leads the election on a file;
+// Leader tells anyone who leads. Closing the leader's handle resigns.
+func ExampleClient_Campaign() {
+	cfg, stop := exampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	lead, err := c.Campaign(ctx, "/ls/example/scheduler-leader", []byte("host-a:8080"),
+		client.WithLockDelay(10*time.Second)) // how long others wait if this leader dies
+	if err != nil {
+		fmt.Println("campaign:", err)
+		return
+	}
+	who, err := c.Leader(ctx, "/ls/example/scheduler-leader")
+	fmt.Printf("leader %s, %v\n", who, err)
+
+	lead.Close() // resign: the next candidate leads at once
+	_, err = c.Leader(ctx, "/ls/example/scheduler-leader")
+	fmt.Println("after resigning:", errors.Is(err, client.ErrNoLeader))
+	// Output:
+	// leader host-a:8080, <nil>
+	// after resigning: true
+}
+
+// A handle opened WithEvents delivers the events it asks for on
+// Client.Events, together with the session's own (jeopardy, safe,
+// expired, master fail-over).
+func ExampleWithEvents() {
+	cfg, stop := exampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	watcher, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer watcher.Close()
+	dir, err := watcher.Open(ctx, "/ls/example/members", client.Read|client.Write|client.Create|client.Directory,
+		client.WithEvents(client.OnChildAdded))
+	if err != nil {
+		fmt.Println("open:", err)
+		return
+	}
+	defer dir.Close()
+
+	// Another session joins by creating a child.
+	member, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer member.Close()
+	h, err := member.Open(ctx, "/ls/example/members/worker-1", client.Write|client.Create)
+	if err != nil {
+		fmt.Println("join:", err)
+		return
+	}
+	defer h.Close()
+
+	for {
+		select {
+		case e := <-watcher.Events():
+			if e.Kind == client.ChildAdded {
+				fmt.Println(e.Kind, e.Path, e.Child)
+				return
+			}
+		case <-ctx.Done():
+			fmt.Println("no event:", ctx.Err())
+			return
+		}
+	}
+	// Output:
+	// child-added /ls/example/members worker-1
+}
