@@ -125,6 +125,7 @@ func TestLockContext(t *testing.T) {
 		}
 		cutAt := time.Now()
 		cut.Cut()
+		defer cut.Heal() // also when the test fails: the other subtests use the client
 		select {
 		case <-lctx.Done():
 		case <-time.After(lease + 5*time.Second):

@@ -93,7 +93,18 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		_, err := c.apply(ctx, &replica.Command{Fence: fence, Payload: &replica.DeleteArgs{Handle: req.Handle}})
 		return &wire.Empty{}, err
 	case wire.MethodRelease:
-		_, err := c.apply(ctx, &replica.Command{Payload: &replica.ReleaseArgs{Handle: req.Handle}})
+		// A sequencer makes the release fenced: it applies only while the
+		// lock is held at the sequencer's generation, checked in the same
+		// entry, so a holder acting on an old grant cannot free a later one.
+		if fence != nil {
+			var path string
+			var ok bool
+			c.read(func(v replica.View) { path, ok = v.HandlePath(c.h.Session, req.Handle) })
+			if ok && path != fence.Path {
+				return nil, wire.Errorf(wire.CodeBadRequest, "the sequencer names the lock of %s, not of this handle's %s", fence.Path, path)
+			}
+		}
+		_, err := c.apply(ctx, &replica.Command{Fence: fence, Payload: &replica.ReleaseArgs{Handle: req.Handle}})
 		return &wire.Empty{}, err
 	}
 	isRead := c.h.Method != wire.MethodGetSequencer
