@@ -41,9 +41,9 @@ type Guard struct {
 	cfg GuardConfig
 
 	mu      sync.Mutex
-	highest map[string]uint64 // lock key -> highest accepted generation
-	locks   map[string]*sync.Mutex
-	checked map[string]time.Time // sequencer bytes -> when the cell confirmed it
+	highest map[string]uint64        // lock key -> highest accepted generation
+	locks   map[string]chan struct{} // lock key -> its fence: a one-slot semaphore, so a wait can end with ctx
+	checked map[string]time.Time     // sequencer bytes -> when the cell confirmed it
 }
 
 // NewGuard returns an empty guard.
@@ -51,14 +51,15 @@ func NewGuard(cfg GuardConfig) *Guard {
 	if cfg.CacheTTL == 0 {
 		cfg.CacheTTL = time.Second
 	}
-	return &Guard{cfg: cfg, highest: map[string]uint64{}, locks: map[string]*sync.Mutex{}, checked: map[string]time.Time{}}
+	return &Guard{cfg: cfg, highest: map[string]uint64{}, locks: map[string]chan struct{}{}, checked: map[string]time.Time{}}
 }
 
 // Do runs fn only if seq is acceptable, holding the lock's fence for the
 // whole of fn, so no older holder's request can be accepted while a newer
 // one is being applied and no two requests of one lock interleave their
 // check and their effect. It returns the parsed sequencer and fn's error,
-// or an error wrapping ErrStale, ErrMalformed or the Checker's error.
+// or an error wrapping ErrStale, ErrMalformed or the Checker's error, or
+// ctx's error when ctx ends while it waits for the fence.
 func (g *Guard) Do(ctx context.Context, seq []byte, fn func(Sequencer) error) (Sequencer, error) {
 	s, err := Parse(seq)
 	if err != nil {
@@ -69,14 +70,18 @@ func (g *Guard) Do(ctx context.Context, seq []byte, fn func(Sequencer) error) (S
 	}
 	key := s.Key()
 	g.mu.Lock()
-	l := g.locks[key]
-	if l == nil {
-		l = &sync.Mutex{}
-		g.locks[key] = l
+	fence := g.locks[key]
+	if fence == nil {
+		fence = make(chan struct{}, 1)
+		g.locks[key] = fence
 	}
 	g.mu.Unlock()
-	l.Lock()
-	defer l.Unlock()
+	select {
+	case fence <- struct{}{}:
+	case <-ctx.Done():
+		return s, fmt.Errorf("sequencer: waiting for the fence of %s: %w", s.Path, ctx.Err())
+	}
+	defer func() { <-fence }()
 	if err := g.admit(ctx, s, seq); err != nil {
 		return s, err
 	}
@@ -162,7 +167,7 @@ func (g *Guard) Restore(state map[string]uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.highest == nil { // a zero Guard being unmarshalled
-		g.highest, g.locks, g.checked = map[string]uint64{}, map[string]*sync.Mutex{}, map[string]time.Time{}
+		g.highest, g.locks, g.checked = map[string]uint64{}, map[string]chan struct{}{}, map[string]time.Time{}
 		if g.cfg.CacheTTL == 0 {
 			g.cfg.CacheTTL = time.Second
 		}

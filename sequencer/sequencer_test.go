@@ -165,3 +165,36 @@ func TestGuardDoSerialisesPerLock(t *testing.T) {
 		t.Fatalf("the newest generation was not applied: %v", applied)
 	}
 }
+
+// A request waiting for its lock's fence gives up when its context ends,
+// without running its action, and the fence works on once it is free.
+func TestGuardFenceWaitEndsWithContext(t *testing.T) {
+	g := NewGuard(GuardConfig{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Do(context.Background(), seqOf("/ls/c/l", 3), func(Sequencer) error {
+			close(entered)
+			<-release
+			return nil
+		})
+		done <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	if _, err := g.Do(ctx, seqOf("/ls/c/l", 3), func(Sequencer) error { ran = true; return nil }); !errors.Is(err, context.Canceled) || ran {
+		t.Fatalf("Do while the fence is held, context ended: %v (action ran: %v); want context.Canceled", err, ran)
+	}
+	if _, err := g.Do(context.Background(), seqOf("/ls/c/other", 1), nil); err != nil {
+		t.Fatalf("another lock's fence, while this one is held: %v", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(context.Background(), seqOf("/ls/c/l", 3), func(Sequencer) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("Do after the fence was freed: %v (action ran: %v)", err, ran)
+	}
+}

@@ -23,7 +23,8 @@
 //	409 forged     the cell does not recognise the sequencer (altered,
 //	               forged, or signed by another cell)
 //	413 too_large  the body is over Config.BufferBody
-//	503 unavailable the cell could not be asked in Config.CheckTimeout
+//	503 unavailable the cell could not be asked, or the lock's fence was
+//	               not free, within Config.CheckTimeout
 package httpfence
 
 import (
@@ -72,8 +73,9 @@ type Config struct {
 	// forged one is refused as in the strict mode.
 	Optional bool
 	// CheckTimeout bounds how long a request waits for the guard, that is
-	// for the fence of its lock and for the Checker asking the cell,
-	// before it is answered 503. Default 10 s.
+	// for its lock's fence (held while another request of the same lock
+	// is in its handler) and for the Checker asking the cell, before it
+	// is answered 503. Default 10 s.
 	CheckTimeout time.Duration
 	// BufferBody, when positive, reads up to that many bytes of the
 	// request body before the guard is asked, and answers 413 beyond: the

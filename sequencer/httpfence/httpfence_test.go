@@ -241,3 +241,53 @@ func TestMiddlewareAsksTheCell(t *testing.T) {
 		t.Fatalf("cell not reachable: %d %s, rejection %v", a.status, a.body, hooked)
 	}
 }
+
+// A request whose lock's fence stays held by another request's handler
+// for longer than CheckTimeout is answered 503, without running the
+// handler; other locks' requests pass meanwhile.
+func TestMiddlewareFenceBusy(t *testing.T) {
+	key := []byte("a test stand-in for the cell's key")
+	seq := func(path string) string {
+		return sequencer.EncodeText(sequencer.Sign(key, sequencer.Sequencer{Cell: "t", Path: path, Mode: sequencer.Exclusive, Generation: 5}))
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			once.Do(func() { close(entered) })
+			<-release
+		}
+		io.WriteString(w, "done")
+	})
+	srv := httptest.NewServer(httpfence.Wrap(slow, httpfence.Config{Guard: sequencer.NewGuard(sequencer.GuardConfig{}),
+		CheckTimeout: 200 * time.Millisecond}))
+	defer srv.Close()
+	first := make(chan reply, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", srv.URL+"/slow", nil)
+		req.Header.Set(httpfence.Header, seq("/ls/t/a"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- reply{body: err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		first <- reply{resp.StatusCode, string(b)}
+	}()
+	<-entered
+	a := send(t, srv.URL+"/fast", seq("/ls/t/a"), "")
+	if e := a.errBody(t); a.status != http.StatusServiceUnavailable || e.Reason != httpfence.ReasonUnavailable {
+		t.Fatalf("behind a held fence: %d %s, want 503 unavailable", a.status, a.body)
+	}
+	if a := send(t, srv.URL+"/fast", seq("/ls/t/b"), ""); a.status != 200 {
+		t.Fatalf("another lock meanwhile: %d %s", a.status, a.body)
+	}
+	close(release)
+	if a := <-first; a.status != 200 || a.body != "done" {
+		t.Fatalf("the slow request: %d %s", a.status, a.body)
+	}
+	if a := send(t, srv.URL+"/fast", seq("/ls/t/a"), ""); a.status != 200 {
+		t.Fatalf("after the fence was freed: %d %s", a.status, a.body)
+	}
+}
