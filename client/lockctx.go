@@ -19,7 +19,7 @@ var (
 	// The session may yet survive, but from this moment the client cannot
 	// be sure it still holds its locks: the master may expire the session
 	// and hand them on.
-	ErrJeopardy = errors.New("lockcell: session in jeopardy: the local lease ran out without an answer from the cell, so the lock may be lost")
+	ErrJeopardy = errors.New("lockcell: session in jeopardy: no answer from the cell within the lease")
 	// ErrReleased: the handle released its lock (Release).
 	ErrReleased = errors.New("lockcell: lock released")
 )

@@ -25,9 +25,9 @@ import (
 const (
 	// lockEnv names, in the command's environment, the lock it runs under.
 	lockEnv = "LOCKCELL_LOCK"
-	// killAfter is how long a command stopped for a lost lock has between
-	// SIGTERM and SIGKILL.
-	killAfter = 3 * time.Second
+	// defaultKillAfter is how long, unless --kill-after says otherwise, a
+	// command stopped for a lost lock has between SIGTERM and SIGKILL.
+	defaultKillAfter = 10 * time.Second
 	// waitDelay bounds how long lock waits, once the command has exited,
 	// for processes it left behind to close the pipes it shares with them
 	// (only when lockcell's streams are not plain files, as in tests).
@@ -41,6 +41,11 @@ const (
 	// exitTimeout is lock's exit code when --timeout (or --wait) ended
 	// the wait for the lock: EX_TEMPFAIL of sysexits.h, "try again later".
 	exitTimeout = 75
+	// exitLockLost is lock's exit code when it stopped the command because
+	// the lock may be lost (or could not start it for that reason):
+	// EX_UNAVAILABLE of sysexits.h, so scripts tell it from the command's
+	// own failures.
+	exitLockLost = 69
 )
 
 // lockCommand runs a command while holding a lock.
@@ -63,9 +68,11 @@ func lockCommand(e *env) *cli.Command {
 			"unless another lock run is waiting for it; a run waiting for a file deleted this way creates it " +
 			"again and goes on waiting. A holder that dies leaves NAME in place: its lock-delay, which keeps " +
 			"the next holder out for a while, lives on the file.\n\n" +
-			"If the session is in jeopardy while CMD runs lockcell warns on stderr; if it " +
-			"expires, the lock is lost: CMD is sent SIGTERM (SIGKILL " + killAfter.String() + " later) and " +
-			"lockcell exits 1. Unless stdin is a terminal CMD runs in its own process group, and " +
+			"The moment lockcell can no longer be sure it holds the lock while CMD runs (the session is in " +
+			"jeopardy: no answer from the cell within the lease, which is before the cell can hand the lock " +
+			"to anyone else; or it expired, or NAME was deleted), CMD is sent SIGTERM, SIGKILL --kill-after " +
+			"later if it is still running, and lockcell exits " + fmt.Sprint(exitLockLost) + " saying why. " +
+			"Unless stdin is a terminal CMD runs in its own process group, and " +
 			"signals reach the whole group." +
 			"\n\nExample: lockcell lock --lock-delay 10s jobs/etl -- ./run-etl.sh",
 		// NAME is free text: "lock help -- CMD" must not show help.
@@ -78,6 +85,8 @@ func lockCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "ephemeral", Usage: "delete NAME when done with it, unless another lock run is waiting for it"},
 			&cli.DurationFlag{Name: "lock-delay", DefaultText: "the cell's",
 				Usage: "if this session fails while holding the lock, others cannot take it for `D` (1ms to 1m)"},
+			&cli.DurationFlag{Name: "kill-after", Value: defaultKillAfter,
+				Usage: "when the lock may be lost, send SIGKILL `D` after SIGTERM if CMD is still running"},
 			// For tests: a session that cannot reach the cell expires
 			// after its lease plus this.
 			&cli.DurationFlag{Name: "grace", Value: defaultGrace, Hidden: true,
@@ -141,6 +150,10 @@ func (e *env) lock(c *cli.Context) error {
 			return usageErrorf(c, "--lock-delay must be from 1ms to %v, got %v", maxLockDelay, d)
 		}
 		opts = append(opts, client.WithLockDelay(d))
+	}
+	killAfter := c.Duration("kill-after")
+	if killAfter <= 0 {
+		return usageErrorf(c, "--kill-after must be positive, got %v", killAfter)
 	}
 	if e.grace = c.Duration("grace"); e.grace <= 0 {
 		return usageErrorf(c, "--grace must be positive, got %v", e.grace)
@@ -238,8 +251,10 @@ func (e *env) lock(c *cli.Context) error {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	cmd.WaitDelay = waitDelay
 	ch := newChild(cmd, e.stdin)
-	if l.isLost() {
-		return l.lostError("the lock was lost before the command started; it was not run")
+	// The lock's context ends the moment the lock may be gone.
+	held := l.h.LockContext()
+	if held.Err() != nil {
+		return l.lostError(context.Cause(held), "the command was not run")
 	}
 	if err := cmd.Start(); err != nil {
 		return cannotRun(name, err)
@@ -250,8 +265,8 @@ func (e *env) lock(c *cli.Context) error {
 		close(done)
 	}()
 
-	lost := l.lost
-	stopped := false
+	lost := held.Done()
+	var why error // the lock's context's cause, once it ended
 	var kill <-chan time.Time
 	for running := true; running; {
 		select {
@@ -260,16 +275,20 @@ func (e *env) lock(c *cli.Context) error {
 		case sig := <-sigc:
 			ch.signal(sig)
 		case <-lost:
-			lost, stopped = nil, true
-			l.warnf("lock %s lost: the session expired; stopping the command (SIGTERM, SIGKILL in %v)", name, killAfter)
+			lost, why = nil, context.Cause(held)
+			l.warnf("lock %s may be lost (%s): stopping the command (SIGTERM, SIGKILL in %v)", name, errText(why), killAfter)
 			ch.signal(syscall.SIGTERM)
 			kill = time.After(killAfter)
 		case <-kill:
+			kill = nil
+			l.warnf("the command is still running %v after SIGTERM: SIGKILL", killAfter)
 			ch.signal(syscall.SIGKILL)
 		}
 	}
-	if stopped {
-		return l.lostError("the lock was lost while the command ran; the command was stopped")
+	if why != nil {
+		// Closing the session (finish) gives up a lock the cell may
+		// still hold for us.
+		return l.lostError(why, "the command was stopped")
 	}
 	if cmd.ProcessState == nil {
 		return fail("lock", name, errors.New("lost track of the command"))
@@ -279,7 +298,7 @@ func (e *env) lock(c *cli.Context) error {
 		if errors.Is(err, client.ErrSessionExpired) || l.isLost() {
 			// The lock went before the command ended, even if the
 			// Expired event had not arrived yet.
-			return l.lostError("the lock was lost before the command ended")
+			return l.lostError(err, "the command ended before lockcell noticed")
 		}
 		// The session's end releases the lock anyway: the command's
 		// status is still the answer.
@@ -430,8 +449,7 @@ func (l *locker) watch(cl *client.Client) {
 		for ev := range cl.Events() {
 			switch ev.Kind {
 			case client.Jeopardy:
-				l.warnf("warning: session in jeopardy: no answer from the cell within the lease; " +
-					"the lock may be lost, and the command is stopped if the session expires")
+				l.warnf("warning: session in jeopardy: no answer from the cell within the lease; the lock may be lost")
 			case client.Safe:
 				l.warnf("session safe again: the lock is still held")
 			case client.Expired:
@@ -460,8 +478,11 @@ func (l *locker) isLost() bool {
 	}
 }
 
-func (l *locker) lostError(hint string) error {
-	return &opError{op: "lock", path: l.name, err: client.ErrSessionExpired, hint: hint}
+// lostError is lock's answer when the lock may be lost: exit
+// exitLockLost, naming why (the lock context's cause).
+func (l *locker) lostError(why error, hint string) error {
+	return &exitStatus{code: exitLockLost, kind: "lock_lost",
+		err: &opError{op: "lock", path: l.name, err: fmt.Errorf("the lock may be lost: %s", errText(why)), hint: hint}}
 }
 
 // done gives the lock up once the command has ended, with a deadline of

@@ -530,8 +530,9 @@ func gone(pid int) bool {
 }
 
 // TestLockSessionLoss cuts lockcell off from its cell while the command
-// runs: once the session expires (lease + grace) the command and what it
-// started are killed and lockcell exits 1.
+// runs: once the lock may be lost (jeopardy, at most a lease after the
+// cut) the command and what it started are stopped and lockcell exits
+// exitLockLost.
 func TestLockSessionLoss(t *testing.T) {
 	const lease, grace = time.Second, time.Second
 	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: lease})
@@ -569,17 +570,17 @@ func TestLockSessionLoss(t *testing.T) {
 	for _, p := range proxies {
 		p.Cut()
 	}
-	// The local lease runs out at most a lease after the cut, the session
-	// expires a grace later, and SIGTERM ends sleep at once.
-	got := waitResult(t, res, 2*(lease+grace)+killAfter+5*time.Second)
+	// The local lease runs out at most a lease after the cut, SIGTERM
+	// ends sleep at once, and the session expires a grace later.
+	got := waitResult(t, res, 2*(lease+grace)+defaultKillAfter+5*time.Second)
 	took := time.Since(cut)
-	if got.code != exitError || !strings.Contains(got.stderr, "lost") {
-		t.Fatalf("exit %d, stderr %q: want 1 and the lock lost", got.code, got.stderr)
+	if got.code != exitLockLost || !strings.Contains(got.stderr, "lost") {
+		t.Fatalf("exit %d, stderr %q: want %d and the lock lost", got.code, got.stderr, exitLockLost)
 	}
 	if !strings.Contains(got.stderr, "jeopardy") {
 		t.Errorf("stderr %q: no jeopardy warning", got.stderr)
 	}
-	if took > 2*(lease+grace)+killAfter {
+	if took > 2*(lease+grace)+defaultKillAfter {
 		t.Errorf("lockcell took %v after the cut", took)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -590,4 +591,72 @@ func TestLockSessionLoss(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("lockcell exited %v after the cut: %s", took, got.stderr)
+}
+
+// TestLockStopsCommandOnJeopardy runs the real binary holding a lock while
+// a command that ignores SIGTERM runs, then cuts it off from the cell. The
+// command gets SIGTERM within the client's lease of the cut (jeopardy, long
+// before the session could expire: the grace is 60 s), then SIGKILL
+// --kill-after later, and lockcell exits exitLockLost naming jeopardy.
+func TestLockStopsCommandOnJeopardy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildCLI(t)
+	const lease, killAfter = time.Second, time.Second
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: lease})
+	master := c.WaitForMaster(30 * time.Second)
+	var addrs []string
+	var proxies []*proxy
+	for i, a := range c.Addrs() {
+		p := newProxy(t, a)
+		proxies = append(proxies, p)
+		if i == master {
+			addrs = append([]string{p.Addr()}, addrs...)
+		} else {
+			addrs = append(addrs, p.Addr())
+		}
+	}
+	dir := t.TempDir()
+	pidFile, termFile := filepath.Join(dir, "pid"), filepath.Join(dir, "term")
+	// The shell records SIGTERM and goes on: only SIGKILL ends it.
+	script := `trap 'echo term > "$1"' TERM; echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; while :; do sleep 0.05; done`
+	res := make(chan result, 1)
+	go func() {
+		res <- runCLI(t, bin, "", nil, "--cell", "t", "--replicas", strings.Join(addrs, ","), "--timeout", "20s",
+			"lock", "--grace", "60s", "--retry-timeout", "1s", "--kill-after", killAfter.String(), "lk/jeopardy",
+			"--", "/bin/sh", "-c", script, pidFile, termFile)
+	}()
+	pid, err := strconv.Atoi(waitFile(t, pidFile, res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	cut := time.Now()
+	for _, p := range proxies {
+		p.Cut()
+	}
+	waitFile(t, termFile, res)
+	termAt := time.Since(cut)
+	got := waitResult(t, res, 30*time.Second)
+	exitAt := time.Since(cut)
+	if got.code != exitLockLost {
+		t.Fatalf("exit %d, stderr %q: want %d (lock lost)", got.code, got.stderr, exitLockLost)
+	}
+	for _, want := range []string{"jeopardy", "may be lost", "SIGKILL"} {
+		if !strings.Contains(got.stderr, want) {
+			t.Errorf("stderr %q does not say %q", got.stderr, want)
+		}
+	}
+	if termAt > lease+time.Second {
+		t.Errorf("the command got SIGTERM %v after the cut; want within the lease (%v) + 1s", termAt, lease)
+	}
+	if !gone(pid) {
+		t.Errorf("the command (pid %d) still runs after lockcell exited", pid)
+	}
+	if exitAt < termAt+killAfter {
+		t.Errorf("lockcell exited %v after SIGTERM, before --kill-after %v: the command ignores SIGTERM", exitAt-termAt, killAfter)
+	}
+	t.Logf("SIGTERM %v after the cut, lockcell exited %v after it: %s", termAt.Round(time.Millisecond),
+		exitAt.Round(time.Millisecond), got.stderr)
 }
