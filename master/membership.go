@@ -270,7 +270,7 @@ func (c *call) replicaRemove(ctx context.Context, ops membershipOps, req *wire.R
 	defer done()
 	sv, ok := cfg.Find(req.ID)
 	if ok && sv.Voter {
-		if err := c.checkVoters(ops, cfg, req.ID, false); err != nil {
+		if err := c.checkVotersPatiently(ctx, ops, cfg, req.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -309,9 +309,40 @@ func changeErr(err error) error {
 	return err
 }
 
+// checkVotersPatiently is checkVoters for a removal, which gives the
+// members up to one health window to be heard from before it refuses. A
+// master that has just taken over (the usual case: removing the old master
+// hands leadership over and the client asks the new one) has not yet had a
+// heartbeat answered by every member, and must not refuse for members it
+// simply has not contacted yet; a member that is really down is still
+// refused, a health window later.
+func (s *parts) checkVotersPatiently(ctx context.Context, ops membershipOps, cfg replica.Configuration, id string) error {
+	deadline := time.Now().Add(healthyWithin(ops))
+	for {
+		err, forHealth := s.voterCheck(ops, cfg, id, false)
+		if err == nil || !forHealth || !time.Now().Before(deadline) {
+			return err
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
 // checkVoters applies the refusal rules to the configuration cfg would
 // become with id removed (or, with promote, made a voter).
 func (s *parts) checkVoters(ops membershipOps, cfg replica.Configuration, id string, promote bool) error {
+	err, _ := s.voterCheck(ops, cfg, id, promote)
+	return err
+}
+
+// voterCheck is checkVoters, also saying whether a refusal is for want of
+// healthy voters (which time may mend) rather than of voters.
+func (s *parts) voterCheck(ops membershipOps, cfg replica.Configuration, id string, promote bool) (err error, forHealth bool) {
 	voters := map[string]bool{}
 	for _, sv := range cfg.Servers {
 		if sv.Voter {
@@ -327,7 +358,7 @@ func (s *parts) checkVoters(ops membershipOps, cfg replica.Configuration, id str
 	n := len(voters)
 	if need := size/2 + 1; n < need {
 		return wire.Errorf(wire.CodeBadRequest,
-			"removing %s would leave %d voters, fewer than a majority (%d) of the cell's configured size %d", id, n, need, size)
+			"removing %s would leave %d voters, fewer than a majority (%d) of the cell's configured size %d", id, n, need, size), false
 	}
 	healthy := 0
 	prog, now, within := ops.Progress(), time.Now(), healthyWithin(ops)
@@ -343,9 +374,9 @@ func (s *parts) checkVoters(ops membershipOps, cfg replica.Configuration, id str
 		}
 		return wire.Errorf(wire.CodeBadRequest,
 			"%s %s would leave %d healthy voters of %d, short of their quorum of %d: bring members back or add new ones first",
-			verb, id, healthy, n, quorum)
+			verb, id, healthy, n, quorum), true
 	}
-	return nil
+	return nil, false
 }
 
 // healthy reports whether the master heard from member id lately (the
