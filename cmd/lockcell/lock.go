@@ -194,6 +194,8 @@ func (e *env) lock(c *cli.Context) error {
 	if cmd.Err != nil {
 		return cannotRun(name, cmd.Err)
 	}
+	// Deletion of NAME while CMD runs must end the lock's context at once.
+	opts = append(opts, client.WithEvents(client.OnHandleInvalid))
 	l := &locker{e: e, name: name, ephemeral: c.Bool("ephemeral")}
 	if l.ephemeral {
 		// done counts the waiters: a cached stat could miss one.

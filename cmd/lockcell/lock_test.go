@@ -396,6 +396,7 @@ func TestLock(t *testing.T) {
 		r.ok("lock", "lk/u", "--try", "--", "/bin/true") // options may follow NAME
 		r.fails(exitUsage, "lock-delay", "lock", "--lock-delay", "2m", "lk/u", "--", "/bin/true")
 		r.fails(exitUsage, "lock-delay", "lock", "--lock-delay", "0s", "lk/u", "--", "/bin/true")
+		r.fails(exitUsage, "--kill-after must be positive", "lock", "--kill-after", "0s", "lk/u", "--", "/bin/true")
 		r.fails(exitUsage, "no seq command", "seq")
 		r.fails(exitUsage, "unknown seq command", "seq", "frob")
 		r.fails(exitUsage, "seq show", "seq", "show", "a", "b")
@@ -413,6 +414,21 @@ func TestLock(t *testing.T) {
 		}
 		if res := r.ok("lock", "--help"); !strings.Contains(res.stdout, "--shared") || strings.Contains(res.stdout, "--grace") {
 			t.Fatalf("lock --help = %q", res.stdout)
+		}
+	})
+
+	// NAME deleted while CMD runs: the lock is gone, so CMD is stopped and
+	// lock exits exitLockLost saying why.
+	t.Run("DeletedWhileRunning", func(t *testing.T) {
+		r := cliRunner{t, flags}
+		dir := t.TempDir()
+		seqFile, goFile := filepath.Join(dir, "seq"), filepath.Join(dir, "go")
+		res := startLock(r, seqFile, goFile, "lk/deleted")
+		waitFile(t, seqFile, res)
+		r.ok("rm", "lk/deleted")
+		got := waitResult(t, res, 20*time.Second)
+		if got.code != exitLockLost || !strings.Contains(got.stderr, "deleted") {
+			t.Fatalf("exit %d, stderr %q: want %d and the file's deletion named", got.code, got.stderr, exitLockLost)
 		}
 	})
 }

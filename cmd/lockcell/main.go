@@ -120,8 +120,8 @@ func newApp(e *env) *cli.App {
 			"unless they start with /. Options, global or the command's, may come anywhere before " +
 			"\"--\" (lockcell ls /ls/local --json works); \"--\" ends them, so an argument that " +
 			"looks like an option can follow it.\n\n" +
-			"Exit codes: 0 ok, 1 error, 2 usage error; lock exits with its command's status, or " +
-			"75 when --timeout ends its wait for the lock.\n\n" +
+			"Exit codes: 0 ok, 1 error, 2 usage error; lock exits with its command's status, " +
+			"75 when --timeout ends its wait for the lock, or 69 when it stopped its command because the lock may be lost.\n\n" +
 			"Examples:\n" +
 			"   lockcell put svc/config 'mode=on'\n" +
 			"   lockcell touch svc/ready\n" +
