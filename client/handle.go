@@ -144,8 +144,9 @@ type DirEntry struct {
 	Dir  bool
 }
 
-// Handle is an open file or directory. After Close every method but Name
-// fails with ErrClosed. A Handle is safe for concurrent use.
+// Handle is an open file or directory. After Close every method but Name,
+// LockContext and Poison fails with ErrClosed. A Handle is safe for
+// concurrent use.
 type Handle struct {
 	c    *Client
 	id   uint64

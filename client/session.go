@@ -15,7 +15,8 @@ type EventKind int
 // Session events (docs/spec.md#jeopardy-and-grace, #fail-over).
 const (
 	// Jeopardy: the local lease ran out without a KeepAlive reply; the
-	// session may or may not survive. Calls keep trying for up to
+	// session may or may not survive, and every lock context has ended
+	// (Handle.LockContext). Calls keep trying for up to
 	// Config.RetryTimeout each; the session hunts for a master until the
 	// grace period ends.
 	Jeopardy EventKind = iota + 1
