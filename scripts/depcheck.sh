@@ -27,7 +27,7 @@ BEGIN {
     "fixtures: *\n" \
     "deploy: -\n" \
     "cmd/lockcelld: cell master replica backupfile acl =sequencer cache client buildinfo\n" \
-    "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo\n" \
+    "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo selfcheck\n" \
     "cmd/lockcell-kv: client cache cell/wire backupfile sequencer\n" \
     "cell/wire/bound: -\n" \
     "cell/wire: -\n" \
@@ -38,6 +38,7 @@ BEGIN {
     "client: cell/wire backupfile cache\n" \
     "sequencer/kv: =sequencer client cell/wire backupfile cache\n" \
     "sequencer/httpfence: =sequencer client cell/wire backupfile cache\n" \
+    "selfcheck: client cell/wire backupfile cache\n" \
     "sequencer: -\n" \
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \
@@ -49,7 +50,7 @@ BEGIN {
   }
   # Packages that serve clients or resource servers never carry the
   # server side third-party stores with them.
-  nostore = "client cache sequencer acl backupfile cell/wire =cmd/lockcell cmd/lockcell-kv"
+  nostore = "client cache sequencer acl backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }
