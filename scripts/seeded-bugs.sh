@@ -31,6 +31,7 @@ bug_nolockdelay ./replica ^TestFSMMatchesModel$
 bug_nodedup ./replica ^TestFSMMatchesModel$
 bug_readnoverify ./fixtures/chaos ^TestStaleReadProbe$
 bug_noinval ./fixtures/chaos ^TestCacheNeverStale$
+bug_noinval ./cmd/lockcell ^TestSelfcheckBinary$
 bug_aclskipsubop ./cell ^TestACLMatrix$'
 
 echo "seeded bugs: $SEEDS seeds from $((SEED_BASE + 1)); logs in $DIR"
