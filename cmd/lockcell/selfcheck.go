@@ -42,7 +42,7 @@ func selfcheckCommand(e *env) *cli.Command {
 			&cli.DurationFlag{Name: "lag", Value: selfcheck.DefaultLag,
 				Usage: "delay of everything the second session receives (0: none)"},
 			&cli.IntFlag{Name: "files", Value: selfcheck.DefaultFiles, Usage: "files the sessions read and write"},
-			&cli.Uint64Flag{Name: "seed", Usage: "seed of the workload's choices (default: random, printed)"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed of the workload's choices, to repeat a run (0: a random one; the seed used is printed)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, 0); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,12 @@ func TestSelfcheckBinary(t *testing.T) {
 	}
 	if res = run("--duration", "0s"); res.code != exitUsage || !strings.Contains(res.stderr, "--duration") {
 		t.Fatalf("selfcheck --duration 0s: exit %d, stderr %q", res.code, res.stderr)
+	}
+	// No cell: no verdict (exit 2), and the reason.
+	dead := "127.0.0.1:" + strconv.Itoa(fixtures.FreePorts(t, 1)[0])
+	res = runCLI(t, bin, "", nil, "--cell", "t", "--replicas", dead, "--timeout", "5s", "--json", "selfcheck", "--duration", "1s")
+	if res.code != exitNoVerdict || !strings.Contains(res.stderr, `"code":"refused"`) {
+		t.Fatalf("selfcheck without a cell: exit %d, stderr %q", res.code, res.stderr)
 	}
 }
 
