@@ -347,22 +347,29 @@ func (s *session) open(ctx context.Context) error {
 	s.cached, s.uncached = map[string]*client.Handle{}, map[string]*client.Handle{}
 	octx, cancel := context.WithTimeout(ctx, s.r.cfg.OpTimeout)
 	defer cancel()
-	var err error
 	for _, f := range s.r.files {
-		if s.cached[f], err = s.cl.Open(octx, f, client.Read|client.Write); err != nil {
+		h, err := s.cl.Open(octx, f, client.Read|client.Write)
+		if err != nil {
 			return err
 		}
-		if s.uncached[f], err = s.cl.Open(octx, f, client.Read, client.WithoutCache()); err != nil {
+		s.cached[f] = h
+		if h, err = s.cl.Open(octx, f, client.Read, client.WithoutCache()); err != nil {
 			return err
 		}
+		s.uncached[f] = h
 	}
 	// A short lock-delay: should a session die holding the lock, the
 	// other waits a moment rather than the default minute.
-	if s.lock, err = s.cl.Open(octx, s.r.lock, client.Read|client.Write, client.WithLockDelay(time.Second)); err != nil {
+	h, err := s.cl.Open(octx, s.r.lock, client.Read|client.Write, client.WithLockDelay(time.Second))
+	if err != nil {
 		return err
 	}
-	s.lockRead, err = s.cl.Open(octx, s.r.lock, client.Read, client.WithoutCache())
-	return err
+	s.lock = h
+	if h, err = s.cl.Open(octx, s.r.lock, client.Read, client.WithoutCache()); err != nil {
+		return err
+	}
+	s.lockRead = h
+	return nil
 }
 
 func (s *session) close() {
