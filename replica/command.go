@@ -32,6 +32,7 @@ const (
 	CmdMembersSeed   CmdType = 14 // the member table and configured size are set, if never set before
 	CmdMemberPut     CmdType = 15 // a member's addresses are recorded (added or replaced)
 	CmdMemberRemove  CmdType = 16 // a member leaves the member table
+	CmdBreakLock     CmdType = 17 // the admin frees a lock from every holder (breaklock.go)
 )
 
 func (t CmdType) String() string {
@@ -68,6 +69,8 @@ func (t CmdType) String() string {
 		return "MemberPut"
 	case CmdMemberRemove:
 		return "MemberRemove"
+	case CmdBreakLock:
+		return "BreakLock"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

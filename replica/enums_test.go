@@ -33,6 +33,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"CmdMembersSeed", uint64(CmdMembersSeed), 14},
 		{"CmdMemberPut", uint64(CmdMemberPut), 15},
 		{"CmdMemberRemove", uint64(CmdMemberRemove), 16},
+		{"CmdBreakLock", uint64(CmdBreakLock), 17},
 		// Error kinds: stored with de-duplicated results in snapshots.
 		{"KindNone", uint64(KindNone), 0},
 		{"KindNotFound", uint64(KindNotFound), 1},
@@ -75,7 +76,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		}
 	}
 	// Every command type has a name (log lines and errors name them).
-	for ty := CmdEpoch; ty <= CmdMemberRemove; ty++ {
+	for ty := CmdEpoch; ty <= CmdBreakLock; ty++ {
 		if strings.HasPrefix(ty.String(), "CmdType(") {
 			t.Errorf("command type %d has no name", ty)
 		}

@@ -204,6 +204,8 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return f.setACL(index, c, p)
 	case *MembersSeedArgs, *MemberPutArgs, *MemberRemoveArgs:
 		return f.applyMembers(p)
+	case *BreakLockArgs:
+		return f.breakLock(index, c, p)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d (payload %T) at index %d", c.Type, c.Payload, index))
 }

@@ -1864,6 +1864,7 @@ func fsmtEveryPayload() []Command {
 		&MembersSeedArgs{Members: ms, ConfiguredSize: 5},
 		&MemberPutArgs{Members: ms},
 		&MemberRemoveArgs{Members: ms},
+		&BreakLockArgs{Path: "/ls/c/x", Reason: "stuck"},
 	} {
 		c := env
 		c.Payload = p
@@ -1891,7 +1892,7 @@ func TestCommandEncodeRoundTrip(t *testing.T) {
 		}
 		seen[c.Type] = true
 	}
-	for typ := CmdEpoch; typ <= CmdMemberRemove; typ++ {
+	for typ := CmdEpoch; typ <= CmdBreakLock; typ++ {
 		if s := typ.String(); strings.HasPrefix(s, "CmdType(") {
 			t.Fatalf("%d has no name", typ)
 		}

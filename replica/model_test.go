@@ -50,7 +50,7 @@ const (
 var modelOps = []string{
 	"open", "acquire", "release", "set", "open", "acquire", "retry", "close session", "close",
 	"cancel", "set acl", "release", "delete", "new session", "acquire", "open", "set", "retry",
-	"grant", "pause", "close session", "epoch", "cancel", "new session",
+	"grant", "pause", "close session", "epoch", "cancel", "new session", "break",
 }
 
 // modelNames are the names (below the root) the sequences use: two levels
@@ -110,6 +110,7 @@ type mResult struct {
 	Queued  bool
 	LockGen uint64
 	Stat    Stat
+	Broken  []Holder
 }
 
 func (r mResult) short() string {
@@ -118,7 +119,7 @@ func (r mResult) short() string {
 
 func resultOf(r *Result) mResult {
 	m := mResult{Epoch: r.Epoch, Session: r.Session, Handle: r.Handle, Created: r.Created,
-		Granted: r.Granted, Queued: r.Queued, LockGen: r.LockGen, Stat: r.Stat}
+		Granted: r.Granted, Queued: r.Queued, LockGen: r.LockGen, Stat: r.Stat, Broken: r.Broken}
 	if r.Err != nil {
 		m.Kind = r.Err.Kind
 	}
@@ -228,6 +229,8 @@ func flatCmd(c Command) mCmd {
 	case *CancelWaitArgs:
 		m.Handle, m.WaitSeq = p.Handle, p.WaitSeq
 	case *GrantArgs:
+		m.Path = p.Path
+	case *BreakLockArgs:
 		m.Path = p.Path
 	case *SetACLArgs:
 		m.Handle, m.ACL = p.Handle, p.ACL
@@ -415,6 +418,29 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 			m.grantWaiters(idx, c.Path, c.Time)
 		}
 		return mResult{}
+	case CmdBreakLock:
+		// The admin's alone; every holder goes, the generation moves on
+		// (when anyone held it), a running lock-delay ends, and the
+		// waiters get the lock as after a release.
+		n := m.nodes[c.Path]
+		switch {
+		case !c.Admin:
+			return errResult(KindPermission)
+		case n == nil:
+			return errResult(KindNotFound)
+		case len(n.holders) == 0 && n.delay <= c.Time:
+			return mResult{LockGen: n.lgen}
+		}
+		broken := n.holders
+		if len(broken) == 0 {
+			broken = nil
+		}
+		n.holders, n.mode, n.delay = nil, LockFree, min(n.delay, c.Time)
+		if len(broken) > 0 {
+			n.lgen = idx
+		}
+		m.afterRelease(idx, c.Path, c.Time)
+		return mResult{LockGen: n.lgen, Broken: broken}
 	case CmdSetACL:
 		_, n, k := m.liveHandle(c)
 		if k != KindNone {
@@ -1078,6 +1104,13 @@ func TestFSMMatchesModel(t *testing.T) {
 				names.Write = rapid.SampledFrom(modelACLNames).Draw(rt, "write acl")
 				names.ChangeACL = rapid.SampledFrom(modelACLNames).Draw(rt, "change acl")
 				r.request(ownerOf(h), Command{Payload: &SetACLArgs{Handle: h, ACL: names}})
+			case "break":
+				// The admin breaks a lock (rarely, someone else tries).
+				if modelChance(rt, 6, "non-admin break") {
+					r.request(pickSession(), Command{Payload: &BreakLockArgs{Path: pickName(), Reason: "model"}})
+				} else {
+					r.request(admin, Command{Principal: "admin", Admin: true, Payload: &BreakLockArgs{Path: pickName(), Reason: "model"}})
+				}
 			case "grant":
 				// The master's hand-off once a lock-delay has passed.
 				r.applyEntry(Command{Payload: &GrantArgs{Path: pickName()}})
@@ -1128,7 +1161,7 @@ func TestFSMMatchesModel(t *testing.T) {
 	})
 	t.Logf("%d sequences; entries applied by type and outcome (errN: error kind N): %v", sequences, total)
 	// The sequences must exercise what they claim to.
-	for _, k := range []string{"Open", "Acquire", "CloseSession", "SetContents", "SetACL", "CancelWait", "Release", "Delete", "retry", "Grant"} {
+	for _, k := range []string{"Open", "Acquire", "CloseSession", "SetContents", "SetACL", "CancelWait", "Release", "Delete", "retry", "Grant", "BreakLock"} {
 		if total[k] == 0 && sequences >= 100 {
 			t.Errorf("no %s succeeded in any sequence", k)
 		}

@@ -219,6 +219,8 @@ func newPayload(t CmdType) Payload {
 		return &MemberPutArgs{}
 	case CmdMemberRemove:
 		return &MemberRemoveArgs{}
+	case CmdBreakLock:
+		return &BreakLockArgs{}
 	}
 	return nil
 }

@@ -259,6 +259,8 @@ func (v View) AffectedPaths(cmd *Command) []string {
 		handlePath(p.Handle)
 	case *GrantArgs:
 		set[p.Path] = true
+	case *BreakLockArgs:
+		set[p.Path] = true
 	case *CloseSessionArgs:
 		if s := f.sessions[cmd.Session]; s != nil {
 			for id := range s.handles {

@@ -141,6 +141,8 @@ type Result struct {
 	Queued  bool   `msgpack:"q,omitempty"`
 	LockGen uint64 `msgpack:"lg,omitempty"`
 	Stat    Stat   `msgpack:"st,omitempty"`
+	// Broken lists the holders a BreakLock freed, in grant order.
+	Broken []Holder `msgpack:"bk,omitempty"`
 }
 
 // ChangeKind says what a Change reports. Changes live only in memory, on
@@ -162,6 +164,7 @@ const (
 	ChangeDeleted                              // Path was deleted: handles on it are invalid
 	ChangeLockConflict                         // Handle asked for the lock on Path while others hold it
 	ChangeACL                                  // Path's ACL names changed
+	ChangeLockBroken                           // Handle of Session lost Path's lock, held at generation Seq, to an admin's break
 )
 
 // Change is one effect of an applied command, for the master's in-memory
