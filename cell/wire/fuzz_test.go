@@ -86,6 +86,8 @@ var fzTypes = []fzType{
 	{"ReplicaRemoveRequest", func() any { return new(wire.ReplicaRemoveRequest) }},
 	{"ReplicaListRequest", func() any { return new(wire.ReplicaListRequest) }},
 	{"ReplicaListResponse", func() any { return new(wire.ReplicaListResponse) }},
+	{"BreakLockRequest", func() any { return new(wire.BreakLockRequest) }},
+	{"BreakLockResponse", func() any { return new(wire.BreakLockResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -160,6 +162,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.ReplicaRemoveRequest)
 	case wire.MethodReplicaList:
 		return new(wire.ReplicaListRequest)
+	case wire.MethodBreakLock:
+		return new(wire.BreakLockRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -212,6 +216,8 @@ func fzSamples() []any {
 		&wire.ReplicaListResponse{Replicas: []wire.ReplicaStatus{{ID: "1", ClientAddr: "a", RaftAddr: "b", Master: true,
 			Suffrage: wire.SuffrageVoter, Healthy: true}, {ID: "6", ClientAddr: "c", RaftAddr: "d", Suffrage: wire.SuffrageNonvoter,
 			LastContactMillis: 1500}}, ConfiguredSize: 5, Index: 42},
+		&wire.BreakLockRequest{Path: "/ls/c/a", Reason: "stuck batch job"},
+		&wire.BreakLockResponse{Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}}, BrokeGen: 5, LockGen: 9},
 	}
 }
 

@@ -42,7 +42,7 @@ var methodNames = map[Method]string{
 	MethodGetSequencer: "GetSequencer", MethodCheckSequencer: "CheckSequencer",
 	MethodListSessions: "ListSessions", MethodSetACL: "SetACL",
 	MethodBackup: "Backup", MethodReplicaAdd: "ReplicaAdd", MethodReplicaRemove: "ReplicaRemove",
-	MethodReplicaList: "ReplicaList",
+	MethodReplicaList: "ReplicaList", MethodBreakLock: "BreakLock",
 }
 
 // String names the method for logs and errors.
@@ -58,7 +58,7 @@ func (m Method) String() string {
 func (m Method) Mutating() bool {
 	switch m {
 	case MethodOpen, MethodClose, MethodSetContents, MethodDelete, MethodAcquire, MethodRelease, MethodCancelAcquire,
-		MethodSetACL:
+		MethodSetACL, MethodBreakLock:
 		return true
 	}
 	return false
