@@ -566,6 +566,8 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ReplicaRemoveRequest{ID: s1},
 			&wire.ReplicaListRequest{},
 			&wire.ReplicaListResponse{Replicas: replicas, ConfiguredSize: int(i1), Index: u1},
+			&wire.BreakLockRequest{Path: s1, Reason: s2},
+			&wire.BreakLockResponse{Holders: st.Holders, BrokeGen: u1, LockGen: u2},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))
