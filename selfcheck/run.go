@@ -8,6 +8,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"lockcell/client"
@@ -278,8 +279,7 @@ func (r *run) work(ctx context.Context) {
 	end := time.Now().Add(r.cfg.Duration)
 	var wg sync.WaitGroup
 	for i, cl := range r.clients {
-		s := &session{r: r, idx: i, cl: cl, rng: mrand.New(mrand.NewPCG(r.cfg.Seed, uint64(i))),
-			gens: map[string]uint64{}}
+		s := &session{r: r, idx: i, cl: cl, gens: map[string]uint64{}}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -291,7 +291,20 @@ func (r *run) work(ctx context.Context) {
 				}
 				return
 			}
-			s.loop(wctx, end, cancel)
+			var rw sync.WaitGroup
+			for _, reader := range []bool{false, true} {
+				rw.Add(1)
+				go func() {
+					defer rw.Done()
+					stream := uint64(2 * i)
+					if reader {
+						stream++
+					}
+					rng := mrand.New(mrand.NewPCG(r.cfg.Seed, stream))
+					s.loop(wctx, end, cancel, rng, reader)
+				}()
+			}
+			rw.Wait()
 		}()
 	}
 	done := make(chan struct{})
@@ -333,14 +346,14 @@ type session struct {
 	r        *run
 	idx      int
 	cl       *client.Client
-	rng      *mrand.Rand
-	seq      int
+	seq      atomic.Int64
 	cached   map[string]*client.Handle
 	uncached map[string]*client.Handle
 	lock     *client.Handle
 	lockRead *client.Handle
-	gens     map[string]uint64 // the last content generation seen of each file, for cas
-	n        int               // writes, for unique values
+	// Of the loop that writes only:
+	gens map[string]uint64 // the last content generation seen of each file, for cas
+	n    int               // writes, for unique values
 }
 
 func (s *session) open(ctx context.Context) error {
@@ -387,26 +400,31 @@ func (s *session) close() {
 	}
 }
 
-// loop runs random operations until end or until ctx ends. Half the reads go through
-// the cache. A lock round acquires the lock, reads who holds it, may
-// write a file while holding it, and releases it.
-func (s *session) loop(ctx context.Context, end time.Time, cancel context.CancelFunc) {
+// loop runs random operations until end or until ctx ends. Each session
+// runs two loops at once: the reader reads through the cache (files, and
+// who holds the lock), so a stale copy is read as soon as it is stale,
+// whatever the other loop is waiting for; the other reads without the
+// cache, writes, compares-and-swaps and runs lock rounds: acquire the
+// lock, read who holds it, maybe write a file, release.
+func (s *session) loop(ctx context.Context, end time.Time, cancel context.CancelFunc, rng *mrand.Rand, reader bool) {
 	for ctx.Err() == nil && time.Now().Before(end) {
-		f := s.r.files[s.rng.IntN(len(s.r.files))]
+		f := s.r.files[rng.IntN(len(s.r.files))]
 		var err error
-		switch p := s.rng.IntN(100); {
-		case p < 35:
+		switch p := rng.IntN(100); {
+		case reader && p < 85:
 			err = s.read(ctx, f, true)
-		case p < 55:
+		case reader:
+			err = s.holder(ctx, true)
+		case p < 30:
 			err = s.read(ctx, f, false)
-		case p < 70:
+		case p < 55:
 			err = s.write(ctx, f, false)
-		case p < 80:
+		case p < 70:
 			err = s.write(ctx, f, true)
-		case p < 90:
-			err = s.holder(ctx, s.rng.IntN(2) == 0)
+		case p < 85:
+			err = s.holder(ctx, false)
 		default:
-			err = s.lockRound(ctx, f)
+			err = s.lockRound(ctx, f, rng)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -417,7 +435,7 @@ func (s *session) loop(ctx context.Context, end time.Time, cancel context.Cancel
 		}
 		// A moment between calls keeps the history small enough to
 		// check quickly: cache hits take microseconds.
-		t := time.NewTimer(time.Duration(s.rng.IntN(3000)) * time.Microsecond)
+		t := time.NewTimer(time.Duration(rng.IntN(4000)) * time.Microsecond)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -428,8 +446,7 @@ func (s *session) loop(ctx context.Context, end time.Time, cancel context.Cancel
 
 // begin starts recording an operation.
 func (s *session) begin(kind Kind, object string) Op {
-	s.seq++
-	return Op{Session: s.idx, Seq: s.seq, Kind: kind, Object: object, Call: s.r.now()}
+	return Op{Session: s.idx, Seq: int(s.seq.Add(1)), Kind: kind, Object: object, Call: s.r.now()}
 }
 
 // end records o with err: nil, a definite failure the caller already put
@@ -470,8 +487,11 @@ func (s *session) read(ctx context.Context, f string, cached bool) error {
 	cancel()
 	if err == nil {
 		o.Value, o.Gen = string(data), st.ContentGen
+		// Only the reader loop reads through the cache: the hits are its.
 		o.Hit = cached && s.cl.CacheStats().Hits > hits
-		s.gens[f] = st.ContentGen
+		if !cached {
+			s.gens[f] = st.ContentGen
+		}
 	}
 	return s.end(ctx, o, err)
 }
@@ -535,7 +555,7 @@ func (s *session) holder(ctx context.Context, cached bool) error {
 	return s.end(ctx, o, err)
 }
 
-func (s *session) lockRound(ctx context.Context, f string) error {
+func (s *session) lockRound(ctx context.Context, f string, rng *mrand.Rand) error {
 	o := s.begin(KindAcquire, s.r.lock)
 	cctx, cancel := s.callCtx(ctx)
 	err := s.lock.Acquire(cctx, client.Exclusive)
@@ -546,10 +566,10 @@ func (s *session) lockRound(ctx context.Context, f string) error {
 	// Whatever the Acquire's outcome, this session may hold the lock now:
 	// check, maybe write, and release (a release of a lock not held is a
 	// definite not_held).
-	if err := s.holder(ctx, s.rng.IntN(2) == 0); err != nil {
+	if err := s.holder(ctx, false); err != nil {
 		return err
 	}
-	if s.rng.IntN(2) == 0 {
+	if rng.IntN(2) == 0 {
 		if err := s.write(ctx, f, false); err != nil {
 			return err
 		}

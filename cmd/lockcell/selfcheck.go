@@ -26,8 +26,8 @@ func selfcheckCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "selfcheck",
 		Usage: "run a small recorded workload against the cell and check it is linearizable",
-		Description: "Two sessions read and write a few files (half the reads through the client cache, " +
-			"compare-and-swaps among the writes) and take turns holding one lock, for --duration; the history " +
+		Description: "Two sessions read and write a few files (each reads through the client cache in one loop " +
+			"and without it in another, with compare-and-swaps among the writes) and take turns holding one lock, for --duration; the history " +
 			"is then checked for linearizability with Porcupine: every read, cached or not, sees the writes " +
 			"completed before it began, and at most one session holds the lock. The files live under " +
 			"/ls/<cell>/" + selfcheck.Dir + "/<random>/ and are deleted at the end. The second session's " +
