@@ -44,6 +44,10 @@ const (
 	ConflictingLock
 	// HandleInvalid: the node was deleted; handles on it are invalid.
 	HandleInvalid
+	// LockBroken: the cell's admin broke a lock a handle of this session
+	// held (Client.BreakLock); delivered whatever events the handle asked
+	// for, and that handle's lock context has ended (ErrLockBroken).
+	LockBroken
 )
 
 func (k EventKind) String() string {
@@ -68,6 +72,8 @@ func (k EventKind) String() string {
 		return "conflicting-lock"
 	case HandleInvalid:
 		return "handle-invalid"
+	case LockBroken:
+		return "lock-broken"
 	}
 	return "event"
 }
@@ -86,6 +92,7 @@ type Event struct {
 var handleEventKinds = map[uint8]EventKind{
 	wire.EventContents: ContentsModified, wire.EventChildAdded: ChildAdded, wire.EventChildRemoved: ChildRemoved,
 	wire.EventLockAcquired: LockAcquired, wire.EventLockConflict: ConflictingLock, wire.EventHandleInvalid: HandleInvalid,
+	wire.EventLockBroken: LockBroken,
 }
 
 // Events delivers session events in order. The channel is closed by Close.
@@ -320,6 +327,9 @@ func (c *Client) keepAliveLoop() {
 					if k, ok := handleEventKinds[ev.Kind]; ok {
 						if k == HandleInvalid {
 							c.locks.endPath(ev.Path, wire.Errorf(wire.CodeHandleInvalid, "%s was deleted", ev.Path))
+						}
+						if k == LockBroken {
+							c.lockBroken(ev)
 						}
 						c.emit(Event{Kind: k, Path: ev.Path, Child: ev.Child})
 					}

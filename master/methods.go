@@ -77,6 +77,7 @@ var routes = map[wire.Method]route{
 	wire.MethodListSessions:   {serve: bodiless((*call).listSessions), rationed: true},
 	wire.MethodCheckSequencer: {serve: decoded((*call).checkSequencer), rationed: true},
 	wire.MethodBackup:         {serve: decoded((*call).backup)},
+	wire.MethodBreakLock:      {serve: decoded((*call).breakLock)},
 
 	wire.MethodReplicaAdd:    {serve: decoded((*call).replicaAddCall), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},
 	wire.MethodReplicaRemove: {serve: decoded((*call).replicaRemoveCall), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},

@@ -450,6 +450,10 @@ func (s *Server) handleEvents(changes []replica.Change) []sessionEvent {
 func (s *Server) eventsIn(v replica.View, changes []replica.Change) []sessionEvent {
 	var out []sessionEvent
 	for _, c := range changes {
+		if c.Kind == replica.ChangeLockBroken {
+			out = append(out, brokenLockEvent(c)) // whatever the handle asked for
+			continue
+		}
 		e, ok := eventOf[c.Kind]
 		if !ok {
 			continue

@@ -1,7 +1,8 @@
 package replica
 
 // BreakLockArgs: the admin frees the lock on Path from every holder.
-// Reason is recorded for operators; applying does not read it.
+// Reason is for operators and the freed holders: apply passes it on to
+// the master in the change it reports, and stores it nowhere.
 type BreakLockArgs struct {
 	Path   string `msgpack:"p,omitempty"`
 	Reason string `msgpack:"r,omitempty"`
@@ -45,7 +46,7 @@ func (f *FSM) breakLock(index uint64, c *Command, p *BreakLockArgs) *Result {
 		n.LockGen = index
 	}
 	for _, ho := range broken {
-		f.note(Change{Kind: ChangeLockBroken, Path: n.Path, Handle: ho.Handle, Session: ho.Session, Seq: brokeGen})
+		f.note(Change{Kind: ChangeLockBroken, Path: n.Path, Handle: ho.Handle, Session: ho.Session, Seq: brokeGen, Reason: p.Reason})
 	}
 	f.afterRelease(index, n, c.Time)
 	return &Result{LockGen: n.LockGen, Broken: broken}

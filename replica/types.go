@@ -177,6 +177,8 @@ type Change struct {
 	Seq     uint64
 	Time    int64
 	Child   string
+	// Reason is an admin's reason for a ChangeLockBroken.
+	Reason string
 	// ChildACL is the added or removed child's ACL, so the master tells
 	// of it only watchers who may see it, also once it is gone.
 	ChildACL acl.NodeACL

@@ -20,13 +20,13 @@ type BreakLockRequest struct {
 	Reason string `msgpack:"r,omitempty"`
 }
 
-// BreakLockResponse reports what the break did: the holders freed (a
-// lock held by nobody is not an error: Holders is 0), the generation they
-// held, and the lock's generation after the break.
+// BreakLockResponse reports what the break did: the holders freed, in
+// grant order (none when nobody held the lock: breaking a free lock is
+// not an error), and the lock's generation after the break, which every
+// sequencer of the freed holders now falls short of.
 type BreakLockResponse struct {
-	Holders  []LockHolder `msgpack:"h,omitempty"`
-	BrokeGen uint64       `msgpack:"b,omitempty"`
-	LockGen  uint64       `msgpack:"g,omitempty"`
+	Holders []LockHolder `msgpack:"h,omitempty"`
+	LockGen uint64       `msgpack:"g,omitempty"`
 }
 
 // MaxBreakReason bounds BreakLockRequest.Reason, which is logged.

@@ -217,7 +217,7 @@ func fzSamples() []any {
 			Suffrage: wire.SuffrageVoter, Healthy: true}, {ID: "6", ClientAddr: "c", RaftAddr: "d", Suffrage: wire.SuffrageNonvoter,
 			LastContactMillis: 1500}}, ConfiguredSize: 5, Index: 42},
 		&wire.BreakLockRequest{Path: "/ls/c/a", Reason: "stuck batch job"},
-		&wire.BreakLockResponse{Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}}, BrokeGen: 5, LockGen: 9},
+		&wire.BreakLockResponse{Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}}, LockGen: 9},
 	}
 }
 
@@ -523,7 +523,7 @@ func FuzzRoundTrip(f *testing.F) {
 		var replicas []wire.ReplicaStatus
 		var sessions []wire.SessionInfo
 		for i := range n {
-			events = append(events, wire.Event{Seq: u1 + uint64(i), Kind: uint8(u32) + uint8(i), Path: s1, Handle: u2, Gen: u3, Child: s2})
+			events = append(events, wire.Event{Seq: u1 + uint64(i), Kind: uint8(u32) + uint8(i), Path: s1, Handle: u2, Gen: u3, Child: s2, Reason: s3})
 			entries = append(entries, wire.DirEntry{Name: s1 + s3, Dir: bit(i)})
 			replicas = append(replicas, wire.ReplicaStatus{ID: s1, ClientAddr: s2, RaftAddr: s3, Master: bit(i), Suffrage: s3,
 				Healthy: bit(i + 1), LastContactMillis: i1})
@@ -567,7 +567,7 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ReplicaListRequest{},
 			&wire.ReplicaListResponse{Replicas: replicas, ConfiguredSize: int(i1), Index: u1},
 			&wire.BreakLockRequest{Path: s1, Reason: s2},
-			&wire.BreakLockResponse{Holders: st.Holders, BrokeGen: u1, LockGen: u2},
+			&wire.BreakLockResponse{Holders: st.Holders, LockGen: u2},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))

@@ -192,6 +192,8 @@ type Event struct {
 	Handle uint64 `msgpack:"h,omitempty"`
 	Gen    uint64 `msgpack:"g,omitempty"`
 	Child  string `msgpack:"c,omitempty"`
+	// Reason is the admin's reason of an EventLockBroken.
+	Reason string `msgpack:"r,omitempty"`
 }
 
 // CreateSessionRequest asks for a new session. ClientName is for operators.
