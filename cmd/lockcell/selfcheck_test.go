@@ -92,3 +92,28 @@ func failuresText(fs []selfcheck.Failure) string {
 	}
 	return b.String()
 }
+
+// What people read on a violation: the verdict, the object, why, the
+// operation that cannot be placed and the write it missed.
+func TestSelfcheckPrintsTheOffendingOperations(t *testing.T) {
+	const f, ms = "/ls/t/lockcell-selfcheck/x/f0", time.Millisecond
+	over := selfcheck.Op{Session: 0, Seq: 2, Kind: selfcheck.KindWrite, Object: f, Value: "b", Gen: 12, Call: 5 * ms, Return: 6 * ms}
+	stale := selfcheck.Op{Session: 1, Seq: 2, Kind: selfcheck.KindRead, Object: f, Value: "a", Gen: 10, Cached: true, Hit: true,
+		Call: 7 * ms, Return: 8 * ms}
+	hist := []selfcheck.Op{
+		{Session: 0, Seq: 1, Kind: selfcheck.KindWrite, Object: f, Value: "a", Gen: 10, Call: 1 * ms, Return: 2 * ms},
+		{Session: 1, Seq: 1, Kind: selfcheck.KindRead, Object: f, Value: "a", Gen: 10, Cached: true, Call: 3 * ms, Return: 4 * ms},
+		over, stale,
+	}
+	res := &selfcheck.Result{Report: selfcheck.Check(hist, 10*time.Second), Sessions: 2, Duration: time.Second, Reads: 2}
+	var b strings.Builder
+	printSelfcheck(&b, res)
+	out := b.String()
+	t.Log("\n" + out)
+	for _, want := range []string{"NOT linearizable: 4 operations", f + ": stale read", "cannot place:\n    " + stale.String(),
+		"because of:\n    " + over.String(), `session 1 #2 read() -> "a" gen 10 (cache hit)`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
