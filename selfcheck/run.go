@@ -268,7 +268,7 @@ func (r *run) cleanup() {
 	}
 }
 
-// work runs a session's workload in a goroutine per session until the
+// work runs the workload, two loops per session (see loop), until the
 // duration is over, ctx ends or a session fails, reporting progress.
 func (r *run) work(ctx context.Context) {
 	// Calls in flight when the time is up finish (a call cut short would
