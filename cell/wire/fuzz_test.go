@@ -88,6 +88,8 @@ var fzTypes = []fzType{
 	{"ReplicaListResponse", func() any { return new(wire.ReplicaListResponse) }},
 	{"BreakLockRequest", func() any { return new(wire.BreakLockRequest) }},
 	{"BreakLockResponse", func() any { return new(wire.BreakLockResponse) }},
+	{"ListLocksRequest", func() any { return new(wire.ListLocksRequest) }},
+	{"ListLocksResponse", func() any { return new(wire.ListLocksResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -164,6 +166,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.ReplicaListRequest)
 	case wire.MethodBreakLock:
 		return new(wire.BreakLockRequest)
+	case wire.MethodListLocks:
+		return new(wire.ListLocksRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -218,6 +222,11 @@ func fzSamples() []any {
 			LastContactMillis: 1500}}, ConfiguredSize: 5, Index: 42},
 		&wire.BreakLockRequest{Path: "/ls/c/a", Reason: "stuck batch job"},
 		&wire.BreakLockResponse{Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}}, LockGen: 9},
+		&wire.ListLocksRequest{Prefix: "/ls/c/jobs"},
+		&wire.ListLocksResponse{Locks: []wire.LockInfo{{Path: "/ls/c/jobs/a", Mode: wire.LockShared, Generation: 5,
+			Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}}, HolderCount: 2,
+			Waiters: []wire.LockWaiter{{Session: 8, Principal: "bob", Mode: wire.LockExclusive}}, WaiterCount: 1, LockDelayUntil: 99}},
+			Truncated: true},
 	}
 }
 
@@ -568,6 +577,10 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ReplicaListResponse{Replicas: replicas, ConfiguredSize: int(i1), Index: u1},
 			&wire.BreakLockRequest{Path: s1, Reason: s2},
 			&wire.BreakLockResponse{Holders: st.Holders, LockGen: u2},
+			&wire.ListLocksRequest{Prefix: s1},
+			&wire.ListLocksResponse{Locks: []wire.LockInfo{{Path: s1, Mode: uint8(u32), Generation: u1, Holders: st.Holders,
+				HolderCount: u32, Waiters: []wire.LockWaiter{{Session: u2, Principal: s2, Mode: uint8(u32)}}[:len(events)%2],
+				WaiterCount: ^u32, LockDelayUntil: i1}}[:len(events)%2], Truncated: bit(1)},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))

@@ -42,7 +42,7 @@ var methodNames = map[Method]string{
 	MethodGetSequencer: "GetSequencer", MethodCheckSequencer: "CheckSequencer",
 	MethodListSessions: "ListSessions", MethodSetACL: "SetACL",
 	MethodBackup: "Backup", MethodReplicaAdd: "ReplicaAdd", MethodReplicaRemove: "ReplicaRemove",
-	MethodReplicaList: "ReplicaList", MethodBreakLock: "BreakLock",
+	MethodReplicaList: "ReplicaList", MethodBreakLock: "BreakLock", MethodListLocks: "ListLocks",
 }
 
 // String names the method for logs and errors.

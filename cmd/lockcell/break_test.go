@@ -13,8 +13,9 @@ import (
 	"lockcell/fixtures"
 )
 
-// `lockcell break` through the real binary on a mutual-TLS cell: a
-// non-admin is refused (exit 1, permission), the admin frees the holder
+// `lockcell locks` and `lockcell break` through the real binary on a
+// mutual-TLS cell: locks lists the held lock with its holder; a
+// non-admin's break is refused (exit 1, permission), the admin frees the holder
 // and names it, the holder's lock context ends with ErrLockBroken, and
 // --json reports the freed holders and the new generation; no --reason is
 // a usage error.
@@ -64,6 +65,21 @@ func TestBreakVerbBinary(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	lockCtx := h.LockContext()
+	st, err := h.GetStat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// lockcell locks names the holder, for people and for scripts.
+	if res := run(asAdmin, "locks"); res.code != exitOK || !strings.Contains(strings.Join(strings.Fields(res.stdout), " "),
+		fmt.Sprintf("/ls/t/job exclusive %d %d/alice -", st.LockGen, alice.Session())) {
+		t.Fatalf("locks: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	var ljs locksJSON
+	if res := run(asAlice, "--json", "locks", "job"); json.Unmarshal([]byte(res.stdout), &ljs) != nil || res.code != exitOK ||
+		len(ljs.Locks) != 1 || ljs.Locks[0].Mode != "exclusive" || len(ljs.Locks[0].Holders) != 1 || ljs.Locks[0].Holders[0].Session != alice.Session() {
+		t.Fatalf("--json locks job: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
 
 	if res := run(asAdmin, "break", "job"); res.code != exitUsage {
 		t.Fatalf("break without --reason: exit %d, stderr %q; want %d", res.code, res.stderr, exitUsage)

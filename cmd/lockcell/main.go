@@ -150,7 +150,7 @@ func newApp(e *env) *cli.App {
 		Commands: []*cli.Command{
 			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e), sessionsCommand(e), shellCommand(e),
 			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e), aclCommand(e), backupCommand(e), replicaCommand(e),
-			whoCommand(e), selfcheckCommand(e), breakCommand(e),
+			whoCommand(e), selfcheckCommand(e), breakCommand(e), locksCommand(e),
 		},
 		Before: e.setup,
 		// Without a verb, or with an unknown one, urfave/cli would fall back
