@@ -12,7 +12,8 @@ import (
 // client.Locks (ListLocks) through real mutual-TLS connections: held and
 // waited-for locks in name order with holders in grant order and waiters
 // in queue order with their modes; free locks and other prefixes are not
-// listed; a caller sees only the locks it may read, the admin all.
+// listed; a caller sees only the locks it may read, the admin all. A
+// read's Stat names the waiters in queue order.
 func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 	certs := fixtures.TestCerts(t, "admin", "alice", "bob")
 	c := fixtures.NewCell(t, 1, fixtures.Options{TLS: certs, Admin: "admin"})
@@ -77,6 +78,10 @@ func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 		}
 	}
 	check(admin, c.Name("jobs"), a, secret)
+	// A read's Stat names the waiters too, in queue order.
+	if st, err := hb.GetStat(ctx); err != nil || !reflect.DeepEqual(st.Waiters, a.Waiters) || st.LockWaiters != 2 {
+		t.Fatalf("Stat waiters: %+v (%d), %v; want %+v", st.Waiters, st.LockWaiters, err, a.Waiters)
+	}
 	check(alice, c.Name("jobs"), a, secret)
 	check(bob, c.Name("jobs"), a) // bob may lock secret but not read it
 	check(bob, c.Name("jobs/a"), a)

@@ -124,6 +124,9 @@ type Stat struct {
 	LockDelayUntil time.Time
 	// Holders names the lock's holders (see LockHolder).
 	Holders []LockHolder
+	// Waiters names the queued Acquires in queue order, filled like
+	// Holders (at most MaxStatHolders; LockWaiters counts them all).
+	Waiters []LockWaiter
 }
 
 func statFrom(s wire.Stat) Stat {
@@ -131,7 +134,7 @@ func statFrom(s wire.Stat) Stat {
 		Checksum: s.Checksum, Size: s.Size, CTime: time.Unix(0, s.CTime), MTime: time.Unix(0, s.MTime),
 		Dir: s.Dir, Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
 		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders), LockWaiters: int(s.LockWaiters),
-		Holders: holdersFrom(s.Holders)}
+		Holders: holdersFrom(s.Holders), Waiters: waitersFrom(s.Waiters)}
 	if s.LockDelayUntil != 0 {
 		st.LockDelayUntil = time.Unix(0, s.LockDelayUntil)
 	}
@@ -564,7 +567,7 @@ type cached struct {
 }
 
 func cachedSize(v cached) int64 {
-	n := int64(len(v.contents)) + 128 + holdersSize(v.stat.Holders)
+	n := int64(len(v.contents)) + 128 + holdersSize(v.stat.Holders) + waitersSize(v.stat.Waiters)
 	for _, e := range v.entries {
 		n += int64(len(e.Name)) + 24
 	}

@@ -48,10 +48,28 @@ func (c *Client) Locks(ctx context.Context, prefix string) (locks []LockInfo, tr
 		if l.LockDelayUntil != 0 {
 			li.LockDelayUntil = time.Unix(0, l.LockDelayUntil)
 		}
-		for _, w := range l.Waiters {
-			li.Waiters = append(li.Waiters, LockWaiter{Session: w.Session, Principal: w.Principal, Mode: LockMode(w.Mode)})
-		}
+		li.Waiters = waitersFrom(l.Waiters)
 		locks = append(locks, li)
 	}
 	return locks, resp.Truncated, nil
+}
+
+func waitersFrom(ws []wire.LockWaiter) []LockWaiter {
+	if len(ws) == 0 {
+		return nil
+	}
+	out := make([]LockWaiter, len(ws))
+	for i, w := range ws {
+		out[i] = LockWaiter{Session: w.Session, Principal: w.Principal, Mode: LockMode(w.Mode)}
+	}
+	return out
+}
+
+// waitersSize is what a cached Stat's waiters cost, as holdersSize.
+func waitersSize(ws []wire.LockWaiter) int64 {
+	n := int64(0)
+	for _, w := range ws {
+		n += int64(len(w.Principal)) + 48
+	}
+	return n
 }

@@ -184,7 +184,7 @@ func (c *call) readHandle(v replica.View, req *wire.HandleRequest, cacheable boo
 			return nil, err
 		}
 		st := toStat(hv.Stat)
-		st.Holders = lockHolders(v, hv)
+		st.Holders, st.Waiters = lockHolders(v, hv), lockWaiters(v, hv)
 		return &wire.StatResponse{Stat: st, Cacheable: cacheable}, nil
 	default: // GetContentsAndStat
 		hv, err := v.LookupHandle(c.h.Session, req.Handle)
@@ -195,7 +195,7 @@ func (c *call) readHandle(v replica.View, req *wire.HandleRequest, cacheable boo
 			return nil, wire.Errorf(wire.CodeIsDir, "%s is a directory", hv.Handle.Path)
 		}
 		st := toStat(hv.Stat)
-		st.Holders = lockHolders(v, hv)
+		st.Holders, st.Waiters = lockHolders(v, hv), lockWaiters(v, hv)
 		return &wire.ContentsResponse{Contents: hv.Contents, Stat: st, Cacheable: cacheable}, nil
 	}
 }

@@ -44,3 +44,17 @@ func (c *call) listLocks(ctx context.Context, req *wire.ListLocksRequest) (*wire
 	}
 	return out, nil
 }
+
+// lockWaiters names the waiters for the lock on the node of hv, in queue
+// order, for a read's Stat, as lockHolders names the holders.
+func lockWaiters(v replica.View, hv replica.HandleView) []wire.LockWaiter {
+	if hv.Stat.LockWaiters == 0 {
+		return nil
+	}
+	ws := v.LockWaiters(hv.Handle.Path, wire.MaxStatHolders)
+	out := make([]wire.LockWaiter, len(ws))
+	for i, w := range ws {
+		out[i] = wire.LockWaiter{Session: w.Session, Principal: w.Principal, Mode: w.Mode}
+	}
+	return out
+}

@@ -58,14 +58,29 @@ func (v View) Locks(prefix, principal string, admin bool, max, perLock int) (out
 		n := f.nodes[p]
 		lv := LockListing{Path: p, Mode: n.LockMode, Gen: n.LockGen, Holders: v.LockHolders(p, perLock),
 			HolderCount: len(n.Holders), WaiterCount: len(n.Waiters), LockDelayUntil: n.LockDelayUntil}
-		for _, w := range n.Waiters[:min(len(n.Waiters), perLock)] {
-			wv := LockWaiterView{Session: w.Session, Mode: w.Mode}
-			if s := f.sessions[w.Session]; s != nil {
-				wv.Principal = s.Principal
-			}
-			lv.Waiters = append(lv.Waiters, wv)
-		}
+		lv.Waiters = v.LockWaiters(p, perLock)
 		out = append(out, lv)
 	}
 	return out, more
+}
+
+// LockWaiters returns up to limit waiters for the lock on the node at
+// path, in queue order, with their sessions' principals; nil when nobody
+// waits or there is no such node. Like LockHolders it checks no
+// permission: the caller decided, in the same View, that it may read the
+// node.
+func (v View) LockWaiters(path string, limit int) []LockWaiterView {
+	n := v.f.nodes[path]
+	if n == nil || len(n.Waiters) == 0 || limit <= 0 {
+		return nil
+	}
+	out := make([]LockWaiterView, 0, min(len(n.Waiters), limit))
+	for _, w := range n.Waiters[:min(len(n.Waiters), limit)] {
+		wv := LockWaiterView{Session: w.Session, Mode: w.Mode}
+		if s := v.f.sessions[w.Session]; s != nil {
+			wv.Principal = s.Principal
+		}
+		out = append(out, wv)
+	}
+	return out
 }

@@ -179,7 +179,8 @@ func fzBodyFor(m wire.Method) any {
 func fzSamples() []any {
 	st := wire.Stat{Instance: 3, ContentGen: 4, LockGen: 5, ACLGen: 6, Checksum: 1<<64 - 1, Size: 3, CTime: -7, MTime: 1 << 62,
 		Dir: true, Ephemeral: true, ReadACL: "r", WriteACL: "w", ChangeACL: "c", LockMode: wire.LockShared,
-		LockHolders: 2, LockWaiters: 1, LockDelayUntil: 99, Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}, {Session: 1 << 40}}}
+		LockHolders: 2, LockWaiters: 1, LockDelayUntil: 99, Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}, {Session: 1 << 40}},
+		Waiters: []wire.LockWaiter{{Session: 9, Principal: "bob", Mode: wire.LockExclusive}}}
 	return []any{
 		&wire.Header{Method: wire.MethodOpen, Session: 1 << 40, Epoch: 2, Seq: 3, Ack: 2},
 		&wire.CreateSessionRequest{ClientName: "fuzz"},
@@ -537,6 +538,7 @@ func FuzzRoundTrip(f *testing.F) {
 			replicas = append(replicas, wire.ReplicaStatus{ID: s1, ClientAddr: s2, RaftAddr: s3, Master: bit(i), Suffrage: s3,
 				Healthy: bit(i + 1), LastContactMillis: i1})
 			st.Holders = append(st.Holders, wire.LockHolder{Session: u2 + uint64(i), Principal: s3})
+			st.Waiters = append(st.Waiters, wire.LockWaiter{Session: u1 + uint64(i), Principal: s2, Mode: uint8(i)})
 			sessions = append(sessions, wire.SessionInfo{ID: u1, Client: s1, Principal: s2, Created: i1, LeaseMillis: -i1,
 				Handles: u32, Locks: []string{s3, s1}[:i%3]})
 		}

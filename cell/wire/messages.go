@@ -148,6 +148,10 @@ type Stat struct {
 	// GetStat and GetContentsAndStat fill it, for a caller that may read
 	// the node; a decoder that does not know the field skips it.
 	Holders []LockHolder `msgpack:"ho,omitempty"`
+	// Waiters names the queued Acquires in queue order, at most
+	// MaxStatHolders of them (LockWaiters counts them all), filled like
+	// Holders.
+	Waiters []LockWaiter `msgpack:"wt,omitempty"`
 }
 
 // MaxStatHolders bounds Stat.Holders, so a stat of a lock shared by
