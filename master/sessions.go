@@ -424,7 +424,7 @@ func (ss *sessions) watch(now time.Time, watching bool) {
 // creditStallLocked is how expiry measures a client's silence, not the
 // master's. While the expiry loop waits, the master runs at least every
 // watchEvery (the loop's tick); finding at now that it last ran more than
-// two periods ago means the master itself did not run (a long garbage
+// a period and stallMin ago means the master itself did not run (a long garbage
 // collection, a starved or paused process), and neither did the
 // KeepAlive handlers whose calls were waiting in its socket buffers. Every
 // live lease is extended by the time lost beyond one period. Only the
@@ -434,7 +434,7 @@ func (ss *sessions) creditStallLocked(now time.Time) {
 	if !ss.watching || ss.lastRan.IsZero() {
 		return
 	}
-	if late := now.Sub(ss.lastRan) - ss.watchEvery; late > ss.watchEvery {
+	if late := now.Sub(ss.lastRan) - ss.watchEvery; late > ss.stallMin() {
 		n := 0
 		for _, l := range ss.leases {
 			if !l.closed {
@@ -449,6 +449,17 @@ func (ss *sessions) creditStallLocked(now time.Time) {
 	if now.After(ss.lastRan) {
 		ss.lastRan = now
 	}
+}
+
+// stallMin is the shortest lateness credited as a stall: a quarter of a
+// lease (at least two expiry periods). A KeepAlive is answered with a
+// quarter of the lease to spare, so a shorter stall cannot make an honest
+// session expire; crediting the scheduling delays of a busy machine would
+// instead keep extending the lease of a client that is gone, and a
+// fail-over's recovery, which waits for every session to answer or end,
+// would wait on it for as long as the machine stayed busy.
+func (ss *sessions) stallMin() time.Duration {
+	return max(ss.watchEvery, ss.ttl/4)
 }
 
 // stallCount is the number of stalls credited.

@@ -359,3 +359,24 @@ func TestKeepAliveAfterAMasterStallIsServed(t *testing.T) {
 		t.Fatalf("expired %v; a silent session must expire a lease after the stall", ids)
 	}
 }
+
+// A master that is merely late (a busy machine's scheduling delay, shorter
+// than the quarter lease a KeepAlive keeps to spare) credits nothing: a
+// silent session still expires a lease after its last KeepAlive, however
+// often the loop wakes late.
+func TestShortMasterDelaysAreNotCredited(t *testing.T) {
+	ss, clock, _ := newTestSessions(t)
+	ss.created(1, 0)
+	start := clock.Now()
+	for !clock.Now().After(start.Add(testLease + testLease/10)) {
+		ss.watch(clock.Now(), true)
+		clock.Advance(testLease / 5) // each wait 4 periods, under a quarter lease
+		ss.watch(clock.Now(), false)
+	}
+	if n := ss.stallCount(); n != 0 {
+		t.Fatalf("%d stalls credited for delays shorter than a quarter lease", n)
+	}
+	if ids := ss.expired(clock.Now()); len(ids) != 1 {
+		t.Fatalf("expired %v a lease after the last KeepAlive; a late-waking master must still expire the silent session", ids)
+	}
+}

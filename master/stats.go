@@ -41,8 +41,9 @@ type Stats struct {
 	// LeaseTTL is the lease each KeepAlive grants.
 	LeaseTTL time.Duration
 	// Stalls counts the times this master found it had not run for more
-	// than two expiry periods (a tenth of a lease) and extended every live
-	// lease by the time lost, so that its own stall expired no session.
+	// than an expiry period and a quarter of a lease and extended every
+	// live lease by the time lost, so that its own stall expired no
+	// session.
 	Stalls uint64
 }
 
