@@ -133,7 +133,7 @@ func TestShellScript(t *testing.T) {
 				t.Errorf("complete(%q, %d) = %q %q, want %q %q", line, pos, word, got, wantWord, want)
 			}
 		}
-		check("se", 2, "se", "seq", "sessions")
+		check("se", 2, "se", "selfcheck", "seq", "sessions")
 		check("  c", 3, "c", "cat", "cd")
 		check("sta", 3, "sta", "stat", "status")
 		check("cat cmp/f", 9, "cmp/f", "cmp/fab", "cmp/fdir/", "cmp/foo")
