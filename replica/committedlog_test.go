@@ -81,6 +81,28 @@ func readCommittedLog(t testing.TB, name string) []committedEntry {
 }
 
 // replayCommitted applies the entries to a fresh FSM of cell "c" and
+
+// replaysToTheRecordedState replays entries on a fresh FSM and checks it
+// ends at the index, state hash and results digest recorded for the
+// committed log, with the facts committedLogFacts checks; it returns the
+// state hash.
+func replaysToTheRecordedState(t *testing.T, entries []committedEntry) [32]byte {
+	t.Helper()
+	f, results := replayCommitted(t, entries)
+	applied, sum, err := f.StateHash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied != committedLogV1Applied || hex.EncodeToString(sum[:]) != committedLogV1StateHash {
+		t.Errorf("replayed to index %d hash %x, want %d %s", applied, sum, committedLogV1Applied, committedLogV1StateHash)
+	}
+	if hex.EncodeToString(results[:]) != committedLogV1ResultsHash {
+		t.Errorf("results digest %x, want %s", results, committedLogV1ResultsHash)
+	}
+	committedLogFacts(t, f)
+	return sum
+}
+
 // returns it with a SHA-256 of the results' msgpack encodings in order.
 func replayCommitted(t testing.TB, entries []committedEntry) (*FSM, [32]byte) {
 	t.Helper()
@@ -125,18 +147,7 @@ func TestCommittedLogReplays(t *testing.T) {
 			t.Errorf("the log holds no %s entry", ty)
 		}
 	}
-	f, results := replayCommitted(t, entries)
-	applied, sum, err := f.StateHash()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if applied != committedLogV1Applied || hex.EncodeToString(sum[:]) != committedLogV1StateHash {
-		t.Errorf("replayed to index %d hash %x, want %d %s", applied, sum, committedLogV1Applied, committedLogV1StateHash)
-	}
-	if hex.EncodeToString(results[:]) != committedLogV1ResultsHash {
-		t.Errorf("results digest %x, want %s", results, committedLogV1ResultsHash)
-	}
-	committedLogFacts(t, f)
+	sum := replaysToTheRecordedState(t, entries)
 
 	// A replica that joins from a snapshot half way and replays the rest
 	// ends in the same state.
@@ -189,18 +200,7 @@ func TestCommittedLogV2Replays(t *testing.T) {
 			t.Errorf("the log holds no %s entry", ty)
 		}
 	}
-	f, results := replayCommitted(t, v2)
-	applied, sum, err := f.StateHash()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if applied != committedLogV1Applied || hex.EncodeToString(sum[:]) != committedLogV1StateHash {
-		t.Errorf("replayed to index %d hash %x, want %d %s", applied, sum, committedLogV1Applied, committedLogV1StateHash)
-	}
-	if hex.EncodeToString(results[:]) != committedLogV1ResultsHash {
-		t.Errorf("results digest %x, want %s", results, committedLogV1ResultsHash)
-	}
-	committedLogFacts(t, f)
+	sum := replaysToTheRecordedState(t, v2)
 
 	// A log that switches version half way (a cell upgraded mid-log)
 	// replays to the same state too.
