@@ -236,12 +236,13 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 		if err := c.sess.usable(); err != nil {
 			return time.Time{}, err
 		}
-		retryNow := false
+		retryNow, addr := false, ""
 		cn, err := c.route.conn(ctx)
 		if errors.Is(err, ErrCertificateRefused) || errors.Is(err, ErrAllRefused) || errors.Is(err, ErrClosed) {
 			return time.Time{}, err
 		}
 		if err == nil {
+			addr = cn.addr
 			h := c.header(s)
 			sent := c.clock.Now()
 			tctx, tcancel := ctx, context.CancelFunc(func() {})
@@ -289,6 +290,11 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 			}
 		}
 		lastErr = err
+		if err != nil {
+			// Why a call wandered (a redirect, a frozen replica, no
+			// master yet) is what an operator needs after a fail-over.
+			c.log.Debug("lockcell: try failed", "method", s.method, "replica", addr, "err", err, "retry_now", retryNow)
+		}
 		if ctx.Err() != nil {
 			return time.Time{}, ctx.Err()
 		}
