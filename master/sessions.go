@@ -320,6 +320,9 @@ func (ss *sessions) arrive(a keepAliveArgs, arrived time.Time) (l *lease, holdUn
 	// run before the expiry loop's tick does: it credits the stall first.
 	ss.creditStallLocked(arrived)
 	if l.end.Before(arrived) {
+		// Late by more than the quarter lease a client keeps to spare:
+		// the network, the client or this master was slow; worth a line.
+		ss.log.Info("a KeepAlive arrived after its lease ended", "session", a.session, "late", arrived.Sub(l.end))
 		return nil, time.Time{}, false, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", a.session)
 	}
 	ss.stats.leaseLeft.Observe(l.end.Sub(arrived))
