@@ -90,6 +90,8 @@ var fzTypes = []fzType{
 	{"BreakLockResponse", func() any { return new(wire.BreakLockResponse) }},
 	{"ListLocksRequest", func() any { return new(wire.ListLocksRequest) }},
 	{"ListLocksResponse", func() any { return new(wire.ListLocksResponse) }},
+	{"RequestReleaseRequest", func() any { return new(wire.RequestReleaseRequest) }},
+	{"RequestReleaseResponse", func() any { return new(wire.RequestReleaseResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -168,6 +170,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.BreakLockRequest)
 	case wire.MethodListLocks:
 		return new(wire.ListLocksRequest)
+	case wire.MethodRequestRelease:
+		return new(wire.RequestReleaseRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -199,7 +203,8 @@ func fzSamples() []any {
 		&wire.Status{Code: wire.CodeNotMaster, Msg: "m", Leader: "127.0.0.1:7001", Epoch: 2},
 		&wire.CreateSessionResponse{Session: 1, Epoch: 2, LeaseMillis: 12000},
 		&wire.KeepAliveResponse{Epoch: 2, HeldMillis: 3, LeaseMillis: 4, Events: []wire.Event{
-			{Seq: 1, Kind: wire.EventInvalidate, Path: "/ls/c/a"}, {Seq: 2, Kind: wire.EventChildAdded, Path: "/ls/c", Child: "a", Handle: 4, Gen: 5}}},
+			{Seq: 1, Kind: wire.EventInvalidate, Path: "/ls/c/a"}, {Seq: 2, Kind: wire.EventChildAdded, Path: "/ls/c", Child: "a", Handle: 4, Gen: 5},
+			{Seq: 3, Kind: wire.EventReleaseRequested, Path: "/ls/c/a", Handle: 4, Gen: 5, Reason: "deploy", From: 8, FromPrincipal: "bob"}}},
 		&wire.OpenResponse{Handle: 4, Created: true, Stat: st, Cacheable: true},
 		&wire.SequencerResponse{Sequencer: []byte{1, 2}},
 		&wire.CheckSequencerResponse{Valid: false, Reason: "stale"},
@@ -228,6 +233,8 @@ func fzSamples() []any {
 			Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}}, HolderCount: 2,
 			Waiters: []wire.LockWaiter{{Session: 8, Principal: "bob", Mode: wire.LockExclusive}}, WaiterCount: 1, LockDelayUntil: 99}},
 			Truncated: true},
+		&wire.RequestReleaseRequest{Handle: 9, Reason: "the nightly job needs it"},
+		&wire.RequestReleaseResponse{Asked: 2},
 	}
 }
 
@@ -533,7 +540,8 @@ func FuzzRoundTrip(f *testing.F) {
 		var replicas []wire.ReplicaStatus
 		var sessions []wire.SessionInfo
 		for i := range n {
-			events = append(events, wire.Event{Seq: u1 + uint64(i), Kind: uint8(u32) + uint8(i), Path: s1, Handle: u2, Gen: u3, Child: s2, Reason: s3})
+			events = append(events, wire.Event{Seq: u1 + uint64(i), Kind: uint8(u32) + uint8(i), Path: s1, Handle: u2, Gen: u3, Child: s2, Reason: s3,
+				From: u1 ^ u3, FromPrincipal: s2 + s3})
 			entries = append(entries, wire.DirEntry{Name: s1 + s3, Dir: bit(i)})
 			replicas = append(replicas, wire.ReplicaStatus{ID: s1, ClientAddr: s2, RaftAddr: s3, Master: bit(i), Suffrage: s3,
 				Healthy: bit(i + 1), LastContactMillis: i1})
@@ -583,6 +591,8 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ListLocksResponse{Locks: []wire.LockInfo{{Path: s1, Mode: uint8(u32), Generation: u1, Holders: st.Holders,
 				HolderCount: u32, Waiters: []wire.LockWaiter{{Session: u2, Principal: s2, Mode: uint8(u32)}}[:len(events)%2],
 				WaiterCount: ^u32, LockDelayUntil: i1}}[:len(events)%2], Truncated: bit(1)},
+			&wire.RequestReleaseRequest{Handle: u1, Reason: s1},
+			&wire.RequestReleaseResponse{Asked: u32},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))

@@ -43,6 +43,7 @@ var methodNames = map[Method]string{
 	MethodListSessions: "ListSessions", MethodSetACL: "SetACL",
 	MethodBackup: "Backup", MethodReplicaAdd: "ReplicaAdd", MethodReplicaRemove: "ReplicaRemove",
 	MethodReplicaList: "ReplicaList", MethodBreakLock: "BreakLock", MethodListLocks: "ListLocks",
+	MethodRequestRelease: "RequestRelease",
 }
 
 // String names the method for logs and errors.
@@ -196,8 +197,13 @@ type Event struct {
 	Handle uint64 `msgpack:"h,omitempty"`
 	Gen    uint64 `msgpack:"g,omitempty"`
 	Child  string `msgpack:"c,omitempty"`
-	// Reason is the admin's reason of an EventLockBroken.
+	// Reason is the admin's reason of an EventLockBroken, the
+	// requester's of an EventReleaseRequested.
 	Reason string `msgpack:"r,omitempty"`
+	// From and FromPrincipal name the requester's session and principal
+	// of an EventReleaseRequested.
+	From          uint64 `msgpack:"fs,omitempty"`
+	FromPrincipal string `msgpack:"fp,omitempty"`
 }
 
 // CreateSessionRequest asks for a new session. ClientName is for operators.
