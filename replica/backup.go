@@ -332,7 +332,7 @@ func stripSessions(img *snapshotImage) (*snapshotImage, *SeedResult) {
 			continue
 		}
 		c := *n
-		c.Holders, c.Waiters, c.LockMode, c.LockDelayUntil = nil, nil, LockFree, 0
+		c.Holders, c.Waiters, c.LockMode, c.LockDelayUntil, c.LockDelayBy = nil, nil, LockFree, 0, nil
 		c.children, c.kids, c.openHandles = nil, dirIndex{}, 0
 		out.Nodes = append(out.Nodes, &c)
 	}

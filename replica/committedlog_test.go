@@ -37,7 +37,7 @@ const (
 	// The state the v1 log replays to, and a digest of every entry's
 	// result in order (TestCommittedLogReplays).
 	committedLogV1Applied     = 1578
-	committedLogV1StateHash   = "ddcba28897d83b07bc306f966a9ec5256b12526baea3d3a24720517e48d208c9"
+	committedLogV1StateHash   = "2ad614e166d895cfb960be17b07d427011ae33232251833f5ed27d4a8e9626c9"
 	committedLogV1ResultsHash = "79992cadbc4e70b8e750f651fa624e075f1d609ecc8b50495078fbfc933eb5d3"
 )
 

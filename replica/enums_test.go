@@ -67,7 +67,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		// Format versions.
 		{"commandV1", uint64(commandV1), 1},
 		{"commandVersion", uint64(commandVersion), 2},
-		{"snapshotVersion", uint64(snapshotVersion), 2},
+		{"snapshotVersion", uint64(snapshotVersion), 3},
 		{"BackupFormat", uint64(BackupFormat), 1},
 	}
 	for _, p := range pins {

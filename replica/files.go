@@ -231,8 +231,11 @@ func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
 		}
 	}
 	if n.removeHolder(h.ID) {
-		if failed && h.LockDelay > 0 && len(n.Holders) == 0 && !bugNoLockDelay {
-			n.LockDelayUntil = max(n.LockDelayUntil, now+h.LockDelay)
+		if failed && h.LockDelay > 0 && len(n.Holders) == 0 && !bugNoLockDelay && now+h.LockDelay > n.LockDelayUntil {
+			// A longer delay already running keeps its cause: it is the
+			// one that ends last.
+			n.LockDelayUntil = now + h.LockDelay
+			n.LockDelayBy = f.delayCause(h, now)
 		}
 		f.afterRelease(index, n, now)
 	} else {
@@ -243,4 +246,15 @@ func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
 	if n.Ephemeral && n.openHandles == 0 && (!n.Dir || len(n.children) == 0) {
 		f.removeNode(index, n, now)
 	}
+}
+
+// delayCause names h's session, about to be expired at now, as the cause
+// of the lock-delay its handle imposes. The session's identity is copied:
+// the session is gone by the time a read asks.
+func (f *FSM) delayCause(h *Handle, now int64) *LockDelayCause {
+	c := &LockDelayCause{Session: h.Session, Handle: h.ID, Time: now}
+	if s := f.sessions[h.Session]; s != nil {
+		c.Principal, c.Host, c.PID, c.Program = s.Principal, s.Host, s.PID, s.Program
+	}
+	return c
 }

@@ -179,7 +179,7 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		f.epoch++
 		return &Result{Epoch: f.epoch}
 	case *CreateSessionArgs:
-		return f.createSession(index, c)
+		return f.createSession(index, c, p)
 	case *CloseSessionArgs:
 		return f.closeSession(index, c, p)
 	case *OpenArgs:

@@ -8,11 +8,15 @@ import (
 )
 
 // LockWaiterView is one queued Acquire as a listing reports it, in queue
-// order: its session, that session's principal and the mode asked for.
+// order: its session, that session's principal and declared identity, the
+// mode asked for, and Since, when it was queued (Unix ns; 0 when it was
+// queued before waits were timed).
 type LockWaiterView struct {
 	Session   uint64
 	Principal string
-	Mode      uint8
+	Identity
+	Mode  uint8
+	Since int64
 }
 
 // LockListing is one lock as Locks reports it: the first perLock holders
@@ -76,9 +80,9 @@ func (v View) LockWaiters(path string, limit int) []LockWaiterView {
 	}
 	out := make([]LockWaiterView, 0, min(len(n.Waiters), limit))
 	for _, w := range n.Waiters[:min(len(n.Waiters), limit)] {
-		wv := LockWaiterView{Session: w.Session, Mode: w.Mode}
+		wv := LockWaiterView{Session: w.Session, Mode: w.Mode, Since: w.Since}
 		if s := v.f.sessions[w.Session]; s != nil {
-			wv.Principal = s.Principal
+			wv.Principal, wv.Identity = s.Principal, s.identity()
 		}
 		out = append(out, wv)
 	}

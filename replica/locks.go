@@ -49,14 +49,14 @@ func (f *FSM) acquire(index uint64, c *Command, p *AcquireArgs) *Result {
 	free := n.LockMode == LockFree && len(n.Waiters) == 0
 	shareable := n.LockMode == LockShared && p.Mode == LockShared && len(n.Waiters) == 0
 	if !delayed && (free || shareable) {
-		f.grant(index, n, h.ID, h.Session, 0, p.Mode)
+		f.grant(index, n, h.ID, h.Session, 0, p.Mode, c.Time)
 		return &Result{Granted: true, LockGen: n.LockGen}
 	}
 	if len(n.Holders) > 0 {
 		f.note(Change{Kind: ChangeLockConflict, Path: n.Path, Handle: h.ID, Session: h.Session})
 	}
 	if p.Wait {
-		n.Waiters = append(n.Waiters, Waiter{Handle: h.ID, Session: h.Session, Seq: c.Seq, Mode: p.Mode})
+		n.Waiters = append(n.Waiters, Waiter{Handle: h.ID, Session: h.Session, Seq: c.Seq, Mode: p.Mode, Since: c.Time})
 		if delayed && n.LockMode == LockFree {
 			f.note(Change{Kind: ChangeLockDelay, Path: n.Path, Time: n.LockDelayUntil})
 		}
@@ -91,14 +91,15 @@ func (f *FSM) grantAfterDelay(index uint64, c *Command, p *GrantArgs) *Result {
 	return &Result{}
 }
 
-// grant makes the handle a holder; the first holder of a free lock sets
-// its mode and a new lock generation, the entry's index.
-func (f *FSM) grant(index uint64, n *Node, handle, session, waitSeq uint64, mode uint8) {
+// grant makes the handle a holder since now, the entry's Time; the first
+// holder of a free lock sets its mode and a new lock generation, the
+// entry's index.
+func (f *FSM) grant(index uint64, n *Node, handle, session, waitSeq uint64, mode uint8, now int64) {
 	if n.LockMode == LockFree {
 		n.LockGen = index
 		n.LockMode = mode
 	}
-	n.Holders = append(n.Holders, Holder{Handle: handle, Session: session, WaitSeq: waitSeq})
+	n.Holders = append(n.Holders, Holder{Handle: handle, Session: session, WaitSeq: waitSeq, Since: now})
 	f.note(Change{Kind: ChangeLockGranted, Path: n.Path, Handle: handle, Session: session, Seq: waitSeq})
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
 }
@@ -140,7 +141,7 @@ func (f *FSM) grantWaiters(index uint64, n *Node, now int64) {
 			return
 		}
 		n.Waiters = n.Waiters[1:]
-		f.grant(index, n, w.Handle, w.Session, w.Seq, w.Mode)
+		f.grant(index, n, w.Handle, w.Session, w.Seq, w.Mode, now)
 		if w.Mode == LockExclusive {
 			return
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/raft"
 	"pgregory.net/rapid"
@@ -65,6 +67,24 @@ var (
 	modelACLNames   = []string{"", "all", "p1only", "missing"}
 )
 
+// modelHosts are the hosts and programs sessions declare: mostly fine,
+// sometimes one a Stat could not show (too long, a control character,
+// not UTF-8), which CreateSession refuses.
+var modelHosts = []string{"", "h1", "h2", "prog", strings.Repeat("x", MaxIdentityLen), strings.Repeat("y", MaxIdentityLen+1),
+	"bad\nline", "bad\xff"}
+
+// modelIdentityOK is the rule a declared identity must pass: host and
+// program of at most MaxIdentityLen bytes of UTF-8 printable text, and a
+// pid that is not negative.
+func modelIdentityOK(id CreateSessionArgs) bool {
+	for _, v := range []string{id.Host, id.Program} {
+		if len(v) > MaxIdentityLen || !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
+			return false
+		}
+	}
+	return id.PID >= 0
+}
+
 // mNode is the model's node.
 type mNode struct {
 	dir, eph   bool
@@ -80,7 +100,8 @@ type mNode struct {
 	holders    []Holder
 	waiters    []Waiter
 	delay      int64
-	sum        uint64 // contents checksum (the root's is zero)
+	delayBy    *LockDelayCause // who started the latest lock-delay
+	sum        uint64          // contents checksum (the root's is zero)
 }
 
 type mHandle struct {
@@ -93,6 +114,8 @@ type mHandle struct {
 
 type mSession struct {
 	client, principal string
+	host, program     string
+	pid               int64
 	created           int64
 	ack               uint64
 	results           map[uint64]mResult
@@ -206,12 +229,15 @@ type mCmd struct {
 	LockDelay int64
 	Expired   bool
 	ACL       *ACLNames
+	Identity  CreateSessionArgs
 }
 
 // flatCmd flattens an encoded command (its Type set) for the model.
 func flatCmd(c Command) mCmd {
 	m := mCmd{Command: c}
 	switch p := c.Payload.(type) {
+	case *CreateSessionArgs:
+		m.Identity = *p
 	case *CloseSessionArgs:
 		m.Expired = p.Expired
 	case *OpenArgs:
@@ -302,7 +328,11 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		m.epoch++
 		return mResult{Epoch: m.epoch}
 	case CmdCreateSession:
-		m.sessions[idx] = &mSession{client: c.Client, principal: c.Principal, created: c.Time, results: map[uint64]mResult{}}
+		if !modelIdentityOK(c.Identity) {
+			return errResult(KindBadRequest)
+		}
+		m.sessions[idx] = &mSession{client: c.Client, principal: c.Principal, created: c.Time, results: map[uint64]mResult{},
+			host: c.Identity.Host, pid: c.Identity.PID, program: c.Identity.Program}
 		return mResult{Session: idx}
 	case CmdCloseSession:
 		s := m.sessions[c.Session]
@@ -552,11 +582,11 @@ func (m *model) acquire(idx uint64, c mCmd) mResult {
 	free := n.mode == LockFree && len(n.waiters) == 0
 	shareable := n.mode == LockShared && c.Mode == LockShared && len(n.waiters) == 0
 	if !delayed && (free || shareable) {
-		m.grant(idx, n, Holder{Handle: c.Handle, Session: c.Session}, c.Mode)
+		m.grant(idx, n, Holder{Handle: c.Handle, Session: c.Session, Since: c.Time}, c.Mode)
 		return mResult{Granted: true, LockGen: n.lgen}
 	}
 	if c.Wait {
-		n.waiters = append(slices.Clone(n.waiters), Waiter{Handle: c.Handle, Session: c.Session, Seq: c.Seq, Mode: c.Mode})
+		n.waiters = append(slices.Clone(n.waiters), Waiter{Handle: c.Handle, Session: c.Session, Seq: c.Seq, Mode: c.Mode, Since: c.Time})
 		return mResult{Queued: true}
 	}
 	if delayed && n.mode == LockFree {
@@ -600,7 +630,7 @@ func (m *model) grantWaiters(idx uint64, p string, now int64) {
 			return
 		}
 		n.waiters = slices.Clone(n.waiters[1:])
-		m.grant(idx, n, Holder{Handle: w.Handle, Session: w.Session, WaitSeq: w.Seq}, w.Mode)
+		m.grant(idx, n, Holder{Handle: w.Handle, Session: w.Session, WaitSeq: w.Seq, Since: now}, w.Mode)
 		if w.Mode == LockExclusive {
 			return
 		}
@@ -624,8 +654,12 @@ func (m *model) closeHandle(idx, id uint64, failed bool, now int64) {
 		}
 	}
 	if removeHolder(n, id) {
-		if failed && h.lockDelay > 0 && len(n.holders) == 0 {
-			n.delay = max(n.delay, now+h.lockDelay)
+		if failed && h.lockDelay > 0 && len(n.holders) == 0 && now+h.lockDelay > n.delay {
+			// The delay that ends last is the one whose cause reads name.
+			n.delay = now + h.lockDelay
+			s := m.sessions[h.session]
+			n.delayBy = &LockDelayCause{Session: h.session, Handle: id, Principal: s.principal,
+				Host: s.host, PID: s.pid, Program: s.program, Time: now}
 		}
 		m.afterRelease(idx, h.path, now)
 	} else {
@@ -666,11 +700,14 @@ type obsNode struct {
 	Holders        []Holder
 	Waiters        []Waiter
 	LockDelayUntil int64
+	LockDelayBy    *LockDelayCause
 }
 
 type obsSession struct {
 	ID                uint64
 	Client, Principal string
+	Host, Program     string
+	PID               int64
 	Created           int64
 	Ack               uint64
 	Results           map[uint64]mResult
@@ -698,7 +735,7 @@ func (m *model) observe() observed {
 		n := m.nodes[p]
 		o.Nodes = append(o.Nodes, obsNode{Path: p, Dir: n.dir, Eph: n.eph, Owner: n.owner, Contents: n.contents,
 			Inst: n.inst, CGen: n.cgen, LGen: n.lgen, AGen: n.agen, CTime: n.ctime, MTime: n.mtime, ACL: n.acl,
-			Creator: n.creator, Mode: n.mode, Holders: slices.Clip(n.holders), Waiters: slices.Clip(n.waiters), LockDelayUntil: n.delay})
+			Creator: n.creator, Mode: n.mode, Holders: slices.Clip(n.holders), Waiters: slices.Clip(n.waiters), LockDelayUntil: n.delay, LockDelayBy: n.delayBy})
 	}
 	for _, id := range sortedKeys(m.sessions) {
 		s := m.sessions[id]
@@ -706,7 +743,8 @@ func (m *model) observe() observed {
 		for q, r := range s.results {
 			res[q] = r
 		}
-		o.Sessions = append(o.Sessions, obsSession{ID: id, Client: s.client, Principal: s.principal, Created: s.created, Ack: s.ack, Results: res})
+		o.Sessions = append(o.Sessions, obsSession{ID: id, Client: s.client, Principal: s.principal, Created: s.created, Ack: s.ack, Results: res,
+			Host: s.host, PID: s.pid, Program: s.program})
 	}
 	for _, id := range sortedKeys(m.handles) {
 		h := m.handles[id]
@@ -723,14 +761,15 @@ func modelObserve(t testing.TB, f *FSM) observed {
 		o.Nodes = append(o.Nodes, obsNode{Path: n.Path, Dir: n.Dir, Eph: n.Ephemeral, Owner: n.Owner, Contents: string(n.Contents),
 			Inst: n.Instance, CGen: n.ContentGen, LGen: n.LockGen, AGen: n.ACLGen, CTime: n.CTime, MTime: n.MTime,
 			ACL: [3]string{n.ReadACL, n.WriteACL, n.ChangeACL}, Creator: n.Creator, Mode: n.LockMode,
-			Holders: n.Holders, Waiters: n.Waiters, LockDelayUntil: n.LockDelayUntil})
+			Holders: n.Holders, Waiters: n.Waiters, LockDelayUntil: n.LockDelayUntil, LockDelayBy: n.LockDelayBy})
 		if !n.Dir && n.Checksum != checksum(n.Contents) {
 			t.Fatalf("%s: checksum does not match contents", n.Path)
 		}
 	}
 	byID := map[uint64]*obsSession{}
 	for _, s := range img.Sessions {
-		o.Sessions = append(o.Sessions, obsSession{ID: s.ID, Client: s.Client, Principal: s.Principal, Created: s.Created, Ack: s.AckSeq, Results: map[uint64]mResult{}})
+		o.Sessions = append(o.Sessions, obsSession{ID: s.ID, Client: s.Client, Principal: s.Principal, Created: s.Created, Ack: s.AckSeq, Results: map[uint64]mResult{},
+			Host: s.Host, PID: s.PID, Program: s.Program})
 	}
 	for i := range o.Sessions {
 		byID[o.Sessions[i].ID] = &o.Sessions[i]
@@ -969,7 +1008,13 @@ func TestFSMMatchesModel(t *testing.T) {
 		var sessions []uint64 // client sessions, live or not
 		newSession := func() {
 			p := rapid.SampledFrom(modelPrincipals).Draw(rt, "principal")
-			sessions = append(sessions, r.applyEntry(Command{Client: "c", Principal: p, Payload: &CreateSessionArgs{}}).Session)
+			id := CreateSessionArgs{Host: rapid.SampledFrom(modelHosts).Draw(rt, "host"),
+				PID: rapid.SampledFrom([]int64{0, 4242, -1}).Draw(rt, "pid"), Program: rapid.SampledFrom(modelHosts).Draw(rt, "program")}
+			res := r.applyEntry(Command{Client: "c", Principal: p, Payload: &id})
+			if res.Kind != KindNone { // refused: a session that declares a fine one
+				res = r.applyEntry(Command{Client: "c", Principal: p, Payload: &CreateSessionArgs{Host: "h1", PID: 1, Program: "prog"}})
+			}
+			sessions = append(sessions, res.Session)
 		}
 		newSession()
 		// pickSession: mostly a live client session.

@@ -10,9 +10,16 @@ package replica
 // post-election barrier.
 type EpochArgs struct{}
 
-// CreateSessionArgs: a session is born, with the entry's index as its id
-// and the envelope's Principal and Client.
-type CreateSessionArgs struct{}
+// CreateSessionArgs: a session is born, with the entry's index as its id,
+// the envelope's Principal and Client, and the identity its client
+// declared: Host, PID and Program, each at most MaxIdentityLen bytes (a
+// longer one is refused with KindBadRequest), all empty in entries
+// written before they existed.
+type CreateSessionArgs struct {
+	Host    string `msgpack:"ho,omitempty"`
+	PID     int64  `msgpack:"pi,omitempty"`
+	Program string `msgpack:"pg,omitempty"`
+}
 
 // CloseSessionArgs: the envelope's Session ends, cleanly or by expiry.
 type CloseSessionArgs struct {

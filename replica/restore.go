@@ -210,8 +210,8 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 	bad := func(format string, args ...any) (*FSM, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{ErrMalformedSnapshot}, args...)...)
 	}
-	if img.Version != snapshotVersion {
-		return bad("version %d is not %d", img.Version, snapshotVersion)
+	if img.Version < minSnapshotVersion || img.Version > snapshotVersion {
+		return bad("version %d is not %d to %d", img.Version, minSnapshotVersion, snapshotVersion)
 	}
 	if img.Cell != f.cell {
 		return bad("snapshot of cell %q restored into cell %q", img.Cell, f.cell)

@@ -1,13 +1,49 @@
 package replica
 
-import "sort"
+import (
+	"sort"
+	"unicode/utf8"
+)
 
 // Applying session commands: a session's end, cleanly or by expiry, with
 // everything it held.
 
-// createSession starts a session whose id is the entry's index.
-func (f *FSM) createSession(index uint64, c *Command) *Result {
-	f.sessions[index] = &Session{ID: index, Client: c.Client, Principal: c.Principal, Created: c.Time, handles: map[uint64]bool{}}
+// MaxIdentityLen bounds each of the host and program a client declares
+// at CreateSession, so a session's replicated state and every Stat that
+// names it stay small.
+const MaxIdentityLen = 256
+
+// checkIdentity refuses a declared identity a Stat could not show as it
+// is: a host or program over MaxIdentityLen bytes, not UTF-8, or with a
+// control character (it would garble a terminal), or a negative pid.
+func checkIdentity(p *CreateSessionArgs) *Error {
+	for _, v := range [...]struct{ what, s string }{{"host", p.Host}, {"program", p.Program}} {
+		if len(v.s) > MaxIdentityLen {
+			return errf(KindBadRequest, "declared %s of %d bytes: at most %d", v.what, len(v.s), MaxIdentityLen)
+		}
+		if !utf8.ValidString(v.s) {
+			return errf(KindBadRequest, "declared %s is not UTF-8", v.what)
+		}
+		for _, r := range v.s {
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+				return errf(KindBadRequest, "declared %s has control character %U", v.what, r)
+			}
+		}
+	}
+	if p.PID < 0 {
+		return errf(KindBadRequest, "declared pid %d is negative", p.PID)
+	}
+	return nil
+}
+
+// createSession starts a session whose id is the entry's index, with the
+// identity its client declared.
+func (f *FSM) createSession(index uint64, c *Command, p *CreateSessionArgs) *Result {
+	if err := checkIdentity(p); err != nil {
+		return &Result{Err: err}
+	}
+	f.sessions[index] = &Session{ID: index, Client: c.Client, Principal: c.Principal, Created: c.Time,
+		Host: p.Host, PID: p.PID, Program: p.Program, handles: map[uint64]bool{}}
 	f.principals[c.Principal]++
 	f.note(Change{Kind: ChangeSessionCreated, Session: index})
 	return &Result{Session: index}

@@ -43,7 +43,14 @@ type sessionResult struct {
 }
 
 // snapshotVersion 2: de-dup tables moved out of the sessions into Results.
-const snapshotVersion = 2
+// Version 3: sessions carry their declared identity (Host, PID, Program),
+// holders and waiters their Since, nodes their LockDelayBy. Every one of
+// those is optional, so a version-2 snapshot restores as it is, with them
+// empty (minSnapshotVersion).
+const snapshotVersion = 3
+
+// minSnapshotVersion is the oldest snapshot version Restore accepts.
+const minSnapshotVersion = 2
 
 // fsmSnapshot is the state encoded at one applied index, in chunks.
 type fsmSnapshot struct{ data *chunkBuffer }
@@ -260,7 +267,7 @@ type plainNode Node
 const nodeTags = "Path:p Dir:d,omitempty Ephemeral:e,omitempty Owner:o,omitempty Contents:c,omitempty " +
 	"Instance:i ContentGen:cg LockGen:lg,omitempty ACLGen:ag,omitempty Checksum:ck,omitempty CTime:ct MTime:mt " +
 	"ReadACL:ra,omitempty WriteACL:wa,omitempty ChangeACL:ca,omitempty LockMode:lm,omitempty Holders:lh,omitempty " +
-	"Waiters:lw,omitempty LockDelayUntil:ld,omitempty Creator:cr,omitempty"
+	"Waiters:lw,omitempty LockDelayUntil:ld,omitempty Creator:cr,omitempty LockDelayBy:lb,omitempty"
 
 var nodeByHand = exportedTags(reflect.TypeFor[Node]()) == nodeTags
 
@@ -285,7 +292,7 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 	fields := 5 // p, i, cg, ct, mt
 	for _, set := range [...]bool{n.Dir, n.Ephemeral, n.Owner != 0, len(n.Contents) != 0, n.LockGen != 0,
 		n.ACLGen != 0, n.Checksum != 0, n.ReadACL != "", n.WriteACL != "", n.ChangeACL != "", n.LockMode != 0,
-		len(n.Holders) != 0, len(n.Waiters) != 0, n.LockDelayUntil != 0, n.Creator != ""} {
+		len(n.Holders) != 0, len(n.Waiters) != 0, n.LockDelayUntil != 0, n.Creator != "", n.LockDelayBy != nil} {
 		if set {
 			fields++
 		}
@@ -324,6 +331,10 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 	}
 	w.int("ld", n.LockDelayUntil, false)
 	w.str("cr", n.Creator, false)
+	if n.LockDelayBy != nil {
+		w.key("lb")
+		w.check(e.Encode(n.LockDelayBy))
+	}
 	return w.err
 }
 

@@ -163,9 +163,17 @@ func TestNodeEncodingMatchesReflection(t *testing.T) {
 				case []byte:
 					f.SetBytes(bytes.Repeat([]byte{byte(i)}, []int{1, 255, 256, 65536}[rng.Intn(4)]))
 				case []Holder:
-					f.Set(reflect.ValueOf([]Holder{{Handle: uint64(i), Session: 7}, {Handle: 1 << 40, Session: 1, WaitSeq: 3}}))
+					f.Set(reflect.ValueOf([]Holder{{Handle: uint64(i), Session: 7}, {Handle: 1 << 40, Session: 1, WaitSeq: 3, Since: 1 << 60}}))
 				case []Waiter:
-					f.Set(reflect.ValueOf([]Waiter{{Handle: 9, Session: 8, Seq: 200, Mode: 2}}))
+					f.Set(reflect.ValueOf([]Waiter{{Handle: 9, Session: 8, Seq: 200, Mode: 2, Since: -1}}))
+				default:
+					t.Fatalf("field %s: no values for %s", v.Type().Field(j).Name, f.Type())
+				}
+			case reflect.Pointer:
+				switch f.Interface().(type) {
+				case *LockDelayCause:
+					f.Set(reflect.ValueOf(&LockDelayCause{Session: uint64(i), Handle: 3, Principal: strs[rng.Intn(len(strs))],
+						Host: "h", PID: ints[rng.Intn(len(ints))], Program: strs[rng.Intn(3)], Time: 1 << 40}))
 				default:
 					t.Fatalf("field %s: no values for %s", v.Type().Field(j).Name, f.Type())
 				}

@@ -66,6 +66,12 @@ type Node struct {
 	// default ACL rule (acl package).
 	Creator string `msgpack:"cr,omitempty"`
 
+	// LockDelayBy names the holder whose session's expiry imposed the
+	// latest lock-delay (the one LockDelayUntil ends), copied when it was
+	// imposed because the session is gone by the time anyone asks; nil
+	// when no lock-delay was ever imposed on this node.
+	LockDelayBy *LockDelayCause `msgpack:"lb,omitempty"`
+
 	children    map[string]bool // child name -> is directory; rebuilt on restore
 	kids        dirIndex        // the children in name order (kids.go); rebuilt on restore
 	openHandles int             // handles open on this instance; rebuilt on restore
@@ -74,18 +80,39 @@ type Node struct {
 // Holder is one holder of a lock. WaitSeq is the request id of the blocking
 // Acquire that was granted (0 for an immediate grant), so a cancelled wait
 // can undo exactly its own grant.
+//
+// Since is the Time of the entry that granted the lock (Unix ns): the
+// acquisition time reads report. Holders of entries applied before it
+// existed restore with 0, which reads report as unknown.
 type Holder struct {
 	Handle  uint64 `msgpack:"h"`
 	Session uint64 `msgpack:"s"`
 	WaitSeq uint64 `msgpack:"w,omitempty"`
+	Since   int64  `msgpack:"t,omitempty"`
 }
 
-// Waiter is one queued blocking Acquire.
+// Waiter is one queued blocking Acquire. Since is the Time of the entry
+// that queued it (Unix ns; 0 for one queued before the field existed).
 type Waiter struct {
 	Handle  uint64 `msgpack:"h"`
 	Session uint64 `msgpack:"s"`
 	Seq     uint64 `msgpack:"q"`
 	Mode    uint8  `msgpack:"m"`
+	Since   int64  `msgpack:"t,omitempty"`
+}
+
+// LockDelayCause is what started a lock-delay: the session that expired
+// while holding the lock through Handle, with the identity it declared
+// (Session's fields of the same names), and the Time of the entry that
+// expired it (Unix ns).
+type LockDelayCause struct {
+	Session   uint64 `msgpack:"s"`
+	Handle    uint64 `msgpack:"h,omitempty"`
+	Principal string `msgpack:"p,omitempty"`
+	Host      string `msgpack:"ho,omitempty"`
+	PID       int64  `msgpack:"pi,omitempty"`
+	Program   string `msgpack:"pg,omitempty"`
+	Time      int64  `msgpack:"t,omitempty"`
 }
 
 // Session is a client session as replicated. Its lease lives only in the
@@ -96,6 +123,12 @@ type Session struct {
 	Client    string `msgpack:"c,omitempty"`
 	Principal string `msgpack:"p,omitempty"`
 	Created   int64  `msgpack:"t"`
+	// Host, PID and Program are the identity the client declared at
+	// CreateSession (CreateSessionArgs), for operators: nothing checks
+	// them, and each is at most MaxIdentityLen bytes.
+	Host    string `msgpack:"ho,omitempty"`
+	PID     int64  `msgpack:"pi,omitempty"`
+	Program string `msgpack:"pg,omitempty"`
 	// AckSeq: every request id at or below it has completed.
 	AckSeq uint64 `msgpack:"a,omitempty"`
 	// Results de-duplicates retried requests: request id -> first result.
