@@ -183,11 +183,12 @@ func fzBodyFor(m wire.Method) any {
 func fzSamples() []any {
 	st := wire.Stat{Instance: 3, ContentGen: 4, LockGen: 5, ACLGen: 6, Checksum: 1<<64 - 1, Size: 3, CTime: -7, MTime: 1 << 62,
 		Dir: true, Ephemeral: true, ReadACL: "r", WriteACL: "w", ChangeACL: "c", LockMode: wire.LockShared,
-		LockHolders: 2, LockWaiters: 1, LockDelayUntil: 99, Holders: []wire.LockHolder{{Session: 7, Principal: "alice"}, {Session: 1 << 40}},
-		Waiters: []wire.LockWaiter{{Session: 9, Principal: "bob", Mode: wire.LockExclusive}}}
+		LockHolders: 2, LockWaiters: 1, LockDelayUntil: 99, Holders: []wire.LockHolder{{Session: 7, Principal: "alice", Host: "h1", PID: 42, Program: "batch", Since: 1 << 60}, {Session: 1 << 40}},
+		Waiters:     []wire.LockWaiter{{Session: 9, Principal: "bob", Mode: wire.LockExclusive, Host: "h2", PID: 1 << 40, Program: "cron", Since: -1}},
+		LockDelayBy: &wire.LockDelayCause{Session: 5, Principal: "carol", Host: "h3", PID: 7, Program: "web", Time: 98}}
 	return []any{
 		&wire.Header{Method: wire.MethodOpen, Session: 1 << 40, Epoch: 2, Seq: 3, Ack: 2},
-		&wire.CreateSessionRequest{ClientName: "fuzz"},
+		&wire.CreateSessionRequest{ClientName: "fuzz", Host: "host", PID: 4242, Program: "fuzz.test"},
 		&wire.KeepAliveRequest{AckEvent: 1<<40 | 7},
 		&wire.CloseSessionRequest{},
 		&wire.OpenRequest{Path: "/ls/c/a", Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate, Contents: []byte("x"),
@@ -535,6 +536,9 @@ func FuzzRoundTrip(f *testing.F) {
 		st := wire.Stat{Instance: u1, ContentGen: u2, LockGen: u3, ACLGen: u1 ^ u2, Checksum: u2 ^ u3, Size: u3,
 			CTime: i1, MTime: -i1, Dir: bit(0), Ephemeral: bit(1), ReadACL: s1, WriteACL: s2, ChangeACL: s3,
 			LockMode: uint8(u32), LockHolders: u32, LockWaiters: ^u32, LockDelayUntil: i1 ^ 1}
+		if bit(2) {
+			st.LockDelayBy = &wire.LockDelayCause{Session: u3, Principal: s1, Host: s2, PID: i1, Program: s3, Time: -i1}
+		}
 		var events []wire.Event
 		var entries []wire.DirEntry
 		var replicas []wire.ReplicaStatus
@@ -545,14 +549,14 @@ func FuzzRoundTrip(f *testing.F) {
 			entries = append(entries, wire.DirEntry{Name: s1 + s3, Dir: bit(i)})
 			replicas = append(replicas, wire.ReplicaStatus{ID: s1, ClientAddr: s2, RaftAddr: s3, Master: bit(i), Suffrage: s3,
 				Healthy: bit(i + 1), LastContactMillis: i1})
-			st.Holders = append(st.Holders, wire.LockHolder{Session: u2 + uint64(i), Principal: s3})
-			st.Waiters = append(st.Waiters, wire.LockWaiter{Session: u1 + uint64(i), Principal: s2, Mode: uint8(i)})
+			st.Holders = append(st.Holders, wire.LockHolder{Session: u2 + uint64(i), Principal: s3, Host: s1, PID: i1, Program: s2, Since: -i1})
+			st.Waiters = append(st.Waiters, wire.LockWaiter{Session: u1 + uint64(i), Principal: s2, Mode: uint8(i), Host: s3, PID: -i1, Program: s1, Since: i1})
 			sessions = append(sessions, wire.SessionInfo{ID: u1, Client: s1, Principal: s2, Created: i1, LeaseMillis: -i1,
 				Handles: u32, Locks: []string{s3, s1}[:i%3]})
 		}
 		vals := []any{
 			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3},
-			&wire.CreateSessionRequest{ClientName: s1},
+			&wire.CreateSessionRequest{ClientName: s1, Host: s2, PID: i1, Program: s3},
 			&wire.KeepAliveRequest{AckEvent: u1},
 			&wire.CloseSessionRequest{},
 			&wire.OpenRequest{Path: s1, Flags: u32, Contents: b1, LockDelayMillis: i1, EventMask: ^u32, Cache: bit(2)},

@@ -33,12 +33,18 @@ type LockInfo struct {
 	LockDelayUntil int64        `msgpack:"ld,omitempty"`
 }
 
-// LockWaiter is one queued Acquire: its session, that session's principal
-// and the mode it asked for.
+// LockWaiter is one queued Acquire: its session, that session's
+// principal and declared identity (as LockHolder's), the mode it asked
+// for, and Since, when it was queued (Unix ns, the master's clock; 0 when
+// unknown).
 type LockWaiter struct {
 	Session   uint64 `msgpack:"s"`
 	Principal string `msgpack:"p,omitempty"`
 	Mode      uint8  `msgpack:"m,omitempty"`
+	Host      string `msgpack:"ho,omitempty"`
+	PID       int64  `msgpack:"pi,omitempty"`
+	Program   string `msgpack:"pg,omitempty"`
+	Since     int64  `msgpack:"t,omitempty"`
 }
 
 // MaxListedLocks bounds a ListLocks reply so it fits in a frame (each

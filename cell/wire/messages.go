@@ -153,17 +153,30 @@ type Stat struct {
 	// MaxStatHolders of them (LockWaiters counts them all), filled like
 	// Holders.
 	Waiters []LockWaiter `msgpack:"wt,omitempty"`
+	// LockDelayBy names the holder whose session's expiry imposed the
+	// lock-delay that LockDelayUntil ends (the latest one imposed; it is
+	// running only while LockDelayUntil is in the future). Filled like
+	// Holders; nil when no lock-delay was ever imposed.
+	LockDelayBy *LockDelayCause `msgpack:"lb,omitempty"`
 }
 
 // MaxStatHolders bounds Stat.Holders, so a stat of a lock shared by
 // thousands of sessions still fits a frame.
 const MaxStatHolders = 64
 
-// LockHolder is one holder of a lock: its session and the principal that
-// session authenticated as ("" in a cell without TLS).
+// LockHolder is one holder of a lock: its session, the principal that
+// session authenticated as ("" in a cell without TLS), the identity its
+// client declared at CreateSession (Host, PID, Program; empty when it
+// declared none), and Since, when the lock was granted to it (Unix ns,
+// the master's clock; 0 when unknown). A BreakLock reply names only the
+// session and principal.
 type LockHolder struct {
 	Session   uint64 `msgpack:"s"`
 	Principal string `msgpack:"p,omitempty"`
+	Host      string `msgpack:"ho,omitempty"`
+	PID       int64  `msgpack:"pi,omitempty"`
+	Program   string `msgpack:"pg,omitempty"`
+	Since     int64  `msgpack:"t,omitempty"`
 }
 
 // Event kinds delivered on KeepAlive replies.
@@ -206,9 +219,15 @@ type Event struct {
 	FromPrincipal string `msgpack:"fp,omitempty"`
 }
 
-// CreateSessionRequest asks for a new session. ClientName is for operators.
+// CreateSessionRequest asks for a new session. ClientName is for
+// operators; so are Host, PID and Program, the identity the client
+// declares, which Stat shows for each of the session's holds and waits.
+// Nothing checks the identity's truth; CheckIdentity bounds its form.
 type CreateSessionRequest struct {
 	ClientName string `msgpack:"n,omitempty"`
+	Host       string `msgpack:"ho,omitempty"`
+	PID        int64  `msgpack:"pi,omitempty"`
+	Program    string `msgpack:"pg,omitempty"`
 }
 
 // CreateSessionResponse names the new session and its first lease.
