@@ -184,7 +184,7 @@ func (c *call) readHandle(v replica.View, req *wire.HandleRequest, cacheable boo
 			return nil, err
 		}
 		st := toStat(hv.Stat)
-		st.Holders, st.Waiters = lockHolders(v, hv), lockWaiters(v, hv)
+		st.Holders, st.Waiters, st.LockDelayBy = lockHolders(v, hv), lockWaiters(v, hv), lockDelayBy(v, hv)
 		return &wire.StatResponse{Stat: st, Cacheable: cacheable}, nil
 	default: // GetContentsAndStat
 		hv, err := v.LookupHandle(c.h.Session, req.Handle)
@@ -195,7 +195,7 @@ func (c *call) readHandle(v replica.View, req *wire.HandleRequest, cacheable boo
 			return nil, wire.Errorf(wire.CodeIsDir, "%s is a directory", hv.Handle.Path)
 		}
 		st := toStat(hv.Stat)
-		st.Holders, st.Waiters = lockHolders(v, hv), lockWaiters(v, hv)
+		st.Holders, st.Waiters, st.LockDelayBy = lockHolders(v, hv), lockWaiters(v, hv), lockDelayBy(v, hv)
 		return &wire.ContentsResponse{Contents: hv.Contents, Stat: st, Cacheable: cacheable}, nil
 	}
 }
@@ -210,9 +210,28 @@ func lockHolders(v replica.View, hv replica.HandleView) []wire.LockHolder {
 	hs := v.LockHolders(hv.Handle.Path, wire.MaxStatHolders)
 	out := make([]wire.LockHolder, len(hs))
 	for i, h := range hs {
-		out[i] = wire.LockHolder{Session: h.Session, Principal: h.Principal}
+		out[i] = wireHolder(h)
 	}
 	return out
+}
+
+// wireHolder is a holder as the wire names it: session, principal,
+// declared identity and acquisition time.
+func wireHolder(h replica.LockHolderView) wire.LockHolder {
+	return wire.LockHolder{Session: h.Session, Principal: h.Principal, Host: h.Host, PID: h.PID, Program: h.Program, Since: h.Since}
+}
+
+// lockDelayBy names what started the latest lock-delay on the node of hv,
+// for a read's Stat like its holders; nil when none was ever imposed.
+func lockDelayBy(v replica.View, hv replica.HandleView) *wire.LockDelayCause {
+	if hv.Stat.LockDelayUntil == 0 {
+		return nil
+	}
+	by, _ := v.LockDelayBy(hv.Handle.Path)
+	if by == nil {
+		return nil
+	}
+	return &wire.LockDelayCause{Session: by.Session, Principal: by.Principal, Host: by.Host, PID: by.PID, Program: by.Program, Time: by.Time}
 }
 
 // readDir answers one page of a listing (the cursor and limit are in the

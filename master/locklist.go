@@ -26,15 +26,24 @@ func (c *call) listLocks(ctx context.Context, req *wire.ListLocksRequest) (*wire
 		}
 		locks, more := v.Locks(req.Prefix, c.caller.Principal, c.isAdmin(), wire.MaxListedLocks, wire.MaxStatHolders)
 		out.Truncated = more
+		budget := listLocksBytes
 		for _, l := range locks {
 			li := wire.LockInfo{Path: l.Path, Mode: l.Mode, Generation: l.Gen, HolderCount: uint32(l.HolderCount),
 				WaiterCount: uint32(l.WaiterCount), LockDelayUntil: l.LockDelayUntil}
+			size := len(l.Path) + 48
 			for _, h := range l.Holders {
-				li.Holders = append(li.Holders, wire.LockHolder{Session: h.Session, Principal: h.Principal})
+				li.Holders = append(li.Holders, wireHolder(h))
+				size += len(h.Principal) + len(h.Host) + len(h.Program) + 48
 			}
 			for _, w := range l.Waiters {
-				li.Waiters = append(li.Waiters, wire.LockWaiter{Session: w.Session, Principal: w.Principal, Mode: w.Mode})
+				li.Waiters = append(li.Waiters, wireWaiter(w))
+				size += len(w.Principal) + len(w.Host) + len(w.Program) + 48
 			}
+			if size > budget && len(out.Locks) > 0 {
+				out.Truncated = true
+				break
+			}
+			budget -= size
 			out.Locks = append(out.Locks, li)
 		}
 		return nil
@@ -45,6 +54,13 @@ func (c *call) listLocks(ctx context.Context, req *wire.ListLocksRequest) (*wire
 	return out, nil
 }
 
+// listLocksBytes bounds what a ListLocks reply's locks may add up to (an
+// over-estimate of their encoding), well inside a frame: a thousand locks
+// each held and waited for by many sessions that declared long hosts and
+// programs would not fit one, so the listing stops early and says so
+// (Truncated).
+const listLocksBytes = wire.MaxFrameSize / 2
+
 // lockWaiters names the waiters for the lock on the node of hv, in queue
 // order, for a read's Stat, as lockHolders names the holders.
 func lockWaiters(v replica.View, hv replica.HandleView) []wire.LockWaiter {
@@ -54,7 +70,13 @@ func lockWaiters(v replica.View, hv replica.HandleView) []wire.LockWaiter {
 	ws := v.LockWaiters(hv.Handle.Path, wire.MaxStatHolders)
 	out := make([]wire.LockWaiter, len(ws))
 	for i, w := range ws {
-		out[i] = wire.LockWaiter{Session: w.Session, Principal: w.Principal, Mode: w.Mode}
+		out[i] = wireWaiter(w)
 	}
 	return out
+}
+
+// wireWaiter is a waiter as the wire names it: session, principal,
+// declared identity, mode and when it queued.
+func wireWaiter(w replica.LockWaiterView) wire.LockWaiter {
+	return wire.LockWaiter{Session: w.Session, Principal: w.Principal, Mode: w.Mode, Host: w.Host, PID: w.PID, Program: w.Program, Since: w.Since}
 }

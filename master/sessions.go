@@ -589,12 +589,15 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 	if len(req.ClientName) > 256 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "client name of %d bytes exceeds 256", len(req.ClientName))
 	}
+	if err := wire.CheckIdentity(req.Host, req.PID, req.Program); err != nil {
+		return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
+	}
 	unreserve, err := c.reserveSession(c.caller)
 	if err != nil {
 		return nil, err
 	}
 	defer unreserve() // after the lease below counts it on its connection
-	res, err := c.apply(ctx, &replica.Command{Client: req.ClientName, Payload: &replica.CreateSessionArgs{}})
+	res, err := c.apply(ctx, &replica.Command{Client: req.ClientName, Payload: &replica.CreateSessionArgs{Host: req.Host, PID: req.PID, Program: req.Program}})
 	if err != nil {
 		return nil, err
 	}
