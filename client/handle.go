@@ -173,6 +173,9 @@ type Handle struct {
 	held *heldLock
 	life context.Context
 	kill context.CancelCauseFunc
+
+	// asked holds release requests for the holder (releasereq.go).
+	asked chan ReleaseRequest
 }
 
 // markDirty keeps the handle out of the idle pool: its lock, sequencer or

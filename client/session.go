@@ -48,6 +48,12 @@ const (
 	// held (Client.BreakLock); delivered whatever events the handle asked
 	// for, and that handle's lock context has ended (ErrLockBroken).
 	LockBroken
+	// ReleaseRequested: another session asked a handle of this session
+	// to let go of the lock it holds (Handle.RequestRelease); delivered
+	// whatever events the handle asked for. The requester and its reason
+	// are on that handle's ReleaseRequested channel; the lock stays held
+	// until the holder releases it.
+	ReleaseRequested
 )
 
 func (k EventKind) String() string {
@@ -74,6 +80,8 @@ func (k EventKind) String() string {
 		return "handle-invalid"
 	case LockBroken:
 		return "lock-broken"
+	case ReleaseRequested:
+		return "release-requested"
 	}
 	return "event"
 }
@@ -92,7 +100,7 @@ type Event struct {
 var handleEventKinds = map[uint8]EventKind{
 	wire.EventContents: ContentsModified, wire.EventChildAdded: ChildAdded, wire.EventChildRemoved: ChildRemoved,
 	wire.EventLockAcquired: LockAcquired, wire.EventLockConflict: ConflictingLock, wire.EventHandleInvalid: HandleInvalid,
-	wire.EventLockBroken: LockBroken,
+	wire.EventLockBroken: LockBroken, wire.EventReleaseRequested: ReleaseRequested,
 }
 
 // Events delivers session events in order. The channel is closed by Close.
@@ -330,6 +338,9 @@ func (c *Client) keepAliveLoop() {
 						}
 						if k == LockBroken {
 							c.lockBroken(ev)
+						}
+						if k == ReleaseRequested && !c.releaseRequested(ev) {
+							continue // about a holding this client no longer has
 						}
 						c.emit(Event{Kind: k, Path: ev.Path, Child: ev.Child})
 					}

@@ -147,6 +147,7 @@ type parts struct {
 	backups     backupStore  // backups being paged out (backup.go)
 	auditRation *auditRation // denial lines per principal (auditrate.go)
 	members     membership   // membership changes (membership.go)
+	asks        releaseAsks  // RequestRelease's rate limit (releasereq.go)
 }
 
 // New returns a master for the replica's state machine. It installs itself
