@@ -118,9 +118,6 @@ type sessions struct {
 type leaseAuthority interface {
 	leads() bool
 	provenSince(ctx context.Context, notBefore time.Time) (time.Time, error)
-	// stale is closed while the master has gone half a lease without a
-	// proof (nil: never).
-	stale() <-chan struct{}
 }
 
 // raftAuthority is the leaseAuthority of a running cell.
@@ -134,8 +131,6 @@ func (a raftAuthority) leads() bool { return a.cons.IsLeader() }
 func (a raftAuthority) provenSince(ctx context.Context, notBefore time.Time) (time.Time, error) {
 	return a.proof.since(ctx, notBefore)
 }
-
-func (a raftAuthority) stale() <-chan struct{} { return a.proof.staleSignal() }
 
 func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
 	return &sessions{clock: clock, ttl: ttl, auth: auth, stats: stats, log: log,
@@ -276,12 +271,6 @@ func (ss *sessions) keepAlive(ctx context.Context, stop <-chan struct{}, a keepA
 			due, stopTimer := after(ss.clock, d)
 			select {
 			case <-due:
-			case <-ss.auth.stale():
-				// No proof for half a lease (its Raft is stuck or
-				// deposed): answer NotMaster now, while the client still
-				// trusts its lease, rather than at the lease's end.
-				stopTimer()
-				return nil, errStopped
 			case <-l.wake:
 			case <-ctx.Done():
 				stopTimer()
