@@ -73,7 +73,10 @@ func lockCommand(e *env) *cli.Command {
 			"to anyone else; or it expired, or NAME was deleted), CMD is sent SIGTERM, SIGKILL --kill-after " +
 			"later if it is still running, and lockcell exits " + fmt.Sprint(exitLockLost) + " saying why. " +
 			"Unless stdin is a terminal CMD runs in its own process group, and " +
-			"signals reach the whole group." +
+			"signals reach the whole group.\n\n" +
+			"When another session asks for the lock (lockcell request-release), lockcell says who and why on " +
+			"stderr and, with --on-release-request SIGNAL, sends CMD that signal so it can finish and exit; " +
+			"the lock is held until CMD exits. A request is advice: CMD decides." +
 			"\n\nExample: lockcell lock --lock-delay 10s jobs/etl -- ./run-etl.sh",
 		// NAME is free text: "lock help -- CMD" must not show help.
 		HideHelpCommand: true,
@@ -87,6 +90,8 @@ func lockCommand(e *env) *cli.Command {
 				Usage: "if this session fails while holding the lock, others cannot take it for `D` (1ms to 1m)"},
 			&cli.DurationFlag{Name: "kill-after", Value: defaultKillAfter,
 				Usage: "when the lock may be lost, send SIGKILL `D` after SIGTERM if CMD is still running"},
+			&cli.StringFlag{Name: "on-release-request", DefaultText: "none",
+				Usage: "when another session asks for the lock, send CMD `SIGNAL` (USR1, USR2, HUP, INT or TERM)"},
 			// For tests: a session that cannot reach the cell expires
 			// after its lease plus this.
 			&cli.DurationFlag{Name: "grace", Value: defaultGrace, Hidden: true,
@@ -154,6 +159,12 @@ func (e *env) lock(c *cli.Context) error {
 	killAfter := c.Duration("kill-after")
 	if killAfter <= 0 {
 		return usageErrorf(c, "--kill-after must be positive, got %v", killAfter)
+	}
+	var onAsked os.Signal // what a release request sends CMD (nil: nothing)
+	if c.IsSet("on-release-request") {
+		if onAsked, err = parseReleaseSignal(c.String("on-release-request")); err != nil {
+			return usageErrorf(c, "%v", err)
+		}
 	}
 	if e.grace = c.Duration("grace"); e.grace <= 0 {
 		return usageErrorf(c, "--grace must be positive, got %v", e.grace)
@@ -268,6 +279,7 @@ func (e *env) lock(c *cli.Context) error {
 	}()
 
 	lost := held.Done()
+	asked := l.h.ReleaseRequested()
 	var why error // the lock's context's cause, once it ended
 	var kill <-chan time.Time
 	for running := true; running; {
@@ -276,8 +288,10 @@ func (e *env) lock(c *cli.Context) error {
 			running = false
 		case sig := <-sigc:
 			ch.signal(sig)
+		case rr := <-asked:
+			l.askedToRelease(rr, onAsked, ch)
 		case <-lost:
-			lost, why = nil, context.Cause(held)
+			lost, asked, why = nil, nil, context.Cause(held)
 			l.warnf("lock %s may be lost (%s): stopping the command (SIGTERM, SIGKILL in %v)", name, errText(why), killAfter)
 			ch.signal(syscall.SIGTERM)
 			kill = time.After(killAfter)
