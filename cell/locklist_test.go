@@ -2,6 +2,7 @@ package cell_test
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,12 +53,13 @@ func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 	go func() { waits <- ha.Acquire(ctx, client.Shared) }()
 	pollUntil(t, 10*time.Second, "admin queued", func() bool { s, _ := ha.GetStat(ctx); return s.LockWaiters == 2 })
 
+	me := client.ProcessIdentity() // what every client here declares
 	a := client.LockInfo{Name: c.Name("jobs/a"), Mode: client.Exclusive,
-		Holders: []client.LockHolder{{Session: alice.Session(), Principal: "alice"}}, HolderCount: 1,
-		Waiters: []client.LockWaiter{{Session: bob.Session(), Principal: "bob", Mode: client.Exclusive},
-			{Session: admin.Session(), Principal: "admin", Mode: client.Shared}}, WaiterCount: 2}
+		Holders: []client.LockHolder{{Session: alice.Session(), Principal: "alice", Identity: me}}, HolderCount: 1,
+		Waiters: []client.LockWaiter{{Session: bob.Session(), Principal: "bob", Mode: client.Exclusive, Identity: me},
+			{Session: admin.Session(), Principal: "admin", Mode: client.Shared, Identity: me}}, WaiterCount: 2}
 	secret := client.LockInfo{Name: c.Name("jobs/secret"), Mode: client.Exclusive,
-		Holders: []client.LockHolder{{Session: bob.Session(), Principal: "bob"}}, HolderCount: 1}
+		Holders: []client.LockHolder{{Session: bob.Session(), Principal: "bob", Identity: me}}, HolderCount: 1}
 	check := func(who *client.Client, prefix string, want ...client.LockInfo) {
 		t.Helper()
 		got, truncated, err := who.Locks(ctx, prefix)
@@ -69,6 +71,8 @@ func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 				t.Fatalf("Locks(%s): %s has no generation", prefix, got[i].Name)
 			}
 			got[i].Generation = 0
+			got[i].Holders = untimed(t, got[i].Holders)
+			got[i].Waiters = untimedWaiters(t, got[i].Waiters)
 		}
 		if want == nil {
 			want = []client.LockInfo{}
@@ -79,7 +83,7 @@ func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 	}
 	check(admin, c.Name("jobs"), a, secret)
 	// A read's Stat names the waiters too, in queue order.
-	if st, err := hb.GetStat(ctx); err != nil || !reflect.DeepEqual(st.Waiters, a.Waiters) || st.LockWaiters != 2 {
+	if st, err := hb.GetStat(ctx); err != nil || !reflect.DeepEqual(untimedWaiters(t, st.Waiters), a.Waiters) || st.LockWaiters != 2 {
 		t.Fatalf("Stat waiters: %+v (%d), %v; want %+v", st.Waiters, st.LockWaiters, err, a.Waiters)
 	}
 	check(alice, c.Name("jobs"), a, secret)
@@ -89,4 +93,18 @@ func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 	if got, _, err := admin.Locks(ctx, "/ls/t"); err != nil || len(got) != 3 || got[2].Name != c.Name("other") || got[2].Mode != client.Shared {
 		t.Fatalf("Locks of the root: %+v, %v", got, err)
 	}
+}
+
+// untimedWaiters is untimed for waiters: each queued at a known, recent
+// time, returned without it.
+func untimedWaiters(t *testing.T, ws []client.LockWaiter) []client.LockWaiter {
+	t.Helper()
+	out := slices.Clone(ws)
+	for i := range out {
+		if age := time.Since(out[i].Since); out[i].Since.IsZero() || age < -time.Minute || age > time.Minute {
+			t.Errorf("waiter %d since %v", out[i].Session, out[i].Since)
+		}
+		out[i].Since = time.Time{}
+	}
+	return out
 }

@@ -34,6 +34,14 @@ type Config struct {
 	ReplicaRefresh time.Duration
 	// ClientName identifies this client to operators (default: none).
 	ClientName string
+	// Identity is what the session declares about this process (see
+	// Identity): each empty field is filled in from ProcessIdentity (the
+	// host name, pid and program name), so the zero value declares the
+	// process as it is. A field given here is sent as it is, and Dial
+	// fails with ErrBadRequest if the cell refuses it. NoIdentity declares
+	// nothing at all.
+	Identity   Identity
+	NoIdentity bool
 	// RetryTimeout bounds how long a call keeps looking for a master
 	// (fail-over, no quorum) before it fails with ErrNoMaster. Default 30 s.
 	RetryTimeout time.Duration
@@ -171,7 +179,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	var resp wire.CreateSessionResponse
 	c.route.watchRefusals(true)
 	sent, err := c.roundTrip(ctx, callSpec{method: wire.MethodCreateSession, budget: cfg.RetryTimeout,
-		req: &wire.CreateSessionRequest{ClientName: cfg.ClientName}, resp: &resp})
+		req: identityRequest(cfg.ClientName, declaredIdentity(&cfg)), resp: &resp})
 	c.route.watchRefusals(false)
 	if err != nil {
 		c.cancel()

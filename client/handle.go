@@ -127,6 +127,10 @@ type Stat struct {
 	// Waiters names the queued Acquires in queue order, filled like
 	// Holders (at most MaxStatHolders; LockWaiters counts them all).
 	Waiters []LockWaiter
+	// LockDelayBy names what started the lock-delay LockDelayUntil ends
+	// (see LockDelayCause), filled like Holders; nil when no lock-delay was
+	// ever imposed. The delay is running while LockDelayUntil is ahead.
+	LockDelayBy *LockDelayCause
 }
 
 func statFrom(s wire.Stat) Stat {
@@ -134,7 +138,7 @@ func statFrom(s wire.Stat) Stat {
 		Checksum: s.Checksum, Size: s.Size, CTime: time.Unix(0, s.CTime), MTime: time.Unix(0, s.MTime),
 		Dir: s.Dir, Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
 		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders), LockWaiters: int(s.LockWaiters),
-		Holders: holdersFrom(s.Holders), Waiters: waitersFrom(s.Waiters)}
+		Holders: holdersFrom(s.Holders), Waiters: waitersFrom(s.Waiters), LockDelayBy: delayCauseFrom(s.LockDelayBy)}
 	if s.LockDelayUntil != 0 {
 		st.LockDelayUntil = time.Unix(0, s.LockDelayUntil)
 	}

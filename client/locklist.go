@@ -7,12 +7,16 @@ import (
 	"lockcell/cell/wire"
 )
 
-// LockWaiter is one queued Acquire of a lock, as Locks reports it: its
-// session, that session's principal and the mode it asked for.
+// LockWaiter is one queued Acquire of a lock, as Locks and Stat report
+// it: its session, that session's principal and declared identity (as
+// LockHolder's), the mode it asked for, and Since, when it was queued by
+// the master's clock (zero when unknown).
 type LockWaiter struct {
 	Session   uint64   `json:"session"`
 	Principal string   `json:"principal"`
 	Mode      LockMode `json:"mode"`
+	Identity
+	Since time.Time `json:"since,omitzero"`
 }
 
 // LockInfo is one lock that is held or waited for, as Locks reports it:
@@ -60,7 +64,8 @@ func waitersFrom(ws []wire.LockWaiter) []LockWaiter {
 	}
 	out := make([]LockWaiter, len(ws))
 	for i, w := range ws {
-		out[i] = LockWaiter{Session: w.Session, Principal: w.Principal, Mode: LockMode(w.Mode)}
+		out[i] = LockWaiter{Session: w.Session, Principal: w.Principal, Mode: LockMode(w.Mode),
+			Identity: Identity{Host: w.Host, PID: int(w.PID), Program: w.Program}, Since: unixTime(w.Since)}
 	}
 	return out
 }
@@ -69,7 +74,7 @@ func waitersFrom(ws []wire.LockWaiter) []LockWaiter {
 func waitersSize(ws []wire.LockWaiter) int64 {
 	n := int64(0)
 	for _, w := range ws {
-		n += int64(len(w.Principal)) + 48
+		n += int64(len(w.Principal)+len(w.Host)+len(w.Program)) + 72
 	}
 	return n
 }
