@@ -3,6 +3,12 @@
 // replica list and followed across fail-overs), and Handles behave like
 // os.File for the cell's files and directories, which double as
 // reader/writer locks.
+//
+// A held lock tells its holder when to stop: Handle.LockContext ends the
+// moment the lock may be lost, and Handle.ReleaseRequested delivers the
+// requests of other sessions (Handle.RequestRelease: a waiter, or the
+// cell's admin, with a reason) that the holder let go. A request is
+// advice; the holder decides when to Release.
 package client
 
 import (

@@ -152,8 +152,10 @@ type DirEntry struct {
 }
 
 // Handle is an open file or directory. After Close every method but Name,
-// LockContext and Poison fails with ErrClosed. A Handle is safe for
-// concurrent use.
+// LockContext, ReleaseRequested and Poison fails with ErrClosed. A Handle
+// is safe for concurrent use. A handle that holds a lock hears other
+// sessions' requests that it let go on ReleaseRequested (see
+// RequestRelease), whatever events it was opened with.
 type Handle struct {
 	c    *Client
 	id   uint64
