@@ -263,6 +263,15 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 				case wire.CodeOK:
 					return sent, nil
 				case wire.CodeNotMaster:
+					if s.method == wire.MethodKeepAlive {
+						// The session's master is no longer this replica.
+						// Calls still parked on its connection could wait
+						// forever (a master whose Raft hangs on a stalled
+						// disk never finishes them): closing it ends them
+						// with a transport error, and each retries, with
+						// its request id, at the master the session finds.
+						c.route.drop(cn)
+					}
 					var unknown bool
 					retryNow, unknown = c.route.redirect(cn.addr, st.Leader)
 					if unknown {

@@ -367,6 +367,7 @@ func (c *Client) keepAliveLoop() {
 			}
 			s.mu.Unlock()
 			if wasJeopardy {
+				c.log.Debug("lockcell: session safe again", "session", c.Session(), "epoch", resp.Epoch)
 				c.emit(Event{Kind: Safe, Epoch: resp.Epoch})
 			}
 		case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrUnknownSession):
@@ -390,6 +391,7 @@ func (c *Client) keepAliveLoop() {
 				c.cache.Disable()
 				c.dropPooled("")
 			}
+			c.log.Debug("lockcell: session in jeopardy: no KeepAlive answer within the lease", "session", c.Session())
 			c.emit(Event{Kind: Jeopardy})
 		default:
 			// Closed, or an unexpected answer: back off briefly.

@@ -29,6 +29,39 @@ type leadershipProof struct {
 	mu      sync.Mutex
 	proven  time.Time // start of the latest round that succeeded
 	pending *proofRound
+	// stale is closed while the master is unproven (see setStale); nil
+	// until first asked for.
+	stale       chan struct{}
+	staleClosed bool
+}
+
+// staleSignal returns a channel that is closed when the master has gone
+// half a lease without a proof, so that calls parked on the master's
+// word (KeepAlives) can give up at once instead of at their own timers.
+func (p *leadershipProof) staleSignal() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stale == nil {
+		p.stale = make(chan struct{})
+	}
+	return p.stale
+}
+
+// setStale closes the stale signal when stale, and opens a new one once a
+// proof came back.
+func (p *leadershipProof) setStale(stale bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stale == nil {
+		p.stale = make(chan struct{})
+	}
+	switch {
+	case stale && !p.staleClosed:
+		close(p.stale)
+		p.staleClosed = true
+	case !stale && p.staleClosed:
+		p.stale, p.staleClosed = make(chan struct{}), false
+	}
 }
 
 // provenSince reports whether a round of contact that began at or after t
@@ -129,6 +162,10 @@ func (s *Server) proveLoop(stop <-chan struct{}) {
 		}
 	}()
 	every := max(s.cfg.LeaseTTL/10, 10*time.Millisecond)
+	s.mu.Lock()
+	since := s.servingSince
+	s.mu.Unlock()
+	defer s.proof.setStale(false) // a later term starts unsignalled
 	for {
 		tick, stopTick := after(s.cfg.Clock, every)
 		select {
@@ -137,9 +174,16 @@ func (s *Server) proveLoop(stop <-chan struct{}) {
 			return
 		case <-tick:
 		}
-		rctx, rcancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/4)
+		// Wait for the round only until the next tick: a round Raft
+		// cannot answer goes on without us (since shares it), and the
+		// stale check below runs on time.
+		rctx, rcancel := context.WithTimeout(ctx, every)
 		s.proof.since(rctx, s.cfg.Clock.Now().Add(-every))
 		rcancel()
+		// Parked KeepAlives learn at once that this master cannot
+		// prove it leads: their clients go on to a successor a quarter
+		// lease sooner, most before their leases make them doubt.
+		s.proof.setStale(s.unproven(since))
 	}
 }
 

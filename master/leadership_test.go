@@ -112,3 +112,32 @@ func TestLeadershipProofFailsClosed(t *testing.T) {
 	}
 	g.verdict <- nil // let the stuck round end
 }
+
+// The stale signal closes when the master goes unproven and a new one
+// opens when a proof comes back, so KeepAlives parked in a later proven
+// stretch are not ended by an earlier stale one.
+func TestLeadershipProofStaleSignal(t *testing.T) {
+	p := &leadershipProof{verify: func(context.Context) error { return nil }, now: time.Now}
+	first := p.staleSignal()
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	p.setStale(false)
+	if closed(first) {
+		t.Fatal("signal closed while proven")
+	}
+	p.setStale(true)
+	p.setStale(true) // repeated: closes once
+	if !closed(first) || !closed(p.staleSignal()) {
+		t.Fatal("signal not closed while unproven")
+	}
+	p.setStale(false)
+	if closed(p.staleSignal()) {
+		t.Fatal("a proof came back but the signal stays closed")
+	}
+}

@@ -118,6 +118,9 @@ type sessions struct {
 type leaseAuthority interface {
 	leads() bool
 	provenSince(ctx context.Context, notBefore time.Time) (time.Time, error)
+	// stale is closed while the master has gone half a lease without a
+	// proof (nil: never).
+	stale() <-chan struct{}
 }
 
 // raftAuthority is the leaseAuthority of a running cell.
@@ -131,6 +134,8 @@ func (a raftAuthority) leads() bool { return a.cons.IsLeader() }
 func (a raftAuthority) provenSince(ctx context.Context, notBefore time.Time) (time.Time, error) {
 	return a.proof.since(ctx, notBefore)
 }
+
+func (a raftAuthority) stale() <-chan struct{} { return a.proof.staleSignal() }
 
 func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
 	return &sessions{clock: clock, ttl: ttl, auth: auth, stats: stats, log: log,
@@ -271,6 +276,12 @@ func (ss *sessions) keepAlive(ctx context.Context, stop <-chan struct{}, a keepA
 			due, stopTimer := after(ss.clock, d)
 			select {
 			case <-due:
+			case <-ss.auth.stale():
+				// No proof for half a lease (its Raft is stuck or
+				// deposed): answer NotMaster now, while the client still
+				// trusts its lease, rather than at the lease's end.
+				stopTimer()
+				return nil, errStopped
 			case <-l.wake:
 			case <-ctx.Done():
 				stopTimer()
@@ -287,10 +298,12 @@ func (ss *sessions) keepAlive(ctx context.Context, stop <-chan struct{}, a keepA
 	}
 	// Belief is not enough (leadership.go): the lease granted ends by the
 	// start of a round of contact with a quorum plus one lease. A master
-	// that gets no such round within a quarter lease (its Raft is stuck
-	// or deposed) answers NotMaster, and the client searches elsewhere
-	// before its lease runs out.
-	pctx, cancel := context.WithTimeout(ctx, ss.ttl/4)
+	// that gets no such round within an eighth of a lease (its Raft is
+	// stuck or deposed; a healthy round takes milliseconds) answers
+	// NotMaster while the client still has an eighth of its lease to
+	// spare: it searches elsewhere without doubting its session (no
+	// jeopardy), and abandons the calls it left at this master.
+	pctx, cancel := context.WithTimeout(ctx, ss.ttl/8)
 	proven, err := ss.auth.provenSince(pctx, ss.clock.Now().Add(-ss.ttl/10))
 	cancel()
 	if err != nil {

@@ -27,6 +27,8 @@ func (a alwaysLeader) provenSince(context.Context, time.Time) (time.Time, error)
 	return a.clock.Now(), nil
 }
 
+func (a alwaysLeader) stale() <-chan struct{} { return nil }
+
 const testEpoch = 3
 
 func newTestSessions(t *testing.T, ids ...uint64) (*sessions, *fakeClock, chan struct{}) {
@@ -378,5 +380,37 @@ func TestShortMasterDelaysAreNotCredited(t *testing.T) {
 	}
 	if ids := ss.expired(clock.Now()); len(ids) != 1 {
 		t.Fatalf("expired %v a lease after the last KeepAlive; a late-waking master must still expire the silent session", ids)
+	}
+}
+
+// staleAuthority is alwaysLeader with a stale signal the test closes.
+type staleAuthority struct {
+	alwaysLeader
+	ch chan struct{}
+}
+
+func (a staleAuthority) stale() <-chan struct{} { return a.ch }
+
+// A KeepAlive parked at a master that then goes half a lease without a
+// proof of leadership (its Raft stuck on a stalled disk) is answered
+// NotMaster at once, while its client still trusts its lease, instead of
+// at the end of its park plus a failed proof (when the client would
+// already be in jeopardy).
+func TestParkedKeepAliveEndsWhenLeadershipGoesUnproven(t *testing.T) {
+	clock := newFakeClock()
+	auth := staleAuthority{alwaysLeader{clock}, make(chan struct{})}
+	ss := newSessions(clock, testLease, auth, &masterStats{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ss.start(testEpoch, []uint64{1})
+	stop := make(chan struct{})
+	defer close(stop)
+	first := answered(t, keepAliveAsync(t, ss, clock, stop, 1, 0)) // the fail-over event
+	if first.err != nil || len(first.resp.Events) == 0 {
+		t.Fatalf("first KeepAlive: %v, %v", first.resp, first.err)
+	}
+	ch := keepAliveAsync(t, ss, clock, stop, 1, first.resp.Events[0].Seq)
+	parked(t, ch)
+	close(auth.ch) // the clock does not move: only the signal ends the park
+	if r := answered(t, ch); !errors.Is(r.err, errStopped) {
+		t.Fatalf("parked KeepAlive at an unproven master: got %v, %v; want errStopped (NotMaster)", r.resp, r.err)
 	}
 }
