@@ -25,33 +25,42 @@ func (c *call) listLocks(ctx context.Context, req *wire.ListLocksRequest) (*wire
 			return err
 		}
 		locks, more := v.Locks(req.Prefix, c.caller.Principal, c.isAdmin(), wire.MaxListedLocks, wire.MaxStatHolders)
-		out.Truncated = more
-		budget := listLocksBytes
-		for _, l := range locks {
-			li := wire.LockInfo{Path: l.Path, Mode: l.Mode, Generation: l.Gen, HolderCount: uint32(l.HolderCount),
-				WaiterCount: uint32(l.WaiterCount), LockDelayUntil: l.LockDelayUntil}
-			size := len(l.Path) + 48
-			for _, h := range l.Holders {
-				li.Holders = append(li.Holders, wireHolder(h))
-				size += len(h.Principal) + len(h.Host) + len(h.Program) + 48
-			}
-			for _, w := range l.Waiters {
-				li.Waiters = append(li.Waiters, wireWaiter(w))
-				size += len(w.Principal) + len(w.Host) + len(w.Program) + 48
-			}
-			if size > budget && len(out.Locks) > 0 {
-				out.Truncated = true
-				break
-			}
-			budget -= size
-			out.Locks = append(out.Locks, li)
-		}
+		var short bool
+		out.Locks, short = lockInfos(locks, listLocksBytes)
+		out.Truncated = more || short
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// lockInfos turns listed locks into their wire form, in order, until
+// they would add up to more than budget bytes (an over-estimate of their
+// encoding); short says it stopped before the end. The first lock is
+// always kept: one lock's 64 holders and 64 waiters fit a frame whatever
+// they declared.
+func lockInfos(locks []replica.LockListing, budget int) (out []wire.LockInfo, short bool) {
+	for _, l := range locks {
+		li := wire.LockInfo{Path: l.Path, Mode: l.Mode, Generation: l.Gen, HolderCount: uint32(l.HolderCount),
+			WaiterCount: uint32(l.WaiterCount), LockDelayUntil: l.LockDelayUntil}
+		size := len(l.Path) + 64
+		for _, h := range l.Holders {
+			li.Holders = append(li.Holders, wireHolder(h))
+			size += len(h.Principal) + len(h.Host) + len(h.Program) + 48
+		}
+		for _, w := range l.Waiters {
+			li.Waiters = append(li.Waiters, wireWaiter(w))
+			size += len(w.Principal) + len(w.Host) + len(w.Program) + 48
+		}
+		if size > budget && len(out) > 0 {
+			return out, true
+		}
+		budget -= size
+		out = append(out, li)
+	}
+	return out, false
 }
 
 // listLocksBytes bounds what a ListLocks reply's locks may add up to (an
