@@ -155,7 +155,7 @@ func fzPrelude(tb testing.TB) [][]byte {
 	cmds := []Command{
 		{Time: fzTime, Payload: &EpochArgs{}},
 		{Time: fzTime, Payload: &CellKeyArgs{Key: []byte("0123456789abcdef0123456789abcdef")}},
-		{Time: fzTime, Client: "a", Principal: "alice", Payload: &CreateSessionArgs{}},
+		{Time: fzTime, Client: "a", Principal: "alice", Payload: &CreateSessionArgs{Host: "alice-host", PID: 7, Program: "fuzz"}},
 		{Time: fzTime, Client: "b", Principal: "bob", Payload: &CreateSessionArgs{}},
 		req(Command{Session: fzAlice, Admin: true, Payload: &OpenArgs{Path: "/ls/c/acl", Flags: rwc | FlagDirectory}}),
 		req(Command{Session: fzAlice, Admin: true, Payload: &OpenArgs{Path: "/ls/c/acl/everyone", Flags: rwc, Contents: []byte("*\n")}}),
@@ -170,7 +170,7 @@ func fzPrelude(tb testing.TB) [][]byte {
 		req(Command{Session: fzBob, Payload: &OpenArgs{Path: "/ls/c/d/e", Flags: rwc | FlagEphemeral, LockDelay: 1e9, EventMask: 1}}),
 		req(Command{Session: fzBob, Payload: &AcquireArgs{Handle: fzHEph, Mode: LockShared}}),
 		req(Command{Session: fzAlice, Payload: &SetACLArgs{Handle: fzHD, ACL: &ACLNames{Read: "admins", Write: "admins", ChangeACL: "admins"}}}),
-		{Time: fzTime, Client: "c", Principal: "carol", Payload: &CreateSessionArgs{}},
+		{Time: fzTime, Client: "c", Principal: "carol", Payload: &CreateSessionArgs{Host: "carol-host", PID: 1 << 40, Program: "expires"}},
 		req(Command{Session: fzCarol, Payload: &OpenArgs{Path: "/ls/c/l", Flags: rwc, LockDelay: 5e9}}),
 		req(Command{Session: fzCarol, Payload: &AcquireArgs{Handle: 19, Mode: LockExclusive}}),
 		{Time: fzTime + 1e9, Session: fzCarol, Payload: &CloseSessionArgs{Expired: true}},
