@@ -1,6 +1,8 @@
 // Package cache is the client library's consistent cache of node data
 // (docs/spec.md#caching): file contents, stats and directory listings, keyed
-// by node name and a caller-chosen kind. It is a pure data structure guarded
+// by node name and a caller-chosen kind, and the absence of names (negative
+// entries, kept under their directory's name: see Key.Child). It is a pure
+// data structure guarded
 // by its own mutex: no network, no goroutines, no clock. The client
 // translates the master's invalidation events, jeopardy and fail-over into
 // calls on it.
@@ -72,7 +74,6 @@
 package cache
 
 import (
-	"math/bits"
 	"sync"
 	"sync/atomic"
 )
@@ -98,9 +99,19 @@ type Config struct {
 // Key identifies one cached value: the node name and a kind chosen by the
 // caller (for example contents, stat or listing), so one name can hold
 // several independent values that are invalidated together.
+//
+// A Key with a Child is a negative entry: its value records that Child, a
+// child of the directory Name, is absent. It is stored, looked up and
+// invalidated under Name (Invalidate(Name) drops every entry of Name, Child
+// or not, and PutIf takes a Token of Name), because what makes an absence
+// stale (the child created, or its ACLs changed) changes the directory's
+// listing too, and so invalidates the directory. Each negative entry costs
+// len(Name)+len(Child) bytes plus its value's size, and counts as one entry
+// toward MaxEntries, like any other.
 type Key struct {
-	Name string
-	Kind uint8
+	Name  string
+	Kind  uint8
+	Child string
 }
 
 // Token records the state of the cache for one name at the moment it was
@@ -114,34 +125,56 @@ type Token struct {
 type Stats struct {
 	Hits          uint64 // Gets that returned a value
 	Misses        uint64 // Gets that did not (including while disabled)
+	NegativeHits  uint64 // Hits of negative entries (keys with a Child)
 	Invalidations uint64 // calls of Invalidate
 	Evictions     uint64 // entries dropped to respect MaxBytes or MaxEntries
 	Entries       int64  // entries held now
 	Bytes         int64  // bytes held now (as MaxBytes counts them)
 }
 
-// entry is one cached value; it sits on the LRU list (front = most recent).
+// entry is one cached value; it sits on the LRU list (front = most recent)
+// and on its name's list of entries.
 type entry[V any] struct {
-	key        Key
-	val        V
-	size       int64
-	prev, next *entry[V]
-	rec        *nameRec
+	key          Key
+	val          V
+	size         int64
+	prev, next   *entry[V] // LRU links
+	rprev, rnext *entry[V] // links of rec's entries (nil-terminated)
+	rec          *nameRec[V]
 }
 
-// nameRec is the per-name state: which kinds are cached and the stamp of
-// the name's last Invalidate while it is tracked (on the stamp FIFO).
-type nameRec struct {
+// nameRec is the per-name state: the entries cached under the name and the
+// stamp of the name's last Invalidate while it is tracked (on the stamp
+// FIFO).
+type nameRec[V any] struct {
 	name       string
-	kinds      [4]uint64 // bitset over Kind
-	n          int       // number of set bits in kinds
-	stamp      uint64    // 0 when not tracked
-	prev, next *nameRec  // stamp FIFO links (oldest at front)
+	ents       *entry[V]   // first of the name's entries
+	n          int         // number of entries
+	stamp      uint64      // 0 when not tracked
+	prev, next *nameRec[V] // stamp FIFO links (oldest at front)
 }
 
-func (r *nameRec) has(k uint8) bool { return r.kinds[k>>6]&(1<<(k&63)) != 0 }
-func (r *nameRec) set(k uint8)      { r.kinds[k>>6] |= 1 << (k & 63); r.n++ }
-func (r *nameRec) clear(k uint8)    { r.kinds[k>>6] &^= 1 << (k & 63); r.n-- }
+func (r *nameRec[V]) add(e *entry[V]) {
+	e.rprev, e.rnext = nil, r.ents
+	if r.ents != nil {
+		r.ents.rprev = e
+	}
+	r.ents = e
+	r.n++
+}
+
+func (r *nameRec[V]) remove(e *entry[V]) {
+	if e.rprev != nil {
+		e.rprev.rnext = e.rnext
+	} else {
+		r.ents = e.rnext
+	}
+	if e.rnext != nil {
+		e.rnext.rprev = e.rprev
+	}
+	e.rprev, e.rnext = nil, nil
+	r.n--
+}
 
 // Cache is a bounded LRU cache of values of type V with the invalidation
 // protocol described in the package comment. All methods are safe for
@@ -157,14 +190,14 @@ type Cache[V any] struct {
 	enabled bool
 	floor   uint64
 	items   map[Key]*entry[V]
-	names   map[string]*nameRec
-	head    entry[V] // LRU sentinel: head.next is the most recent
-	fifo    nameRec  // stamp FIFO sentinel: fifo.next is the oldest
-	tracked int      // names on the stamp FIFO
+	names   map[string]*nameRec[V]
+	head    entry[V]   // LRU sentinel: head.next is the most recent
+	fifo    nameRec[V] // stamp FIFO sentinel: fifo.next is the oldest
+	tracked int        // names on the stamp FIFO
 	bytes   int64
 
-	hits, misses, invalidations, evictions atomic.Uint64
-	nEntries, nBytes                       atomic.Int64
+	hits, misses, negHits, invalidations, evictions atomic.Uint64
+	nEntries, nBytes                                atomic.Int64
 }
 
 // New returns an empty, enabled cache bounded by cfg. size reports the
@@ -182,7 +215,7 @@ func New[V any](cfg Config, size func(V) int64) *Cache[V] {
 		enabled: true,
 		floor:   1,
 		items:   make(map[Key]*entry[V]),
-		names:   make(map[string]*nameRec),
+		names:   make(map[string]*nameRec[V]),
 	}
 	c.clock.Store(1) // so the zero Token (at 0) is below floor
 	c.head.prev, c.head.next = &c.head, &c.head
@@ -221,7 +254,7 @@ func (c *Cache[V]) Fresh(t Token) bool {
 // most recently used; least recently used entries are then evicted until
 // the bounds hold again.
 func (c *Cache[V]) PutIf(key Key, v V, t Token) bool {
-	sz := int64(len(key.Name))
+	sz := int64(len(key.Name) + len(key.Child))
 	if c.size != nil {
 		if s := c.size(v); s > 0 {
 			sz += s
@@ -246,12 +279,12 @@ func (c *Cache[V]) PutIf(key Key, v V, t Token) bool {
 		c.pushEntry(e)
 	} else {
 		if rec == nil {
-			rec = &nameRec{name: key.Name}
+			rec = &nameRec[V]{name: key.Name}
 			c.names[key.Name] = rec
 		}
 		e = &entry[V]{key: key, val: v, size: sz, rec: rec}
 		c.items[key] = e
-		rec.set(key.Kind)
+		rec.add(e)
 		c.bytes += sz
 		c.pushEntry(e)
 	}
@@ -283,10 +316,14 @@ func (c *Cache[V]) Get(key Key) (V, bool) {
 	v := e.val
 	c.mu.Unlock()
 	c.hits.Add(1)
+	if key.Child != "" {
+		c.negHits.Add(1)
+	}
 	return v, true
 }
 
-// Invalidate drops every kind cached for name and makes every Token taken
+// Invalidate drops every entry cached under name (every kind, and every
+// negative entry of its children) and makes every Token taken
 // for name before this call unacceptable to PutIf. When Invalidate returns,
 // no Get can return data stored before it, nor data offered by a PutIf with
 // an older token. Call it for each name an invalidation event covers (a
@@ -298,7 +335,7 @@ func (c *Cache[V]) Invalidate(name string) {
 	defer c.mu.Unlock()
 	rec := c.names[name]
 	if rec == nil {
-		rec = &nameRec{name: name}
+		rec = &nameRec[V]{name: name}
 		c.names[name] = rec
 	}
 	// Stamp the name and move it to the back of the FIFO (newest) first:
@@ -311,11 +348,8 @@ func (c *Cache[V]) Invalidate(name string) {
 	c.fifo.prev.next = rec
 	c.fifo.prev = rec
 	c.tracked++
-	for w := range rec.kinds {
-		for rec.kinds[w] != 0 {
-			k := uint8(w<<6 | bits.TrailingZeros64(rec.kinds[w]))
-			c.removeEntry(c.items[Key{Name: name, Kind: k}])
-		}
+	for rec.ents != nil {
+		c.removeEntry(rec.ents)
 	}
 	// Forget the oldest stamps beyond MaxTracked, raising floor to cover
 	// them. rec is the newest and MaxTracked >= 1, so it stays.
@@ -378,6 +412,7 @@ func (c *Cache[V]) Stats() Stats {
 	return Stats{
 		Hits:          c.hits.Load(),
 		Misses:        c.misses.Load(),
+		NegativeHits:  c.negHits.Load(),
 		Invalidations: c.invalidations.Load(),
 		Evictions:     c.evictions.Load(),
 		Entries:       c.nEntries.Load(),
@@ -413,7 +448,7 @@ func (c *Cache[V]) removeEntry(e *entry[V]) {
 	delete(c.items, e.key)
 	c.bytes -= e.size
 	rec := e.rec
-	rec.clear(e.key.Kind)
+	rec.remove(e)
 	if rec.n == 0 && rec.stamp == 0 {
 		delete(c.names, rec.name)
 	}
@@ -433,7 +468,7 @@ func (c *Cache[V]) unlinkEntry(e *entry[V]) {
 	e.prev, e.next = nil, nil
 }
 
-func (c *Cache[V]) unlinkRec(r *nameRec) {
+func (c *Cache[V]) unlinkRec(r *nameRec[V]) {
 	r.prev.next = r.next
 	r.next.prev = r.prev
 	r.prev, r.next = nil, nil

@@ -194,6 +194,49 @@ func TestKindsIndependent(t *testing.T) {
 	}
 }
 
+// Negative entries (keys with a Child) are stored and found under their
+// directory's name, each on its own, counted as hits and as negative hits,
+// charged for both names' bytes, and all dropped by an Invalidate of the
+// directory; an invalidation of the child's own name leaves them alone.
+func TestNegativeEntries(t *testing.T) {
+	c := New(Config{MaxEntries: 3}, func(s string) int64 { return int64(len(s)) })
+	dir := "/ls/c/d"
+	ka, kb := Key{Name: dir, Kind: 9, Child: "a"}, Key{Name: dir, Kind: 9, Child: "b"}
+	put(t, c, ka, "")
+	put(t, c, kb, "")
+	put(t, c, key(dir, kList), "x y")
+	mustMiss(t, c, Key{Name: dir, Kind: 9, Child: "c"})
+	mustGet(t, c, ka, "")
+	mustGet(t, c, key(dir, kList), "x y")
+	if st := c.Stats(); st.Hits != 2 || st.NegativeHits != 1 || st.Misses != 1 || st.Entries != 3 ||
+		st.Bytes != int64(3*len(dir)+2+len("x y")) {
+		t.Fatalf("stats %+v", st)
+	}
+	c.Invalidate(dir + "/a") // the child's own name: not where its absence lives
+	mustGet(t, c, ka, "")
+	// A token taken before an Invalidate of the directory is refused for
+	// a negative entry too.
+	tok := c.Token(dir)
+	c.Invalidate(dir)
+	mustMiss(t, c, ka)
+	mustMiss(t, c, kb)
+	mustMiss(t, c, key(dir, kList))
+	if c.PutIf(Key{Name: dir, Kind: 9, Child: "c"}, "", tok) {
+		t.Fatal("negative entry stored with a token older than the directory's invalidation")
+	}
+	if c.PutIf(Key{Name: dir, Kind: 9, Child: "c"}, "", c.Token(dir+"/c")) {
+		t.Fatal("negative entry stored with a token of the child's name")
+	}
+	// Bounded like every entry: the least recently used goes.
+	for _, ch := range []string{"p", "q", "r", "s"} {
+		put(t, c, Key{Name: dir, Kind: 9, Child: ch}, "")
+	}
+	mustMiss(t, c, Key{Name: dir, Kind: 9, Child: "p"})
+	if st := c.Stats(); st.Entries != 3 || st.Evictions != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 func TestEvictionByCountLRU(t *testing.T) {
 	c := New[int](Config{MaxEntries: 3}, nil)
 	a, b, d, e := key("a", 0), key("b", 0), key("d", 0), key("e", 0)
@@ -384,7 +427,8 @@ func testModel(t *testing.T, maxTracked int) {
 	for step := range 20000 {
 		now++
 		name := names[rng.IntN(len(names))]
-		k := Key{Name: name, Kind: uint8(rng.IntN(3))}
+		// Negative entries (a Child) live under their directory's name.
+		k := Key{Name: name, Kind: uint8(rng.IntN(3)), Child: []string{"", "", "x", "y"}[rng.IntN(4)]}
 		switch op := rng.IntN(100); {
 		case op < 30:
 			toks = append(toks, tok{c.Token(name), name, now})
@@ -424,8 +468,10 @@ func testModel(t *testing.T, maxTracked int) {
 		case op < 95:
 			c.Invalidate(name)
 			lastInv[name] = now
-			for kind := range uint8(3) {
-				drop(Key{Name: name, Kind: kind})
+			for k := range vals {
+				if k.Name == name {
+					drop(k)
+				}
 			}
 		case op < 97:
 			c.Purge()
