@@ -152,6 +152,7 @@ type Client struct {
 	cache *cache.Cache[cached]
 
 	events    chan Event
+	streams   handleStreams // each handle's own events (events.go)
 	eventsMu  sync.Mutex
 	eventsOff bool
 	stop      chan struct{}

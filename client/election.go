@@ -1,9 +1,11 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrNoLeader means nobody leads the election on a name: no candidate
@@ -77,4 +79,184 @@ func (c *Client) Leader(ctx context.Context, name string) ([]byte, error) {
 		return nil, opErr("leader", name, ErrNoLeader)
 	}
 	return data, nil
+}
+
+// LeaderChange is one state of an election, as Observe reports it.
+type LeaderChange struct {
+	// Leader is the identity the leader wrote; nil when NoLeader.
+	Leader []byte
+	// NoLeader is true when nobody leads (see ErrNoLeader): the
+	// election's file does not exist, no candidate holds its lock, or the
+	// holder has not yet written its identity.
+	NoLeader bool
+	// Generation is the lock generation of the leader's hold (Stat.LockGen:
+	// each new leader has a larger one), and ContentGen the generation of
+	// the identity it wrote; zero when the file does not exist.
+	Generation uint64
+	ContentGen uint64
+	// Err is why the election could not be read, as an error matching
+	// the client's sentinels (ErrPermission, ErrSessionExpired,
+	// ErrClosed...). Observe reports it once and ends.
+	Err error
+	// Time is when this client read the state.
+	Time time.Time
+}
+
+func (a LeaderChange) same(b LeaderChange) bool {
+	return a.NoLeader == b.NoLeader && bytes.Equal(a.Leader, b.Leader) && a.Generation == b.Generation &&
+		a.ContentGen == b.ContentGen && (a.Err == nil) == (b.Err == nil)
+}
+
+// ObserveRecheck is how often Observe re-reads an election with no news:
+// a safety net for changes that reach it by no event (a leader's lock
+// freed while this client's cache was off). With the cache on, a lock
+// freed or taken reaches Observe as soon as the master invalidates the
+// file, on the next KeepAlive reply.
+const ObserveRecheck = time.Second
+
+// Observe reports the leaders of the election on name (see Campaign) as
+// they change: the first value is the state when it starts, each later one
+// a state that differs from the one before (a new leader, a new identity,
+// or no leader). Values are coalesced: a reader that falls behind gets the
+// latest state, never a stale one, and may miss states in between; the
+// last state is never missed. Observe re-reads the file whenever its
+// handle hears of a change (a lock granted, contents written, the file
+// deleted), of a lost event (Overflow), of a fail-over (Reannounce), when
+// the master invalidates its cached copy (a lock freed), and at least
+// every ObserveRecheck; so a leader that resigns or whose session fails
+// is followed by NoLeader at least until its lock-delay has passed and
+// the next candidate has written its identity.
+//
+// The channel is closed when ctx ends, when the Client is closed or its
+// session expires, or after a value whose Err says why the election could
+// not be read (permission, a bad name). Reading needs read permission on
+// name; Observe never campaigns.
+func (c *Client) Observe(ctx context.Context, name string) <-chan LeaderChange {
+	out := make(chan LeaderChange, 1)
+	if !c.sess.whileLive(func() { c.wg.Add(1) }) {
+		close(out)
+		return out
+	}
+	go c.observe(ctx, name, out)
+	return out
+}
+
+// observe is Observe's goroutine: it owns the handle it reads through,
+// and ends with ctx or the Client (Close waits for it).
+func (c *Client) observe(ctx context.Context, name string, out chan<- LeaderChange) {
+	defer c.wg.Done()
+	defer close(out)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.base, cancel)()
+	var h *Handle
+	defer func() {
+		if h != nil {
+			h.Close()
+		}
+	}()
+	inval, unwatch := c.streams.watchInvalidation(name)
+	defer unwatch()
+	recheck := make(chan struct{}, 1)
+	var timer Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+
+	var last, pending *LeaderChange
+	stale := true
+	for {
+		if stale {
+			stale = false
+			st, ok := c.readElection(ctx, &h, name)
+			if ctx.Err() != nil {
+				return
+			}
+			if ok && (last == nil || !st.same(*last)) {
+				last, pending = &st, &st
+			}
+			if st.Err != nil {
+				select {
+				case out <- st:
+				case <-ctx.Done():
+				}
+				return
+			}
+			if timer != nil {
+				timer.Stop()
+			}
+			timer = c.clock.AfterFunc(ObserveRecheck, func() {
+				select {
+				case recheck <- struct{}{}:
+				default:
+				}
+			})
+		}
+		var send chan<- LeaderChange
+		var v LeaderChange
+		if pending != nil {
+			send, v = out, *pending
+		}
+		var evs <-chan Event
+		if h != nil {
+			evs = h.Events()
+		}
+		select {
+		case send <- v:
+			pending = nil
+		case _, ok := <-evs:
+			if !ok { // the session is over; the next read says how
+				h.Close()
+				h = nil
+			}
+			stale = true
+		case <-inval:
+			stale = true
+		case <-recheck:
+			stale = true
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// readElection reads the election's state through *h, opening it (with
+// the events Observe follows) when it is nil, and closing it when the
+// file is gone. It reports false when the read failed in a way waiting
+// may heal (no master for now): the state is unknown, not changed.
+// Other errors are returned in Err.
+func (c *Client) readElection(ctx context.Context, h **Handle, name string) (LeaderChange, bool) {
+	now := c.clock.Now()
+	if *h == nil {
+		nh, err := c.Open(ctx, name, Read, WithEvents(OnContentsModified|OnLockAcquired|OnHandleInvalid))
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return LeaderChange{NoLeader: true, Time: now}, true
+		case err != nil:
+			return electionErr(err, now)
+		}
+		*h = nh
+	}
+	data, st, err := (*h).GetContentsAndStat(ctx)
+	switch {
+	case errors.Is(err, ErrHandleInvalid): // deleted: reopen on the next read
+		(*h).Close()
+		*h = nil
+		return LeaderChange{NoLeader: true, Time: now}, true
+	case err != nil:
+		return electionErr(err, now)
+	case st.LockMode != Exclusive || st.ContentGen <= st.LockGen: // as in Leader
+		return LeaderChange{NoLeader: true, Generation: st.LockGen, ContentGen: st.ContentGen, Time: now}, true
+	}
+	return LeaderChange{Leader: data, Generation: st.LockGen, ContentGen: st.ContentGen, Time: now}, true
+}
+
+// electionErr is readElection's answer to a failed read.
+func electionErr(err error, now time.Time) (LeaderChange, bool) {
+	if errors.Is(err, ErrNoMaster) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return LeaderChange{}, false
+	}
+	return LeaderChange{NoLeader: true, Err: err, Time: now}, true
 }

@@ -86,8 +86,9 @@ const (
 	OnHandleInvalid    EventMask = EventMask(wire.MaskHandleInvalid)
 )
 
-// WithEvents asks for handle events on Client.Events() while the handle
-// is open: they arrive on the next KeepAlive reply after the change.
+// WithEvents asks for handle events while the handle is open: they arrive
+// on the next KeepAlive reply after the change, on the handle's own
+// Handle.Events and on Client.Events.
 func WithEvents(m EventMask) OpenOption {
 	return func(o *openOptions) { o.req.EventMask = uint32(m) }
 }
@@ -182,6 +183,26 @@ type Handle struct {
 
 	// asked holds release requests for the holder (releasereq.go).
 	asked chan ReleaseRequest
+	// events is the handle's own event stream (events.go); nil unless it
+	// was opened WithEvents.
+	events *eventStream
+}
+
+// Events returns the handle's own stream of events, in the order the
+// master sent them: those it asked for WithEvents, LockBroken and
+// ReleaseRequested about its lock, and a Reannounce after every fail-over
+// or recovery from jeopardy the session survives. Each event carries its
+// position (Event.Instance, ContentGen, LockGen, Epoch). The stream keeps
+// HandleEventBuffer unread events; a reader that falls further behind gets
+// an Overflow event at the point where it stopped hearing everything, and
+// should re-read the node. The channel is closed when the handle is
+// closed, and when the session ends (Client.Close, or expiry). A handle
+// opened without WithEvents has no stream: Events returns nil.
+func (h *Handle) Events() <-chan Event {
+	if h.events == nil {
+		return nil
+	}
+	return h.events.ch
 }
 
 // markDirty keeps the handle out of the idle pool: its lock, sequencer or
@@ -233,6 +254,9 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 		return nil, opErr("open", name, err)
 	}
 	h := &Handle{c: c, id: resp.Handle, path: name, instance: resp.Stat.Instance, noCache: o.noCache || c.cache == nil}
+	if req.EventMask != 0 {
+		h.events = c.streams.open(h.id, name)
+	}
 	if usePool && resp.Cacheable && !resp.Stat.Ephemeral {
 		h.pool, h.tok = &key, tok
 	}
@@ -549,6 +573,7 @@ func (h *Handle) Close() error {
 	dirty := h.dirty
 	h.mu.Unlock()
 	h.endLock(ErrClosed)
+	h.c.streams.drop(h.id, h.events)
 	if h.pool != nil && !dirty && h.c.keepIdle(*h.pool, pooledHandle{id: h.id, tok: h.tok, instance: h.instance}) {
 		return nil
 	}

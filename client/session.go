@@ -54,6 +54,21 @@ const (
 	// are on that handle's ReleaseRequested channel; the lock stays held
 	// until the holder releases it.
 	ReleaseRequested
+
+	// Overflow: the stream it arrives on (Client.Events or Handle.Events)
+	// was full, and at least one event after the ones before it was not
+	// kept. Re-read what you rely on (GetContentsAndStat, GetStat,
+	// ReadDir): that read is newer than every event lost. Its position
+	// is that of the first event lost (Path names its node, if any).
+	Overflow
+	// Reannounce: the session survived a fail-over or a jeopardy, and
+	// events the old master had queued for it may be lost; what the
+	// handle heard before may be stale. Delivered only on Handle.Events,
+	// once or more per fail-over or recovery, for every handle opened
+	// WithEvents; re-read the node. Its Epoch is the master's now; its
+	// other position fields repeat the last this handle heard of (zero if
+	// none), to compare with what the re-read returns.
+	Reannounce
 )
 
 func (k EventKind) String() string {
@@ -82,18 +97,32 @@ func (k EventKind) String() string {
 		return "lock-broken"
 	case ReleaseRequested:
 		return "release-requested"
+	case Overflow:
+		return "overflow"
+	case Reannounce:
+		return "reannounce"
 	}
 	return "event"
 }
 
 // Event is one notification to the application.
 type Event struct {
-	Kind  EventKind
+	Kind EventKind
+	// Epoch is the epoch of the master the event came from.
 	Epoch uint64
-	Time  time.Time
+	// Time is when this client heard the event.
+	Time time.Time
 	// Path and Child describe handle events.
 	Path  string
 	Child string
+	// Instance, ContentGen and LockGen are a handle event's position: the
+	// node's instance and generations (as in Stat) just after the change
+	// it tells of. They are zero when the master did not know them (the
+	// node was deleted). Generations only grow, so for one node the
+	// positions of successive events never go back.
+	Instance   uint64
+	ContentGen uint64
+	LockGen    uint64
 }
 
 // handleEventKinds maps wire event kinds to handle events.
@@ -103,22 +132,29 @@ var handleEventKinds = map[uint8]EventKind{
 	wire.EventLockBroken: LockBroken, wire.EventReleaseRequested: ReleaseRequested,
 }
 
-// Events delivers session events in order. The channel is closed by Close.
-// Slow readers lose events beyond a buffer of 256 rather than stall the
-// session.
+// Events delivers the session's events in order: Jeopardy, Safe, Expired,
+// MasterFailover, and the events of every handle opened WithEvents (which
+// also arrive on that handle's own Handle.Events). The channel is closed
+// by Close. It keeps SessionEventBuffer unread events; a reader that falls
+// further behind does not stall the session, and loses nothing silently:
+// the first event it could not keep becomes an Overflow event, after which
+// the reader should re-read what it relies on.
 func (c *Client) Events() <-chan Event { return c.events }
 
+// emit delivers a session-level event on Client.Events; a fail-over or a
+// recovery from jeopardy also re-announces every handle's node.
 func (c *Client) emit(e Event) {
 	e.Time = c.clock.Now()
 	c.eventsMu.Lock()
-	defer c.eventsMu.Unlock()
-	if c.eventsOff {
-		return
+	if !c.eventsOff {
+		if _, over := pushEvent(c.events, e); over {
+			c.log.Warn("lockcell: events overflowed, the application is not reading Events(); it gets an overflow event",
+				"event", e.Kind, "buffer", SessionEventBuffer)
+		}
 	}
-	select {
-	case c.events <- e:
-	default:
-		c.log.Warn("lockcell: event dropped, the application is not reading Events()", "event", e.Kind)
+	c.eventsMu.Unlock()
+	if e.Kind == MasterFailover || e.Kind == Safe {
+		c.streams.reannounceAll(e.Epoch, e.Time)
 	}
 }
 
@@ -284,6 +320,7 @@ func (s *sessionState) finishClose() {
 // period runs out too, it has expired.
 func (c *Client) keepAliveLoop() {
 	defer c.wg.Done()
+	defer c.streams.end() // the session is over: no handle hears more
 	s := c.sess
 	for {
 		s.mu.Lock()
@@ -329,8 +366,10 @@ func (c *Client) keepAliveLoop() {
 						c.cache.Invalidate(ev.Path)
 						c.dropPooled(ev.Path)
 					}
+					c.streams.invalidated(ev.Path)
 				case wire.EventMasterFailover:
 					c.purgeCache()
+					c.streams.invalidated("")
 				default:
 					if k, ok := handleEventKinds[ev.Kind]; ok {
 						if k == HandleInvalid {
@@ -342,7 +381,9 @@ func (c *Client) keepAliveLoop() {
 						if k == ReleaseRequested && !c.releaseRequested(ev) {
 							continue // about a holding this client no longer has
 						}
-						c.emit(Event{Kind: k, Path: ev.Path, Child: ev.Child})
+						e := handleEvent(k, ev, resp.Epoch, c.clock.Now())
+						c.emit(e)
+						c.streams.deliver(ev.Handle, e)
 					}
 				}
 			}

@@ -441,6 +441,10 @@ var eventOf = map[replica.ChangeKind]struct {
 // handleEvents turns changes into the events handles asked for at Open.
 // They are notifications, delivered on the next KeepAlive reply after the
 // change; unlike invalidations, writes do not wait for them.
+//
+// Each event carries its position: the node's instance and generations in
+// the view, which on raft's apply goroutine is the state just after the
+// entry that made the change.
 func (s *Server) handleEvents(changes []replica.Change) []sessionEvent {
 	var out []sessionEvent
 	s.read(func(v replica.View) { out = s.eventsIn(v, changes) })
@@ -452,7 +456,9 @@ func (s *Server) eventsIn(v replica.View, changes []replica.Change) []sessionEve
 	var out []sessionEvent
 	for _, c := range changes {
 		if c.Kind == replica.ChangeLockBroken {
-			out = append(out, brokenLockEvent(c)) // whatever the handle asked for
+			e := brokenLockEvent(c) // whatever the handle asked for
+			placeEvent(v, e.session, &e.ev)
+			out = append(out, e)
 			continue
 		}
 		e, ok := eventOf[c.Kind]
@@ -470,8 +476,18 @@ func (s *Server) eventsIn(v replica.View, changes []replica.Change) []sessionEve
 				!v.ChildVisible(w.Session, c.ChildACL, s.cfg.Admin) {
 				continue // as in listings: a child one may neither read nor write is not named
 			}
-			out = append(out, sessionEvent{w.Session, wire.Event{Kind: e.kind, Path: c.Path, Handle: w.Handle, Child: c.Child}})
+			ev := wire.Event{Kind: e.kind, Path: c.Path, Handle: w.Handle, Child: c.Child}
+			placeEvent(v, w.Session, &ev)
+			out = append(out, sessionEvent{w.Session, ev})
 		}
 	}
 	return out
+}
+
+// placeEvent fills in ev's position: the instance and generations of the
+// node ev's handle has open, when that node still exists.
+func placeEvent(v replica.View, session uint64, ev *wire.Event) {
+	if hv, err := v.LookupHandle(session, ev.Handle); err == nil {
+		ev.Pos = &wire.EventPos{Instance: hv.Stat.Instance, ContentGen: hv.Stat.ContentGen, LockGen: hv.Stat.LockGen}
+	}
 }

@@ -205,7 +205,8 @@ func fzSamples() []any {
 		&wire.CreateSessionResponse{Session: 1, Epoch: 2, LeaseMillis: 12000},
 		&wire.KeepAliveResponse{Epoch: 2, HeldMillis: 3, LeaseMillis: 4, Events: []wire.Event{
 			{Seq: 1, Kind: wire.EventInvalidate, Path: "/ls/c/a"}, {Seq: 2, Kind: wire.EventChildAdded, Path: "/ls/c", Child: "a", Handle: 4, Gen: 5},
-			{Seq: 3, Kind: wire.EventReleaseRequested, Path: "/ls/c/a", Handle: 4, Gen: 5, Reason: "deploy", From: 8, FromPrincipal: "bob"}}},
+			{Seq: 3, Kind: wire.EventReleaseRequested, Path: "/ls/c/a", Handle: 4, Gen: 5, Reason: "deploy", From: 8, FromPrincipal: "bob"},
+			{Seq: 4, Kind: wire.EventContents, Path: "/ls/c/a", Handle: 4, Pos: &wire.EventPos{Instance: 3, ContentGen: 9, LockGen: 5}}}},
 		&wire.OpenResponse{Handle: 4, Created: true, Stat: st, Cacheable: true},
 		&wire.SequencerResponse{Sequencer: []byte{1, 2}},
 		&wire.CheckSequencerResponse{Valid: false, Reason: "stale"},
@@ -546,6 +547,9 @@ func FuzzRoundTrip(f *testing.F) {
 		for i := range n {
 			events = append(events, wire.Event{Seq: u1 + uint64(i), Kind: uint8(u32) + uint8(i), Path: s1, Handle: u2, Gen: u3, Child: s2, Reason: s3,
 				From: u1 ^ u3, FromPrincipal: s2 + s3})
+			if bit(i + 3) {
+				events[i].Pos = &wire.EventPos{Instance: u3 + uint64(i), ContentGen: u1, LockGen: u2}
+			}
 			entries = append(entries, wire.DirEntry{Name: s1 + s3, Dir: bit(i)})
 			replicas = append(replicas, wire.ReplicaStatus{ID: s1, ClientAddr: s2, RaftAddr: s3, Master: bit(i), Suffrage: s3,
 				Healthy: bit(i + 1), LastContactMillis: i1})

@@ -217,6 +217,22 @@ type Event struct {
 	// of an EventReleaseRequested.
 	From          uint64 `msgpack:"fs,omitempty"`
 	FromPrincipal string `msgpack:"fp,omitempty"`
+	// Pos is a handle event's position, when the master knows it (not
+	// for a node the change deleted). The epoch of an event is the
+	// KeepAliveResponse's: a master's event queues are not replicated, so
+	// a reply carries only events its own master made.
+	Pos *EventPos `msgpack:"o,omitempty"`
+}
+
+// EventPos is where a handle event happened: the node's instance and
+// generations (as in Stat) just after the change it tells of. Generations
+// only grow, so positions order the events of one node. A pointer keeps
+// an Event without one as small as before, so a frame of events decodes
+// within the codec's allocation bound.
+type EventPos struct {
+	Instance   uint64 `msgpack:"i,omitempty"`
+	ContentGen uint64 `msgpack:"c,omitempty"`
+	LockGen    uint64 `msgpack:"l,omitempty"`
 }
 
 // CreateSessionRequest asks for a new session. ClientName is for
