@@ -232,23 +232,11 @@ func rawMasterCall(t *testing.T, ctx context.Context, c *fixtures.Cell, certs *f
 		status := func() wire.Status {
 			mux := dialRawMux(t, c.Addrs()[mi], conf)
 			defer mux.Close()
-			st, err := mux.OpenStream()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			status, err := mux.Call(ctx, wire.Header{Method: m, Epoch: epoch}, req, resp)
 			if err != nil {
 				t.Fatal(err)
-			}
-			defer st.Close()
-			st.SetDeadline(time.Now().Add(10 * time.Second))
-			if err := wire.WriteMessage(st, &wire.Header{Method: m, Epoch: epoch}, req); err != nil {
-				t.Fatal(err)
-			}
-			var status wire.Status
-			if err := wire.ReadMessage(st, &status); err != nil {
-				t.Fatal(err)
-			}
-			if status.Code == wire.CodeOK {
-				if err := wire.ReadMessage(st, resp); err != nil {
-					t.Fatal(err)
-				}
 			}
 			return status
 		}()

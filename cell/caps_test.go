@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
 	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
@@ -19,7 +17,7 @@ import (
 // createSessions fires n concurrent CreateSession calls over mux and
 // counts the sessions created and the refusals with TooMany; any other
 // answer fails the test (with Errorf: callers may run it in goroutines).
-func createSessions(t *testing.T, ctx context.Context, mux *yamux.Session, n int) (created, refused int64) {
+func createSessions(t *testing.T, ctx context.Context, mux *fixtures.WireMux, n int) (created, refused int64) {
 	t.Helper()
 	var ok, tooMany atomic.Int64
 	var wg sync.WaitGroup
@@ -81,7 +79,7 @@ func TestCapsAreExactUnderConcurrency(t *testing.T) {
 	}
 	// Per principal (everyone is "anonymous" without TLS): four more
 	// connections race for what is left.
-	muxes := []*yamux.Session{dialRawMux(t, addr, nil), dialRawMux(t, addr, nil), dialRawMux(t, addr, nil), dialRawMux(t, addr, nil)}
+	muxes := []*fixtures.WireMux{dialRawMux(t, addr, nil), dialRawMux(t, addr, nil), dialRawMux(t, addr, nil), dialRawMux(t, addr, nil)}
 	var more atomic.Int64
 	var wg sync.WaitGroup
 	for _, mux := range muxes {

@@ -5,14 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/yamux"
 
 	"lockcell/cell/wire"
 	"lockcell/client"
@@ -24,14 +21,15 @@ import (
 // an event).
 type rawSession struct {
 	t       *testing.T
-	mux     *yamux.Session
+	mux     *fixtures.WireMux
 	session uint64
 	epoch   uint64
 	seq     uint64
 }
 
-// dialRawMux connects to addr (with TLS when cfg is set) and speaks yamux.
-func dialRawMux(t *testing.T, addr string, cfg *tls.Config) *yamux.Session {
+// dialRawMux connects to addr (with TLS when cfg is set) and speaks the
+// multiplexed wire protocol; the connection closes when the test ends.
+func dialRawMux(t *testing.T, addr string, cfg *tls.Config) *fixtures.WireMux {
 	t.Helper()
 	var conn net.Conn
 	var err error
@@ -43,16 +41,11 @@ func dialRawMux(t *testing.T, addr string, cfg *tls.Config) *yamux.Session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Write([]byte{wire.RPCMultiplex}); err != nil {
-		t.Fatal(err)
-	}
-	ycfg := yamux.DefaultConfig()
-	ycfg.LogOutput = io.Discard
-	mux, err := yamux.Client(conn, ycfg)
+	mux, err := fixtures.NewWireMux(conn, addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mux.Close() })
+	t.Cleanup(mux.Close)
 	return mux
 }
 
@@ -63,7 +56,7 @@ func dialRawSession(t *testing.T, ctx context.Context, addr string, cfg *tls.Con
 }
 
 // newRawSession creates a session over mux.
-func newRawSession(t *testing.T, ctx context.Context, mux *yamux.Session) *rawSession {
+func newRawSession(t *testing.T, ctx context.Context, mux *fixtures.WireMux) *rawSession {
 	t.Helper()
 	r := &rawSession{t: t, mux: mux}
 	var resp wire.CreateSessionResponse
@@ -84,31 +77,15 @@ func (r *rawSession) call(ctx context.Context, m wire.Method, req, resp any) wir
 	return st
 }
 
+// try is call that returns a failed call's error instead of failing the
+// test; a mutating call takes the session's next request id.
 func (r *rawSession) try(ctx context.Context, m wire.Method, req, resp any) (wire.Status, error) {
-	s, err := r.mux.OpenStream()
-	if err != nil {
-		return wire.Status{}, err
-	}
-	defer s.Close()
-	if d, ok := ctx.Deadline(); ok {
-		s.SetDeadline(d)
-	}
 	h := wire.Header{Method: m, Session: r.session, Epoch: r.epoch}
 	if m.Mutating() {
 		r.seq++
 		h.Seq = r.seq
 	}
-	if err := wire.WriteMessage(s, &h, req); err != nil {
-		return wire.Status{}, err
-	}
-	var st wire.Status
-	if err := wire.ReadMessage(s, &st); err != nil {
-		return wire.Status{}, err
-	}
-	if st.Code != wire.CodeOK {
-		return st, nil
-	}
-	return st, wire.ReadMessage(s, resp)
+	return r.mux.Call(ctx, h, req, resp)
 }
 
 // A session that caches a file and keeps its lease alive with KeepAlives

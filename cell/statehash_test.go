@@ -166,25 +166,15 @@ func rawStateHash(t *testing.T, set *fixtures.CertSet, addr string, allowMaster 
 	t.Helper()
 	sess := dialRawMux(t, addr, set.ClientTLS(t, certs.AdminUser))
 	defer sess.Close()
-	s, err := sess.OpenStream()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var resp wire.CellStatusResponse
+	st, err := sess.Call(ctx, wire.Header{Method: wire.MethodCellStatus},
+		&wire.CellStatusRequest{StateHash: true, AllowMaster: allowMaster}, &resp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	s.SetDeadline(time.Now().Add(20 * time.Second))
-	if err := wire.WriteMessage(s, &wire.Header{Method: wire.MethodCellStatus},
-		&wire.CellStatusRequest{StateHash: true, AllowMaster: allowMaster}); err != nil {
-		t.Fatal(err)
-	}
-	var st wire.Status
-	var resp wire.CellStatusResponse
-	if err := wire.ReadMessage(s, &st); err != nil {
-		t.Fatal(err)
-	}
 	if st.Code == wire.CodeOK {
-		if err := wire.ReadMessage(s, &resp); err != nil {
-			t.Fatal(err)
-		}
 		if len(resp.StateHash) != 32 {
 			t.Fatalf("hash of %d bytes", len(resp.StateHash))
 		}

@@ -214,14 +214,10 @@ func TestBinary(t *testing.T) {
 		exitError, "no quorum", "status (dead cell)")
 }
 
-// buildCLI builds the lockcell binary into the test's temporary folder.
+// buildCLI returns the lockcell binary, built once per test binary.
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "lockcell")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return fixtures.BuildLockcell(t)
 }
 
 // runCLI runs the binary as a subprocess with stdin and extra environment,

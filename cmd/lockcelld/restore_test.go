@@ -93,10 +93,7 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 		t.Skip("builds both binaries and runs eight replicas")
 	}
 	lockcelld := fixtures.BuildLockcelld(t)
-	lockcell := filepath.Join(t.TempDir(), "lockcell")
-	if out, err := exec.Command("go", "build", "-o", lockcell, "../lockcell").CombinedOutput(); err != nil {
-		t.Fatalf("go build lockcell: %v\n%s", err, out)
-	}
+	lockcell := fixtures.BuildLockcell(t)
 	cs := fixtures.TestCerts(t, "alice")
 	src := fixtures.NewCell(t, 3, fixtures.Options{Cell: "bk", TLS: cs})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
