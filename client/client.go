@@ -9,6 +9,13 @@
 // requests of other sessions (Handle.RequestRelease: a waiter, or the
 // cell's admin, with a reason) that the holder let go. A request is
 // advice; the holder decides when to Release.
+//
+// Events are never dropped silently: a handle opened WithEvents has its
+// own stream (Handle.Events) besides Client.Events, each event carries
+// where it happened (epoch, node instance, content and lock generations),
+// a reader that falls behind gets an Overflow event telling it to re-read,
+// and a fail-over the session survives re-announces every such handle's
+// node (Reannounce). Client.Observe streams an election's leader changes.
 package client
 
 import (

@@ -102,9 +102,18 @@ type LeaderChange struct {
 	Time time.Time
 }
 
+// same reports whether b tells nothing new after a: the same leader at
+// the same generations, or no leader both times (whatever the file's
+// generations did meanwhile: a candidate's lock taken but its identity not
+// yet written is still no leader).
 func (a LeaderChange) same(b LeaderChange) bool {
-	return a.NoLeader == b.NoLeader && bytes.Equal(a.Leader, b.Leader) && a.Generation == b.Generation &&
-		a.ContentGen == b.ContentGen && (a.Err == nil) == (b.Err == nil)
+	if a.Err != nil || b.Err != nil {
+		return false
+	}
+	if a.NoLeader || b.NoLeader {
+		return a.NoLeader == b.NoLeader
+	}
+	return bytes.Equal(a.Leader, b.Leader) && a.Generation == b.Generation && a.ContentGen == b.ContentGen
 }
 
 // ObserveRecheck is how often Observe re-reads an election with no news:
@@ -116,10 +125,11 @@ const ObserveRecheck = time.Second
 
 // Observe reports the leaders of the election on name (see Campaign) as
 // they change: the first value is the state when it starts, each later one
-// a state that differs from the one before (a new leader, a new identity,
-// or no leader). Values are coalesced: a reader that falls behind gets the
-// latest state, never a stale one, and may miss states in between; the
-// last state is never missed. Observe re-reads the file whenever its
+// a state that differs from the one before (a new leader, a new identity
+// or hold of the leader, or no leader after a leader). Values are
+// coalesced: a reader that falls behind gets the latest state, never a
+// stale one, and may miss states in between; the last state is never
+// missed. Observe re-reads the file whenever its
 // handle hears of a change (a lock granted, contents written, the file
 // deleted), of a lost event (Overflow), of a fail-over (Reannounce), when
 // the master invalidates its cached copy (a lock freed), and at least
