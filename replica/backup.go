@@ -84,7 +84,8 @@ func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
 // results are shared (never changed once stored).
 func (f *FSM) copyLocked() *snapshotImage {
 	img := &snapshotImage{Version: snapshotVersion, Cell: f.cell, Epoch: f.epoch, Applied: f.applied, Key: f.cellKey,
-		Nodes: make([]*Node, 0, len(f.nodes)), Sessions: make([]*Session, 0, len(f.sessions)),
+		LastIndex: f.snapshotLastIndex(),
+		Nodes:     make([]*Node, 0, len(f.nodes)), Sessions: make([]*Session, 0, len(f.sessions)),
 		Handles: make([]*Handle, 0, len(f.handles))}
 	nodes := make([]Node, len(f.nodes))
 	i := 0
@@ -323,7 +324,8 @@ func seedInto(dir string, b *BackupContents, servers []raft.Server, snap []byte,
 // (see Seed). img's nodes are copied, not changed.
 func stripSessions(img *snapshotImage) (*snapshotImage, *SeedResult) {
 	res := &SeedResult{Sessions: len(img.Sessions)}
-	out := &snapshotImage{Version: img.Version, Cell: img.Cell, Epoch: img.Epoch, Applied: img.Applied, Key: img.Key}
+	out := &snapshotImage{Version: img.Version, Cell: img.Cell, Epoch: img.Epoch, Applied: img.Applied, Key: img.Key,
+		LastIndex: img.LastIndex}
 	dropped := map[string]bool{}
 	for _, n := range img.Nodes { // in name order: a parent comes before its children
 		if n.Ephemeral || dropped[parentOf(n.Path)] {

@@ -33,6 +33,7 @@ const (
 	CmdMemberPut     CmdType = 15 // a member's addresses are recorded (added or replaced)
 	CmdMemberRemove  CmdType = 16 // a member leaves the member table
 	CmdBreakLock     CmdType = 17 // the admin frees a lock from every holder (breaklock.go)
+	CmdBatch         CmdType = 18 // commands applied in order, each as its own entry would be (batch.go)
 )
 
 func (t CmdType) String() string {
@@ -71,6 +72,8 @@ func (t CmdType) String() string {
 		return "MemberRemove"
 	case CmdBreakLock:
 		return "BreakLock"
+	case CmdBatch:
+		return "Batch"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

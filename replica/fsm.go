@@ -29,8 +29,12 @@ type FSM struct {
 	principals map[string]int
 	handles    map[uint64]*Handle
 	applied    uint64
-	cellKey    []byte
-	observer   Observer
+	// lastIndex is the command index of the last command applied: the
+	// Raft index of its entry, or past it once batches have run
+	// (batch.go). Ids and generations are command indexes.
+	lastIndex uint64
+	cellKey   []byte
+	observer  Observer
 	// watch indexes handles that asked for events: name -> handle -> mask.
 	watch map[string]map[uint64]uint32
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
@@ -87,9 +91,10 @@ func (f *FSM) SetObserver(o Observer) {
 	f.mu.Unlock()
 }
 
-// Apply applies one committed Raft entry. It returns a *Result; state
-// errors are values inside it, never panics, except for an entry this
-// version cannot decode, where stopping beats diverging.
+// Apply applies one committed Raft entry. It returns a *Result, or a
+// []*Result for a batch (one per command, in order); state errors are
+// values inside them, never panics, except for an entry this version
+// cannot decode, where stopping beats diverging.
 func (f *FSM) Apply(l *raft.Log) any {
 	cmd, err := DecodeCommand(l.Data)
 	if err != nil {
@@ -97,7 +102,12 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	f.changes = f.changes[:0]
-	res := f.applyDedup(l.Index, cmd)
+	var res any
+	if b, ok := cmd.Payload.(*BatchArgs); ok {
+		res = f.applyBatch(l.Index, b) // each command's changes, in order
+	} else {
+		res = f.applyDedup(f.nextIndex(l.Index), cmd)
+	}
 	f.applied = l.Index
 	obs := f.observer
 	var changes []Change

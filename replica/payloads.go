@@ -228,6 +228,8 @@ func newPayload(t CmdType) Payload {
 		return &MemberRemoveArgs{}
 	case CmdBreakLock:
 		return &BreakLockArgs{}
+	case CmdBatch:
+		return &BatchArgs{}
 	}
 	return nil
 }

@@ -143,6 +143,7 @@ type Replica struct {
 	stats      *replicaStats // operators' figures (stats.go)
 	progress   *progress     // followers' progress as leader (progress.go)
 	addrs      *peerAddrs    // the built-in transport's address book, or nil
+	batcher    *batcher      // group commit of Apply (batch.go)
 }
 
 // Open starts a replica on its data folder, bootstrapping the cell when the
@@ -261,6 +262,7 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port,
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, addrs: addrs}
+	rep.batcher = newBatcher(r, rep.done)
 	go rep.forwardLeadership()
 	return rep, nil
 }
@@ -343,36 +345,27 @@ func (r *Replica) Store() *Store { return r.store }
 // Apply proposes cmd and waits until it is committed and applied here. It
 // returns ErrNotLeader when the command was certainly not applied and
 // ErrUnknownOutcome when leadership was lost with the command in flight.
+// Commands that arrive while an earlier one is in flight go out together
+// as one batch entry once it is applied (group commit, batch.go); a
+// command that finds nothing in flight is proposed at once.
 func (r *Replica) Apply(ctx context.Context, cmd *Command) (*Result, error) {
 	b, err := cmd.Encode()
 	if err != nil {
 		return nil, err
 	}
-	timeout := 5 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = max(time.Until(dl), time.Millisecond)
+	if cmd.Type == CmdBatch {
+		return nil, fmt.Errorf("%w: a batch is proposed only by group commit", ErrMalformedCommand)
 	}
-	f := r.raft.Apply(b, timeout)
-	// raft v1.8 can leave a future unanswered forever when it shuts down
-	// with applied entries still queued for the FSM (hashicorp/raft#498),
-	// so never wait on it alone.
-	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
+	p := &pending{data: b, done: make(chan struct{})}
+	r.batcher.submit(p)
 	select {
-	case err := <-errc:
-		if err != nil {
-			return nil, mapRaftErr(err)
-		}
+	case <-p.done:
+		return p.res, p.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
 	case <-r.done:
 		return nil, fmt.Errorf("%w: shut down with the command in flight", ErrClosed)
 	}
-	res, ok := f.Response().(*Result)
-	if !ok {
-		return nil, fmt.Errorf("replica: apply returned %T", f.Response())
-	}
-	return res, nil
 }
 
 func mapRaftErr(err error) error {
@@ -457,6 +450,7 @@ func (r *Replica) Snapshot() error { return r.raft.Snapshot().Error() }
 func (r *Replica) Close() error {
 	err := r.raft.Shutdown().Error()
 	close(r.done)
+	r.batcher.running.Wait() // its last entry settled: ErrClosed
 	closeTransport(r.transport)
 	if cerr := r.store.Close(); err == nil {
 		err = cerr

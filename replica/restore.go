@@ -48,7 +48,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.epoch, f.applied, f.cellKey = next.epoch, next.applied, next.cellKey
+	f.epoch, f.applied, f.lastIndex, f.cellKey = next.epoch, next.applied, next.lastIndex, next.cellKey
 	f.nodes, f.sessions, f.handles, f.watch = next.nodes, next.sessions, next.handles, next.watch
 	f.members = next.members
 	f.principals = map[string]int{}
@@ -82,7 +82,7 @@ const (
 var snapshotFields = map[string]int{
 	"v": 0, "c": 0, "e": 0, "a": 0, "k": 0,
 	"n": minNodeBytes, "s": minSessionBytes, "h": minHandleBytes, "r": minResultBytes,
-	"ms": 0, "mb": minMemberBytes,
+	"ms": 0, "mb": minMemberBytes, "li": 0,
 }
 
 // decodeSnapshot decodes snapshot bytes into an image. bound.Check caps
@@ -216,7 +216,7 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 	if img.Cell != f.cell {
 		return bad("snapshot of cell %q restored into cell %q", img.Cell, f.cell)
 	}
-	next := &FSM{cell: f.cell, epoch: img.Epoch, applied: img.Applied, cellKey: img.Key,
+	next := &FSM{cell: f.cell, epoch: img.Epoch, applied: img.Applied, lastIndex: max(img.Applied, img.LastIndex), cellKey: img.Key,
 		nodes:    make(map[string]*Node, len(img.Nodes)),
 		sessions: make(map[uint64]*Session, len(img.Sessions)),
 		handles:  make(map[uint64]*Handle, len(img.Handles)),
@@ -257,8 +257,8 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 		switch {
 		case s == nil:
 			return bad("session %d is nil", i)
-		case s.ID == 0 || s.ID > img.Applied:
-			return bad("session id %d is not an applied index (applied %d)", s.ID, img.Applied)
+		case s.ID == 0 || s.ID > next.lastIndex:
+			return bad("session id %d is not an applied command index (last %d)", s.ID, next.lastIndex)
 		case next.sessions[s.ID] != nil:
 			return bad("session %d appears twice", s.ID)
 		}
@@ -286,8 +286,8 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 		switch {
 		case h == nil:
 			return bad("handle %d is nil", i)
-		case h.ID == 0 || h.ID > img.Applied:
-			return bad("handle id %d is not an applied index (applied %d)", h.ID, img.Applied)
+		case h.ID == 0 || h.ID > next.lastIndex:
+			return bad("handle id %d is not an applied command index (last %d)", h.ID, next.lastIndex)
 		case next.handles[h.ID] != nil:
 			return bad("handle %d appears twice", h.ID)
 		case next.sessions[h.Session] == nil:

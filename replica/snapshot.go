@@ -34,6 +34,9 @@ type snapshotImage struct {
 	// until it is seeded, so older snapshots restore.
 	Members    []MemberAddrs `msgpack:"mb,omitempty"`
 	MemberSize int           `msgpack:"ms,omitempty"`
+	// LastIndex is the last command index (batch.go) when it has run
+	// ahead of Applied; omitted while it equals Applied.
+	LastIndex uint64 `msgpack:"li,omitempty"`
 }
 
 type sessionResult struct {
@@ -112,7 +115,7 @@ func (f *FSM) encodeLocked() ([]byte, error) {
 // give identical bytes.
 func (f *FSM) writeStateLocked(w io.Writer) error {
 	img := snapshotImage{Version: snapshotVersion, Cell: f.cell, Epoch: f.epoch, Applied: f.applied, Key: f.cellKey,
-		Nodes: make([]*Node, 0, len(f.nodes)), Sessions: make([]*Session, 0, len(f.sessions)),
+		LastIndex: f.snapshotLastIndex(), Nodes: make([]*Node, 0, len(f.nodes)), Sessions: make([]*Session, 0, len(f.sessions)),
 		Handles: make([]*Handle, 0, len(f.handles))}
 	for _, p := range sortedStrings(f.nodes) {
 		img.Nodes = append(img.Nodes, f.nodes[p])
