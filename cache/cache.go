@@ -123,13 +123,17 @@ type Token struct {
 
 // Stats is a snapshot of a cache's counters.
 type Stats struct {
-	Hits          uint64 // Gets that returned a value
-	Misses        uint64 // Gets that did not (including while disabled)
-	NegativeHits  uint64 // Hits of negative entries (keys with a Child)
-	Invalidations uint64 // calls of Invalidate
-	Evictions     uint64 // entries dropped to respect MaxBytes or MaxEntries
-	Entries       int64  // entries held now
-	Bytes         int64  // bytes held now (as MaxBytes counts them)
+	Hits   uint64 // Gets of keys without a Child that returned a value
+	Misses uint64 // Gets of keys without a Child that did not (including while disabled)
+	// NegativeHits and NegativeMisses count the Gets of negative entries
+	// (keys with a Child) apart, so that looking for an absence, which
+	// usually finds none, does not dilute the hit rate of reads.
+	NegativeHits   uint64
+	NegativeMisses uint64
+	Invalidations  uint64 // calls of Invalidate
+	Evictions      uint64 // entries dropped to respect MaxBytes or MaxEntries
+	Entries        int64  // entries held now
+	Bytes          int64  // bytes held now (as MaxBytes counts them)
 }
 
 // entry is one cached value; it sits on the LRU list (front = most recent)
@@ -196,8 +200,8 @@ type Cache[V any] struct {
 	tracked int        // names on the stamp FIFO
 	bytes   int64
 
-	hits, misses, negHits, invalidations, evictions atomic.Uint64
-	nEntries, nBytes                                atomic.Int64
+	hits, misses, negHits, negMisses, invalidations, evictions atomic.Uint64
+	nEntries, nBytes                                           atomic.Int64
 }
 
 // New returns an empty, enabled cache bounded by cfg. size reports the
@@ -305,7 +309,11 @@ func (c *Cache[V]) Get(key Key) (V, bool) {
 	e := c.items[key] // the map is empty while disabled
 	if e == nil {
 		c.mu.Unlock()
-		c.misses.Add(1)
+		if key.Child != "" {
+			c.negMisses.Add(1)
+		} else {
+			c.misses.Add(1)
+		}
 		var zero V
 		return zero, false
 	}
@@ -315,9 +323,10 @@ func (c *Cache[V]) Get(key Key) (V, bool) {
 	}
 	v := e.val
 	c.mu.Unlock()
-	c.hits.Add(1)
 	if key.Child != "" {
 		c.negHits.Add(1)
+	} else {
+		c.hits.Add(1)
 	}
 	return v, true
 }
@@ -410,13 +419,14 @@ func (c *Cache[V]) Enabled() bool {
 // each exact but need not be mutually consistent under concurrent use.
 func (c *Cache[V]) Stats() Stats {
 	return Stats{
-		Hits:          c.hits.Load(),
-		Misses:        c.misses.Load(),
-		NegativeHits:  c.negHits.Load(),
-		Invalidations: c.invalidations.Load(),
-		Evictions:     c.evictions.Load(),
-		Entries:       c.nEntries.Load(),
-		Bytes:         c.nBytes.Load(),
+		Hits:           c.hits.Load(),
+		Misses:         c.misses.Load(),
+		NegativeHits:   c.negHits.Load(),
+		NegativeMisses: c.negMisses.Load(),
+		Invalidations:  c.invalidations.Load(),
+		Evictions:      c.evictions.Load(),
+		Entries:        c.nEntries.Load(),
+		Bytes:          c.nBytes.Load(),
 	}
 }
 
