@@ -293,14 +293,29 @@ type OpenRequest struct {
 	// application closes it: the master then invalidates the name to it
 	// like a cached read, and the caller drops the handle on invalidation.
 	Cache bool `msgpack:"k,omitempty"`
+	// CacheMissing asks that an Open without OpenCreate of a name the
+	// caller cannot see (it does not exist, or the caller may neither
+	// read nor write it: the two are answered alike) be answered by an
+	// OpenResponse with Missing set instead of CodeNotFound, cacheable
+	// when the master registered the caller as a cacher of the name's
+	// parent directory, which it does only for a caller that may read
+	// that directory. A master that does not know the field answers
+	// CodeNotFound as before.
+	CacheMissing bool `msgpack:"km,omitempty"`
 }
 
-// OpenResponse names the handle.
+// OpenResponse names the handle. Missing says no handle was opened: the
+// name does not exist for the caller (asked for with CacheMissing). For a
+// Missing answer, Cacheable says the caller may cache the absence: the
+// master then invalidates the parent directory to it before any change
+// that could make the name appear (a create of it, an ACL change that
+// could reveal it).
 type OpenResponse struct {
 	Handle    uint64 `msgpack:"h"`
 	Created   bool   `msgpack:"c,omitempty"`
 	Stat      Stat   `msgpack:"s"`
 	Cacheable bool   `msgpack:"k,omitempty"`
+	Missing   bool   `msgpack:"m,omitempty"`
 }
 
 // HandleRequest is the request of every call that names only a handle:
@@ -413,9 +428,12 @@ type AcquireRequest struct {
 	Wait   bool   `msgpack:"w,omitempty"`
 }
 
-// AcquireResponse reports the lock generation the grant produced.
+// AcquireResponse reports the lock generation the grant produced and the
+// grant's sequencer, the one GetSequencer would return for it, so the
+// holder needs no second call to fence its work.
 type AcquireResponse struct {
-	LockGen uint64 `msgpack:"g"`
+	LockGen   uint64 `msgpack:"g"`
+	Sequencer []byte `msgpack:"sq,omitempty"`
 }
 
 // CancelAcquireRequest withdraws the blocking Acquire that carried request
