@@ -45,22 +45,62 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	// delete that follows invalidates the handle the caller may reuse.
 	// Only an open of an existing node may be reused (one that creates
 	// would first invalidate this very registration and wait for us).
-	cacheable := false
-	if req.Cache {
-		var readable bool
+	//
+	// A missing name's absence is cached under its parent directory (see
+	// negativeCacher), registered here for the same reason.
+	cacheMissing := req.CacheMissing && req.Flags&wire.OpenCreate == 0
+	cacheable, missingCacheable := false, false
+	if req.Cache || cacheMissing {
+		var readable, negative bool
 		var principal string
+		admin := c.isAdmin()
 		c.read(func(v replica.View) {
-			readable = v.Exists(req.Path) && v.Allowed(req.Path, c.caller.Principal, c.isAdmin(), acl.Read) == nil
 			principal, _ = v.SessionPrincipal(c.h.Session)
+			readable = v.Exists(req.Path) && v.Allowed(req.Path, c.caller.Principal, admin, acl.Read) == nil
+			negative = cacheMissing && negativeCacher(v, req.Path, c.caller.Principal, admin)
 		})
-		cacheable = readable && c.registerCacher(c.h.Session, principal, req.Path)
+		cacheable = req.Cache && readable && c.registerCacher(c.h.Session, principal, req.Path)
+		missingCacheable = negative && c.registerCacher(c.h.Session, principal, wire.Parent(req.Path))
 	}
 	res, err := c.apply(ctx, &replica.Command{Payload: &replica.OpenArgs{Path: req.Path, Flags: req.Flags,
 		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask}})
+	if re := (*replica.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == replica.KindNotFound {
+		return &wire.OpenResponse{Missing: true, Cacheable: missingCacheable}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &wire.OpenResponse{Handle: res.Handle, Created: res.Created, Stat: toStat(res.Stat), Cacheable: cacheable}, nil
+}
+
+// negativeCacher reports whether a caller (principal; admin: the cell's
+// admin) that asked to cache the absence of name may be registered as a
+// cacher of name's parent directory: it may read the directory, and name
+// is invisible to it (missing, or a node it may neither read nor write,
+// which Open answers alike).
+//
+// Why the parent, and why read on it. The cached absence must be
+// invalidated by every change that could make name appear to the caller:
+// its create, and an ACL change (of the node, or of an ACL file it names)
+// that could reveal a hidden node. Each of those changes the parent's
+// listing and so invalidates the parent (View.AffectedPaths). Registering
+// on name itself would also work for a missing name, but not for a hidden
+// one: its contents, lock and delete invalidations would tell the caller
+// of activity on a node it may not see, and answering a hidden name
+// uncacheable where a missing one is cacheable would tell it the node
+// exists. Registered on the parent, the caller hears exactly the
+// invalidations any reader of that listing hears, and a caller that may
+// read it learns nothing it could not learn by listing it; one that may
+// not read it is never registered, so its answers are the uncached ones,
+// word for word. Whether it is registered depends only on what the caller
+// may know: the parent's readability and name's invisibility to it.
+func negativeCacher(v replica.View, name, principal string, admin bool) bool {
+	parent := wire.Parent(name)
+	if parent == "" || v.Allowed(parent, principal, admin, acl.Read) != nil {
+		return false
+	}
+	return !v.Exists(name) ||
+		(v.Allowed(name, principal, admin, acl.Read) != nil && v.Allowed(name, principal, admin, acl.Write) != nil)
 }
 
 func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*wire.StatResponse, error) {
@@ -279,7 +319,7 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 		return nil, err
 	}
 	if res.Granted {
-		return &wire.AcquireResponse{LockGen: res.LockGen}, nil
+		return c.granted(req, res.LockGen), nil
 	}
 	// Queued (now, or by an earlier try of this request id at another master).
 	for {
@@ -292,7 +332,7 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 		}
 		switch state {
 		case replica.WaitGranted:
-			return &wire.AcquireResponse{LockGen: gen}, nil
+			return c.granted(req, gen), nil
 		case replica.WaitGone:
 			return nil, wire.Errorf(wire.CodeCanceled, "the wait for the lock was withdrawn")
 		}
@@ -307,6 +347,27 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// granted answers a granted Acquire with the grant's generation and its
+// sequencer, signed as GetSequencer would sign it, so the holder needs no
+// second call to fence its work. A sequencer for a grant that has since
+// moved on is no harm: every check of it (the master's, a Guard's)
+// compares its generation with the lock's.
+func (c *call) granted(req *wire.AcquireRequest, gen uint64) *wire.AcquireResponse {
+	var key []byte
+	var path string
+	var ok bool
+	c.read(func(v replica.View) {
+		key = v.CellKey()
+		path, ok = v.HandlePath(c.h.Session, req.Handle)
+	})
+	resp := &wire.AcquireResponse{LockGen: gen}
+	if ok {
+		resp.Sequencer = sequencer.Sign(key, sequencer.Sequencer{Cell: c.cfg.Cell, Path: path,
+			Mode: sequencer.Mode(req.Mode), Generation: gen})
+	}
+	return resp
 }
 
 // withdraw removes an abandoned wait (or undoes its grant) through Raft.
