@@ -181,6 +181,12 @@ type Handle struct {
 	life context.Context
 	kill context.CancelCauseFunc
 
+	// grantSeq is the sequencer the master sent with the grant grantOf
+	// (a held value): GetSequencer answers with it while h.held is that
+	// grant and its context lives.
+	grantSeq []byte
+	grantOf  *heldLock
+
 	// asked holds release requests for the holder (releasereq.go).
 	asked chan ReleaseRequest
 	// events is the handle's own event stream (events.go); nil unless it
@@ -235,6 +241,11 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 		opt(&o)
 	}
 	req := o.req
+	// A cached absence answers at once (negcache.go).
+	mkey, mayMiss := c.missingKey(name, &o)
+	if _, ok := c.cacheGet(mkey, mayMiss); ok {
+		return nil, missingErr(name)
+	}
 	usePool := c.cache != nil && poolable(&o)
 	key := poolKey{name: name, flags: req.Flags, lockDelay: req.LockDelayMillis}
 	if usePool {
@@ -242,9 +253,12 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 			return &Handle{c: c, id: p.id, path: name, instance: p.instance, noCache: o.noCache, pool: &key, tok: p.tok}, nil
 		}
 	}
-	var tok cache.Token
+	var tok, mtok cache.Token
 	if usePool {
 		tok, req.Cache = c.cache.Token(name), true
+	}
+	if mayMiss {
+		mtok, req.CacheMissing = c.cache.Token(mkey.Name), true
 	}
 	if len(req.Contents) > wire.MaxContents {
 		return nil, opErr("open", name, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed %d", len(req.Contents), wire.MaxContents))
@@ -252,6 +266,12 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 	var resp wire.OpenResponse
 	if err := c.call(ctx, wire.MethodOpen, true, &req, &resp); err != nil {
 		return nil, opErr("open", name, err)
+	}
+	if resp.Missing {
+		if resp.Cacheable && mayMiss {
+			c.cache.PutIf(mkey, cached{}, mtok)
+		}
+		return nil, missingErr(name)
 	}
 	h := &Handle{c: c, id: resp.Handle, path: name, instance: resp.Stat.Instance, noCache: o.noCache || c.cache == nil}
 	if req.EventMask != 0 {
@@ -485,7 +505,7 @@ func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
 		return false, nil
 	}
 	if err == nil {
-		h.gotLock(resp.LockGen, mode)
+		h.granted(&resp, mode)
 	}
 	return err == nil, err
 }
@@ -500,23 +520,48 @@ func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 	}
 	gctx, done := h.guard(ctx)
 	for {
-		gen, err := h.acquireOnce(gctx, mode)
+		resp, err := h.acquireOnce(gctx, mode)
 		if errors.Is(err, ErrCanceled) && gctx.Err() == nil {
 			// The master withdrew the wait without our asking (its stream
 			// to us broke): queue again under a new request id.
 			continue
 		}
 		if err = done(err); err == nil {
-			h.gotLock(gen, mode)
+			h.granted(resp, mode)
 		}
 		return opErr("lock", h.path, err)
 	}
 }
 
+// granted records a grant the master answered: its lock context
+// (gotLock) and the sequencer that came with it, which GetSequencer then
+// returns without a call while that grant's context lives. A master that
+// sent no sequencer leaves GetSequencer to ask.
+func (h *Handle) granted(resp *wire.AcquireResponse, mode LockMode) {
+	h.gotLock(resp.LockGen, mode)
+	h.mu.Lock()
+	h.grantSeq, h.grantOf = nil, nil
+	if len(resp.Sequencer) > 0 && h.held != nil && h.held.gen == resp.LockGen && h.held.mode == mode {
+		h.grantSeq, h.grantOf = resp.Sequencer, h.held
+	}
+	h.mu.Unlock()
+}
+
+// grantedSequencer is the sequencer of the grant this handle is sure it
+// holds (its lock context lives), or nil.
+func (h *Handle) grantedSequencer() []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.grantOf == nil || h.grantOf != h.held || h.held.ctx.Err() != nil {
+		return nil
+	}
+	return slices.Clone(h.grantSeq)
+}
+
 // acquireOnce queues once, under one request id, and waits. A blocking
 // acquire may wait far longer than RetryTimeout; only the search for a
 // master is bounded, so it loops on ErrNoMaster while ctx lives.
-func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) (uint64, error) {
+func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) (*wire.AcquireResponse, error) {
 	c := h.c
 	seq := c.ids.begin()
 	defer c.ids.end(seq)
@@ -524,7 +569,7 @@ func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) (uint64, error)
 	for {
 		err := c.callSeq(ctx, wire.MethodAcquire, seq, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode), Wait: true}, &resp)
 		if err == nil {
-			return resp.LockGen, nil
+			return &resp, nil
 		}
 		if ctx.Err() != nil {
 			cctx, cancel := context.WithTimeout(c.base, min(c.cfg.RetryTimeout, 10*time.Second))
@@ -533,10 +578,10 @@ func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) (uint64, error)
 			if cerr != nil && !errors.Is(cerr, ErrHandleInvalid) && !errors.Is(cerr, ErrClosed) {
 				c.log.Warn("lockcell: could not withdraw an abandoned lock wait", "path", h.path, "err", cerr)
 			}
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if !errors.Is(err, ErrNoMaster) {
-			return 0, err
+			return nil, err
 		}
 	}
 }

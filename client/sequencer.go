@@ -10,7 +10,19 @@ import (
 // opaque, cell-signed byte string naming the lock, its mode and its lock
 // generation, to pass to resource servers (see package sequencer). It
 // fails with ErrNotHeld when the handle holds no lock.
+//
+// While the handle's LockContext lives, it returns the sequencer the
+// master sent with the grant, without a call: the same bytes the master
+// would sign for that grant. Like any sequencer it may be stale by the
+// time it is used (the lock broken or lost since); the resource server's
+// check is what fences, not this call.
 func (h *Handle) GetSequencer(ctx context.Context) ([]byte, error) {
+	if err := h.check(); err != nil {
+		return nil, opErr("sequencer", h.path, err)
+	}
+	if seq := h.grantedSequencer(); seq != nil {
+		return seq, nil
+	}
 	var resp wire.SequencerResponse
 	if err := h.do(ctx, "sequencer", wire.MethodGetSequencer, &wire.HandleRequest{Handle: h.id}, &resp); err != nil {
 		return nil, err
