@@ -138,14 +138,27 @@ func (t *handleStreams) deliver(id uint64, e Event) {
 
 // reannounceAll pushes a Reannounce to every stream.
 func (t *handleStreams) reannounceAll(epoch uint64, now time.Time) {
+	for _, s := range t.all() {
+		s.reannounce(epoch, now)
+	}
+}
+
+// all returns every open stream.
+func (t *handleStreams) all() []*eventStream {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	all := make([]*eventStream, 0, len(t.byID))
 	for _, s := range t.byID {
 		all = append(all, s)
 	}
-	t.mu.Unlock()
-	for _, s := range all {
-		s.reannounce(epoch, now)
+	return all
+}
+
+// overflowAll pushes an Overflow to every stream: the master dropped
+// events for the session without saying whose.
+func (t *handleStreams) overflowAll(epoch uint64, now time.Time) {
+	for _, s := range t.all() {
+		s.push(Event{Kind: Overflow, Path: s.path, Epoch: epoch, Time: now})
 	}
 }
 

@@ -57,9 +57,11 @@ const (
 
 	// Overflow: the stream it arrives on (Client.Events or Handle.Events)
 	// was full, and at least one event after the ones before it was not
-	// kept. Re-read what you rely on (GetContentsAndStat, GetStat,
-	// ReadDir): that read is newer than every event lost. Its position
-	// is that of the first event lost (Path names its node, if any).
+	// kept; or the master had no room to queue the session's events (the
+	// session did not fetch them for long), and every stream gets one.
+	// Re-read what you rely on (GetContentsAndStat, GetStat, ReadDir):
+	// that read is newer than every event lost. Its position is that of
+	// the first event lost (Path names its node, if any).
 	Overflow
 	// Reannounce: the session survived a fail-over or a jeopardy, and
 	// events the old master had queued for it may be lost; what the
@@ -370,6 +372,12 @@ func (c *Client) keepAliveLoop() {
 				case wire.EventMasterFailover:
 					c.purgeCache()
 					c.streams.invalidated("")
+				case wire.EventOverflow:
+					// The master dropped handle events it had no room for,
+					// of handles it does not list: every stream re-reads.
+					c.log.Warn("lockcell: the master dropped events for this session; every handle hears an overflow", "session", c.Session())
+					c.emit(Event{Kind: Overflow, Epoch: resp.Epoch, Path: ev.Path})
+					c.streams.overflowAll(resp.Epoch, c.clock.Now())
 				default:
 					if k, ok := handleEventKinds[ev.Kind]; ok {
 						if k == HandleInvalid {

@@ -530,11 +530,15 @@ func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (end
 	if ss.active {
 		for _, n := range notes {
 			if l := ss.leases[n.session]; l != nil && !l.closed {
-				if len(l.events) >= l.eventRoom() {
+				if len(l.events) >= l.eventRoom()-1 {
 					// Handle events are notifications: a session that
 					// does not take them does not get to pile them up.
+					// The last slot says they were dropped (eventoverflow.go).
 					ss.dropped++
-					continue
+					if l.overflowQueued() {
+						continue
+					}
+					n.ev = overflowEvent(n.ev)
 				}
 				n.ev.Seq = ss.nextEventLocked()
 				l.events = append(l.events, n.ev)
