@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"lockcell/cell/wire"
 )
 
 // ErrNoLeader means nobody leads the election on a name: no candidate
@@ -119,8 +121,11 @@ func (a LeaderChange) same(b LeaderChange) bool {
 // ObserveRecheck is how often Observe re-reads an election with no news:
 // a safety net for changes that reach it by no event (a leader's lock
 // freed while this client's cache was off). With the cache on, a lock
-// freed or taken reaches Observe as soon as the master invalidates the
-// file, on the next KeepAlive reply.
+// freed or taken reaches Observe when the master invalidates the file,
+// on the next KeepAlive reply: the invalidation comes before the change
+// is applied, so Observe reads again at once and, as long as the master
+// will not let it cache the file (the change is still in flight), again
+// after 20 ms, doubling up to ObserveRecheck.
 const ObserveRecheck = time.Second
 
 // Observe reports the leaders of the election on name (see Campaign) as
@@ -167,6 +172,10 @@ func (c *Client) observe(ctx context.Context, name string, out chan<- LeaderChan
 	}()
 	inval, unwatch := c.streams.watchInvalidation(name)
 	defer unwatch()
+	// A missing file's creation invalidates its directory to a client
+	// that cached the absence.
+	created, unwatchDir := c.streams.watchInvalidation(wire.Parent(name))
+	defer unwatchDir()
 	recheck := make(chan struct{}, 1)
 	var timer Timer
 	defer func() {
@@ -177,10 +186,11 @@ func (c *Client) observe(ctx context.Context, name string, out chan<- LeaderChan
 
 	var last, pending *LeaderChange
 	stale := true
+	soon := time.Duration(0) // the quick re-check's wait, while one is due
 	for {
 		if stale {
 			stale = false
-			st, ok := c.readElection(ctx, &h, name)
+			st, ok, registered := c.readElection(ctx, &h, name)
 			if ctx.Err() != nil {
 				return
 			}
@@ -197,7 +207,17 @@ func (c *Client) observe(ctx context.Context, name string, out chan<- LeaderChan
 			if timer != nil {
 				timer.Stop()
 			}
-			timer = c.clock.AfterFunc(ObserveRecheck, func() {
+			// A read the master did not let us cache (a change of the
+			// file was in flight, which the read may predate) brings no
+			// invalidation of the next change: look again soon.
+			wait := ObserveRecheck
+			if registered {
+				soon = 0
+			} else {
+				soon = min(max(2*soon, 20*time.Millisecond), ObserveRecheck)
+				wait = soon
+			}
+			timer = c.clock.AfterFunc(wait, func() {
 				select {
 				case recheck <- struct{}{}:
 				default:
@@ -224,6 +244,8 @@ func (c *Client) observe(ctx context.Context, name string, out chan<- LeaderChan
 			stale = true
 		case <-inval:
 			stale = true
+		case <-created:
+			stale = true
 		case <-recheck:
 			stale = true
 		case <-ctx.Done():
@@ -236,31 +258,51 @@ func (c *Client) observe(ctx context.Context, name string, out chan<- LeaderChan
 // the events Observe follows) when it is nil, and closing it when the
 // file is gone. It reports false when the read failed in a way waiting
 // may heal (no master for now): the state is unknown, not changed.
-// Other errors are returned in Err.
-func (c *Client) readElection(ctx context.Context, h **Handle, name string) (LeaderChange, bool) {
+// Other errors are returned in Err. registered says the read came from,
+// or filled, the cache: the master will invalidate it before the file
+// changes, and that invalidation wakes Observe.
+func (c *Client) readElection(ctx context.Context, h **Handle, name string) (st LeaderChange, ok, registered bool) {
 	now := c.clock.Now()
 	if *h == nil {
 		nh, err := c.Open(ctx, name, Read, WithEvents(OnContentsModified|OnLockAcquired|OnHandleInvalid))
 		switch {
 		case errors.Is(err, ErrNotFound):
-			return LeaderChange{NoLeader: true, Time: now}, true
+			return LeaderChange{NoLeader: true, Time: now}, true, false
 		case err != nil:
-			return electionErr(err, now)
+			st, ok = electionErr(err, now)
+			return st, ok, false
 		}
 		*h = nh
 	}
-	data, st, err := (*h).GetContentsAndStat(ctx)
+	data, stat, registered, err := (*h).readCaching(ctx)
 	switch {
 	case errors.Is(err, ErrHandleInvalid): // deleted: reopen on the next read
 		(*h).Close()
 		*h = nil
-		return LeaderChange{NoLeader: true, Time: now}, true
+		return LeaderChange{NoLeader: true, Time: now}, true, false
 	case err != nil:
-		return electionErr(err, now)
-	case st.LockMode != Exclusive || st.ContentGen <= st.LockGen: // as in Leader
-		return LeaderChange{NoLeader: true, Generation: st.LockGen, ContentGen: st.ContentGen, Time: now}, true
+		st, ok = electionErr(err, now)
+		return st, ok, false
+	case stat.LockMode != Exclusive || stat.ContentGen <= stat.LockGen: // as in Leader
+		return LeaderChange{NoLeader: true, Generation: stat.LockGen, ContentGen: stat.ContentGen, Time: now}, true, registered
 	}
-	return LeaderChange{Leader: data, Generation: st.LockGen, ContentGen: st.ContentGen, Time: now}, true
+	return LeaderChange{Leader: data, Generation: stat.LockGen, ContentGen: stat.ContentGen, Time: now}, true, registered
+}
+
+// readCaching is GetContentsAndStat that also says whether the answer is
+// in the cache (served from it, or filled into it).
+func (h *Handle) readCaching(ctx context.Context) ([]byte, Stat, bool, error) {
+	r, err := h.cachedRead(ctx, "read", kindContents, true, func(fill bool) (cached, bool, error) {
+		req := h.request()
+		req.Cache = fill
+		var resp wire.ContentsResponse
+		err := h.do(ctx, "read", wire.MethodGetContentsAndStat, req, &resp)
+		return cached{contents: resp.Contents, stat: resp.Stat}, resp.Cacheable, err
+	})
+	if err != nil {
+		return nil, Stat{}, false, err
+	}
+	return bytes.Clone(r.v.contents), statFrom(r.v.stat), r.kept, nil
 }
 
 // electionErr is readElection's answer to a failed read.

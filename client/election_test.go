@@ -101,12 +101,14 @@ func TestObserveFollowsTheElection(t *testing.T) {
 		t.Fatalf("Observe saw beta lead %v after alpha was cut, inside alpha's lock-delay of %v", since, delay)
 	}
 	bh := <-won
+	resigned := time.Now()
 	if err := bh.Close(); err != nil { // beta resigns
 		t.Fatal(err)
 	}
 	if v := nextLeader(t, changes, 10*time.Second, "beta resigned"); !v.NoLeader || v.Err != nil {
 		t.Fatalf("after beta resigned: %s", describe(v))
 	}
+	t.Logf("Observe saw beta's resignation %v after its Close began", time.Since(resigned).Round(time.Millisecond))
 
 	stop()
 	waitUntil(t, 10*time.Second, "Observe ended with its context", func() bool {
