@@ -184,7 +184,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, sess: newSessionState(cfg.Clock, time.Time{}, 0),
-		events: make(chan Event, 256), stop: make(chan struct{}), addrs: newAddrSet(cfg.Replicas), refresh: make(chan struct{}, 1)}
+		events: make(chan Event, SessionEventBuffer+1), stop: make(chan struct{}), addrs: newAddrSet(cfg.Replicas), refresh: make(chan struct{}, 1)}
 	c.route = newRouting(&c.cfg, c.addrs)
 	c.base, c.cancel = context.WithCancel(context.Background())
 	if !cfg.DisableCache {
