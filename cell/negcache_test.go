@@ -3,6 +3,8 @@ package cell_test
 import (
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,5 +238,127 @@ func TestNegativeCacheRevealsNothing(t *testing.T) {
 		t.Fatalf("open after the ACL file gained alice: %v", err)
 	} else {
 		h.Close()
+	}
+}
+
+// Under churn (a writer creating and deleting a name, readers opening it
+// from other sessions with their caches on), every open that overlapped
+// no write answers as the last completed write left the name: never a
+// cached absence after a create completed, never a reused handle after a
+// delete completed.
+func TestNegativeCacheNeverStaleUnderChurn(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: 6 * time.Second})
+	ctx := ctxT(t, 90*time.Second)
+	w := c.Client(t)
+	readers := []*client.Client{c.Client(t), c.Client(t)}
+	const rw = client.Read | client.Write | client.Create
+	mustOpen(t, ctx, w, c.Name("d"), rw|client.Directory).Close()
+	name := c.Name("d/f")
+	// started and done count the writer's operations begun and completed:
+	// odd counts leave the name existing, even ones missing.
+	var started, done, checked atomic.Int64
+	progress := make(chan struct{}, 1) // a reader checked an open
+	failed := make(chan struct{})      // closed when a reader failed
+	var failOnce sync.Once
+	fail := func(format string, args ...any) bool {
+		t.Errorf(format, args...)
+		failOnce.Do(func() { close(failed) })
+		return false
+	}
+	// next is closed when the writer completes an operation: readers
+	// open a batch per state, then wait for the next state.
+	var nextMu sync.Mutex
+	next := make(chan struct{})
+	nextState := func() <-chan struct{} {
+		nextMu.Lock()
+		defer nextMu.Unlock()
+		return next
+	}
+	// check opens the name once and checks the answer if no write
+	// overlapped the open; false means the test failed.
+	check := func(r *client.Client) bool {
+		s0, d0 := started.Load(), done.Load()
+		h, err := r.Open(ctx, name, client.Read)
+		s1 := started.Load()
+		if h != nil {
+			h.Close()
+		}
+		if err != nil && !errors.Is(err, client.ErrNotFound) {
+			return fail("open: %v", err)
+		}
+		if s0 != d0 || s1 != d0 {
+			return true // a write overlapped: either answer is right
+		}
+		if exists := d0%2 == 1; exists != (err == nil) {
+			return fail("after %d completed writes (exists=%v) an open answered %v", d0, exists, err)
+		}
+		checked.Add(1)
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				changed := nextState()
+				for range 25 {
+					if !check(r) {
+						return
+					}
+				}
+				select {
+				case <-stop:
+					return
+				case <-changed:
+				}
+			}
+		}()
+	}
+writes:
+	for i := range 40 {
+		started.Add(1)
+		if i%2 == 0 {
+			mustOpen(t, ctx, w, name, rw).Close()
+		} else {
+			h := mustOpen(t, ctx, w, name, client.Read|client.Write)
+			if err := h.Delete(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h.Close()
+		}
+		done.Add(1)
+		select {
+		case <-progress:
+		default:
+		}
+		nextMu.Lock()
+		close(next)
+		next = make(chan struct{})
+		nextMu.Unlock()
+		// Let the readers see each state: wait until one checked an open
+		// since the write completed.
+		select {
+		case <-progress:
+		case <-failed:
+			break writes
+		case <-ctx.Done():
+			t.Fatal("the readers checked no open")
+		}
+	}
+	close(stop)
+	wg.Wait()
+	var hits uint64
+	for _, r := range readers {
+		hits += r.CacheStats().NegativeHits
+	}
+	t.Logf("%d opens checked, %d answered from cached absences", checked.Load(), hits)
+	if hits == 0 {
+		t.Fatal("no open was answered from a cached absence: the test checked nothing of it")
 	}
 }

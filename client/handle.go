@@ -232,6 +232,14 @@ func (h *Handle) request() *wire.HandleRequest {
 
 // Open opens the node at name with the given mode. With Create it creates
 // a missing node; its parent directory must exist.
+//
+// Without Create, a name that does not exist for the session's principal
+// (missing, or a node it may neither read nor write) fails with
+// ErrNotFound, and the cache may keep that answer: the next such Open of
+// the name fails the same way, word for word, with no call, until the
+// name is created or an ACL change could show it (the master invalidates
+// the absence before either completes). Absences are cached only where
+// the principal may read the parent directory (docs/spec.md#caching).
 func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...OpenOption) (*Handle, error) {
 	if err := wire.ValidateName(c.cfg.Cell, name); err != nil {
 		return nil, opErr("open", name, err)
@@ -496,7 +504,8 @@ func (h *Handle) Delete(ctx context.Context) error {
 }
 
 // TryAcquire takes the lock in mode if it can right now. It returns false
-// (and a nil error) when the lock is held in a conflicting mode.
+// (and a nil error) when the lock is held in a conflicting mode. Like
+// Acquire, a grant brings its sequencer with it.
 func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
 	h.markDirty()
 	var resp wire.AcquireResponse
@@ -513,6 +522,9 @@ func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
 // Acquire takes the lock in mode, waiting in FIFO order behind earlier
 // requests until it is granted or ctx ends. When ctx ends first the wait
 // is withdrawn at the master (and a grant that raced the cancel undone).
+// The grant's reply carries its sequencer, so GetSequencer makes no call
+// while the lock context lives: an uncontended re-acquire on a handle kept
+// open is one call.
 func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 	h.markDirty()
 	if err := h.check(); err != nil {
