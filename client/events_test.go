@@ -230,3 +230,28 @@ func TestReannounceAfterFailover(t *testing.T) {
 		break
 	}
 }
+
+// A session that comes back from jeopardy re-announces its handles too:
+// the application cannot know whether anything was missed meanwhile.
+func TestReannounceAfterJeopardy(t *testing.T) {
+	const lease = 2 * time.Second
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: lease})
+	ctx := testCtx(t, 60*time.Second)
+	cut := fixtures.NewCutter()
+	cfg := c.ClientConfig()
+	cfg.Dialer = cut.Dial
+	a := c.ClientWith(t, cfg)
+	ev := watchEvents(a)
+	h := open(t, ctx, a, c.Name("j"), rwc, client.WithEvents(client.OnContentsModified))
+	cut.Cut()
+	waitUntil(t, lease+10*time.Second, "jeopardy", func() bool { return ev.has(client.Jeopardy) })
+	if evs := drain(h.Events()); len(evs) != 0 {
+		t.Fatalf("events before the session was safe again: %+v", evs)
+	}
+	cut.Heal()
+	re := next(t, h.Events(), 20*time.Second, "the re-announce after jeopardy")
+	if re.Kind != client.Reannounce || re.Path != h.Name() || re.Epoch == 0 {
+		t.Fatalf("after jeopardy: %+v", re)
+	}
+	waitUntil(t, 10*time.Second, "the Safe event", func() bool { return ev.has(client.Safe) })
+}
