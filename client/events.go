@@ -34,7 +34,7 @@ func pushEvent(ch chan Event, e Event) (kept, overflowed bool) {
 		ch <- e
 		return true, false
 	case len(ch) < cap(ch):
-		e.Kind, e.Child = Overflow, ""
+		e.Kind, e.Missed, e.Child = Overflow, e.Kind, ""
 		ch <- e
 		return false, true
 	}

@@ -96,7 +96,7 @@ func TestEventsOverflowNeverSilent(t *testing.T) {
 			prev = e
 		}
 		o := evs[keep]
-		if o.Kind != client.Overflow || o.Path != name || o.ContentGen < prev.ContentGen {
+		if o.Kind != client.Overflow || o.Missed != client.ContentsModified || o.Path != name || o.ContentGen < prev.ContentGen {
 			t.Fatalf("%s: last event %+v, want an overflow past %+v", what, o, prev)
 		}
 	}

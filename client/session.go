@@ -110,7 +110,8 @@ func (k EventKind) String() string {
 // Event is one notification to the application.
 type Event struct {
 	Kind EventKind
-	// Epoch is the epoch of the master the event came from.
+	// Epoch is the epoch of the master the event came from (zero for
+	// Jeopardy and Expired, which no master sent).
 	Epoch uint64
 	// Time is when this client heard the event.
 	Time time.Time
@@ -125,6 +126,9 @@ type Event struct {
 	Instance   uint64
 	ContentGen uint64
 	LockGen    uint64
+	// Missed is, on an Overflow, the kind of the first event lost (zero
+	// when the master dropped them: it does not say which).
+	Missed EventKind
 }
 
 // handleEventKinds maps wire event kinds to handle events.
