@@ -480,18 +480,38 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 		st.Close()
 		cb.finished(sb, in.n.Swap(0))
 	}()
-	st.SetReadDeadline(time.Now().Add(s.limits.RequestTimeout))
+	// One timer bounds the whole request. A read deadline on the stream
+	// would do it too, but yamux arms a new timer on every Read that has
+	// to wait while one is set, and a client trickling a large request
+	// (or hundreds of them) turned that into the master's top cost under
+	// attack: timer allocations, clock reads and garbage.
+	var reading sync.Mutex
+	expired, done := false, false
+	expire := time.AfterFunc(s.limits.RequestTimeout, func() {
+		reading.Lock()
+		defer reading.Unlock()
+		if !done {
+			expired = true
+			st.SetReadDeadline(time.Now()) // the waiting Read returns ErrTimeout
+		}
+	})
 	var h wire.Header
-	if err := wire.ReadMessage(in, &h); err != nil {
-		s.replyErr(st, cb, err)
-		return
+	err := wire.ReadMessage(in, &h)
+	var body []byte
+	if err == nil {
+		body, err = wire.ReadFrame(in)
 	}
-	body, err := wire.ReadFrame(in)
+	expire.Stop()
+	reading.Lock()
+	done = true
+	if expired {
+		st.SetReadDeadline(time.Time{})
+	}
+	reading.Unlock()
 	if err != nil {
 		s.replyErr(st, cb, err)
 		return
 	}
-	st.SetReadDeadline(time.Time{})
 	// A parked call keeps its stream for minutes: let yamux drop the
 	// receive buffer the request arrived in (it is empty now).
 	st.Shrink()
