@@ -150,19 +150,26 @@ type pending struct {
 	err  error
 }
 
-// batcher groups the commands proposed while an entry is in flight. At
-// most one entry it proposed is in flight at a time; its goroutine (run)
-// exists only while one is, and stops when the queue is empty or the
-// replica closes.
+// maxInFlight is how many entries the batcher keeps in flight at once.
+// One makes the batches largest: everything that arrives during a Raft
+// round goes in the next entry. Two was measured (docs/performance.md)
+// and was no faster on the 2-core machine, with batches a third smaller.
+const maxInFlight = 1
+
+// batcher groups the commands proposed while entries are in flight. At
+// most maxInFlight entries it proposed are in flight at a time, each
+// carried by a goroutine (run) that exists only while it has one, and
+// stops when the queue is empty or the replica closes.
 type batcher struct {
 	done  <-chan struct{} // the replica's: closed when it closes
 	apply func(data []byte) raft.ApplyFuture
 
 	mu       sync.Mutex
-	inflight bool
+	inflight int
 	queue    []*pending
-	// running counts run goroutines (zero or one), so Close can wait
-	// for the last to settle its commands.
+	closed   bool // no run starts any more
+	// running counts run goroutines (up to maxInFlight), so Close can
+	// wait for the last to settle its commands.
 	running sync.WaitGroup
 
 	commands, entries, batches atomic.Uint64
@@ -177,15 +184,29 @@ func newBatcher(r *raft.Raft, done <-chan struct{}) *batcher {
 // submit queues p, or proposes it at once when nothing is in flight.
 func (b *batcher) submit(p *pending) {
 	b.mu.Lock()
-	if b.inflight {
+	if b.closed {
+		b.mu.Unlock()
+		settleAll([]*pending{p}, nil, fmt.Errorf("%w: the replica is closed", ErrClosed))
+		return
+	}
+	if b.inflight >= maxInFlight {
 		b.queue = append(b.queue, p)
 		b.mu.Unlock()
 		return
 	}
-	b.inflight = true
+	b.inflight++
 	b.running.Add(1)
 	b.mu.Unlock()
 	go b.run([]*pending{p})
+}
+
+// close waits for the last run to settle its commands (ErrClosed once the
+// replica's done channel is closed) and refuses new ones.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.running.Wait()
 }
 
 // run proposes batch, waits for its outcome and hands each command its
@@ -197,7 +218,7 @@ func (b *batcher) run(batch []*pending) {
 		b.propose(batch)
 		b.mu.Lock()
 		if len(b.queue) == 0 {
-			b.inflight = false
+			b.inflight--
 			b.mu.Unlock()
 			return
 		}

@@ -17,7 +17,7 @@ type CmdType uint8
 // The replicated commands.
 const (
 	CmdEpoch         CmdType = 1  // a new master takes the next epoch; also its post-election barrier
-	CmdCreateSession CmdType = 2  // a session is born; its id is the entry's index
+	CmdCreateSession CmdType = 2  // a session is born; its id is its command index (batch.go)
 	CmdCloseSession  CmdType = 3  // a session ends, cleanly or by expiry (Expired)
 	CmdOpen          CmdType = 4  // a handle is opened, creating the node when asked
 	CmdClose         CmdType = 5  // a handle is closed
@@ -106,9 +106,9 @@ const MaxCommandSize = 512 * 1024
 // de-duplication table is in every snapshot), so what apply reads and
 // writes for each type is part of the log format.
 //
-// A batch of commands in one entry fits the same shape: a payload holding
-// a []Command, each element with its own envelope (Command encodes itself
-// as one msgpack value, so it nests).
+// A batch of commands in one entry (CmdBatch, batch.go) is a command too:
+// its payload holds the other commands' encodings, each with its own
+// envelope.
 type Command struct {
 	// Type is Payload's command type. Encode fills it in (a literal needs
 	// only Payload) and refuses a Type that disagrees with Payload;

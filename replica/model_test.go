@@ -837,6 +837,7 @@ type modelRun struct {
 	followers []*FSM // restored from snapshots, applying the rest of the log
 	m         *model
 	log       []raft.Log
+	lastIndex uint64 // the last command index (batch.go) the model applied at
 	now       int64
 	seq       map[uint64]uint64  // session -> last request id issued
 	last      map[uint64]Command // session -> last request, for retries
@@ -855,16 +856,44 @@ func (r *modelRun) applyEntry(c Command) mResult {
 	if err != nil {
 		r.rt.Fatalf("encode %+v: %v", c, err)
 	}
-	e := raft.Log{Index: idx, Term: 1, Type: raft.LogCommand, Data: b}
+	// About one entry in four is a batch (group commit) of the command
+	// and a Grant of a name that never exists, before or after it: the
+	// Grant changes nothing, but it takes a command index, so from the
+	// first batch on every id and generation the model expects is a
+	// command index past the entry's Raft index.
+	pos, data := -1, b // the command's place in the batch, -1: no batch
+	filler := Command{Time: c.Time, Payload: &GrantArgs{Path: fsmtPath("never-created")}}
+	if modelChance(r.rt, 4, "batched") {
+		fb, err := filler.Encode()
+		if err != nil {
+			r.rt.Fatal(err)
+		}
+		pos = rapid.IntRange(0, 1).Draw(r.rt, "place in batch")
+		cmds := [][]byte{b, fb}
+		if pos == 1 {
+			cmds = [][]byte{fb, b}
+		}
+		if data, err = EncodeBatch(cmds); err != nil {
+			r.rt.Fatal(err)
+		}
+	}
+	e := raft.Log{Index: idx, Term: 1, Type: raft.LogCommand, Data: data}
 	r.log = append(r.log, e)
-	got := resultOf(modelApplyOne(r.rt, r.f, &e))
+	got := resultOf(modelApplyAt(r.rt, r.f, &e, pos))
 	for i, fl := range r.followers {
-		if fr := resultOf(modelApplyOne(r.rt, fl, &e)); !reflect.DeepEqual(fr, got) {
+		if fr := resultOf(modelApplyAt(r.rt, fl, &e, pos)); !reflect.DeepEqual(fr, got) {
 			r.rt.Fatalf("entry %d %s: follower %d answered %+v, the main FSM %+v", idx, c.Type, i, fr, got)
 		}
 	}
 	mc := flatCmd(c)
-	want := r.m.apply(idx, mc)
+	next := func() uint64 { r.lastIndex = max(r.lastIndex+1, idx); return r.lastIndex }
+	if pos == 1 {
+		r.m.apply(next(), flatCmd(filler))
+	}
+	want := r.m.apply(next(), mc)
+	if pos == 0 {
+		r.m.apply(next(), flatCmd(filler))
+	}
 	r.trace = append(r.trace, fmt.Sprintf("%d %s s=%d q=%d a=%d h=%d p=%s f=%#x m=%d w=%v ws=%d ld=%v ig=%v/%d x=%v t=+%dms pr=%s -> %+v",
 		idx, c.Type, c.Session, c.Seq, c.Ack, mc.Handle, strings.TrimPrefix(mc.Path, fsmtRoot), mc.Flags, mc.Mode, mc.Wait, mc.WaitSeq,
 		time.Duration(mc.LockDelay), mc.HasIfGen, mc.IfGen, mc.Expired, (c.Time-fsmtBase)/1e6, c.Principal, got.short()))
@@ -888,6 +917,19 @@ func (r *modelRun) applyEntry(c Command) mResult {
 // shrunk failing sequence keeps only the rare turns it needs.
 func modelChance(rt *rapid.T, n int, label string) bool {
 	return rapid.IntRange(0, n-1).Draw(rt, label) == n-1
+}
+
+// modelApplyAt applies e and returns the result of its command at pos of
+// its batch, or its own with pos -1.
+func modelApplyAt(rt *rapid.T, f *FSM, e *raft.Log, pos int) *Result {
+	if pos < 0 {
+		return modelApplyOne(rt, f, e)
+	}
+	rs, ok := f.Apply(e).([]*Result)
+	if !ok || len(rs) != 2 || rs[1-pos] == nil || rs[1-pos].Err != nil {
+		rt.Fatalf("batch Apply returned %T %+v", rs, rs)
+	}
+	return rs[pos]
 }
 
 func modelApplyOne(rt *rapid.T, f *FSM, e *raft.Log) *Result {
@@ -1189,7 +1231,7 @@ func TestFSMMatchesModel(t *testing.T) {
 		// every follower restored from a snapshot on the way.
 		replay := NewFSM(fsmtCell, fsmtLogger())
 		for i := range r.log {
-			modelApplyOne(rt, replay, &r.log[i])
+			replay.Apply(&r.log[i]) // a *Result, or a batch's []*Result
 		}
 		modelSameHash(rt, "the log replayed on a second FSM", r.f, replay)
 		for i, fl := range r.followers {

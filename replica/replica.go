@@ -450,7 +450,7 @@ func (r *Replica) Snapshot() error { return r.raft.Snapshot().Error() }
 func (r *Replica) Close() error {
 	err := r.raft.Shutdown().Error()
 	close(r.done)
-	r.batcher.running.Wait() // its last entry settled: ErrClosed
+	r.batcher.close() // its last entry settled: ErrClosed
 	closeTransport(r.transport)
 	if cerr := r.store.Close(); err == nil {
 		err = cerr

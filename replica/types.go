@@ -34,8 +34,9 @@ const (
 	LockShared    uint8 = 2
 )
 
-// Node is one file or directory. Generations are Raft indexes, so they grow
-// across delete and re-create of a name and across masters.
+// Node is one file or directory. Generations are command indexes (the Raft
+// index of the entry, or past it after group commit: batch.go), so they
+// grow across delete and re-create of a name and across masters.
 type Node struct {
 	Path      string `msgpack:"p"`
 	Dir       bool   `msgpack:"d,omitempty"`
