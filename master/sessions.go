@@ -335,8 +335,11 @@ func (ss *sessions) arrive(a keepAliveArgs, arrived time.Time) (l *lease, holdUn
 	if l.end.Before(arrived) {
 		// Late by more than the quarter lease a client keeps to spare:
 		// the network, the client or this master was slow; worth a line.
-		ss.log.Info("a KeepAlive arrived after its lease ended", "session", a.session, "late", arrived.Sub(l.end))
-		return nil, time.Time{}, false, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", a.session)
+		ss.log.Info("a KeepAlive arrived after its lease ended", "session", a.session, "late", arrived.Sub(l.end),
+			"served", !ss.pastSlack(l, arrived))
+		if ss.pastSlack(l, arrived) {
+			return nil, time.Time{}, false, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", a.session)
+		}
 	}
 	ss.stats.leaseLeft.Observe(l.end.Sub(arrived))
 	// The previous lease end bounds how long the call may be held: reply
@@ -409,13 +412,32 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 	}, nil
 }
 
-// expired returns the sessions whose lease ran out before now.
+// expirySlack is how long after a lease ends the master still waits
+// before expiring the session: a quarter of a lease, at most a second
+// (the delays it absorbs are a busy machine's, not the lease's). A client stops
+// trusting its lease before the master's ends (driftMargin), so waiting
+// longer can never let a client act on a lease the master has given up;
+// it only lets the master serve a KeepAlive that a starved process (its
+// network goroutines behind a crowd of others, while its timers still
+// fire) read a little late, instead of expiring a client that did
+// everything right. The cost: a departed client's locks are freed that
+// much later.
+func (ss *sessions) expirySlack() time.Duration { return min(ss.ttl/4, time.Second) }
+
+// pastSlack reports whether l's session may be expired at now: its lease
+// ended more than expirySlack ago. ss.mu is held.
+func (ss *sessions) pastSlack(l *lease, now time.Time) bool {
+	return l.end.Add(ss.expirySlack()).Before(now)
+}
+
+// expired returns the sessions whose lease and slack (expirySlack) ran
+// out before now.
 func (ss *sessions) expired(now time.Time) []uint64 {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	var out []uint64
 	for id, l := range ss.leases {
-		if l.end.Before(now) && !l.closed {
+		if ss.pastSlack(l, now) && !l.closed {
 			out = append(out, id)
 		}
 	}

@@ -186,10 +186,15 @@ func TestEventsAreNumberedInOrderAndExpiredLeasesFound(t *testing.T) {
 	if r := answered(t, ch); r.err != nil {
 		t.Fatal(r.err)
 	}
+	// Session 1's lease ended; the master waits out the slack first.
+	if exp := ss.expired(clock.Now()); len(exp) != 0 {
+		t.Fatalf("expired %v within the slack after the lease; want none yet", exp)
+	}
+	clock.Advance(ss.expirySlack())
 	if exp := ss.expired(clock.Now()); len(exp) != 1 || exp[0] != 1 {
 		t.Fatalf("expired %v; want [1]", exp)
 	}
-	// A KeepAlive that arrives after its lease ran out is refused.
+	// A KeepAlive that arrives after its lease and slack ran out is refused.
 	r := answered(t, keepAliveAsync(t, ss, clock, nil, 1, 0))
 	if codeOf(r.err) != wire.CodeSessionExpired {
 		t.Fatalf("KeepAlive after the lease: %v; want SessionExpired", r.err)
@@ -412,5 +417,38 @@ func TestParkedKeepAliveEndsWhenLeadershipGoesUnproven(t *testing.T) {
 	close(auth.ch) // the clock does not move: only the signal ends the park
 	if r := answered(t, ch); !errors.Is(r.err, errStopped) {
 		t.Fatalf("parked KeepAlive at an unproven master: got %v, %v; want errStopped (NotMaster)", r.resp, r.err)
+	}
+}
+
+// A KeepAlive that arrives after its lease ended but within the expiry
+// slack (a starved master read it late) is served and renews the lease:
+// the session is not expired for the master's slowness. One that arrives
+// later is refused and the session is expired.
+func TestKeepAliveWithinTheExpirySlackIsServed(t *testing.T) {
+	ss, clock, stop := newTestSessions(t)
+	ss.created(1, 0)
+	ss.created(2, 0)
+	slack := ss.expirySlack()
+	if slack <= 0 || slack > testLease/4 {
+		t.Fatalf("slack %v; want within a quarter lease", slack)
+	}
+	clock.Advance(testLease + slack/2) // both leases ended, inside the slack
+	if exp := ss.expired(clock.Now()); len(exp) != 0 {
+		t.Fatalf("expired %v inside the slack", exp)
+	}
+	r := answered(t, keepAliveAsync(t, ss, clock, stop, 1, 0))
+	if r.err != nil {
+		t.Fatalf("KeepAlive inside the slack: %v; want it served", r.err)
+	}
+	if r.resp.LeaseMillis <= 0 {
+		t.Fatalf("KeepAlive inside the slack granted %d ms", r.resp.LeaseMillis)
+	}
+	clock.Advance(slack)
+	if exp := ss.expired(clock.Now()); len(exp) != 1 || exp[0] != 2 {
+		t.Fatalf("expired %v past the slack; want [2] (1 was renewed)", exp)
+	}
+	r = answered(t, keepAliveAsync(t, ss, clock, nil, 2, 0))
+	if codeOf(r.err) != wire.CodeSessionExpired {
+		t.Fatalf("KeepAlive past the slack: %v; want SessionExpired", r.err)
 	}
 }
