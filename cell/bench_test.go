@@ -84,7 +84,13 @@ func BenchmarkSetContents(b *testing.B) {
 // BenchmarkLockUncontended: TryAcquire+Release pairs, 16 clients, one lock
 // each.
 func BenchmarkLockUncontended(b *testing.B) {
-	benchClients(b, 16, func(ctx context.Context, c *fixtures.Cell, cl *client.Client, i int) func(context.Context) error {
+	benchClients(b, 16, lockPairs(b))
+}
+
+// lockPairs is the uncontended lock workload: client i opens lock li and
+// each op is a TryAcquire+Release pair on it.
+func lockPairs(b *testing.B) func(ctx context.Context, c *fixtures.Cell, cl *client.Client, i int) func(context.Context) error {
+	return func(ctx context.Context, c *fixtures.Cell, cl *client.Client, i int) func(context.Context) error {
 		h, err := cl.Open(ctx, c.Name(fmt.Sprintf("l%d", i)), client.Read|client.Write|client.Create)
 		if err != nil {
 			b.Fatal(err)
@@ -95,7 +101,7 @@ func BenchmarkLockUncontended(b *testing.B) {
 			}
 			return h.Release(ctx)
 		}
-	})
+	}
 }
 
 // BenchmarkRead: GetContentsAndStat of a 100-byte file by 16 clients, each

@@ -70,18 +70,7 @@ func processCPU() time.Duration {
 
 // BenchmarkLogCostLock: TryAcquire+Release pairs, one lock per client.
 func BenchmarkLogCostLock(b *testing.B) {
-	benchLogCost(b, 2, func(ctx context.Context, c *fixtures.Cell, cl *client.Client, i int) func(context.Context) error {
-		h, err := cl.Open(ctx, c.Name(fmt.Sprintf("l%d", i)), client.Read|client.Write|client.Create)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context) error {
-			if ok, err := h.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
-				return fmt.Errorf("acquire: %v %v", ok, err)
-			}
-			return h.Release(ctx)
-		}
-	})
+	benchLogCost(b, 2, lockPairs(b))
 }
 
 // BenchmarkLogCostWrite: 100-byte conditional writes, one file per client.
