@@ -454,9 +454,10 @@ func (l *locker) open(cl *client.Client, opts []client.OpenOption) (*client.Hand
 	return h, nil
 }
 
-// watch reads the session's events until the client is closed: the
-// library drops events nobody reads, and Expired is how lock learns that
-// its lock is gone.
+// watch reads the session's events until the client is closed, so the
+// warnings come as things happen and Expired (how lock learns that its
+// lock is gone) arrives as itself: a stream nobody reads fills up, and
+// the library then puts an Overflow in place of what it cannot keep.
 func (l *locker) watch(cl *client.Client) {
 	l.lost, l.watchDone = make(chan struct{}), make(chan struct{})
 	go func() {

@@ -178,19 +178,39 @@ func TestVerbs(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("watch did not end; stdout so far %q", out.String())
 		}
+		// Each line: TIME KIND PATH and the node's position after the
+		// change, which only moves forward (none for the deleted node).
 		var kinds []string
+		pos := map[string][]uint64{}
 		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 			f := strings.Fields(line)
-			if len(f) != 3 || f[2] != "/ls/t/w/f" {
+			if len(f) < 3 || f[2] != "/ls/t/w/f" {
 				t.Fatalf("watch line %q", line)
 			}
 			if _, err := time.Parse(time.RFC3339Nano, f[0]); err != nil {
 				t.Fatalf("watch line %q: %v", line, err)
 			}
 			kinds = append(kinds, f[1])
+			kv := map[string]uint64{}
+			for _, w := range f[3:] {
+				k, v, ok := strings.Cut(w, "=")
+				n, err := strconv.ParseUint(v, 10, 64)
+				if !ok || err != nil {
+					t.Fatalf("watch line %q: field %q", line, w)
+				}
+				kv[k] = n
+			}
+			if kv["epoch"] == 0 {
+				t.Fatalf("watch line %q: no epoch", line)
+			}
+			pos[f[1]] = []uint64{kv["instance"], kv["content"], kv["lock"]}
 		}
 		if strings.Join(kinds, " ") != "contents-modified lock-acquired handle-invalid" {
 			t.Fatalf("watch events %v", kinds)
+		}
+		mod, acq := pos["contents-modified"], pos["lock-acquired"]
+		if mod[0] == 0 || acq[0] != mod[0] || mod[1] == 0 || acq[1] != mod[1] || acq[2] <= mod[2] {
+			t.Fatalf("watch positions: contents-modified %v, lock-acquired %v", mod, acq)
 		}
 
 		// A directory, --json: child-added and child-removed with the child.
@@ -214,9 +234,52 @@ func TestVerbs(t *testing.T) {
 			evs = append(evs, ev)
 		}
 		if len(evs) != 3 || evs[0].Kind != "watching" ||
-			evs[1] != (watchEvent{Time: evs[1].Time, Kind: "child-added", Path: "/ls/t/w", Child: "kid"}) ||
-			evs[2] != (watchEvent{Time: evs[2].Time, Kind: "child-removed", Path: "/ls/t/w", Child: "kid"}) {
+			evs[1] != (watchEvent{Time: evs[1].Time, Kind: "child-added", Path: "/ls/t/w", Child: "kid",
+				Epoch: evs[1].Epoch, Instance: evs[1].Instance, ContentGen: evs[1].ContentGen, LockGen: evs[1].LockGen}) ||
+			evs[2] != (watchEvent{Time: evs[2].Time, Kind: "child-removed", Path: "/ls/t/w", Child: "kid",
+				Epoch: evs[2].Epoch, Instance: evs[2].Instance, ContentGen: evs[2].ContentGen, LockGen: evs[2].LockGen}) {
 			t.Fatalf("watch --json events %+v", evs)
+		}
+		if evs[1].Epoch == 0 || evs[1].Instance == 0 || evs[2].Instance != evs[1].Instance ||
+			evs[2].ContentGen < evs[1].ContentGen {
+			t.Fatalf("watch --json positions %+v", evs)
+		}
+
+		// A fail-over the session survives: a reannounce repeating the
+		// last position heard; --count does not count it.
+		out, errw = &syncBuffer{}, &syncBuffer{}
+		go func() {
+			done <- run(append(append([]string{"lockcell"}, flags...), "--json", "watch", "--count", "2", "w"),
+				strings.NewReader(""), out, errw)
+		}()
+		waitOutput(t, out, `"watching"`, done)
+		r.ok("touch", "w/kid2")
+		waitOutput(t, out, `"child-added"`, done)
+		stopped := c.StopMaster()
+		waitOutput(t, out, `"reannounce"`, done)
+		c.Start(stopped)
+		r.ok("touch", "w/kid3")
+		if code := <-done; code != exitOK {
+			t.Fatalf("watch --json: exit %d, stderr %q", code, errw.String())
+		}
+		var added []watchEvent
+		var re *watchEvent
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var ev watchEvent
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("watch --json line %q: %v", line, err)
+			}
+			switch ev.Kind {
+			case "child-added":
+				added = append(added, ev)
+			case "reannounce":
+				re = &ev
+			}
+		}
+		if len(added) != 2 || re == nil || re.Path != "/ls/t/w" || re.Epoch <= added[0].Epoch ||
+			re.Instance != added[0].Instance || re.ContentGen != added[0].ContentGen ||
+			added[1].Epoch != re.Epoch || added[1].Instance != re.Instance {
+			t.Fatalf("watch across a fail-over: %q", out.String())
 		}
 
 		r.fails(exitError, "watch /ls/t/w/missing", "watch", "w/missing")

@@ -24,14 +24,21 @@ func watchCommand(e *env) *cli.Command {
 		ArgsUsage: "NAME",
 		Description: "Opens NAME asking for every event: for directories child-added and child-removed " +
 			"(with the child's name), for files contents-modified, and for both lock-acquired, " +
-			"conflicting-lock and handle-invalid (NAME was deleted). Prints one line per event, " +
-			"TIME KIND PATH [CHILD], plus the session's own events (jeopardy, safe, expired, " +
-			"master-failover). Once the handle is open it prints \"watching NAME\" on stderr (under " +
+			"conflicting-lock and handle-invalid (NAME was deleted), plus lock-broken and " +
+			"release-requested about a lock. Prints one line per event, TIME KIND PATH [CHILD] and the " +
+			"node's position just after the change (epoch=E instance=I content=C lock=L: the master's " +
+			"epoch, the node's instance and its content and lock generations, as in stat; a deleted " +
+			"node has none), plus the session's own events (jeopardy, safe, expired, master-failover). " +
+			"\"overflow missed=KIND\" says events were lost from KIND on (the watch could not keep up, " +
+			"or the master dropped them); \"reannounce\" follows a new master or a recovery from " +
+			"jeopardy, with the last position heard: events in between may be lost. After either, " +
+			"re-read NAME. Once the handle is open it prints \"watching NAME\" on stderr (under " +
 			"--json a first {\"kind\": \"watching\"} line on stdout).\n\n" +
 			"Runs until Ctrl-C (exit 0), until NAME is deleted (exit 0 after printing handle-invalid), " +
 			"until the session expires (exit 1) or, with --count N, until N node events were printed " +
-			"(exit 0). --timeout bounds only opening NAME. With --json prints one JSON object per " +
-			"line: {\"time\", \"kind\", \"path\", \"child\", \"epoch\"}.\n\n" +
+			"(exit 0; overflow and reannounce are not counted). --timeout bounds only opening NAME. " +
+			"With --json prints one JSON object per line: {\"time\", \"kind\", \"path\", \"child\", " +
+			"\"epoch\", \"instance\", \"content_generation\", \"lock_generation\", \"missed\"}.\n\n" +
 			"Example: lockcell watch --count 1 svc/config && lockcell cat svc/config",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "count", Usage: "exit after `N` node events (0: no limit)"},
@@ -47,6 +54,13 @@ type watchEvent struct {
 	Path  string `json:"path,omitempty"`
 	Child string `json:"child,omitempty"`
 	Epoch uint64 `json:"epoch,omitempty"`
+	// The node's position just after the change (zero: unknown, such as
+	// for a deleted node or a session event).
+	Instance   uint64 `json:"instance,omitempty"`
+	ContentGen uint64 `json:"content_generation,omitempty"`
+	LockGen    uint64 `json:"lock_generation,omitempty"`
+	// Missed is, on an overflow, the kind of the first event lost.
+	Missed string `json:"missed,omitempty"`
 }
 
 // watch is watch's Action.
@@ -104,21 +118,33 @@ func (e *env) watch(c *cli.Context) error {
 		fmt.Fprintf(e.stderr, "watching %s\n", name)
 	}
 
+	// Node events come from the handle's own stream, which never drops
+	// one silently (an Overflow stands in for what it could not keep) and
+	// carries Reannounce; the session's stream gives the session events
+	// (its copies of the node events are skipped).
+	nodeEvents := h.Events()
 	seen := 0
 	for {
 		var ev client.Event
 		select {
 		case <-sigc:
 			return nil
+		case ev2, ok := <-nodeEvents:
+			if !ok {
+				// The session ended: its own stream says how (Expired,
+				// or closed).
+				nodeEvents = nil
+				continue
+			}
+			ev = ev2
 		case ev2, ok := <-cl.Events():
 			if !ok {
 				return fail("watch", name, client.ErrClosed)
 			}
+			if ev2.Path != "" {
+				continue // the handle's stream has it
+			}
 			ev = ev2
-		}
-		node := ev.Path != ""
-		if node && ev.Path != name {
-			continue // not ours (cannot happen: this session has one handle)
 		}
 		if err := e.printEvent(ev); err != nil {
 			return err
@@ -128,8 +154,10 @@ func (e *env) watch(c *cli.Context) error {
 			return fail("watch", name, client.ErrSessionExpired)
 		case client.HandleInvalid:
 			return nil
+		case client.Overflow, client.Reannounce:
+			continue
 		}
-		if node {
+		if ev.Path != "" {
 			if seen++; count > 0 && seen >= count {
 				return nil
 			}
@@ -144,18 +172,44 @@ func (e *env) printEvent(ev client.Event) error {
 		t = time.Now()
 	}
 	if e.json {
-		return e.printJSON(watchEvent{Time: timeText(t), Kind: ev.Kind.String(), Path: ev.Path, Child: ev.Child, Epoch: ev.Epoch})
+		w := watchEvent{Time: timeText(t), Kind: ev.Kind.String(), Path: ev.Path, Child: ev.Child, Epoch: ev.Epoch,
+			Instance: ev.Instance, ContentGen: ev.ContentGen, LockGen: ev.LockGen}
+		if ev.Kind == client.Overflow {
+			w.Missed = missedText(ev.Missed)
+		}
+		return e.printJSON(w)
 	}
 	line := timeText(t) + "  " + ev.Kind.String()
-	switch {
-	case ev.Path != "":
+	if ev.Path != "" {
 		line += "  " + ev.Path
 		if ev.Child != "" {
 			line += "  " + ev.Child
 		}
-	case ev.Kind == client.MasterFailover:
-		line += fmt.Sprintf("  epoch %d", ev.Epoch)
+	}
+	if ev.Kind == client.Overflow {
+		line += "  missed=" + missedText(ev.Missed)
+	}
+	if ev.Epoch != 0 {
+		line += fmt.Sprintf("  epoch=%d", ev.Epoch)
+	}
+	if ev.Instance != 0 {
+		line += fmt.Sprintf(" instance=%d content=%d lock=%d", ev.Instance, ev.ContentGen, ev.LockGen)
+	}
+	switch ev.Kind {
+	case client.Overflow:
+		line += "  (events were lost: re-read " + ev.Path + ")"
+	case client.Reannounce:
+		line += "  (a new master or safe again: events may be lost, re-read " + ev.Path + ")"
 	}
 	_, err := fmt.Fprintln(e.stdout, line)
 	return err
+}
+
+// missedText names the kind of the first event an Overflow stands for;
+// "unknown" when the master dropped events without saying which.
+func missedText(k client.EventKind) string {
+	if k == 0 {
+		return "unknown"
+	}
+	return k.String()
 }
