@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -62,4 +63,38 @@ func TestCacheMetrics(t *testing.T) {
 	if !found {
 		t.Fatal("no hits metric")
 	}
+
+	// Opens of a missing name: the first asks the master, the second is
+	// answered from the remembered absence; counted apart from reads.
+	for range 2 {
+		if _, err := cl.Open(ctx, c.Name("none"), client.Read); !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("open of a missing name: %v", err)
+		}
+	}
+	for name, want := range map[string]float64{
+		"lockcell_client_cache_negative_hits_total":   1,
+		"lockcell_client_cache_negative_misses_total": 1,
+		"lockcell_client_cache_hits_total":            4,
+	} {
+		if got := counterValue(t, reg, name); got != want {
+			t.Fatalf("%s = %v, want %v (stats %+v)", name, got, want, cl.CacheStats())
+		}
+	}
+}
+
+// counterValue gathers reg and returns the value of the one series of
+// counter name.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no single series of %s", name)
+	return 0
 }
