@@ -95,6 +95,14 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return float64(s.master.AuditSuppressed()) }),
 		counter("lockcell_events_dropped_total", "Handle events dropped because a session's queue of unacknowledged events was full.",
 			func() float64 { return float64(s.master.InvalidationStats().EventsDropped) }),
+		// Group commit: commands per entry is what batching saves in log
+		// writes and fsyncs; only the replica whose master writes proposes.
+		counter("lockcell_group_commit_commands_total", "Commands this replica proposed to the Raft log.",
+			func() float64 { return float64(s.rep.GroupCommitStats().Commands) }),
+		counter("lockcell_group_commit_entries_total", "Raft entries that carried this replica's proposed commands (one per lone command, one per batch).",
+			func() float64 { return float64(s.rep.GroupCommitStats().Entries) }),
+		counter("lockcell_group_commit_batches_total", "Raft entries this replica proposed that were batches of commands.",
+			func() float64 { return float64(s.rep.GroupCommitStats().Batches) }),
 	)
 	histogram := func(name, help string, f func() replica.HistogramSnapshot) prometheus.Collector {
 		return histogramFunc{desc: prometheus.NewDesc(name, help, nil, labels), read: f}

@@ -53,4 +53,12 @@ func TestReplicaMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// The master proposed the session's and the Open's commands, in at
+	// most as many entries, some of which may be batches.
+	commands, ok1 := metricValue(text, "lockcell_group_commit_commands_total")
+	entries, ok2 := metricValue(text, "lockcell_group_commit_entries_total")
+	batches, ok3 := metricValue(text, "lockcell_group_commit_batches_total")
+	if !ok1 || !ok2 || !ok3 || commands < 2 || entries < 1 || entries > commands || batches > entries {
+		t.Errorf("group commit: %v commands, %v entries, %v batches", commands, entries, batches)
+	}
 }
