@@ -14,11 +14,11 @@ func (*BreakLockArgs) CmdType() CmdType { return CmdBreakLock }
 func (*BreakLockArgs) payload() {}
 
 // breakLock frees the lock on p.Path from every holder, for the admin
-// only. The lock's generation becomes the entry's index even when no
+// only. The lock's generation becomes the command's index even when no
 // waiter takes it, so every sequencer of the broken holding is stale at
 // once (also one that names the lock as free afterwards). A running
 // lock-delay ends: a break is deliberate, and the admin wants the lock
-// usable. The next waiters get the lock in the same entry, as after a
+// usable. The next waiters get the lock in the same command, as after a
 // release. Each holder is reported (ChangeLockBroken) so the master
 // tells its session; breaking a free lock changes nothing and succeeds.
 func (f *FSM) breakLock(index uint64, c *Command, p *BreakLockArgs) *Result {

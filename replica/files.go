@@ -7,7 +7,7 @@ import (
 // Applying handle and file commands: open (and create), contents, delete,
 // close, and what a closed handle or a removed node takes with it.
 
-// open opens a handle with the entry's index as its id, creating the node
+// open opens a handle with the command's index as its id, creating the node
 // (and taking its parent's ACL names) when the flags ask for it. A name
 // the caller may not read answers as a missing one.
 func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
@@ -107,7 +107,7 @@ func (f *FSM) checkCreate(c *Command, p *OpenArgs) (*Node, *Error) {
 
 // setContents replaces a file's contents through a handle opened for
 // writing, if the content generation matches when the command is
-// conditional; the new generation is the entry's index.
+// conditional; the new generation is the command's index.
 func (f *FSM) setContents(index uint64, c *Command, p *SetContentsArgs) *Result {
 	h, n, err := f.liveHandle(c.Session, p.Handle)
 	if err != nil {

@@ -93,7 +93,7 @@ func (f *FSM) grantAfterDelay(index uint64, c *Command, p *GrantArgs) *Result {
 
 // grant makes the handle a holder since now, the entry's Time; the first
 // holder of a free lock sets its mode and a new lock generation, the
-// entry's index.
+// command's index.
 func (f *FSM) grant(index uint64, n *Node, handle, session, waitSeq uint64, mode uint8, now int64) {
 	if n.LockMode == LockFree {
 		n.LockGen = index
@@ -116,7 +116,7 @@ func (n *Node) removeHolder(handle uint64) bool {
 }
 
 // afterRelease frees the lock when its last holder left and hands it on,
-// in the same entry, to the next waiter (or run of shared waiters).
+// in the same command, to the next waiter (or run of shared waiters).
 func (f *FSM) afterRelease(index uint64, n *Node, now int64) {
 	if len(n.Holders) == 0 {
 		n.LockMode = LockFree

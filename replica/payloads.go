@@ -10,7 +10,7 @@ package replica
 // post-election barrier.
 type EpochArgs struct{}
 
-// CreateSessionArgs: a session is born, with the entry's index as its id,
+// CreateSessionArgs: a session is born, with the command's index as its id,
 // the envelope's Principal and Client, and the identity its client
 // declared: Host, PID and Program, each at most MaxIdentityLen bytes (a
 // longer one is refused with KindBadRequest), all empty in entries

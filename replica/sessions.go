@@ -36,7 +36,7 @@ func checkIdentity(p *CreateSessionArgs) *Error {
 	return nil
 }
 
-// createSession starts a session whose id is the entry's index, with the
+// createSession starts a session whose id is the command's index, with the
 // identity its client declared.
 func (f *FSM) createSession(index uint64, c *Command, p *CreateSessionArgs) *Result {
 	if err := checkIdentity(p); err != nil {

@@ -190,7 +190,7 @@ type LockView struct {
 	Mode    uint8 // LockFree, LockExclusive or LockShared
 	Holders int
 	Waiters int
-	// LockGen is the Raft index of the last grant of the free lock.
+	// LockGen is the command index of the last grant of the free lock.
 	LockGen uint64
 	// LockDelayUntil (Unix ns) is when the lock may next be granted, if
 	// a failed holder left it under lock-delay.
