@@ -100,21 +100,27 @@ func cellStatus(ctx context.Context, cfg Config, addr string, hash bool) (*wire.
 	return &resp, nil
 }
 
-// SessionInfo describes one live session of the cell.
+// SessionInfo describes one live session of the cell, with the identity
+// its client declared (Identity: host, pid, program; empty when it
+// declared none, and from a master that does not report them).
 type SessionInfo struct {
-	ID        uint64        `json:"id"`
-	Client    string        `json:"client,omitempty"`
-	Principal string        `json:"principal,omitempty"`
-	Created   time.Time     `json:"created"`
-	Lease     time.Duration `json:"lease_remaining_ns"`
-	Handles   int           `json:"handles"`
-	Locks     []string      `json:"locks,omitempty"`
+	ID        uint64 `json:"id"`
+	Client    string `json:"client,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	Identity
+	Created time.Time     `json:"created"`
+	Lease   time.Duration `json:"lease_remaining_ns"`
+	Handles int           `json:"handles"`
+	Locks   []string      `json:"locks,omitempty"`
 }
 
 // Sessions lists the cell's live sessions (from the master): who they
-// are, the lease the master grants them right now, their open handles and
-// the locks they hold. The admin sees every session; any other principal
-// sees only its own principal's sessions, as if no others existed.
+// are and the identity their clients declared, the lease the master
+// grants them right now, their open handles and the locks they hold. The
+// admin sees every session; any other principal sees only its own
+// principal's sessions, as if no others existed. At most 5000 are
+// listed, in id order, and fewer when their names and identities are long
+// (the reply must fit a frame).
 func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	var resp wire.ListSessionsResponse
 	if err := c.call(ctx, wire.MethodListSessions, false, &wire.ListSessionsRequest{}, &resp); err != nil {
@@ -123,7 +129,8 @@ func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	out := make([]SessionInfo, len(resp.Sessions))
 	for i, s := range resp.Sessions {
 		out[i] = SessionInfo{ID: s.ID, Client: s.Client, Principal: s.Principal, Created: time.Unix(0, s.Created),
-			Lease: time.Duration(s.LeaseMillis) * time.Millisecond, Handles: int(s.Handles), Locks: s.Locks}
+			Lease: time.Duration(s.LeaseMillis) * time.Millisecond, Handles: int(s.Handles), Locks: s.Locks,
+			Identity: Identity{Host: s.Host, PID: int(s.PID), Program: s.Program}}
 	}
 	return out, nil
 }

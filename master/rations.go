@@ -106,7 +106,7 @@ func replyBytes(resp any) int {
 		n += len(r.Contents)
 	case *wire.ListSessionsResponse:
 		for _, s := range r.Sessions {
-			n += 64 + len(s.Client) + len(s.Principal)
+			n += 64 + len(s.Client) + len(s.Principal) + len(s.Host) + len(s.Program)
 			for _, l := range s.Locks {
 				n += len(l) + 4
 			}

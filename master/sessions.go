@@ -753,39 +753,68 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 }
 
 // listSessions reports live sessions with the lease this master grants
-// each (memory) and what each holds (replicated state): every session to
-// the admin, to anyone else only the sessions of its own principal, and
-// Total counts only what the caller may see. Others' sessions would name
-// their principals, clients and the locks they hold.
+// each (memory), what each holds and the identity its client declared
+// (replicated state): every session to the admin, to anyone else only the
+// sessions of its own principal, and Total counts only what the caller
+// may see. Others' sessions would name their principals, clients, hosts
+// and the locks they hold. The list stops short of MaxListedSessions when
+// it would outgrow listSessionsBytes (Total still counts them all).
 func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, error) {
 	if err := c.cons.VerifyLeader(ctx); err != nil {
 		return nil, err
 	}
 	var views []replica.SessionView
-	c.read(func(v replica.View) { views = v.Sessions() })
-	if !c.isAdmin() {
-		own := views[:0]
-		for _, v := range views {
-			if v.Principal == c.caller.Principal {
-				own = append(own, v)
+	var ids []replica.Identity
+	c.read(func(v replica.View) {
+		views = v.Sessions()
+		if !c.isAdmin() {
+			own := views[:0]
+			for _, sv := range views {
+				if sv.Principal == c.caller.Principal {
+					own = append(own, sv)
+				}
 			}
+			views = own
 		}
-		views = own
-	}
+		ids = make([]replica.Identity, min(len(views), wire.MaxListedSessions))
+		for i := range ids {
+			ids[i], _ = v.SessionIdentity(views[i].ID)
+		}
+	})
 	now := c.cfg.Clock.Now()
 	out := &wire.ListSessionsResponse{Total: uint64(len(views))}
-	if len(views) > wire.MaxListedSessions {
-		views = views[:wire.MaxListedSessions]
-	}
-	out.Sessions = make([]wire.SessionInfo, 0, len(views))
-	ids := make([]uint64, len(views))
+	views = views[:len(ids)]
+	sids := make([]uint64, len(views))
 	for i, v := range views {
-		ids[i] = v.ID
+		sids[i] = v.ID
 	}
-	left := c.sess.leaseLeft(ids, now)
-	for _, v := range views {
+	left := c.sess.leaseLeft(sids, now)
+	out.Sessions = make([]wire.SessionInfo, 0, len(views))
+	budget := listSessionsBytes
+	for i, v := range views {
+		size := sessionInfoBytes(v, ids[i])
+		if size > budget && len(out.Sessions) > 0 {
+			break
+		}
+		budget -= size
 		out.Sessions = append(out.Sessions, wire.SessionInfo{ID: v.ID, Client: v.Client, Principal: v.Principal, Created: v.Created,
-			Handles: uint32(v.Handles), Locks: v.Locks, LeaseMillis: left[v.ID].Milliseconds()})
+			Handles: uint32(v.Handles), Locks: v.Locks, LeaseMillis: left[v.ID].Milliseconds(),
+			Host: ids[i].Host, PID: ids[i].PID, Program: ids[i].Program})
 	}
 	return out, nil
+}
+
+// listSessionsBytes bounds what a ListSessions reply's sessions may add
+// up to (sessionInfoBytes, an over-estimate of their encoding), well
+// inside a frame: MaxListedSessions sessions that declared the longest
+// hosts and programs would not fit one.
+const listSessionsBytes = wire.MaxFrameSize / 2
+
+// sessionInfoBytes over-estimates the encoding of one listed session.
+func sessionInfoBytes(v replica.SessionView, id replica.Identity) int {
+	n := 64 + len(v.Client) + len(v.Principal) + len(id.Host) + len(id.Program)
+	for _, l := range v.Locks {
+		n += len(l) + 4
+	}
+	return n
 }

@@ -220,7 +220,7 @@ func fzSamples() []any {
 		&wire.CellStatusResponse{Cell: "c", Self: "1", State: "Leader", Master: "m", Epoch: 1, Term: 2, CommitIndex: 3,
 			AppliedIndex: 4, Sessions: 5, Nodes: 6, Replicas: []wire.ReplicaStatus{{ID: "1", ClientAddr: "a", RaftAddr: "b", Master: true}}},
 		&wire.ListSessionsResponse{Sessions: []wire.SessionInfo{{ID: 1, Client: "c", Principal: "p", Created: 5, LeaseMillis: 6,
-			Handles: 7, Locks: []string{"/ls/c/a"}}}, Total: 1},
+			Handles: 7, Locks: []string{"/ls/c/a"}, Host: "h", PID: 8, Program: "prog"}}, Total: 1},
 		&wire.BackupRequest{ID: 3, Offset: 1 << 19},
 		&wire.BackupResponse{ID: 3, Offset: 1 << 19, Chunk: []byte("snap"), Total: 1 << 20, Checksum: make([]byte, 32), Cell: "c",
 			Applied: 9, Term: 2, Epoch: 1, Time: 5, Nodes: 4, Sessions: 1},
@@ -558,7 +558,7 @@ func FuzzRoundTrip(f *testing.F) {
 			st.Holders = append(st.Holders, wire.LockHolder{Session: u2 + uint64(i), Principal: s3, Host: s1, PID: i1, Program: s2, Since: -i1})
 			st.Waiters = append(st.Waiters, wire.LockWaiter{Session: u1 + uint64(i), Principal: s2, Mode: uint8(i), Host: s3, PID: -i1, Program: s1, Since: i1})
 			sessions = append(sessions, wire.SessionInfo{ID: u1, Client: s1, Principal: s2, Created: i1, LeaseMillis: -i1,
-				Handles: u32, Locks: []string{s3, s1}[:i%3]})
+				Handles: u32, Locks: []string{s3, s1}[:i%3], Host: s2, PID: i1, Program: s3})
 		}
 		vals := []any{
 			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3},

@@ -495,7 +495,9 @@ type CellStatusResponse struct {
 // ListSessionsRequest asks the master for its live sessions.
 type ListSessionsRequest struct{}
 
-// SessionInfo describes one live session.
+// SessionInfo describes one live session: Host, PID and Program are the
+// identity its client declared at CreateSession (as LockHolder's; empty
+// when it declared none, and from a master that predates them).
 type SessionInfo struct {
 	ID          uint64   `msgpack:"i"`
 	Client      string   `msgpack:"c,omitempty"`
@@ -504,10 +506,14 @@ type SessionInfo struct {
 	LeaseMillis int64    `msgpack:"l"`
 	Handles     uint32   `msgpack:"h"`
 	Locks       []string `msgpack:"k,omitempty"`
+	Host        string   `msgpack:"ho,omitempty"`
+	PID         int64    `msgpack:"pi,omitempty"`
+	Program     string   `msgpack:"pg,omitempty"`
 }
 
 // ListSessionsResponse lists the live sessions in id order, at most
-// MaxListedSessions of them (Total says how many there are).
+// MaxListedSessions of them, and fewer when their encoding would not fit
+// well inside a frame (Total says how many there are).
 type ListSessionsResponse struct {
 	Sessions []SessionInfo `msgpack:"s"`
 	Total    uint64        `msgpack:"t"`

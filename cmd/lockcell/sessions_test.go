@@ -16,6 +16,7 @@ func TestSessionsVerb(t *testing.T) {
 	flags := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
 	cfg := c.ClientConfig()
 	cfg.ClientName = "holder-app"
+	cfg.Identity = client.Identity{Host: "build-7", PID: 4242, Program: "nightly"}
 	holder := c.ClientWith(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -39,6 +40,9 @@ func TestSessionsVerb(t *testing.T) {
 			if !strings.Contains(l, "/ls/t/job") {
 				t.Fatalf("holder's row lacks its lock: %q", l)
 			}
+			if !strings.Contains(l, " nightly[4242]@build-7 ") {
+				t.Fatalf("holder's row lacks its declared identity: %q", l)
+			}
 		}
 	}
 	if !found {
@@ -47,6 +51,18 @@ func TestSessionsVerb(t *testing.T) {
 	var list []client.SessionInfo
 	if err := json.Unmarshal([]byte(r.ok("--json", "sessions").stdout), &list); err != nil || len(list) < 2 {
 		t.Fatalf("--json sessions: %v %+v", err, list)
+	}
+	found = false
+	for _, s := range list {
+		if s.ID == holder.Session() {
+			found = true
+			if s.Identity != cfg.Identity || s.Client != "holder-app" {
+				t.Fatalf("--json sessions: holder %+v, declared %+v", s, cfg.Identity)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("--json sessions: holder %d not listed: %+v", holder.Session(), list)
 	}
 	r.fails(2, "", "sessions", "extra")
 }
