@@ -789,19 +789,27 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 		sids[i] = v.ID
 	}
 	left := c.sess.leaseLeft(sids, now)
-	out.Sessions = make([]wire.SessionInfo, 0, len(views))
-	budget := listSessionsBytes
+	out.Sessions = sessionInfos(views, ids, left, listSessionsBytes)
+	return out, nil
+}
+
+// sessionInfos turns listed sessions, with their identities (ids[i] is
+// views[i]'s) and lease left, into their wire form, in order, until they
+// would add up to more than budget bytes (sessionInfoBytes). The first is
+// always kept.
+func sessionInfos(views []replica.SessionView, ids []replica.Identity, left map[uint64]time.Duration, budget int) []wire.SessionInfo {
+	out := make([]wire.SessionInfo, 0, len(views))
 	for i, v := range views {
 		size := sessionInfoBytes(v, ids[i])
-		if size > budget && len(out.Sessions) > 0 {
+		if size > budget && len(out) > 0 {
 			break
 		}
 		budget -= size
-		out.Sessions = append(out.Sessions, wire.SessionInfo{ID: v.ID, Client: v.Client, Principal: v.Principal, Created: v.Created,
+		out = append(out, wire.SessionInfo{ID: v.ID, Client: v.Client, Principal: v.Principal, Created: v.Created,
 			Handles: uint32(v.Handles), Locks: v.Locks, LeaseMillis: left[v.ID].Milliseconds(),
 			Host: ids[i].Host, PID: ids[i].PID, Program: ids[i].Program})
 	}
-	return out, nil
+	return out
 }
 
 // listSessionsBytes bounds what a ListSessions reply's sessions may add
