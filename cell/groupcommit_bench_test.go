@@ -2,7 +2,6 @@ package cell_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -75,21 +74,5 @@ func BenchmarkLogCostLock(b *testing.B) {
 
 // BenchmarkLogCostWrite: 100-byte conditional writes, one file per client.
 func BenchmarkLogCostWrite(b *testing.B) {
-	data := make([]byte, 100)
-	benchLogCost(b, 1, func(ctx context.Context, c *fixtures.Cell, cl *client.Client, i int) func(context.Context) error {
-		h, err := cl.Open(ctx, c.Name(fmt.Sprintf("w%d", i)), client.Read|client.Write|client.Create)
-		if err != nil {
-			b.Fatal(err)
-		}
-		st, err := h.GetStat(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		gen := st.ContentGen
-		return func(ctx context.Context) error {
-			st, err := h.SetContentsAndStat(ctx, data, client.IfGeneration(gen))
-			gen = st.ContentGen
-			return err
-		}
-	})
+	benchLogCost(b, 1, conditionalWrites(b))
 }
