@@ -113,9 +113,7 @@ type Server struct {
 	stop    chan struct{} // closed by Stop; a fresh one per term of service
 	wg      sync.WaitGroup
 	reads   *readRations // each principal's read budget (rations.go)
-	// proof vouches for leadership before a lease is granted or a call
-	// admitted (leadership.go); servingSince is when this term began.
-	proof        *leadershipProof
+	// servingSince is when this term of service began.
 	servingSince time.Time
 	delays       *lockDelays // lock-delay hand-offs (lockdelay.go)
 }
@@ -138,6 +136,10 @@ type parts struct {
 	cons  Consensus
 	state State
 	log   *slog.Logger
+
+	// proof vouches for leadership before a lease is granted, a call
+	// admitted or a read answered (leadership.go).
+	proof *leadershipProof
 
 	inv         *invalidator
 	sess        *sessions
@@ -391,16 +393,24 @@ func proposes(m wire.Method) bool {
 	return m.Mutating() || m == wire.MethodCreateSession || m == wire.MethodCloseSession
 }
 
-// verifyRead makes a read linearizable: this replica is still the leader
-// right now (a quorum confirms), so every write acknowledged before the
-// read began is in the local state machine. The caller then reads the
-// state once, checking first that the session is live (liveSession).
+// verifyRead makes a read linearizable: a round of contact with a quorum
+// that began after the read arrived succeeded, so this replica was still
+// the leader after the read began and every write acknowledged before it
+// is in the local state machine. The caller then reads the state once,
+// checking first that the session is live (liveSession).
+//
+// Reads share rounds (leadershipProof.since): every read that arrives
+// while a round is in flight is answered by the one round after it, so a
+// thousand concurrent reads cost the leader one or two rounds, not a
+// thousand. A round that began before a read arrived never vouches for
+// it: it might have been answered by a quorum that has since elected a
+// successor.
 func (c *call) verifyRead(ctx context.Context) error {
 	// Bounded: a Raft that cannot confirm within half a lease (its leader
 	// loop hung on a stalled disk) is answered NotMaster, so the client
 	// goes on to a successor instead of waiting out its call.
 	vctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/2)
-	err := c.cons.VerifyLeader(vctx)
+	_, err := c.proof.since(vctx, c.proof.now())
 	cancel()
 	if err != nil && !bugReadNoVerify {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {

@@ -760,7 +760,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 // and the locks they hold. The list stops short of MaxListedSessions when
 // it would outgrow listSessionsBytes (Total still counts them all).
 func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, error) {
-	if err := c.cons.VerifyLeader(ctx); err != nil {
+	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
 	}
 	var views []replica.SessionView
