@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -count=1 -timeout 14m
 # they build; release builds (make build, the image) have none.
 TESTTAGS  ?= faultpoints
 
-.PHONY: all build run certs test bench race vet depcheck fmt clean
+.PHONY: all build run certs test bench bench-cell race vet depcheck fmt clean
 .PHONY: torture
 .PHONY: fuzz-short netns-deps browser-deps postgres-deps
 
@@ -114,6 +114,18 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s $(PKGS)
+
+# Measures a running cell from outside, as an application sees it: one
+# `lockcell bench` run of every workload (docs/performance.md, "Measure
+# your own cell"), against the dev cell by default, so `make run` must be
+# up in another terminal. BENCHFLAGS passes options on to every run
+# (BENCHFLAGS='--json --clients 32 --duration 30s', or --replicas and
+# --cell for another cell).
+BENCHFLAGS ?=
+bench-cell: build
+	@for w in lock-uncontended lock-contended 'read --variant linearizable' 'read --variant cached' write; do \
+	  $(BIN)/lockcell bench $$w $(BENCHFLAGS) || exit 1; \
+	done
 
 # The package dependency rule of DESIGN.md, on each package's transitive
 # dependencies (go list's .Deps).

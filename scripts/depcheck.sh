@@ -27,7 +27,7 @@ BEGIN {
     "fixtures: *\n" \
     "deploy: -\n" \
     "cmd/lockcelld: cell master replica backupfile acl =sequencer cache client buildinfo\n" \
-    "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo selfcheck\n" \
+    "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench\n" \
     "cmd/lockcell-kv: client cache cell/wire backupfile sequencer\n" \
     "cell/wire/bound: -\n" \
     "cell/wire: -\n" \
@@ -39,6 +39,7 @@ BEGIN {
     "sequencer/kv: =sequencer client cell/wire backupfile cache\n" \
     "sequencer/httpfence: =sequencer client cell/wire backupfile cache\n" \
     "selfcheck: client cell/wire backupfile cache\n" \
+    "bench: client cell/wire backupfile cache\n" \
     "sequencer: -\n" \
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \
@@ -50,7 +51,7 @@ BEGIN {
   }
   # Packages that serve clients or resource servers never carry the
   # server side third-party stores with them.
-  nostore = "client cache sequencer acl backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck"
+  nostore = "client cache sequencer acl backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck bench"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }
