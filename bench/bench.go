@@ -166,12 +166,23 @@ type Result struct {
 	Extra map[string]any `json:"extra,omitempty"`
 }
 
+// CleanupError is part of a failed run's error when the names the run
+// created could not all be removed: they are left under Prefix.
+type CleanupError struct {
+	Prefix string
+	Err    error
+}
+
+func (e *CleanupError) Error() string { return fmt.Sprintf("remove %s: %v", e.Prefix, e.Err) }
+
+func (e *CleanupError) Unwrap() error { return e.Err }
+
 // Run runs one workload against the cell cfg.Client names and returns
 // its figures. An error means it could not run: no session, a name it
 // needs could not be created, or ctx ended (an interrupted run reports
 // no figures). Either way the names it created are removed before it
 // returns; a failure to remove them is Result.Extra["cleanup_error"], or
-// joined to the error.
+// a CleanupError joined to the error.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -201,7 +212,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.closeClients()
 	if cerr := r.cleanup(ctx); cerr != nil {
 		if err != nil {
-			err = errors.Join(err, fmt.Errorf("remove %s: %w", cfg.Prefix, cerr))
+			err = errors.Join(err, &CleanupError{Prefix: cfg.Prefix, Err: cerr})
 		} else {
 			res.Extra["cleanup_error"] = cerr.Error()
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,7 +35,7 @@ func benchCommand(e *env) *cli.Command {
 			"                     answers each time) or cached (the client cache: no call after the first read)\n" +
 			"   write             client i overwrites its own 100-byte file on condition of its generation\n\n" +
 			"The names live under --prefix (default /ls/<cell>/" + bench.DirPrefix + "<random>, created as needed) and what the " +
-			"run created is removed at the end, also after Ctrl-C. --timeout bounds each call of the setup and " +
+			"run created is removed at the end, also after Ctrl-C or SIGTERM (exit 130 or 143). --timeout bounds each call of the setup and " +
 			"the removal (and finding the master), not the run. Prints a table, or with --json one line with the " +
 			"fields ts, system, client_lib, workload, variant, params, ops, ops_per_s, p50_us, p90_us, p99_us, " +
 			"max_us, mean_us, errors, client_cpu_pct (this process, % of one core) and extra. A progress line " +
@@ -84,10 +85,13 @@ func benchCommand(e *env) *cli.Command {
 }
 
 func (e *env) bench(parent context.Context, cfg bench.Config) error {
-	// The run has its own time (--warmup, --duration); an interrupt ends
-	// it early, and its names are still removed.
-	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The run has its own time (--warmup, --duration). Ctrl-C or SIGTERM
+	// ends it early, and its names are still removed.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if e.verbose {
 		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -121,17 +125,41 @@ func (e *env) bench(parent context.Context, cfg bench.Config) error {
 			last = now
 		}
 	}
-	res, err := bench.Run(ctx, cfg)
+	type outcome struct {
+		res *bench.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := bench.Run(ctx, cfg)
+		done <- outcome{res, err}
+	}()
+	var o outcome
+	var sig os.Signal
+	select {
+	case o = <-done:
+	case sig = <-sigc:
+		cancel()
+		o = <-done // the run removes its names before it returns
+	}
 	if drawn {
 		fmt.Fprintln(e.stderr)
 	}
-	if err != nil {
-		return &opError{op: label, err: runError{err: err, prefix: "bench " + cfg.Workload + ": "}}
+	if sig != nil && o.err != nil {
+		left := "its names were removed"
+		if ce := (*bench.CleanupError)(nil); errors.As(o.err, &ce) {
+			left = "could not remove everything: " + errText(ce.Err)
+		}
+		return &exitStatus{code: 128 + signalNumber(sig), kind: "interrupted",
+			err: fmt.Errorf("%s: interrupted by %v; %s", label, sig, left)}
+	}
+	if o.err != nil {
+		return &opError{op: label, err: runError{err: o.err, prefix: "bench " + cfg.Workload + ": "}}
 	}
 	if e.json {
-		return e.printJSON(res)
+		return e.printJSON(o.res)
 	}
-	return printBench(e.stdout, res)
+	return printBench(e.stdout, o.res)
 }
 
 // printBench prints a run for people: a table row, what one operation
