@@ -369,7 +369,10 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 	}
 	cb := s.budget.conn(ip)
 	defer cb.end() // after the session has closed: nothing is read any more
-	sess, err := yamux.Server(&budgetConn{Conn: conn, c: cb}, yamuxConfig())
+	// The budget sees yamux's writes as yamux makes them; the BatchConn
+	// below it puts each frame, and the frames queued meanwhile, in one
+	// write.
+	sess, err := yamux.Server(&budgetConn{Conn: wire.NewBatchConn(conn), c: cb}, yamuxConfig())
 	if err != nil {
 		conn.Close()
 		return

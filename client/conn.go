@@ -168,7 +168,10 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 		return nil, err
 	}
 	tc.SetWriteDeadline(time.Time{})
-	mux, err := yamux.Client(tc, muxConfig())
+	// yamux writes each frame's header and body separately and one frame
+	// at a time; the BatchConn puts a frame in one write, and frames that
+	// queue meanwhile in the next.
+	mux, err := yamux.Client(wire.NewBatchConn(tc), muxConfig())
 	if err != nil {
 		tc.Close()
 		return nil, err
