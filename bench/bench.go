@@ -66,6 +66,10 @@ const (
 // ReadVariants lists the variants of Read; the first is the default.
 var ReadVariants = []string{Linearizable, Cached}
 
+// CAS is the variant a Write result carries (Write has no other): its
+// writes are compare-and-swaps, and the comparison's lines name them so.
+const CAS = "cas"
+
 // Defaults of Config.
 const (
 	DefaultClients   = 16
@@ -142,7 +146,8 @@ type Result struct {
 	System    string `json:"system"` // always "lockcell"
 	ClientLib string `json:"client_lib,omitempty"`
 	Workload  string `json:"workload"`
-	Variant   string `json:"variant,omitempty"`
+	// Variant is Read's variant, CAS for Write, empty for the locks.
+	Variant string `json:"variant,omitempty"`
 	// Params: clients, duration_s, warmup_s, value_bytes (read, write),
 	// lease_s (the lease the cell grants), members (the replicas the
 	// master lists) and prefix.
@@ -196,6 +201,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			"warmup_s": max(cfg.Warmup, 0).Seconds(), "prefix": cfg.Prefix}}
 	if cfg.Workload == Read || cfg.Workload == Write {
 		res.Params["value_bytes"] = ValueBytes
+	}
+	if cfg.Workload == Write {
+		res.Variant = CAS
 	}
 	r := &run{cfg: cfg, res: res, val: value(ValueBytes)}
 	defer r.closeSessions()

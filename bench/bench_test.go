@@ -52,6 +52,9 @@ func TestRunEveryWorkload(t *testing.T) {
 		if w.workload == bench.Read && wantVariant == "" {
 			wantVariant = bench.Linearizable
 		}
+		if w.workload == bench.Write {
+			wantVariant = bench.CAS
+		}
 		if res.System != "lockcell" || res.Workload != w.workload || res.Variant != wantVariant || res.ClientLib != "test" {
 			t.Fatalf("%s: %s", w.workload, b)
 		}
@@ -71,7 +74,7 @@ func TestRunEveryWorkload(t *testing.T) {
 				t.Fatalf("%s: no %q in %s", w.workload, k, b)
 			}
 		}
-		if _, ok := line["variant"]; ok != (w.workload == bench.Read) {
+		if _, ok := line["variant"]; ok != (w.workload == bench.Read || w.workload == bench.Write) {
 			t.Fatalf("%s: variant field present %v: %s", w.workload, ok, b)
 		}
 		params := line["params"].(map[string]any)

@@ -37,7 +37,7 @@ func TestBenchVerb(t *testing.T) {
 	}
 	params, _ := line["params"].(map[string]any)
 	prefix, _ := params["prefix"].(string)
-	if line["system"] != "lockcell" || line["workload"] != "write" || line["ops"].(float64) <= 0 || line["errors"] != 0.0 ||
+	if line["system"] != "lockcell" || line["workload"] != "write" || line["variant"] != "cas" || line["ops"].(float64) <= 0 || line["errors"] != 0.0 ||
 		params["clients"] != 2.0 || params["duration_s"] != 0.3 || !strings.HasPrefix(prefix, "/ls/t/bench-") {
 		t.Fatalf("bench --json: %s", res.stdout)
 	}
