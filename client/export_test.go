@@ -18,8 +18,10 @@ var DriftMargin = driftMargin
 
 // Bounds of the waits between tries.
 const (
-	BackoffBase = backoffBase
-	BackoffCap  = backoffCap
+	BackoffBase    = backoffBase
+	BackoffFastCap = backoffFastCap
+	BackoffFastFor = backoffFastFor
+	BackoffCap     = backoffCap
 )
 
 // BackoffWaits returns the first n waits between the tries of one call.

@@ -14,13 +14,16 @@ import (
 
 // Every wait between tries lies in [BackoffBase, BackoffCap] and within
 // three times the previous one, the first within three times the base;
-// waits are spread (jitter), and a long search reaches the cap's region.
+// waits are spread (jitter). Until the waits add up to BackoffFastFor
+// (the length of a master fail-over) none exceeds BackoffFastCap, so the
+// new master is found soon after it serves; a longer search reaches the
+// cap's region.
 func TestBackoffJitterBounds(t *testing.T) {
-	const runs, tries = 1000, 30
-	firstMin, firstMax, top := time.Hour, time.Duration(0), time.Duration(0)
+	const runs, tries = 1000, 40
+	firstMin, firstMax, top, fastTop := time.Hour, time.Duration(0), time.Duration(0), time.Duration(0)
 	for range runs {
 		waits := client.BackoffWaits(tries)
-		prev := client.BackoffBase
+		prev, slept := client.BackoffBase, time.Duration(0)
 		for i, w := range waits {
 			if w < client.BackoffBase || w > client.BackoffCap {
 				t.Fatalf("wait %d is %v, outside [%v, %v]", i, w, client.BackoffBase, client.BackoffCap)
@@ -28,7 +31,13 @@ func TestBackoffJitterBounds(t *testing.T) {
 			if w > 3*prev {
 				t.Fatalf("wait %d is %v, more than three times the previous %v", i, w, prev)
 			}
-			prev = w
+			if slept < client.BackoffFastFor {
+				if w > client.BackoffFastCap {
+					t.Fatalf("wait %d is %v after %v of waiting, over the first second's cap %v", i, w, slept, client.BackoffFastCap)
+				}
+				fastTop = max(fastTop, w)
+			}
+			prev, slept = w, slept+w
 			top = max(top, w)
 		}
 		firstMin, firstMax = min(firstMin, waits[0]), max(firstMax, waits[0])
@@ -37,6 +46,9 @@ func TestBackoffJitterBounds(t *testing.T) {
 	// both ends of the range are approached.
 	if firstMin > 12*time.Millisecond || firstMax < 28*time.Millisecond {
 		t.Fatalf("first waits span [%v, %v]: not spread over [10ms, 30ms]", firstMin, firstMax)
+	}
+	if fastTop < client.BackoffFastCap*8/10 {
+		t.Fatalf("the longest wait in the first %v of %d searches is %v: waits do not grow toward %v", client.BackoffFastFor, runs, fastTop, client.BackoffFastCap)
 	}
 	if top < client.BackoffCap*8/10 {
 		t.Fatalf("the longest wait in %d searches of %d tries is %v: waits do not grow toward the cap", runs, tries, top)
