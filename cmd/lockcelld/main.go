@@ -81,20 +81,29 @@ func raftFlags() []cli.Flag {
 	d := replica.DefaultTimings()
 	return []cli.Flag{
 		&cli.DurationFlag{Name: "raft-heartbeat", Value: d.HeartbeatTimeout, Usage: "Raft heartbeat timeout: a follower that hears no leader for this long starts an election (>= --raft-leader-lease)"},
-		&cli.DurationFlag{Name: "raft-election", Value: d.ElectionTimeout, Usage: "Raft election timeout: a candidate without a majority for this long tries again (>= --raft-heartbeat)"},
-		&cli.DurationFlag{Name: "raft-leader-lease", Value: d.LeaderLeaseTimeout, Usage: "Raft leader lease: a leader that cannot reach a majority for this long steps down"},
+		&cli.DurationFlag{Name: "raft-election", Value: d.ElectionTimeout, Usage: "Raft election timeout: a candidate without a majority for this long tries again (>= --raft-heartbeat; unset, raised to it)"},
+		&cli.DurationFlag{Name: "raft-leader-lease", Value: d.LeaderLeaseTimeout, Usage: "Raft leader lease: a leader that cannot reach a majority for this long steps down (<= --raft-heartbeat; unset, lowered to it)"},
 		&cli.DurationFlag{Name: "snapshot-interval", Value: d.SnapshotInterval, Usage: "how often (randomised up to 2x) Raft checks whether to snapshot"},
 		&cli.Uint64Flag{Name: "snapshot-threshold", Value: d.SnapshotThreshold, Usage: "log entries since the last snapshot that trigger a snapshot"},
 		&cli.Uint64Flag{Name: "trailing-logs", Value: d.TrailingLogs, Usage: "log entries kept behind a snapshot; a follower further behind installs the snapshot"},
 	}
 }
 
-// raftTimings reads raftFlags.
+// raftTimings reads raftFlags. An election timeout or leader lease left
+// unset follows a heartbeat timeout that was set (at least it, at most it,
+// as raft requires), so raising --raft-heartbeat alone, or a setting made
+// when the defaults were longer, still starts.
 func raftTimings(c *cli.Context) replica.Timings {
 	t := replica.DefaultTimings()
 	t.HeartbeatTimeout, t.ElectionTimeout = c.Duration("raft-heartbeat"), c.Duration("raft-election")
 	t.LeaderLeaseTimeout, t.SnapshotInterval = c.Duration("raft-leader-lease"), c.Duration("snapshot-interval")
 	t.SnapshotThreshold, t.TrailingLogs = c.Uint64("snapshot-threshold"), c.Uint64("trailing-logs")
+	if !c.IsSet("raft-election") {
+		t.ElectionTimeout = max(t.ElectionTimeout, t.HeartbeatTimeout)
+	}
+	if !c.IsSet("raft-leader-lease") {
+		t.LeaderLeaseTimeout = min(t.LeaderLeaseTimeout, t.HeartbeatTimeout)
+	}
 	return t
 }
 

@@ -44,6 +44,20 @@ func TestServeRaftFlags(t *testing.T) {
 	if got != want {
 		t.Errorf("timings %+v, want %+v", got, want)
 	}
+	// A heartbeat timeout alone takes the election timeout and the leader
+	// lease along where raft needs them to (election >= heartbeat >=
+	// lease), so the replica starts.
+	for _, c := range []struct{ heartbeat, election, lease time.Duration }{
+		{time.Second, time.Second, 300 * time.Millisecond},
+		{500 * time.Millisecond, 500 * time.Millisecond, 300 * time.Millisecond},
+		{200 * time.Millisecond, 300 * time.Millisecond, 200 * time.Millisecond},
+	} {
+		got := serveConfigOf(t, "--raft-heartbeat", c.heartbeat.String()).Timings
+		if got.ElectionTimeout != c.election || got.LeaderLeaseTimeout != c.lease {
+			t.Errorf("--raft-heartbeat %v alone: election %v, lease %v; want %v, %v",
+				c.heartbeat, got.ElectionTimeout, got.LeaderLeaseTimeout, c.election, c.lease)
+		}
+	}
 }
 
 // serveConfigErr parses serve's flags from args and returns the usage
