@@ -470,3 +470,121 @@ func (w *watched) close() {
 	w.c.Close()
 	<-w.done
 }
+
+// BenchmarkElectionsUnderLoad runs five processes at the daemon's default
+// Raft timings (plus LOCKCELL_BENCH_SERVE_ARGS) under a closed-loop load of
+// LOCKCELL_BENCH_CLIENTS clients (default 16), each taking and releasing
+// its own lock and rewriting its own file, for LOCKCELL_BENCH_SECONDS
+// (default 60), and reports the elections nobody asked for: followers'
+// heartbeat timeouts and leaders' step-downs for want of a majority (from
+// raft's log lines), how far the Raft term moved (a refused pre-vote does
+// not move it) and whether the master changed. Run it on a busy machine
+// to see whether the timings are too tight for it:
+//
+//	go test -run '^$' -bench ElectionsUnderLoad -benchtime 1x -timeout 10m ./cmd/lockcelld/
+func BenchmarkElectionsUnderLoad(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds and runs five processes under load for a minute")
+	}
+	n := benchEnvInt(b, "LOCKCELL_BENCH_CLIENTS", 16)
+	hold := time.Duration(benchEnvInt(b, "LOCKCELL_BENCH_SECONDS", 60)) * time.Second
+	extra := strings.Fields(os.Getenv("LOCKCELL_BENCH_SERVE_ARGS"))
+	b.Setenv(fixtures.EnvProcLog, "info")
+	bin := fixtures.BuildLockcelld(b)
+	pc := fixtures.NewProcCellWith(b, bin, "elections", 5, 12*time.Second, fixtures.ProcOptions{ExtraArgs: extra})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	before, err := waitCellHealthy(ctx, pc, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	clients := make([]*watched, n)
+	for i := range clients {
+		if clients[i], err = dialWatched(ctx, pc.ClientConfig()); err != nil {
+			b.Fatalf("client %d: %v", i, err)
+		}
+		defer clients[i].close()
+	}
+	lctx, lcancel := context.WithTimeout(ctx, hold)
+	defer lcancel()
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var ops, failed int
+	var lastErr error
+	b.ResetTimer()
+	for i, w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := w.c.Open(lctx, pc.Name(fmt.Sprintf("load-%d", i)), client.Read|client.Write|client.Create)
+			if err != nil {
+				mu.Lock()
+				failed, lastErr = failed+1, err
+				mu.Unlock()
+				return
+			}
+			defer h.Close()
+			for lctx.Err() == nil {
+				err := h.Acquire(lctx, client.Exclusive)
+				if err == nil {
+					err = h.SetContents(lctx, []byte("x"))
+				}
+				if err == nil {
+					err = h.Release(lctx)
+				}
+				mu.Lock()
+				if err == nil {
+					ops++
+				} else if lctx.Err() == nil {
+					failed, lastErr = failed+1, err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+
+	after, err := waitCellHealthy(ctx, pc, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	changed := 0.0
+	if after.Self != before.Self {
+		changed = 1
+	}
+	for _, w := range clients {
+		if lost := w.lostEvent(); lost != "" {
+			b.Errorf("session %d: %s", w.c.Session(), lost)
+		}
+	}
+	// What raft logged meanwhile: followers that stopped hearing their
+	// leader, and leaders that stopped hearing a majority.
+	var timeouts, stepDowns, won int
+	for i := range pc.N() {
+		for line := range strings.Lines(pc.Log(i)) {
+			if at, ok := logTime(line); !ok || at.Before(t0) {
+				continue
+			}
+			switch {
+			case strings.Contains(line, "heartbeat timeout reached"):
+				timeouts++
+			case strings.Contains(line, "failed to contact quorum of nodes, stepping down"):
+				stepDowns++
+			case strings.Contains(line, "election won"):
+				won++
+			}
+		}
+	}
+	b.Logf("%d clients for %v: %d lock+write+release rounds (%.0f/s), %d failed (last %v); term %d -> %d, master %s -> %s; "+
+		"%d follower heartbeat timeouts, %d leader step-downs (leader lease), %d elections won",
+		n, hold, ops, float64(ops)/hold.Seconds(), failed, lastErr, before.Term, after.Term, before.Self, after.Self,
+		timeouts, stepDowns, won)
+	b.ReportMetric(float64(timeouts), "heartbeat-timeouts")
+	b.ReportMetric(float64(stepDowns), "step-downs")
+	b.ReportMetric(float64(after.Term-before.Term), "term-changes")
+	b.ReportMetric(changed, "master-changed")
+	b.ReportMetric(float64(ops)/hold.Seconds(), "rounds/s")
+}
