@@ -41,3 +41,7 @@ func (c *Client) BelieveMaster(addr string) {
 	defer c.route.mu.Unlock()
 	c.route.master = addr
 }
+
+// OpenConns returns the addresses of the replicas the client holds
+// connections to.
+func (c *Client) OpenConns() []string { return c.route.openConns() }

@@ -128,17 +128,46 @@ func (r *routing) allRefusedLocked() bool {
 // reports whether to retry at once (a new master is named) rather than
 // back off (no master is known), and whether the named master is an
 // address the set did not hold (the membership changed).
+//
+// When another master is named, the connection to from is closed: a
+// client talks to the master only, and a connection kept to the replica
+// it first asked (or to a master that stepped down) would cost that
+// replica a yamux session, its keep-alive pings and a slot under the
+// per-address connection cap for the client's whole life, for every
+// client. A call still on it ends with a transport error and retries,
+// with its request id, at the named master (what NotMaster would have
+// told it too).
 func (r *routing) redirect(from, leader string) (retryNow, unknown bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if leader != "" && leader != from {
 		r.master = leader
-		return true, r.addrs.add(leader)
+		unknown = r.addrs.add(leader)
+		stale := r.conns[from]
+		delete(r.conns, from)
+		r.mu.Unlock()
+		if stale != nil {
+			stale.close()
+		}
+		return true, unknown
 	}
+	defer r.mu.Unlock()
 	if r.master == from {
 		r.master = ""
 	}
 	return false, false
+}
+
+// openConns returns the addresses the client holds connections to.
+func (r *routing) openConns() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for a, cn := range r.conns {
+		if cn.alive() {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // drop closes cn and forgets it; if it led to the believed master, the

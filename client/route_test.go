@@ -113,6 +113,10 @@ func TestRetryLoopRedirectAndCancel(t *testing.T) {
 	if got := cl.Master(); got != c.Addrs()[m] {
 		t.Fatalf("after the redirect the client believes %s is master, want %s", got, c.Addrs()[m])
 	}
+	// It keeps no connection to the replica that redirected it.
+	if open := cl.OpenConns(); len(open) != 1 || open[0] != c.Addrs()[m] {
+		t.Fatalf("after the redirect the client holds connections to %v; want the master %s only", open, c.Addrs()[m])
+	}
 
 	// No quorum: the call backs off between tries until its context ends.
 	others := []int{follower, (m + 2) % 3}
