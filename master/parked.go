@@ -54,6 +54,10 @@ const maxAnswerers = 64
 // reads it; it lets the transport release what the call held.
 var errConnClosed = fmt.Errorf("master: the call's connection closed: %w", context.Canceled)
 
+// errClientLeft answers a parked call its client left (it reset or
+// closed the call's stream, or sent more on it).
+var errClientLeft = fmt.Errorf("master: the client left the call: %w", context.Canceled)
+
 // isClosed reports whether ch is closed (nil never is).
 func isClosed(ch <-chan struct{}) bool {
 	select {

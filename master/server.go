@@ -357,17 +357,20 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 // goroutine before DispatchKeepAlive returns; a parked one later, from
 // another goroutine that holds none of the master's locks, when its hold
 // ends (its timer, an event, the master going unproven, Stop, or
-// ConnClosed for caller.Conn). done may block writing the reply.
-func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, done func(resp any, epoch uint64, err error)) {
+// ConnClosed for caller.Conn, or the cancel it returns). done may block
+// writing the reply. cancel, nil when the call was answered at once, ends
+// a parked call early (its client left it): done gets a CodeCanceled
+// error nobody will read; once the hold has ended it does nothing.
+func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, done func(resp any, epoch uint64, err error)) (cancel func()) {
 	if h.Method != wire.MethodKeepAlive {
 		done(nil, 0, wire.Errorf(wire.CodeBadRequest, "method %s is not a KeepAlive", h.Method))
-		return
+		return nil
 	}
 	r := routes[h.Method]
 	epoch, _, err := s.checkServing(h, r)
 	if err != nil {
 		done(nil, epoch, err)
-		return
+		return nil
 	}
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
@@ -376,7 +379,7 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 		s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
 			"result", wire.CodePermission.String())
 		done(nil, epoch, err)
-		return
+		return nil
 	}
 	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch}
 	var req wire.KeepAliveRequest
@@ -384,9 +387,9 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 		err = toWire(err)
 		c.audit(err)
 		done(nil, epoch, err)
-		return
+		return nil
 	}
-	s.sess.keepAliveAsync(c.keepAliveArgs(&req), caller.Conn, func(resp *wire.KeepAliveResponse, err error) {
+	p := s.sess.keepAliveAsync(c.keepAliveArgs(&req), caller.Conn, func(resp *wire.KeepAliveResponse, err error) {
 		err = toWire(err)
 		c.audit(err)
 		if err != nil {
@@ -395,6 +398,10 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 		}
 		done(resp, epoch, nil)
 	})
+	if p == nil {
+		return nil
+	}
+	return func() { s.sess.cancelParked(p, errClientLeft) }
 }
 
 // ConnClosed ends every KeepAlive parked by DispatchKeepAlive for a call
