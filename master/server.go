@@ -404,6 +404,10 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 	return func() { s.sess.cancelParked(p, errClientLeft) }
 }
 
+// ParkedKeepAlives reports how many KeepAlives are parked at this master
+// (DispatchKeepAlive), and over how many client connections.
+func (s *Server) ParkedKeepAlives() (calls, conns int) { return s.sess.parkedCount() }
+
 // ConnClosed ends every KeepAlive parked by DispatchKeepAlive for a call
 // that came over conn (Caller.Conn), which closed: each one's done is
 // called, in this goroutine, with a CodeCanceled error nobody will read.
