@@ -83,7 +83,9 @@ func (l *lease) wakeLocked() {
 // Lock order: the invalidator's mutex and Server.mu may be held when
 // calling its methods (sessionLink, admission, reservations); while it
 // holds its mutex it calls nothing of the master's, only the state's Read
-// (through the admit function a KeepAlive passes) and the stats' atomics.
+// (through the admit function a KeepAlive passes), the stats' atomics, the
+// leadership proof's stale signal and the clock's timers. It never calls
+// a parked KeepAlive's reply callback holding it.
 type sessions struct {
 	clock Clock
 	ttl   time.Duration
