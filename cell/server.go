@@ -489,7 +489,7 @@ type streamCall struct {
 	leave   func() // the connection's count of calls in flight
 }
 
-// end releases what the call holds: the stream is closed, its request
+// endCall releases what the call holds: the stream is closed, its request
 // bytes released, and it leaves its session's and connection's counts.
 func (s *Server) endCall(c *streamCall) {
 	if c.entered {

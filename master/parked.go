@@ -58,11 +58,12 @@ var errConnClosed = fmt.Errorf("master: the call's connection closed: %w", conte
 // closed the call's stream, or sent more on it).
 var errClientLeft = fmt.Errorf("master: the client left the call: %w", context.Canceled)
 
-// isClosed reports whether ch is closed (nil never is).
+// isClosed reports whether ch is closed (nil never is: it never
+// receives).
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
-		return ch != nil
+		return true
 	default:
 		return false
 	}
