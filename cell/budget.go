@@ -276,6 +276,10 @@ type streamBytes struct {
 	local  bool  // our side is done with the stream
 	remote bool  // the client closed or reset it
 	gone   bool  // released and forgotten
+	// onPeer, if set, is called once (in a goroutine of its own) when the
+	// client sends anything more on the stream or closes or resets it
+	// (watchPeer): a parked call's end without a goroutine reading.
+	onPeer func()
 
 	// The memory around the bytes (see "What a held byte costs"):
 	buffered int64 // bytes received that the handler has not read: in yamux's buffer
@@ -381,6 +385,35 @@ func (c *connBudget) forget(st *streamBytes) {
 	}
 }
 
+// watchPeer has f called, once and in a goroutine of its own, when the
+// client sends bytes on st beyond what its handler read, or closes or
+// resets st: at once if it already has. For a call parked without a
+// goroutine (a KeepAlive) it does what a goroutine reading the stream
+// would, from the connection's own frame reader. A stream not counted
+// (gone) is not watched.
+func (c *connBudget) watchPeer(st *streamBytes, f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.local || st.gone && !st.remote {
+		return // over, or not counted
+	}
+	if st.remote || st.buffered > 0 {
+		go f()
+		return
+	}
+	st.onPeer = f
+}
+
+// peerLocked takes st's onPeer, if any, for the caller to run once mu is
+// released.
+func (st *streamBytes) peerLocked(fire []func()) []func() {
+	if st.onPeer != nil {
+		fire = append(fire, st.onPeer)
+		st.onPeer = nil
+	}
+	return fire
+}
+
 // accepted returns the record of the stream id yamux just handed to the
 // accept loop: the oldest pending one with that id. Records passed over
 // are of streams yamux refused (its backlog was full); the reset it sent
@@ -453,6 +486,7 @@ func (c *connBudget) finished(st *streamBytes, n int64) {
 	defer c.mu.Unlock()
 	c.consumedLocked(st, n)
 	st.local = true
+	st.onPeer = nil // the call is over: nothing left to end
 	if st.remote {
 		c.forget(st)
 	}
@@ -634,6 +668,12 @@ func (p *muxParser) fill(b []byte) (int, bool) {
 // received charges the data payloads in b, bytes just read from the
 // client, to their streams.
 func (c *connBudget) received(p *muxParser, b []byte) error {
+	var fire []func()
+	defer func() {
+		for _, f := range fire {
+			go f()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var total, extra int64
@@ -644,6 +684,7 @@ func (c *connBudget) received(p *muxParser, b []byte) error {
 			p.payload -= k
 			b = b[k:]
 			if st := p.st; st != nil && !st.gone {
+				fire = st.peerLocked(fire)
 				st.held += int64(k)
 				st.buffered += int64(k)
 				total += int64(k)
@@ -680,6 +721,7 @@ func (c *connBudget) received(p *muxParser, b []byte) error {
 		}
 		st := c.streams[id]
 		if st != nil && flags&(muxFlagFIN|muxFlagRST) != 0 {
+			fire = st.peerLocked(fire)
 			st.remote = true
 			if st.local {
 				c.forget(st)
@@ -720,10 +762,15 @@ func (c *connBudget) sent(p *muxParser, b []byte) {
 			p.payload = length
 		case typ == muxTypeWindow && flags&muxFlagRST != 0:
 			c.mu.Lock()
+			var fire []func()
 			if st := c.streams[id]; st != nil {
+				fire = st.peerLocked(nil)
 				c.forget(st)
 			}
 			c.mu.Unlock()
+			for _, f := range fire {
+				go f()
+			}
 		}
 	}
 }

@@ -385,15 +385,20 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 	}
 	s.conns[sess] = struct{}{}
 	s.connsMu.Unlock()
+	caller := master.Caller{Principal: principal, Conn: s.connSeq.Add(1)}
+	// The connection's end ends its parked KeepAlives (one list per
+	// connection at the master), after the session has closed: a call
+	// that parks later sees it closed (serveStream).
+	defer s.master.ConnClosed(caller.Conn)
 	defer func() {
 		s.connsMu.Lock()
 		delete(s.conns, sess)
 		s.connsMu.Unlock()
 		sess.Close()
 	}()
-	caller := master.Caller{Principal: principal, Conn: s.connSeq.Add(1)}
 	calls := &sessionCalls{max: s.limits.MaxCallsPerSession, n: map[uint64]int{}}
 	var inflight atomic.Int64
+	leave := func() { inflight.Add(-1) }
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
@@ -406,10 +411,7 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		}
 		inflight.Add(1)
 		s.wg.Add(1)
-		go func() {
-			defer inflight.Add(-1)
-			s.serveStream(st, caller, calls, cb, sb)
-		}()
+		go s.serveStream(st, caller, calls, cb, sb, leave)
 	}
 }
 
@@ -473,16 +475,48 @@ func (r *streamReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// streamCall is one call on its stream: what it holds until its reply is
+// written (the stream, its request bytes, its place among its session's
+// calls and its connection's streams, the server's wait group).
+type streamCall struct {
+	st      *yamux.Stream
+	cb      *connBudget
+	sb      *streamBytes
+	in      *streamReader
+	calls   *sessionCalls
+	h       wire.Header
+	entered bool   // counted in calls
+	leave   func() // the connection's count of calls in flight
+}
+
+// endCall releases what the call holds: the stream is closed, its request
+// bytes released, and it leaves its session's and connection's counts.
+func (s *Server) endCall(c *streamCall) {
+	if c.entered {
+		c.calls.leave(c.h.Session)
+	}
+	c.st.Close()
+	c.cb.finished(c.sb, c.in.n.Swap(0))
+	c.leave()
+	s.wg.Done()
+}
+
 // serveStream runs one call: request frames in, response frames out. A
 // blocking call (KeepAlive, waiting Acquire) is cancelled when the client
 // closes or resets its stream, or sends anything after its request.
-func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget, sb *streamBytes) {
-	defer s.wg.Done()
-	in := &streamReader{st: st, cb: cb, sb: sb}
-	defer func() {
-		st.Close()
-		cb.finished(sb, in.n.Swap(0))
-	}()
+//
+// A KeepAlive leaves no goroutine behind while it is parked: the master
+// gets a completion (Master.DispatchKeepAlive) that writes the reply and
+// releases the stream, and serveStream returns. Nothing reads a parked
+// KeepAlive's stream: the connection's frame reader, which already
+// charges every frame to its stream (budget.go), ends the call when the
+// client sends more on it or closes or resets it (watchPeer), and the end
+// of the connection ends all of its parked calls at once
+// (Master.ConnClosed). A goroutine reading each stream would cost a
+// stack per parked call.
+func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget, sb *streamBytes, leave func()) {
+	c := &streamCall{st: st, cb: cb, sb: sb, in: &streamReader{st: st, cb: cb, sb: sb}, calls: calls, leave: leave}
+	in := c.in
 	// One timer bounds the whole request. A read deadline on the stream
 	// would do it too, but yamux arms a new timer on every Read that has
 	// to wait while one is set, and a client trickling a large request
@@ -498,8 +532,8 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 			st.SetReadDeadline(time.Now()) // the waiting Read returns ErrTimeout
 		}
 	})
-	var h wire.Header
-	err := wire.ReadMessage(in, &h)
+	h := &c.h
+	err := wire.ReadMessage(in, h)
 	var body []byte
 	if err == nil {
 		body, err = wire.ReadFrame(in)
@@ -513,6 +547,7 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 	reading.Unlock()
 	if err != nil {
 		s.replyErr(st, cb, err)
+		s.endCall(c)
 		return
 	}
 	// A parked call keeps its stream for minutes: let yamux drop the
@@ -522,12 +557,35 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 		s.stats.streams.Add(1)
 		s.writeReply(st, cb, &wire.Status{Code: wire.CodeTooMany,
 			Msg: fmt.Sprintf("session %d has more than %d calls in flight", h.Session, calls.max)}, &wire.Empty{})
+		s.endCall(c)
 		return
 	}
-	defer calls.leave(h.Session)
+	c.entered = true
+	started := time.Now()
+	if h.Method == wire.MethodKeepAlive {
+		cancel := s.master.DispatchKeepAlive(caller, h, body, func(resp any, epoch uint64, err error) {
+			s.reply(c, started, resp, epoch, err)
+			s.endCall(c)
+		})
+		if cancel == nil {
+			return // answered
+		}
+		// Anything more from the client on the stream, or its close or
+		// reset, means it is gone or misbehaving: the connection's frame
+		// reader ends the call (bytes after a request are charged to the
+		// connection until the call ends and the stream closes).
+		cb.watchPeer(sb, cancel)
+		if st.Session().IsClosed() {
+			// The connection closed while the call parked, maybe after
+			// its ConnClosed: end it now rather than at its timer.
+			s.master.ConnClosed(caller.Conn)
+		}
+		return
+	}
+	defer s.endCall(c)
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	if h.Method == wire.MethodKeepAlive || h.Method == wire.MethodAcquire {
+	if h.Method == wire.MethodAcquire {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
@@ -545,17 +603,24 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 	}
 	var resp any
 	var epoch uint64
-	started := time.Now()
-	defer func() { s.metrics.observe(h.Method, wire.CodeOf(err), time.Since(started)) }()
 	if h.Method == wire.MethodCellStatus {
 		resp, err = s.cellStatus(ctx, caller, body)
 	} else {
-		resp, epoch, err = s.master.Dispatch(ctx, caller, &h, body)
+		resp, epoch, err = s.master.Dispatch(ctx, caller, h, body)
 	}
+	body = nil // garbage now: s.reply releases its bytes
+	s.reply(c, started, resp, epoch, err)
+}
+
+// reply writes a call's outcome on its stream and counts it in the
+// metrics: the request's bytes are released first, so replies never wait
+// on requests; a NotMaster says who leads, when that is known.
+func (s *Server) reply(c *streamCall, started time.Time, resp any, epoch uint64, err error) {
+	st, cb := c.st, c.cb
+	defer func() { s.metrics.observe(c.h.Method, wire.CodeOf(err), time.Since(started)) }()
 	// The request's frames are garbage now: release their bytes before
 	// the reply waits for room, so replies never wait on requests.
-	body = nil
-	cb.consumed(sb, in.n.Swap(0))
+	cb.consumed(c.sb, c.in.n.Swap(0))
 	status := wire.Status{Code: wire.CodeOf(err), Epoch: epoch}
 	if err != nil {
 		status.Msg = err.(*wire.Error).Msg
@@ -580,7 +645,7 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 		return
 	}
 	if wrote, werr := s.writeReply(st, cb, &status, resp); werr != nil {
-		s.log.Debug("write response", "method", h.Method, "err", werr)
+		s.log.Debug("write response", "method", c.h.Method, "err", werr)
 		if !wrote {
 			// Nothing went out: the reply could not be encoded, most
 			// likely too large for a frame. Say so instead of closing

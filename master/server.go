@@ -248,6 +248,7 @@ func (s *Server) Stop() {
 	s.mu.Unlock()
 	s.inv.reset()
 	s.wg.Wait()
+	s.sess.wait()
 	s.log.Info("master stopped", "epoch", s.epoch)
 }
 
@@ -347,6 +348,72 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	c.audit(err)
 	return resp, epoch, err
 }
+
+// DispatchKeepAlive serves a KeepAlive (h.Method must be it) without
+// holding the caller's goroutine while the call is parked: it admits the
+// call and decodes it as Dispatch does, then done gets the response value
+// (or a *wire.Error) and the master's epoch exactly once. A call answered
+// at once (refused, events waiting, a prompt KeepAlive) gets it in this
+// goroutine before DispatchKeepAlive returns; a parked one later, from
+// another goroutine that holds none of the master's locks, when its hold
+// ends (its timer, an event, the master going unproven, Stop, or
+// ConnClosed for caller.Conn, or the cancel it returns). done may block
+// writing the reply. cancel, nil when the call was answered at once, ends
+// a parked call early (its client left it): done gets a CodeCanceled
+// error nobody will read; once the hold has ended it does nothing.
+func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, done func(resp any, epoch uint64, err error)) (cancel func()) {
+	if h.Method != wire.MethodKeepAlive {
+		done(nil, 0, wire.Errorf(wire.CodeBadRequest, "method %s is not a KeepAlive", h.Method))
+		return nil
+	}
+	r := routes[h.Method]
+	epoch, _, err := s.checkServing(h, r)
+	if err != nil {
+		done(nil, epoch, err)
+		return nil
+	}
+	if caller.Principal == "" {
+		caller.Principal = AnonymousPrincipal
+	}
+	if err := s.checkSessionOwner(caller, h, r); err != nil {
+		s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
+			"result", wire.CodePermission.String())
+		done(nil, epoch, err)
+		return nil
+	}
+	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch}
+	var req wire.KeepAliveRequest
+	if err := wire.Decode(body, &req); err != nil {
+		err = toWire(err)
+		c.audit(err)
+		done(nil, epoch, err)
+		return nil
+	}
+	p := s.sess.keepAliveAsync(c.keepAliveArgs(&req), caller.Conn, func(resp *wire.KeepAliveResponse, err error) {
+		err = toWire(err)
+		c.audit(err)
+		if err != nil {
+			done(nil, epoch, err)
+			return
+		}
+		done(resp, epoch, nil)
+	})
+	if p == nil {
+		return nil
+	}
+	return func() { s.sess.cancelParked(p, errClientLeft) }
+}
+
+// ParkedKeepAlives reports how many KeepAlives are parked at this master
+// (DispatchKeepAlive), and over how many client connections.
+func (s *Server) ParkedKeepAlives() (calls, conns int) { return s.sess.parkedCount() }
+
+// ConnClosed ends every KeepAlive parked by DispatchKeepAlive for a call
+// that came over conn (Caller.Conn), which closed: each one's done is
+// called, in this goroutine, with a CodeCanceled error nobody will read.
+// A client that resets only its KeepAlive's stream keeps the call parked
+// until its hold ends; the transport bounds how many a session may have.
+func (s *Server) ConnClosed(conn uint64) { s.sess.connClosed(conn) }
 
 // call is one request in flight: the parts it may use, and what Dispatch
 // admitted it with.

@@ -15,7 +15,7 @@ import (
 // lease instead.
 type lease struct {
 	end    time.Time
-	wake   chan struct{} // wakes the parked KeepAlive (events, close)
+	parked []*parkedCall // KeepAlives of the session held at the master (parked.go)
 	closed bool
 	events []wire.Event
 	// failoverSeq is the sequence of this master's fail-over event for the
@@ -57,7 +57,7 @@ func (l *lease) eventRoom() int {
 }
 
 func newLease(end time.Time) *lease {
-	return &lease{end: end, wake: make(chan struct{}, 1), ackCh: make(chan struct{})}
+	return &lease{end: end, ackCh: make(chan struct{})}
 }
 
 // signalAckLocked wakes writers waiting for this session's acknowledgement.
@@ -66,10 +66,13 @@ func (l *lease) signalAckLocked() {
 	l.ackCh = make(chan struct{})
 }
 
+// wakeLocked ends the hold of every KeepAlive of the session parked at
+// the master (an event is queued, or the session ended): each is answered
+// as at the end of its hold (parked.go).
 func (l *lease) wakeLocked() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	for len(l.parked) > 0 {
+		p := l.parked[len(l.parked)-1]
+		p.ss.holdEndedLocked(p)
 	}
 }
 
@@ -80,7 +83,9 @@ func (l *lease) wakeLocked() {
 // Lock order: the invalidator's mutex and Server.mu may be held when
 // calling its methods (sessionLink, admission, reservations); while it
 // holds its mutex it calls nothing of the master's, only the state's Read
-// (through the admit function a KeepAlive passes) and the stats' atomics.
+// (through the admit function a KeepAlive passes), the stats' atomics, the
+// leadership proof's stale signal and the clock's timers. It never calls
+// a parked KeepAlive's reply callback holding it.
 type sessions struct {
 	clock Clock
 	ttl   time.Duration
@@ -110,6 +115,19 @@ type sessions struct {
 	watching   bool
 	lastRan    time.Time
 	stalls     uint64
+
+	// Parked KeepAlives (parked.go). connParked heads each client
+	// connection's list of them; termCtx bounds the proof a held call
+	// waits for once its hold ends, and termDone ends the stale watch,
+	// both at stop. wg counts the stale watch and the calls whose hold
+	// ended and whose reply is being made; kick wakes the stale watch
+	// when a call parks.
+	connParked map[uint64]*parkedCall
+	termCtx    context.Context
+	termEnd    context.CancelFunc
+	termDone   chan struct{}
+	kick       chan struct{}
+	wg         sync.WaitGroup
 }
 
 // leaseAuthority is what granting a lease needs of leadership: Raft still
@@ -140,7 +158,8 @@ func (a raftAuthority) stale() <-chan struct{} { return a.proof.staleSignal() }
 func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
 	return &sessions{clock: clock, ttl: ttl, auth: auth, stats: stats, log: log,
 		leases: map[uint64]*lease{}, byConn: map[uint64]int{},
-		watchEvery: expiryPeriod(ttl)}
+		watchEvery: expiryPeriod(ttl), connParked: map[uint64]*parkedCall{},
+		termCtx: context.Background(), kick: make(chan struct{}, 1)}
 }
 
 // expiryPeriod is how often the expiry loop looks for leases that ran
@@ -170,19 +189,37 @@ func (ss *sessions) start(epoch uint64, ids []uint64) bool {
 		ss.pendingAck[id] = true
 	}
 	ss.recovering = len(ss.pendingAck) > 0
+	ss.termCtx, ss.termEnd = context.WithCancel(context.Background())
+	ss.termDone = make(chan struct{})
+	ss.wg.Add(1)
+	go ss.staleWatch(ss.termDone)
 	return ss.recovering
 }
 
 // stop ends the term: every lease is forgotten and recovery ends. Parked
-// KeepAlives end on the term's stop channel.
+// KeepAlives are answered NotMaster (errStopped), and a held call still
+// waiting for its proof of leadership gets it at once; wait waits for
+// them and for the stale watch.
 func (ss *sessions) stop() {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	ps := ss.unparkAllLocked(nil)
+	if ss.termDone != nil {
+		ss.termEnd()
+		close(ss.termDone)
+		ss.termDone = nil
+	}
 	ss.active = false
 	ss.watching, ss.lastRan = false, time.Time{}
 	ss.recovering, ss.pendingAck = false, nil
 	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
+	ss.mu.Unlock()
+	answerAll(ps, errStopped)
 }
+
+// wait waits, after stop, for the goroutines of the term's parked
+// KeepAlives: the stale watch, and the replies being made (not for their
+// writing, which is the transport's).
+func (ss *sessions) wait() { ss.wg.Wait() }
 
 // recovery reports whether the term is still in its KeepAlive-only
 // fail-over phase, and how many sessions it waits for.
@@ -258,41 +295,91 @@ type keepAliveArgs struct {
 	admit func() error
 }
 
-// keepAlive is the long poll of docs/spec.md#keepalive. The lease is extended when the
-// call arrives and the call parks until a quarter of the lease is left
-// (or an event is queued for the session, or stop or ctx ends it); then
-// leadership is proven, the lease is extended again and the reply carries
-// the oldest unacknowledged events. The reply says how long the call was
-// held and how much lease remains, so the client can compute a lease end
-// that never exceeds the master's.
+// keepAlive is the long poll of docs/spec.md#keepalive, for a caller that
+// waits for its answer (Dispatch): keepAliveAsync, with ctx and stop
+// ending the park. The transport parks a KeepAlive without a goroutine
+// through keepAliveAsync itself.
 func (ss *sessions) keepAlive(ctx context.Context, stop <-chan struct{}, a keepAliveArgs) (*wire.KeepAliveResponse, error) {
-	arrived := ss.clock.Now()
-	l, holdUntil, pending, err := ss.arrive(a, arrived)
-	if err != nil {
-		return nil, err
+	type result struct {
+		resp *wire.KeepAliveResponse
+		err  error
 	}
-	if !pending {
-		if d := holdUntil.Sub(arrived); d > 0 {
-			due, stopTimer := after(ss.clock, d)
-			select {
-			case <-due:
-			case <-ss.auth.stale():
-				// No proof for half a lease (its Raft is stuck or
-				// deposed): answer NotMaster now, while the client still
-				// trusts its lease, rather than at the lease's end.
-				stopTimer()
-				return nil, errStopped
-			case <-l.wake:
-			case <-ctx.Done():
-				stopTimer()
-				return nil, ctx.Err()
-			case <-stop:
-				stopTimer()
-				return nil, errStopped
-			}
-			stopTimer()
+	ch := make(chan result, 1)
+	p := ss.keepAliveAsync(a, 0, func(resp *wire.KeepAliveResponse, err error) { ch <- result{resp, err} })
+	if p != nil {
+		select {
+		case r := <-ch:
+			return r.resp, r.err
+		case <-ctx.Done():
+			ss.cancelParked(p, ctx.Err())
+		case <-stop:
+			ss.cancelParked(p, errStopped)
 		}
 	}
+	r := <-ch // the park's end, or the answer already on its way
+	return r.resp, r.err
+}
+
+// keepAliveAsync is the long poll of docs/spec.md#keepalive. The lease is
+// extended when the call arrives and the call parks until a quarter of
+// the lease is left (or an event is queued for the session, or the
+// master goes unproven, or stop or the end of its connection ends it);
+// then leadership is proven, the lease is extended again and the reply
+// carries the oldest unacknowledged events. The reply says how long the
+// call was held and how much lease remains, so the client can compute a
+// lease end that never exceeds the master's.
+//
+// A parked call is data, not a goroutine (parked.go): done is called
+// exactly once, with the reply or the error. A call answered on arrival
+// gets it in this goroutine, and keepAliveAsync returns nil; a parked one
+// is returned and gets it later from another goroutine, never holding the
+// sessions' lock. conn is the client connection the call came over (0:
+// none to end it).
+func (ss *sessions) keepAliveAsync(a keepAliveArgs, conn uint64, done func(*wire.KeepAliveResponse, error)) *parkedCall {
+	arrived := ss.clock.Now()
+	ss.mu.Lock()
+	if !ss.active || a.epoch != ss.epoch {
+		// The term the call was admitted in has ended.
+		ss.mu.Unlock()
+		done(nil, errStopped)
+		return nil
+	}
+	l, holdUntil, pending, err := ss.arriveLocked(a, arrived)
+	if err != nil {
+		ss.mu.Unlock()
+		done(nil, err)
+		return nil
+	}
+	ctx := ss.termCtx
+	if d := holdUntil.Sub(arrived); !pending && d > 0 {
+		sig := ss.auth.stale()
+		if isClosed(sig) {
+			// No proof for half a lease (its Raft is stuck or
+			// deposed): answer NotMaster now, while the client still
+			// trusts its lease, rather than at the lease's end.
+			ss.mu.Unlock()
+			done(nil, errStopped)
+			return nil
+		}
+		a.admit = nil // used; the parked call need not keep what it holds
+		p := &parkedCall{ss: ss, l: l, a: a, arrived: arrived, conn: conn, stale: sig, ctx: ctx, done: done}
+		p.timer = ss.clock.AfterFunc(d, p.holdOver)
+		ss.parkLocked(p)
+		ss.mu.Unlock()
+		select { // the stale watch looks at the signal this call was parked under
+		case ss.kick <- struct{}{}:
+		default:
+		}
+		return p
+	}
+	ss.mu.Unlock()
+	done(ss.answer(ctx, l, a, arrived))
+	return nil
+}
+
+// answer is a KeepAlive's reply once its hold is over. ctx is the term's:
+// the proof is not waited for past stop.
+func (ss *sessions) answer(ctx context.Context, l *lease, a keepAliveArgs, arrived time.Time) (*wire.KeepAliveResponse, error) {
 	if !ss.auth.leads() {
 		return nil, errStopped // never extend a lease once deposed
 	}
@@ -307,20 +394,15 @@ func (ss *sessions) keepAlive(ctx context.Context, stop <-chan struct{}, a keepA
 	proven, err := ss.auth.provenSince(pctx, ss.clock.Now().Add(-ss.ttl/10))
 	cancel()
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
 		return nil, errStopped
 	}
 	return ss.reply(l, a, arrived, proven)
 }
 
-// arrive is a KeepAlive's arrival: the lease is extended and the
+// arriveLocked is a KeepAlive's arrival: the lease is extended and the
 // acknowledgement recorded. It returns until when the call may be held,
-// and whether something is to be sent at once.
-func (ss *sessions) arrive(a keepAliveArgs, arrived time.Time) (l *lease, holdUntil time.Time, pending bool, err error) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+// and whether something is to be sent at once. ss.mu is held.
+func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, holdUntil time.Time, pending bool, err error) {
 	l, ok := ss.leases[a.session]
 	if !ok {
 		if err := a.admit(); err != nil {
@@ -507,11 +589,14 @@ func (ss *sessions) stallCount() uint64 {
 	return ss.stalls
 }
 
-// drop forgets session's lease: the state no longer has the session.
+// drop forgets session's lease: the state no longer has the session. A
+// KeepAlive parked on it is answered SessionExpired.
 func (ss *sessions) drop(session uint64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if l := ss.leases[session]; l != nil {
+		l.closed = true
+		l.wakeLocked()
 		ss.dropLocked(session, l)
 	}
 }
@@ -648,8 +733,13 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 // part holds no lease for is adopted only if the state has it live and
 // this replica still leads.
 func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire.KeepAliveResponse, error) {
+	return c.sess.keepAlive(ctx, c.stop, c.keepAliveArgs(req))
+}
+
+// keepAliveArgs is the call as the sessions part serves it.
+func (c *call) keepAliveArgs(req *wire.KeepAliveRequest) keepAliveArgs {
 	id := c.h.Session
-	return c.sess.keepAlive(ctx, c.stop, keepAliveArgs{session: id, epoch: c.epoch, clientEpoch: c.h.Epoch,
+	return keepAliveArgs{session: id, epoch: c.epoch, clientEpoch: c.h.Epoch,
 		ack: req.AckEvent, prompt: req.Prompt, admit: func() error {
 			if !c.cons.IsLeader() {
 				return errStopped
@@ -667,7 +757,7 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 				return wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", id)
 			}
 			return nil
-		}})
+		}}
 }
 
 // Bounds on one KeepAlive reply's events, well inside a frame (names are
