@@ -73,7 +73,11 @@ func TestMemoryAttackKeepsRSSBounded(t *testing.T) {
 	base := heldMemory(t)
 	a := hostile.StartAttacker(t, bin, cfg, filepath.Join(t.TempDir(), "attacker.log"))
 	if !a.WaitReady(30 * time.Second) {
-		t.Fatalf("the attack never got going: %s", a.Log)
+		st := srv.ConnStats()
+		if rep := a.Stop(60 * time.Second); rep != nil {
+			t.Logf("attacker: %s; %v", rep.Refusals(), rep.Figures)
+		}
+		t.Fatalf("the attack never got going within 30 s (server: %+v): %s", st, a.Log)
 	}
 	window := 8 * time.Second
 	if s := os.Getenv("LOCKCELL_MEMATTACK_DURATION"); s != "" {
