@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,28 +147,7 @@ func TestParkedKeepAliveClientProcess(t *testing.T) {
 	for i := range muxes {
 		muxes[i] = hostileMux(t, addr)
 	}
-	ids := make([]uint64, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for w := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 64 {
-				id, err := createSessionOn(muxes[i%conns], epoch, uint64(i+1))
-				if err != nil {
-					errs <- err
-					return
-				}
-				ids[i] = id
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	ids := createRawSessions(t, muxes, epoch, n, 64)
 	fmt.Println("created")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() && in.Text() != "park" {

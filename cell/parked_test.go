@@ -43,6 +43,35 @@ func createSessionOn(sess *yamux.Session, epoch, seq uint64) (uint64, error) {
 	return resp.Session, nil
 }
 
+// createRawSessions creates n sessions, spread over muxes, from workers
+// goroutines at once, and returns their ids in order.
+func createRawSessions(t *testing.T, muxes []*yamux.Session, epoch uint64, n, workers int) []uint64 {
+	t.Helper()
+	ids := make([]uint64, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				id, err := createSessionOn(muxes[i%len(muxes)], epoch, uint64(i+1))
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[i] = id
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return ids
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
@@ -75,28 +104,7 @@ func TestParkedKeepAlivesHoldNoGoroutines(t *testing.T) {
 	for i := range muxes {
 		muxes[i] = hostileMux(t, srv.ClientAddr())
 	}
-	ids := make([]uint64, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for w := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 32 {
-				id, err := createSessionOn(muxes[i%conns], epoch, uint64(i+1))
-				if err != nil {
-					errs <- err
-					return
-				}
-				ids[i] = id
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	ids := createRawSessions(t, muxes, epoch, n, 32)
 	// The baseline: the cell and the four connections, no call in flight.
 	baseline := runtime.NumGoroutine()
 	waitParked(t, 10*time.Second, func() bool {
