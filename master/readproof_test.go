@@ -13,26 +13,19 @@ import (
 	"lockcell/replica"
 )
 
-// gatedConsensus is localConsensus whose VerifyLeader, once armed, waits
-// for the test's verdict, counting the rounds it was asked for.
+// gatedConsensus is localConsensus whose VerifyLeader, once armed, is a
+// gatedVerify: it waits for the test's verdict, counting the rounds.
 type gatedConsensus struct {
 	localConsensus
-	armed   atomic.Bool
-	rounds  atomic.Int32
-	verdict chan error
+	gatedVerify
+	armed atomic.Bool
 }
 
 func (g *gatedConsensus) VerifyLeader(ctx context.Context) error {
 	if !g.armed.Load() {
 		return nil
 	}
-	g.rounds.Add(1)
-	select {
-	case err := <-g.verdict:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return g.verify(ctx)
 }
 
 // Linearizable reads share rounds of contact with a quorum: reads that
@@ -40,26 +33,10 @@ func (g *gatedConsensus) VerifyLeader(ctx context.Context) error {
 // it, never by the round in flight, which began before they arrived.
 func TestConcurrentReadsShareLeadershipRounds(t *testing.T) {
 	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	clock := newFakeClock()
-	cons := &gatedConsensus{localConsensus: localConsensus{fsm: fsm}, verdict: make(chan error)}
-	s := New(Config{Cell: "c", LeaseTTL: testLease, Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, cons, fsm)
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	_, epoch := s.Serving()
-	m := &testMaster{Server: s, clock: clock, epoch: epoch}
-	resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess := resp.(*wire.CreateSessionResponse).Session
-	resp, err = m.call(sess, 1, wire.MethodOpen, &wire.OpenRequest{Path: "/ls/c/f",
-		Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate, Contents: []byte("one")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	handle := resp.(*wire.OpenResponse).Handle
+	cons := &gatedConsensus{localConsensus: localConsensus{fsm: fsm}, gatedVerify: gatedVerify{verdict: make(chan error)}}
+	m := newTestMasterOn(t, cons, fsm)
+	clock := m.clock
+	sess, handle := m.sessionWithFile(t)
 	read := func() error {
 		resp, err := m.call(sess, 0, wire.MethodGetContentsAndStat, &wire.HandleRequest{Handle: handle})
 		if err == nil && string(resp.(*wire.ContentsResponse).Contents) != "one" {

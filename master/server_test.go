@@ -49,9 +49,15 @@ type testMaster struct {
 
 func newTestMaster(t *testing.T) *testMaster {
 	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return newTestMasterOn(t, &localConsensus{fsm: fsm}, fsm)
+}
+
+// newTestMasterOn starts a master on fsm with cons as its consensus (a
+// localConsensus over fsm, or one that wraps it).
+func newTestMasterOn(t *testing.T, cons Consensus, fsm *replica.FSM) *testMaster {
 	clock := newFakeClock()
 	s := New(Config{Cell: "c", LeaseTTL: testLease, Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		&localConsensus{fsm: fsm}, fsm)
+		cons, fsm)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -83,23 +89,30 @@ func codeOf(err error) wire.Code {
 	return wire.CodeOK
 }
 
-func TestDispatchServesThroughTheMethodTable(t *testing.T) {
-	m := newTestMaster(t)
+// sessionWithFile creates a session and, through it, /ls/c/f holding
+// "one", opened for reading and writing.
+func (m *testMaster) sessionWithFile(t *testing.T) (sess, handle uint64) {
+	t.Helper()
 	resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := resp.(*wire.CreateSessionResponse).Session
+	sess = resp.(*wire.CreateSessionResponse).Session
 	resp, err = m.call(sess, 1, wire.MethodOpen, &wire.OpenRequest{Path: "/ls/c/f",
 		Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate, Contents: []byte("one")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := resp.(*wire.OpenResponse).Handle
+	return sess, resp.(*wire.OpenResponse).Handle
+}
+
+func TestDispatchServesThroughTheMethodTable(t *testing.T) {
+	m := newTestMaster(t)
+	sess, handle := m.sessionWithFile(t)
 	if _, err := m.call(sess, 2, wire.MethodSetContents, &wire.SetContentsRequest{Handle: handle, Contents: []byte("two")}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = m.call(sess, 0, wire.MethodGetContentsAndStat, &wire.HandleRequest{Handle: handle, Cache: true})
+	resp, err := m.call(sess, 0, wire.MethodGetContentsAndStat, &wire.HandleRequest{Handle: handle, Cache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
