@@ -5,6 +5,7 @@
 package cell
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,10 @@ type Config struct {
 	Dir string
 	// LeaseTTL is the session lease (default 12 s).
 	LeaseTTL time.Duration
+	// MaxLeaseTTL and KeepAliveTarget are lease lengthening under load
+	// (master.Config): every replica of a cell must have the same ones.
+	MaxLeaseTTL     time.Duration
+	KeepAliveTarget int
 	// DefaultLockDelay is the lock-delay of handles that ask for none
 	// (default and maximum 1 min).
 	DefaultLockDelay time.Duration
@@ -247,6 +252,12 @@ func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return fmt.Errorf("cell: no data folder")
 	}
+	if c.MaxLeaseTTL > master.MaxLeaseBound || c.MaxLeaseTTL < 0 {
+		return fmt.Errorf("cell: the longest lease under load is %v, more than %v", c.MaxLeaseTTL, master.MaxLeaseBound)
+	}
+	if lease := cmp.Or(c.LeaseTTL, master.DefaultLeaseTTL); c.MaxLeaseTTL != 0 && c.MaxLeaseTTL < lease {
+		return fmt.Errorf("cell: the longest lease under load (%v) is shorter than the lease (%v)", c.MaxLeaseTTL, lease)
+	}
 	if c.Pprof && c.MetricsAddr == "" {
 		return fmt.Errorf("cell: Pprof serves on the HTTP port, and no MetricsAddr is set")
 	}
@@ -367,3 +378,6 @@ func LoopbackPeers(n, clientBase, raftBase int) []Peer {
 	}
 	return ps
 }
+
+// DefaultKeepAliveTarget is master.DefaultKeepAliveTarget, for flags.
+const DefaultKeepAliveTarget = master.DefaultKeepAliveTarget

@@ -20,8 +20,11 @@ type DevConfig struct {
 	Dir string
 	// Peers are the members; default LoopbackPeers(5, 7001, 7101).
 	Peers []Peer
-	// LeaseTTL, DefaultLockDelay and Timings as in Config.
+	// LeaseTTL, MaxLeaseTTL, KeepAliveTarget, DefaultLockDelay and
+	// Timings as in Config.
 	LeaseTTL         time.Duration
+	MaxLeaseTTL      time.Duration
+	KeepAliveTarget  int
 	DefaultLockDelay time.Duration
 	Timings          replica.Timings
 	// Logger receives all replicas' logs.
@@ -58,7 +61,7 @@ func StartDev(cfg DevConfig) (*Dev, error) {
 			metrics = "127.0.0.1:" + strconv.Itoa(cfg.MetricsPort+i)
 		}
 		s, err := New(Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
-			LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
+			LeaseTTL: cfg.LeaseTTL, MaxLeaseTTL: cfg.MaxLeaseTTL, KeepAliveTarget: cfg.KeepAliveTarget, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
 			MetricsAddr: metrics, Insecure: true})
 		if err != nil {
 			d.Close()

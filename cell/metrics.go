@@ -62,8 +62,8 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return float64(s.budget.in.used.Load()) }),
 		gauge("lockcell_client_reply_bytes", "Reply bytes the client port is writing (the reply budget).",
 			func() float64 { return float64(s.budget.out.used.Load()) }),
-		gauge("lockcell_lease_seconds", "The session lease each KeepAlive grants.", func() float64 {
-			return s.master.Stats().LeaseTTL.Seconds()
+		gauge("lockcell_lease_seconds", "The session lease each KeepAlive grants now: the configured lease, longer under load (--max-lease).", func() float64 {
+			return s.master.Stats().LeaseGranted.Seconds()
 		}),
 		gauge("lockcell_ready", "1 while /readyz answers 200: a member of the cell with a master it can reach.", func() float64 {
 			if ok, _ := s.readiness(); ok {

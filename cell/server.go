@@ -96,8 +96,9 @@ func New(cfg Config) (*Server, error) {
 	} else if cfg.Admin == "" {
 		s.log.Info("mutual TLS on: principals are client certificate names; the admin is " + cfg.admin())
 	}
-	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay,
-		Logger: s.log, Audit: cfg.auditLogger(), Admin: cfg.admin(), Limits: cfg.SessionLimits,
+	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, MaxLeaseTTL: cfg.MaxLeaseTTL, KeepAliveTarget: cfg.KeepAliveTarget,
+		DefaultLockDelay: cfg.DefaultLockDelay,
+		Logger:           s.log, Audit: cfg.auditLogger(), Admin: cfg.admin(), Limits: cfg.SessionLimits,
 		Members: cfg.bootstrapMembers()}, rep, rep.FSM())
 	s.hashes = &hashGate{interval: cfg.StateHashInterval, now: time.Now}
 	if s.hashes.interval <= 0 {

@@ -43,20 +43,23 @@ const (
 
 // cellStatusPage is what the status page and /status.json show.
 type cellStatusPage struct {
-	Cell         string          `json:"cell"`
-	Self         string          `json:"self"`
-	Time         time.Time       `json:"time"`
-	State        string          `json:"state"` // this replica's Raft state
-	Ready        bool            `json:"ready"`
-	ReadyReason  string          `json:"ready_reason"`
-	IsMaster     bool            `json:"is_master"`
-	Master       *statusMaster   `json:"master,omitempty"`
-	Epoch        uint64          `json:"epoch"`
-	Term         uint64          `json:"term"`
-	CommitIndex  uint64          `json:"commit_index"`
-	AppliedIndex uint64          `json:"applied_index"`
-	Nodes        int             `json:"nodes"`
-	LeaseTTL     time.Duration   `json:"lease_ttl_ns"`
+	Cell         string        `json:"cell"`
+	Self         string        `json:"self"`
+	Time         time.Time     `json:"time"`
+	State        string        `json:"state"` // this replica's Raft state
+	Ready        bool          `json:"ready"`
+	ReadyReason  string        `json:"ready_reason"`
+	IsMaster     bool          `json:"is_master"`
+	Master       *statusMaster `json:"master,omitempty"`
+	Epoch        uint64        `json:"epoch"`
+	Term         uint64        `json:"term"`
+	CommitIndex  uint64        `json:"commit_index"`
+	AppliedIndex uint64        `json:"applied_index"`
+	Nodes        int           `json:"nodes"`
+	LeaseTTL     time.Duration `json:"lease_ttl_ns"`
+	// LeaseGranted is the lease KeepAlives grant now: LeaseTTL, or
+	// longer under load (master.Config.MaxLeaseTTL).
+	LeaseGranted time.Duration   `json:"lease_granted_ns"`
 	Replicas     []statusReplica `json:"replicas"`
 	SessionCount int             `json:"session_count"`
 	Sessions     []statusSession `json:"sessions"`
@@ -130,7 +133,9 @@ func (s *Server) computeStatus() *cellStatusPage {
 	ready, why := s.readiness()
 	p := &cellStatusPage{Cell: s.cfg.Cell, Self: s.cfg.Self, Time: time.Now().UTC(), State: st.State, Ready: ready, ReadyReason: why,
 		IsMaster: isMaster, Epoch: epoch, Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Nodes: nodes,
-		LeaseTTL: s.master.Stats().LeaseTTL, Refresh: statusRefresh}
+		Refresh: statusRefresh}
+	ms := s.master.Stats()
+	p.LeaseTTL, p.LeaseGranted = ms.LeaseTTL, ms.LeaseGranted
 	leader, _ := s.rep.Leader()
 	if leader != "" {
 		// The member table knows members that joined after this

@@ -39,6 +39,18 @@ type Config struct {
 	Cell string
 	// LeaseTTL is the session lease a KeepAlive grants (default 12 s).
 	LeaseTTL time.Duration
+	// MaxLeaseTTL is the longest lease a KeepAlive grants under load
+	// (docs/spec.md#lease-lengthening): the master lengthens leases so
+	// that its sessions' KeepAlives stay under KeepAliveTarget a second.
+	// Zero, or no more than LeaseTTL, turns lengthening off. A new master
+	// grants every session MaxLeaseTTL at fail-over, since its predecessor
+	// may have granted that much, so every replica of a cell must have the
+	// same LeaseTTL and MaxLeaseTTL. At most MaxLeaseBound.
+	MaxLeaseTTL time.Duration
+	// KeepAliveTarget is the KeepAlive rate (calls a second) above which
+	// leases lengthen, when MaxLeaseTTL allows (default
+	// DefaultKeepAliveTarget).
+	KeepAliveTarget int
 	// DefaultLockDelay applies to handles that ask for none (default 1 min).
 	DefaultLockDelay time.Duration
 	// Logger receives the master's logs.
@@ -75,12 +87,29 @@ type Caller struct {
 	Conn uint64
 }
 
+// DefaultLeaseTTL is the session lease when none is configured.
+const DefaultLeaseTTL = 12 * time.Second
+
+// DefaultKeepAliveTarget is the KeepAlive rate leases lengthen to stay
+// under by default: at about 150 µs of master CPU a call, under a third
+// of a core.
+const DefaultKeepAliveTarget = 2000
+
+// MaxLeaseBound is the longest MaxLeaseTTL: a session whose client is gone
+// keeps its locks, and a fail-over's recovery waits for it, at most this
+// long (more when LeaseTTL itself is longer).
+const MaxLeaseBound = 5 * time.Minute
+
 // MaxLockDelay is the longest lock-delay a handle may ask for (docs/spec.md#lock-delay).
 const MaxLockDelay = time.Minute
 
 func (c *Config) setDefaults() {
 	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 12 * time.Second
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	c.MaxLeaseTTL = min(max(c.MaxLeaseTTL, c.LeaseTTL), max(MaxLeaseBound, c.LeaseTTL))
+	if c.KeepAliveTarget <= 0 {
+		c.KeepAliveTarget = DefaultKeepAliveTarget
 	}
 	if c.DefaultLockDelay <= 0 {
 		c.DefaultLockDelay = time.Minute
@@ -163,6 +192,7 @@ func New(cfg Config, cons Consensus, state State) *Server {
 	s.delays = newLockDelays(cfg.Clock, &s.wg, s.grantAfterDelay)
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Clock.Now}
 	p.sess = newSessions(cfg.Clock, cfg.LeaseTTL, raftAuthority{cons, s.proof}, &p.stats, cfg.Logger)
+	p.sess.lengthen(cfg.MaxLeaseTTL, cfg.KeepAliveTarget)
 	p.reserved.sess = p.sess
 	p.inv = newInvalidator(cfg.Clock, p.sess, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
 	p.auditRation = newAuditRation(cfg.Clock.Now)

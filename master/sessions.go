@@ -89,9 +89,14 @@ func (l *lease) wakeLocked() {
 type sessions struct {
 	clock Clock
 	ttl   time.Duration
-	auth  leaseAuthority
-	stats *masterStats
-	log   *slog.Logger
+	// maxTTL and target are lease lengthening (grantTTLLocked): leases
+	// grow up to maxTTL to keep KeepAlives under target per second.
+	// maxTTL == ttl: leases never lengthen.
+	maxTTL time.Duration
+	target int
+	auth   leaseAuthority
+	stats  *masterStats
+	log    *slog.Logger
 
 	mu     sync.Mutex
 	active bool // between start and stop: leases are kept and granted
@@ -156,10 +161,43 @@ func (a raftAuthority) provenSince(ctx context.Context, notBefore time.Time) (ti
 func (a raftAuthority) stale() <-chan struct{} { return a.proof.staleSignal() }
 
 func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
-	return &sessions{clock: clock, ttl: ttl, auth: auth, stats: stats, log: log,
+	return &sessions{clock: clock, ttl: ttl, maxTTL: ttl, target: DefaultKeepAliveTarget, auth: auth, stats: stats, log: log,
 		leases: map[uint64]*lease{}, byConn: map[uint64]int{},
 		watchEvery: expiryPeriod(ttl), connParked: map[uint64]*parkedCall{},
 		termCtx: context.Background(), kick: make(chan struct{}, 1)}
+}
+
+// lengthen lets leases grow under load up to maxTTL, to keep the
+// sessions' KeepAlives under target per second (grantTTLLocked). Call it
+// before the first term.
+func (ss *sessions) lengthen(maxTTL time.Duration, target int) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.maxTTL, ss.target = max(maxTTL, ss.ttl), max(target, 1)
+}
+
+// grantTTLLocked is the lease a KeepAlive grants now: the configured lease,
+// lengthened under load, Chubby's answer to overload. A session calls about
+// once per three quarters of its lease (each call is held until a quarter
+// of it is left), so N sessions on lease L cost N/(0.75 L) KeepAlives a
+// second; the lease is the shortest whole number of seconds that keeps
+// them under the target, within [ttl, maxTTL]. Every lease a KeepAlive
+// grants is therefore at most maxTTL, the bound a successor honours
+// (start). ss.mu is held.
+func (ss *sessions) grantTTLLocked() time.Duration {
+	if ss.maxTTL <= ss.ttl {
+		return ss.ttl
+	}
+	need := time.Duration(float64(len(ss.leases)) / (0.75 * float64(ss.target)) * float64(time.Second))
+	need = (need + time.Second - 1).Truncate(time.Second)
+	return min(max(need, ss.ttl), ss.maxTTL)
+}
+
+// grantTTL is grantTTLLocked for callers outside the lock (Stats).
+func (ss *sessions) grantTTL() time.Duration {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.grantTTLLocked()
 }
 
 // expiryPeriod is how often the expiry loop looks for leases that ran
@@ -169,9 +207,11 @@ func expiryPeriod(ttl time.Duration) time.Duration {
 }
 
 // start begins a term of service at epoch: every session of the state
-// (ids) gets a full lease from now, since no earlier master can have
-// granted more (docs/spec.md#fail-over), and a master-fail-over event; recovery lasts until
-// each has acknowledged it or ended. It returns whether recovery is on.
+// (ids) gets the longest lease any master may grant (maxTTL, which is the
+// lease itself unless leases lengthen under load) from now, since no
+// earlier master can have granted more (docs/spec.md#fail-over), and a
+// master-fail-over event; recovery lasts until each has acknowledged it or
+// ended. It returns whether recovery is on.
 func (ss *sessions) start(epoch uint64, ids []uint64) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -180,7 +220,7 @@ func (ss *sessions) start(epoch uint64, ids []uint64) bool {
 	ss.eventSeq = epoch << 40
 	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
 	ss.pendingAck = map[uint64]bool{}
-	end := ss.clock.Now().Add(ss.ttl)
+	end := ss.clock.Now().Add(ss.maxTTL)
 	for _, id := range ids {
 		l := newLease(end)
 		l.events = append(l.events, wire.Event{Seq: ss.nextEventLocked(), Kind: wire.EventMasterFailover})
@@ -426,8 +466,16 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 	ss.stats.leaseLeft.Observe(l.end.Sub(arrived))
 	// The previous lease end bounds how long the call may be held: reply
 	// with a quarter of the lease to spare so the next call arrives in time.
-	holdUntil = l.end.Add(-ss.ttl / 4)
-	if e := arrived.Add(ss.ttl); e.After(l.end) {
+	// So does one lease from now: the master's lease end can be well past
+	// the one the client was told (a fail-over grants the longest lease
+	// any master may have granted, a stall is credited), and a call held
+	// past the client's end would put it in jeopardy.
+	ttl := ss.grantTTLLocked()
+	holdUntil = l.end.Add(-ttl / 4)
+	if h := arrived.Add(ttl - ttl/4); h.Before(holdUntil) {
+		holdUntil = h
+	}
+	if e := arrived.Add(ttl); e.After(l.end) {
 		l.end = e
 	}
 	ss.stats.noteAcked(l.events, a.ack)
@@ -471,11 +519,12 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 	if l.closed {
 		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", a.session)
 	}
-	if e := replied.Add(ss.ttl); e.After(l.end) {
+	ttl := ss.grantTTLLocked()
+	if e := replied.Add(ttl); e.After(l.end) {
 		l.end = e
 	}
 	granted := l.end
-	if e := proven.Add(ss.ttl); e.Before(granted) {
+	if e := proven.Add(ttl); e.Before(granted) {
 		granted = e
 	}
 	// The reply carries the oldest unacknowledged events, as many as fit a

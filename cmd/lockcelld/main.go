@@ -71,6 +71,8 @@ func auditLogger(c *cli.Context) (*slog.Logger, error) {
 func timingFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.DurationFlag{Name: "lease", Value: 12 * time.Second, Usage: "session lease"},
+		&cli.DurationFlag{Name: "max-lease", Usage: "longest session lease under load: leases lengthen to keep KeepAlives under --keepalive-target a second (0: never; same on every replica; at most 5m)"},
+		&cli.IntFlag{Name: "keepalive-target", Value: cell.DefaultKeepAliveTarget, Usage: "KeepAlives a second above which leases lengthen, up to --max-lease"},
 		&cli.DurationFlag{Name: "lock-delay", Value: time.Minute, Usage: "default lock-delay (at most 1m)"},
 	}
 }
@@ -247,7 +249,7 @@ func devCommand() *cli.Command {
 			}
 			dcfg := cell.DevConfig{Cell: c.String("cell"), Dir: c.String("data"),
 				Peers:    cell.LoopbackPeers(c.Int("replicas"), c.Int("port"), c.Int("raft-port")),
-				LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
+				LeaseTTL: c.Duration("lease"), MaxLeaseTTL: c.Duration("max-lease"), KeepAliveTarget: c.Int("keepalive-target"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
 				MetricsPort: c.Int("metrics-port")}
 			audit, err := auditLogger(c)
 			if err != nil {
@@ -436,7 +438,7 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 		}
 	}
 	cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
-		LeaseTTL: c.Duration("lease"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
+		LeaseTTL: c.Duration("lease"), MaxLeaseTTL: c.Duration("max-lease"), KeepAliveTarget: c.Int("keepalive-target"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
 		MetricsAddr: c.String("metrics"), Pprof: c.Bool("pprof"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c),
 		Join: join}
 	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
@@ -563,7 +565,8 @@ func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, audit *slog.Logger, t
 	d := &cell.Dev{Cell: cfg.Cell}
 	for i, p := range cfg.Peers {
 		sc := cell.Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
-			LeaseTTL: cfg.LeaseTTL, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
+			LeaseTTL: cfg.LeaseTTL, MaxLeaseTTL: cfg.MaxLeaseTTL, KeepAliveTarget: cfg.KeepAliveTarget,
+			DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
 			Limits: lim, AuditLogger: audit}
 		if cfg.MetricsPort != 0 {
 			sc.MetricsAddr = "127.0.0.1:" + strconv.Itoa(cfg.MetricsPort+i)
