@@ -28,6 +28,11 @@ import (
 )
 
 func main() {
+	// A daemon must outlive the reader of its output: with SIGPIPE at its
+	// default, a log line written after a log shipper (or `| grep -q` in a
+	// script) closed the pipe would kill the replica. Ignored, such a write
+	// fails with EPIPE and the replica serves on.
+	signal.Ignore(syscall.SIGPIPE)
 	app := &cli.App{
 		Name:    "lockcelld",
 		Usage:   "lockcell replica daemon",
