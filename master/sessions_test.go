@@ -32,18 +32,7 @@ func (a alwaysLeader) stale() <-chan struct{} { return nil }
 const testEpoch = 3
 
 func newTestSessions(t *testing.T, ids ...uint64) (*sessions, *fakeClock, chan struct{}) {
-	clock := newFakeClock()
-	ss := newSessions(clock, testLease, alwaysLeader{clock}, &masterStats{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ss.start(testEpoch, ids)
-	stop := make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-	})
-	return ss, clock, stop
+	return newLengtheningSessions(t, testLease, DefaultKeepAliveTarget, ids...) // the longest lease is the lease: no lengthening
 }
 
 type keepAliveResult struct {
