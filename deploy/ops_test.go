@@ -143,6 +143,9 @@ func TestReplicaRejoinsWithEmptyDataDir(t *testing.T) {
 		ExtraArgs: []string{"--snapshot-interval", "200ms", "--snapshot-threshold", "32", "--trailing-logs", "16"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// The processes are started, not yet listening: a client reports a
+	// cell that refuses every connection at once, so wait for a master.
+	pc.MasterIndex(60 * time.Second)
 	c, err := client.Dial(ctx, pc.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
