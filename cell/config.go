@@ -252,7 +252,10 @@ func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return fmt.Errorf("cell: no data folder")
 	}
-	if c.MaxLeaseTTL > master.MaxLeaseBound || c.MaxLeaseTTL < 0 {
+	if c.MaxLeaseTTL < 0 {
+		return fmt.Errorf("cell: the longest lease under load is negative (%v)", c.MaxLeaseTTL)
+	}
+	if c.MaxLeaseTTL > master.MaxLeaseBound {
 		return fmt.Errorf("cell: the longest lease under load is %v, more than %v", c.MaxLeaseTTL, master.MaxLeaseBound)
 	}
 	if lease := cmp.Or(c.LeaseTTL, master.DefaultLeaseTTL); c.MaxLeaseTTL != 0 && c.MaxLeaseTTL < lease {

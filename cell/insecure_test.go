@@ -32,6 +32,7 @@ func TestConfigPlainIsExplicit(t *testing.T) {
 		{"TLS", with(cfg("0.0.0.0:1", "192.0.2.1:2"), func(c *cell.Config) { c.TLS, c.PeerTLS = srv, peer }), ""},
 		{"TLS and Insecure", with(cfg("127.0.0.1:1", "127.0.0.1:2"), func(c *cell.Config) { c.TLS, c.PeerTLS, c.Insecure = srv, peer, true }), "contradict"},
 		{"longest lease a minute", with(cfg("127.0.0.1:1", "127.0.0.1:2"), func(c *cell.Config) { c.Insecure, c.MaxLeaseTTL = true, time.Minute }), ""},
+		{"longest lease negative", with(cfg("127.0.0.1:1", "127.0.0.1:2"), func(c *cell.Config) { c.Insecure, c.MaxLeaseTTL = true, -time.Second }), "negative"},
 		{"longest lease past its bound", with(cfg("127.0.0.1:1", "127.0.0.1:2"), func(c *cell.Config) { c.Insecure, c.MaxLeaseTTL = true, 6*time.Minute }), "more than 5m"},
 		{"longest lease under the lease", with(cfg("127.0.0.1:1", "127.0.0.1:2"), func(c *cell.Config) {
 			c.Insecure, c.LeaseTTL, c.MaxLeaseTTL = true, 20*time.Second, 15*time.Second
