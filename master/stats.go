@@ -38,9 +38,8 @@ type Stats struct {
 	// of a lease or more to spare; values near zero mean clients (or the
 	// network to them) are late.
 	LeaseLeft replica.HistogramSnapshot
-	// LeaseTTL is the configured lease; MaxLeaseTTL the longest it
-	// lengthens to under load (equal: it never does).
-	LeaseTTL, MaxLeaseTTL time.Duration
+	// LeaseTTL is the configured lease.
+	LeaseTTL time.Duration
 	// LeaseGranted is the lease a KeepAlive grants now: LeaseTTL, or
 	// longer under load.
 	LeaseGranted time.Duration
@@ -54,7 +53,7 @@ type Stats struct {
 // Stats reports the master's operating figures.
 func (s *Server) Stats() Stats {
 	return Stats{LockWait: s.stats.lockWait.Snapshot(), LeaseLeft: s.stats.leaseLeft.Snapshot(), LeaseTTL: s.cfg.LeaseTTL,
-		MaxLeaseTTL: s.cfg.MaxLeaseTTL, LeaseGranted: s.sess.grantTTL(), Stalls: s.sess.stallCount()}
+		LeaseGranted: s.sess.grantTTL(), Stalls: s.sess.stallCount()}
 }
 
 // acquireTimed runs acquire, counts a grant against the lock's name and,
