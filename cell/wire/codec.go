@@ -52,7 +52,11 @@ func WriteMessage(w io.Writer, vals ...any) error {
 	for _, v := range vals {
 		start := e.buf.Len()
 		e.buf.Write([]byte{0, 0, 0, 0})
-		if err := e.enc.Encode(v); err != nil {
+		done, err := encodeByHand(e.enc, v)
+		if !done && err == nil {
+			err = e.enc.Encode(v)
+		}
+		if err != nil {
 			return fmt.Errorf("wire: encode %T: %w", v, err)
 		}
 		n := e.buf.Len() - start - frameHeader
@@ -79,11 +83,18 @@ const frameChunk = 16 << 10
 // earlier doublings), and a completed frame costs its size twice only
 // while it is joined.
 func ReadFrame(r io.Reader) ([]byte, error) {
-	var hdr [frameHeader]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	bp := smallPool.Get().(*[smallFrame]byte)
+	n, err := readFrameLen(r, bp)
+	smallPool.Put(bp)
+	if err != nil {
 		return nil, err
 	}
-	n := int(binary.BigEndian.Uint32(hdr[:]))
+	return readFrameBody(r, n)
+}
+
+// readFrameBody reads the n bytes of a frame whose length ReadFrame or
+// ReadMessage has read, as ReadFrame describes.
+func readFrameBody(r io.Reader, n int) ([]byte, error) {
 	if n > MaxFrameSize {
 		return nil, Errorf(CodeTooLarge, "frame of %d bytes exceeds the limit of %d", n, MaxFrameSize)
 	}
@@ -127,21 +138,86 @@ func readFull(r io.Reader, b []byte) error {
 // length inside the frame is first checked against the frame's own size
 // (bound.Check), so a hostile length prefix cannot drive an allocation
 // larger than the frame.
+//
+// Nothing decoded aliases b: msgpack reads through an io.Reader, so it
+// copies every string and byte slice out of the frame (into v's own
+// slice when v already holds one with room, as msgpack.Unmarshal does),
+// and b may be reused once Decode returns.
 func Decode(b []byte, v any) error {
 	if err := bound.Check(b); err != nil {
 		return Errorf(CodeBadRequest, "malformed %T: %v", v, err)
 	}
-	if err := msgpack.Unmarshal(b, v); err != nil {
+	d := decPool.Get().(*decoder)
+	d.r.Reset(b)
+	d.dec.Reset(&d.r) // flags cleared: as msgpack.Unmarshal decodes
+	err := d.dec.Decode(v)
+	d.r.Reset(nil)   // the pool holds no frame
+	d.dec.Reset(nil) // nor the reader
+	if len(b) <= maxPooledDecode {
+		decPool.Put(d)
+	}
+	if err != nil {
 		return Errorf(CodeBadRequest, "malformed %T: %v", v, err)
 	}
 	return nil
 }
 
-// ReadMessage reads one frame and decodes it into v (see Decode).
+// decoder is a msgpack decoder with the reader it decodes frames from,
+// kept together so that decoding a frame allocates neither.
+type decoder struct {
+	dec *msgpack.Decoder
+	r   bytes.Reader
+}
+
+// decPool holds decoders between frames. msgpack.Unmarshal pools its own
+// decoders too, but allocates a reader for every call.
+var decPool = sync.Pool{New: func() any {
+	d := &decoder{}
+	d.dec = msgpack.NewDecoder(&d.r)
+	return d
+}}
+
+// maxPooledDecode is the largest frame whose decoder goes back to the
+// pool: a decoder keeps a scratch buffer as long as the longest string it
+// has read, so one that read a large frame is left to the collector
+// rather than held in the pool.
+const maxPooledDecode = 64 << 10
+
+// ReadMessage reads one frame and decodes it into v (see Decode). A small
+// frame (a Header, a Status) is read into a pooled buffer, which goes
+// back to the pool once decoded: Decode leaves nothing pointing into it.
 func ReadMessage(r io.Reader, v any) error {
-	b, err := ReadFrame(r)
+	bp := smallPool.Get().(*[smallFrame]byte)
+	defer smallPool.Put(bp)
+	n, err := readFrameLen(r, bp)
 	if err != nil {
+		return err
+	}
+	if n > smallFrame {
+		b, err := readFrameBody(r, n)
+		if err != nil {
+			return err
+		}
+		return Decode(b, v)
+	}
+	b := bp[:n]
+	if err := readFull(r, b); err != nil {
 		return err
 	}
 	return Decode(b, v)
 }
+
+// readFrameLen reads a frame's length into scratch and returns it. The
+// length is read into a pooled array rather than a local one, which would
+// escape to the heap through r.
+func readFrameLen(r io.Reader, scratch *[smallFrame]byte) (int, error) {
+	if _, err := io.ReadFull(r, scratch[:frameHeader]); err != nil {
+		return 0, err
+	}
+	return int(binary.BigEndian.Uint32(scratch[:frameHeader])), nil
+}
+
+// smallFrame is the largest frame ReadMessage reads into a pooled buffer.
+const smallFrame = 512
+
+var smallPool = sync.Pool{New: func() any { return new([smallFrame]byte) }}
