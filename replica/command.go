@@ -3,6 +3,7 @@ package replica
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -210,8 +211,15 @@ func (c *Command) DecodeMsgpack(dec *msgpack.Decoder) error {
 	if n != 2 {
 		return fmt.Errorf("command is an array of %d, not 2", n)
 	}
-	var e envelope
-	if err := dec.Decode(&e); err != nil {
+	// A pooled envelope, zeroed before and after: decoding into a used
+	// one would reuse its Fence, which an earlier command holds.
+	e := envelopes.Get().(*envelope)
+	defer func() {
+		*e = envelope{}
+		envelopes.Put(e)
+	}()
+	*e = envelope{}
+	if err := dec.Decode(e); err != nil {
 		return fmt.Errorf("envelope: %w", err)
 	}
 	p := newPayload(e.Type)
@@ -236,11 +244,18 @@ func (c *Command) Encode() ([]byte, error) {
 		return nil, err
 	}
 	c.Type = t
-	var buf bytes.Buffer
+	buf := cmdBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledCmdBuffer {
+			buf.Reset()
+			cmdBuffers.Put(buf)
+		}
+	}()
+	buf.Reset()
 	buf.WriteByte(commandVersion)
 	enc := msgpack.GetEncoder()
-	enc.Reset(&buf)
-	err = enc.Encode(c)
+	enc.Reset(buf)
+	err = c.encodeByHand(enc, t) // what enc.Encode(c) writes (cmdenc.go)
 	msgpack.PutEncoder(enc)
 	if err != nil {
 		return nil, fmt.Errorf("replica: encode %s: %w", c.Type, err)
@@ -248,7 +263,9 @@ func (c *Command) Encode() ([]byte, error) {
 	if buf.Len() > MaxCommandSize {
 		return nil, fmt.Errorf("%w: %s command of %d bytes exceeds %d", ErrTooLarge, c.Type, buf.Len(), MaxCommandSize)
 	}
-	return buf.Bytes(), nil
+	// A copy at its exact size: the buffer goes back to the pool, and
+	// the entry is kept by Raft.
+	return bytes.Clone(buf.Bytes()), nil
 }
 
 // DecodeCommand parses bytes written by Encode, of either version, into a
@@ -266,9 +283,39 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if b[0] == commandV1 {
 		return decodeV1(b[1:])
 	}
-	var c Command
-	if err := msgpack.Unmarshal(b[1:], &c); err != nil {
+	d := cmdDecoders.Get().(*cmdDecoder)
+	d.r.Reset(b[1:])
+	d.dec.Reset(&d.r) // flags cleared: as msgpack.Unmarshal decodes
+	c := new(Command)
+	err := d.dec.Decode(c)
+	d.r.Reset(nil) // the pool holds no entry
+	d.dec.Reset(nil)
+	if len(b) <= maxPooledCmdBuffer {
+		cmdDecoders.Put(d)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: decode: %w", ErrMalformedCommand, err)
 	}
-	return &c, nil
+	return c, nil
 }
+
+// cmdDecoder is a msgpack decoder with the reader it decodes entries
+// from, kept together so that decoding an entry allocates neither (what
+// msgpack.Unmarshal did besides the decoding). Nothing decoded aliases
+// the entry: msgpack copies strings and byte slices out of its reader.
+// A decoder that read an entry larger than maxPooledCmdBuffer (its
+// scratch grows to the longest string it read) is not pooled.
+type cmdDecoder struct {
+	dec *msgpack.Decoder
+	r   bytes.Reader
+}
+
+var cmdDecoders = sync.Pool{New: func() any {
+	d := &cmdDecoder{}
+	d.dec = msgpack.NewDecoder(&d.r)
+	return d
+}}
+
+// envelopes are DecodeMsgpack's scratch: a local envelope would escape
+// to the heap through the decoder.
+var envelopes = sync.Pool{New: func() any { return new(envelope) }}
