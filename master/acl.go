@@ -19,22 +19,17 @@ func (c *call) isAdmin() bool { return c.caller.Principal == c.cfg.Admin }
 // checkSessionOwner refuses a call on a session created by another
 // principal: session ids are small integers, and a guessed one must not let
 // a caller act with someone else's handles and locks.
-func (s *parts) checkSessionOwner(caller Caller, h *wire.Header, r route) error {
-	if h.Session == 0 || r.newSession {
+func (c *call) checkSessionOwner(r route) error {
+	if c.h.Session == 0 || r.newSession {
 		return nil
 	}
-	var owner struct { // one allocation for the closure's results
-		name string
-		ok   bool
-	}
-	_ = s.state.Read(func(v replica.View) error {
-		owner.name, owner.ok = v.SessionPrincipal(h.Session)
+	return c.state.ReadWith(c, func(v replica.View, arg any) error { // captures nothing: no allocation
+		c := arg.(*call)
+		if owner, ok := v.SessionPrincipal(c.h.Session); ok && owner != "" && owner != c.caller.Principal {
+			return wire.Errorf(wire.CodePermission, "session %d belongs to another principal", c.h.Session)
+		}
 		return nil
 	})
-	if owner.ok && owner.name != "" && owner.name != caller.Principal {
-		return wire.Errorf(wire.CodePermission, "session %d belongs to another principal", h.Session)
-	}
-	return nil
 }
 
 // checkRead decides a read of the node behind a handle, in view v.

@@ -62,8 +62,8 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 		cacheable = req.Cache && readable && c.registerCacher(c.h.Session, principal, req.Path)
 		missingCacheable = negative && c.registerCacher(c.h.Session, principal, wire.Parent(req.Path))
 	}
-	res, err := c.apply(ctx, &replica.Command{Payload: &replica.OpenArgs{Path: req.Path, Flags: req.Flags,
-		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask}})
+	res, err := c.apply(ctx, commandOf(replica.OpenArgs{Path: req.Path, Flags: req.Flags,
+		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask}))
 	if re := (*replica.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == replica.KindNotFound {
 		return &wire.OpenResponse{Missing: true, Cacheable: missingCacheable}, nil
 	}
@@ -111,8 +111,10 @@ func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.apply(ctx, &replica.Command{Fence: fence, Payload: &replica.SetContentsArgs{Handle: req.Handle,
-		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration}})
+	cmd := commandOf(replica.SetContentsArgs{Handle: req.Handle,
+		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration})
+	cmd.Fence = fence
+	res, err := c.apply(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -127,10 +129,12 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 	switch c.h.Method {
 	case wire.MethodClose:
 		// Closing is always allowed: a stale holder must be able to let go.
-		_, err := c.apply(ctx, &replica.Command{Payload: &replica.CloseArgs{Handle: req.Handle}})
+		_, err := c.apply(ctx, commandOf(replica.CloseArgs{Handle: req.Handle}))
 		return &wire.Empty{}, err
 	case wire.MethodDelete:
-		_, err := c.apply(ctx, &replica.Command{Fence: fence, Payload: &replica.DeleteArgs{Handle: req.Handle}})
+		cmd := commandOf(replica.DeleteArgs{Handle: req.Handle})
+		cmd.Fence = fence
+		_, err := c.apply(ctx, cmd)
 		return &wire.Empty{}, err
 	case wire.MethodRelease:
 		// A sequencer makes the release fenced: it applies only while the
@@ -144,64 +148,82 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 				return nil, wire.Errorf(wire.CodeBadRequest, "the sequencer names the lock of %s, not of this handle's %s", fence.Path, path)
 			}
 		}
-		_, err := c.apply(ctx, &replica.Command{Fence: fence, Payload: &replica.ReleaseArgs{Handle: req.Handle}})
+		cmd := commandOf(replica.ReleaseArgs{Handle: req.Handle})
+		cmd.Fence = fence
+		_, err := c.apply(ctx, cmd)
 		return &wire.Empty{}, err
 	}
-	isRead := c.h.Method != wire.MethodGetSequencer
+	// Both reads of the state share one allocation: functions that capture
+	// nothing, handed hr (capturing closures cost four allocations).
+	hr := &handleRead{c: c, req: req, fence: fence, isRead: c.h.Method != wire.MethodGetSequencer}
 	// Checked before registering as a cacher too, so a caller that may
 	// not read the node is never sent its invalidations. Registering
 	// comes before the read, so a write that starts after this point
 	// invalidates what we are about to return.
-	cacheable := false
-	if isRead {
-		var pre struct { // one allocation for the closure's results
-			name, principal string
-			named           bool
-		}
-		err := c.state.Read(func(v replica.View) error {
-			if err := c.checkRead(v, req.Handle); err != nil || !req.Cache {
+	if hr.isRead {
+		err := c.state.ReadWith(hr, func(v replica.View, arg any) error {
+			hr := arg.(*handleRead)
+			c := hr.c
+			if err := c.checkRead(v, hr.req.Handle); err != nil || !hr.req.Cache {
 				return err
 			}
-			pre.name, pre.named = v.HandlePath(c.h.Session, req.Handle)
-			pre.principal, _ = v.SessionPrincipal(c.h.Session)
+			hr.name, hr.named = v.HandlePath(c.h.Session, hr.req.Handle)
+			hr.principal, _ = v.SessionPrincipal(c.h.Session)
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		if pre.named {
-			cacheable = c.registerCacher(c.h.Session, pre.principal, pre.name)
+		if hr.named {
+			hr.cacheable = c.registerCacher(c.h.Session, hr.principal, hr.name)
 		}
 	}
 	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
 	}
 	// The answer comes from one view of the state, after VerifyLeader.
-	var resp any
-	err = c.state.Read(func(v replica.View) error {
+	err = c.state.ReadWith(hr, func(v replica.View, arg any) error {
+		hr := arg.(*handleRead)
+		c := hr.c
 		if err := c.liveSession(v); err != nil {
 			return err
 		}
-		if isRead {
+		if hr.isRead {
 			// Decided again after VerifyLeader: an ACL change
 			// acknowledged before this read began binds it.
-			if err := c.checkRead(v, req.Handle); err != nil {
+			if err := c.checkRead(v, hr.req.Handle); err != nil {
 				return err
 			}
 		}
-		if fence != nil {
-			if ok, reason := v.FenceValidFor(fence, c.caller.Principal, c.isAdmin()); !ok {
+		if hr.fence != nil {
+			if ok, reason := v.FenceValidFor(hr.fence, c.caller.Principal, c.isAdmin()); !ok {
 				return wire.Errorf(wire.CodeStaleSequencer, "%s", reason)
 			}
 		}
 		var err error
-		resp, err = c.readHandle(v, req, cacheable)
+		hr.resp, err = c.readHandle(v, hr.req, hr.cacheable)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return resp, nil
+	return hr.resp, nil
+}
+
+// handleRead is what handleCall's two reads of the state are given and
+// find.
+type handleRead struct {
+	c      *call
+	req    *wire.HandleRequest
+	fence  *replica.Fence
+	isRead bool // not GetSequencer
+	// Before VerifyLeader: the handle's name and the session's
+	// principal, for registering a cacher (named: the handle has one),
+	// and whether it was registered.
+	name, principal  string
+	named, cacheable bool
+	// After it: the answer.
+	resp any
 }
 
 // readHandle answers a read on a handle (GetSequencer, ReadDir, GetStat,
@@ -314,7 +336,7 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 		woke, done = c.waits.add(waitKey{req.Handle, c.h.Seq})
 		defer done()
 	}
-	res, err := c.apply(ctx, &replica.Command{Payload: &replica.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}})
+	res, err := c.apply(ctx, commandOf(replica.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}))
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +408,7 @@ func (c *call) withdraw(handle, seq uint64) {
 }
 
 func (c *call) cancelAcquire(ctx context.Context, req *wire.CancelAcquireRequest) (*wire.Empty, error) {
-	_, err := c.apply(ctx, &replica.Command{Payload: &replica.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}})
+	_, err := c.apply(ctx, commandOf(replica.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}))
 	return &wire.Empty{}, err
 }
 
@@ -453,4 +475,22 @@ func (c *call) checkSequencer(ctx context.Context, req *wire.CheckSequencerReque
 		return nil, err
 	}
 	return &wire.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
+}
+
+// commandOf returns a command whose payload is args, both in one
+// allocation (a command literal with a payload literal is two): the
+// calls on every request's path propose their commands through it.
+func commandOf[P any, PP interface {
+	*P
+	replica.Payload
+}](args P) *replica.Command {
+	c := &commandWith[P]{args: args}
+	c.cmd.Payload = PP(&c.args)
+	return &c.cmd
+}
+
+// commandWith is a command and its payload, allocated together.
+type commandWith[P any] struct {
+	cmd  replica.Command
+	args P
 }

@@ -196,10 +196,11 @@ type pendingInval struct {
 }
 
 // invalidate marks names busy, sends invalidations to every session that
-// may cache them and waits for each to acknowledge or lose its lease. The
-// returned release must be called once the command has been applied (or
-// abandoned); it is returned even with an error.
-func (inv *invalidator) invalidate(ctx context.Context, stop <-chan struct{}, names []string) (func(), error) {
+// may cache them and waits for each to acknowledge or lose its lease.
+// release(names) must be called once the command has been applied (or
+// abandoned), whatever invalidate returned. (A release closure returned
+// from here would cost an allocation on every write.)
+func (inv *invalidator) invalidate(ctx context.Context, stop <-chan struct{}, names []string) error {
 	var waits []*pendingInval
 	inv.mu.Lock()
 	for _, name := range names {
@@ -229,22 +230,25 @@ func (inv *invalidator) invalidate(ctx context.Context, stop <-chan struct{}, na
 		delete(inv.cachers, name)
 	}
 	inv.mu.Unlock()
-	release := func() {
-		inv.mu.Lock()
-		defer inv.mu.Unlock()
-		for _, name := range names {
-			if inv.busy[name]--; inv.busy[name] <= 0 {
-				delete(inv.busy, name)
-				delete(inv.inflight, name)
-			}
-		}
-	}
 	for _, w := range waits {
 		if err := inv.awaitAck(ctx, stop, w); err != nil {
-			return release, err
+			return err
 		}
 	}
-	return release, nil
+	return nil
+}
+
+// release ends invalidate(names): the names are no longer busy with this
+// change.
+func (inv *invalidator) release(names []string) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	for _, name := range names {
+		if inv.busy[name]--; inv.busy[name] <= 0 {
+			delete(inv.busy, name)
+			delete(inv.inflight, name)
+		}
+	}
 }
 
 // awaitAck waits until the session acknowledged event seq, or the lease
@@ -326,8 +330,8 @@ func (s *parts) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd
 // applyAfter applies cmd after invalidating every cache of names, the
 // names cmd could change.
 func (s *parts) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *replica.Command) (*replica.Result, error) {
-	release, err := s.inv.invalidate(ctx, stop, names)
-	defer release()
+	err := s.inv.invalidate(ctx, stop, names)
+	defer s.inv.release(names)
 	if err != nil {
 		return nil, err
 	}

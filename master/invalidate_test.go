@@ -44,7 +44,7 @@ func (f *invFixture) change(names ...string) *change {
 	c := &change{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.release, c.err = f.inv.invalidate(context.Background(), f.stop, names)
+		c.release, c.err = func() { f.inv.release(names) }, f.inv.invalidate(context.Background(), f.stop, names)
 	}()
 	return c
 }
@@ -234,8 +234,8 @@ func TestInvalidatorStopEndsTheWait(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		release, err := f.inv.invalidate(context.Background(), stop, []string{"/ls/c/a"})
-		release()
+		err := f.inv.invalidate(context.Background(), stop, []string{"/ls/c/a"})
+		f.inv.release([]string{"/ls/c/a"})
 		done <- err
 	}()
 	f.parked(t, 1)

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -33,6 +34,10 @@ type leadershipProof struct {
 	// until first asked for.
 	stale       chan struct{}
 	staleClosed bool
+	// roundCtx bounds the rounds until roundEnd (roundContext).
+	roundCtx    context.Context
+	roundCancel context.CancelFunc
+	roundEnd    time.Time
 }
 
 // staleSignal returns a channel that is closed when the master has gone
@@ -86,12 +91,57 @@ type proofRound struct {
 	start time.Time
 	done  chan struct{}
 	err   error
+	ctx   context.Context // bounds the round (roundContext)
+}
+
+// Rounds are bounded by a minute at most and roundMinBound at least.
+const (
+	roundMaxBound = time.Minute
+	roundMinBound = roundMaxBound / 2
+)
+
+// roundContext returns the context that bounds a new round, on the real
+// clock (it bounds a call to Raft). Rounds share one for up to half a
+// minute, so that a round, which a read may cost, allocates no context
+// and timer of its own: each round ends within a minute of its start and
+// has at least half a minute. Called under p.mu, when no round is in
+// flight, so replacing (and cancelling) the shared context cuts no round
+// short.
+func (p *leadershipProof) roundContext() context.Context {
+	if p.roundCtx == nil || time.Until(p.roundEnd) < roundMinBound {
+		if p.roundCancel != nil {
+			p.roundCancel()
+		}
+		p.roundEnd = time.Now().Add(roundMaxBound)
+		p.roundCtx, p.roundCancel = context.WithDeadline(context.Background(), p.roundEnd)
+	}
+	return p.roundCtx
 }
 
 // since returns the start of a successful round of contact that began no
 // earlier than notBefore: a round already proven, a round in flight, or a
 // new one. Concurrent callers share one round.
 func (p *leadershipProof) since(ctx context.Context, notBefore time.Time) (time.Time, error) {
+	return p.sinceWithin(ctx, notBefore, 0)
+}
+
+// errProofTimeout is sinceWithin's answer when its bound ran out first.
+var errProofTimeout = errors.New("master: no proof of leadership within the bound")
+
+// sinceWithin is since, giving up with errProofTimeout after bound (on
+// the real clock: it bounds a call to Raft) unless bound is 0. A read
+// bounds its wait this way rather than with a context.WithTimeout, which
+// costs a context, a timer and a channel on every read; the timer here
+// is pooled.
+func (p *leadershipProof) sinceWithin(ctx context.Context, notBefore time.Time, bound time.Duration) (time.Time, error) {
+	var timer *time.Timer // taken from proofTimers once a wait begins
+	defer func() {
+		if timer != nil {
+			timer.Stop() // since Go 1.23 no stale tick is left in timer.C for its next user
+			proofTimers.Put(timer)
+		}
+	}()
+	var expired <-chan time.Time
 	for {
 		p.mu.Lock()
 		if !p.proven.Before(notBefore) {
@@ -104,11 +154,16 @@ func (p *leadershipProof) since(ctx context.Context, notBefore time.Time) (time.
 		// piling up more.
 		r := p.pending
 		if r == nil {
-			r = &proofRound{start: p.now(), done: make(chan struct{})}
+			r = &proofRound{start: p.now(), done: make(chan struct{}), ctx: p.roundContext()}
 			p.pending = r
 			go p.run(r)
 		}
 		p.mu.Unlock()
+		if bound > 0 && timer == nil {
+			timer = proofTimers.Get().(*time.Timer)
+			timer.Reset(bound)
+			expired = timer.C
+		}
 		select {
 		case <-r.done:
 			if r.err != nil {
@@ -120,17 +175,24 @@ func (p *leadershipProof) since(ctx context.Context, notBefore time.Time) (time.
 			// It began too early to vouch for this caller: go again.
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
+		case <-expired:
+			return time.Time{}, errProofTimeout
 		}
 	}
 }
 
-// run carries out round r. It is bounded by a minute so that a Raft that
-// never answers does not leak rounds; callers stop waiting at their own
-// deadlines.
+// proofTimers are sinceWithin's timers, stopped while in the pool.
+var proofTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// run carries out round r. It is bounded (roundContext) so that a Raft
+// that never answers does not leak rounds; callers stop waiting at their
+// own deadlines.
 func (p *leadershipProof) run(r *proofRound) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r.err = p.verify(ctx)
+	r.err = p.verify(r.ctx)
 	p.mu.Lock()
 	if r.err == nil && r.start.After(p.proven) {
 		p.proven = r.start

@@ -141,3 +141,60 @@ func TestLeadershipProofStaleSignal(t *testing.T) {
 		t.Fatal("a proof came back but the signal stays closed")
 	}
 }
+
+// TestReadProofIsBounded: a read whose round Raft never answers gives up
+// after half a lease, as NotMaster (errStopped), however often the pooled
+// timers bounding such waits have been used; a caller that leaves first
+// gets its own context's error; and a timer that went back to the pool
+// after a wait that ended early never cuts a later wait short.
+func TestReadProofIsBounded(t *testing.T) {
+	g := &gatedVerify{verdict: make(chan error)}
+	p := &leadershipProof{verify: g.verify, now: time.Now}
+	c := &call{parts: &parts{cfg: Config{LeaseTTL: 100 * time.Millisecond}, proof: p}}
+	for range 3 {
+		start := time.Now()
+		if err := c.verifyRead(context.Background()); err != errStopped {
+			t.Fatalf("a read Raft never vouches for: %v; want errStopped", err)
+		}
+		if d := time.Since(start); d < 50*time.Millisecond {
+			t.Fatalf("gave up after %v, before half a lease", d)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.verifyRead(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a read whose caller left: %v; want context.Canceled", err)
+	}
+
+	g.verdict <- nil // the round all those reads waited for ends
+	g.rounds.Store(0)
+
+	// Waits that end well before their bound put their timers back.
+	for range 8 {
+		done := make(chan error, 1)
+		go func() { _, err := p.sinceWithin(context.Background(), time.Now(), 20*time.Millisecond); done <- err }()
+		for g.rounds.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		g.verdict <- nil
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		g.rounds.Store(0)
+	}
+	time.Sleep(40 * time.Millisecond) // past those bounds: a timer left running would have fired by now
+	done := make(chan error, 1)
+	go func() { _, err := p.sinceWithin(context.Background(), time.Now(), time.Hour); done <- err }()
+	for g.rounds.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a wait bounded by an hour ended at once: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.verdict <- nil
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

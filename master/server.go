@@ -8,7 +8,6 @@ package master
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -349,12 +348,12 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
 	}
-	if err := s.checkSessionOwner(caller, h, r); err != nil {
+	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch, stop: stop}
+	if err := c.checkSessionOwner(r); err != nil {
 		s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
 			"result", wire.CodePermission.String())
 		return nil, epoch, err
 	}
-	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch, stop: stop}
 	ration := r.rationed && caller.Principal != s.cfg.Admin
 	if ration {
 		if err := s.reads.wait(ctx, caller.Principal); err != nil {
@@ -405,13 +404,13 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
 	}
-	if err := s.checkSessionOwner(caller, h, r); err != nil {
+	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch}
+	if err := c.checkSessionOwner(r); err != nil {
 		s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
 			"result", wire.CodePermission.String())
 		done(nil, epoch, err)
 		return nil
 	}
-	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch}
 	var req wire.KeepAliveRequest
 	if err := wire.Decode(body, &req); err != nil {
 		err = toWire(err)
@@ -454,6 +453,10 @@ type call struct {
 	path   string // the node the call is about, once known (for the audit log)
 	epoch  uint64
 	stop   <-chan struct{}
+	// applying and affected are apply's, for its read of the state: the
+	// command, and the names it will change.
+	applying *replica.Command
+	affected []string
 }
 
 // apply proposes a command carrying the call's request id and returns the
@@ -464,14 +467,17 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 	cmd.Session = c.h.Session
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
 	c.setQuota(cmd)
-	var names []string
-	_ = c.state.Read(func(v replica.View) error {
-		if handle := cmd.HandleOf(); c.path == "" && handle != 0 {
+	c.applying = cmd
+	_ = c.state.ReadWith(c, func(v replica.View, arg any) error { // captures nothing: no allocation
+		c := arg.(*call)
+		if handle := c.applying.HandleOf(); c.path == "" && handle != 0 {
 			c.path, _ = v.HandlePath(c.h.Session, handle) // for the audit log
 		}
-		names = v.AffectedPaths(cmd)
+		c.affected = v.AffectedPaths(c.applying)
 		return nil
 	})
+	names := c.affected
+	c.applying, c.affected = nil, nil
 	if c.h.Method.Mutating() {
 		if c.h.Seq == 0 {
 			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a request id (header seq)", c.h.Method)
@@ -506,11 +512,9 @@ func (c *call) verifyRead(ctx context.Context) error {
 	// Bounded: a Raft that cannot confirm within half a lease (its leader
 	// loop hung on a stalled disk) is answered NotMaster, so the client
 	// goes on to a successor instead of waiting out its call.
-	vctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/2)
-	_, err := c.proof.since(vctx, c.proof.now())
-	cancel()
+	_, err := c.proof.sinceWithin(ctx, c.proof.now(), c.cfg.LeaseTTL/2)
 	if err != nil && !bugReadNoVerify {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		if err == errProofTimeout {
 			return errStopped
 		}
 		return err
@@ -553,10 +557,28 @@ var eventOf = map[replica.ChangeKind]struct {
 // the view, which on raft's apply goroutine is the state just after the
 // entry that made the change.
 func (s *Server) handleEvents(changes []replica.Change) []sessionEvent {
-	var out []sessionEvent
-	s.read(func(v replica.View) { out = s.eventsIn(v, changes) })
+	r := eventReads.Get().(*eventRead)
+	r.s, r.changes = s, changes
+	_ = s.state.ReadWith(r, func(v replica.View, arg any) error { // captures nothing: no allocation
+		r := arg.(*eventRead)
+		r.out = r.s.eventsIn(v, r.changes)
+		return nil
+	})
+	out := r.out
+	*r = eventRead{}
+	eventReads.Put(r)
 	return out
 }
+
+// eventRead is handleEvents' read of the state: what it is given and
+// finds. They are pooled, as the observer runs for every write.
+type eventRead struct {
+	s       *Server
+	changes []replica.Change
+	out     []sessionEvent
+}
+
+var eventReads = sync.Pool{New: func() any { return new(eventRead) }}
 
 // eventsIn is handleEvents in one view of the state.
 func (s *Server) eventsIn(v replica.View, changes []replica.Change) []sessionEvent {

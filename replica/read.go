@@ -23,6 +23,17 @@ func (f *FSM) Read(fn func(View) error) error {
 	return fn(View{f})
 }
 
+// ReadWith is Read for a function that is handed its state, arg, rather
+// than capturing it. A closure called through an interface (the master's
+// State) escapes to the heap with everything it captures, an allocation
+// or more on every read; a function literal that captures nothing, given
+// a pointer the caller already holds on the heap, costs none.
+func (f *FSM) ReadWith(arg any, fn func(v View, arg any) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return fn(View{f}, arg)
+}
+
 // LookupHandle returns the handle and a copy of its node's state, or a
 // KindHandleInvalid error when the handle is not open in session or its
 // node instance is gone.
