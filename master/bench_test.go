@@ -110,3 +110,46 @@ func BenchmarkDispatchWrite(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDispatchKeepAlive: a prompt KeepAlive (answered at once, as a
+// client in jeopardy sends it), through DispatchKeepAlive as the cell
+// serves every KeepAlive.
+func BenchmarkDispatchKeepAlive(b *testing.B) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fsm := replica.NewFSM("c", log)
+	s := New(Config{Cell: "c", Logger: log}, &benchConsensus{fsm: fsm}, fsm)
+	if err := s.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Stop)
+	_, epoch := s.Serving()
+	caller := Caller{Principal: AnonymousPrincipal}
+	body, err := msgpack.Marshal(&wire.CreateSessionRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, _, err := s.Dispatch(context.Background(), caller, &wire.Header{Method: wire.MethodCreateSession, Epoch: epoch}, body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := &wire.Header{Method: wire.MethodKeepAlive, Session: resp.(*wire.CreateSessionResponse).Session, Epoch: epoch}
+	if body, err = msgpack.Marshal(&wire.KeepAliveRequest{Prompt: true}); err != nil {
+		b.Fatal(err)
+	}
+	var failed error
+	done := func(_ any, _ uint64, err error) {
+		if err != nil {
+			failed = err
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if cancel := s.DispatchKeepAlive(caller, h, body, done); cancel != nil {
+			b.Fatal("a prompt KeepAlive was parked")
+		}
+		if failed != nil {
+			b.Fatal(failed)
+		}
+	}
+}

@@ -411,14 +411,20 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 		done(nil, epoch, err)
 		return nil
 	}
-	var req wire.KeepAliveRequest
-	if err := wire.Decode(body, &req); err != nil {
+	// Decoded into a pooled request (it holds no strings or slices, so
+	// nothing decoded can alias one): the master's most frequent call.
+	req := keepAliveReqs.Get().(*wire.KeepAliveRequest)
+	*req = wire.KeepAliveRequest{}
+	err = wire.Decode(body, req)
+	args := c.keepAliveArgs(req)
+	keepAliveReqs.Put(req)
+	if err != nil {
 		err = toWire(err)
 		c.audit(err)
 		done(nil, epoch, err)
 		return nil
 	}
-	p := s.sess.keepAliveAsync(c.keepAliveArgs(&req), caller.Conn, func(resp *wire.KeepAliveResponse, err error) {
+	p := s.sess.keepAliveAsync(args, caller.Conn, func(resp *wire.KeepAliveResponse, err error) {
 		err = toWire(err)
 		c.audit(err)
 		if err != nil {
@@ -432,6 +438,10 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 	}
 	return func() { s.sess.cancelParked(p, errClientLeft) }
 }
+
+// keepAliveReqs are DispatchKeepAlive's requests, decoded into and
+// copied out of (keepAliveArgs) at once.
+var keepAliveReqs = sync.Pool{New: func() any { return new(wire.KeepAliveRequest) }}
 
 // ParkedKeepAlives reports how many KeepAlives are parked at this master
 // (DispatchKeepAlive), and over how many client connections.

@@ -180,3 +180,38 @@ func mustMarshal(v any) []byte {
 	}
 	return b
 }
+
+// TestKeepAliveAdmitsOnlyLiveSessions: a KeepAlive through
+// DispatchKeepAlive for a session without a lease here is admitted only if
+// the state holds it: one never created is UnknownSession, one closed
+// SessionExpired, and a live one is answered (and leased).
+func TestKeepAliveAdmitsOnlyLiveSessions(t *testing.T) {
+	m := newTestMaster(t)
+	keepAlive := func(session uint64) (any, error) {
+		var resp any
+		var err error
+		answered := false
+		h := &wire.Header{Method: wire.MethodKeepAlive, Session: session, Epoch: m.epoch}
+		cancel := m.DispatchKeepAlive(Caller{Principal: AnonymousPrincipal}, h,
+			mustMarshal(&wire.KeepAliveRequest{Prompt: true}), func(r any, _ uint64, e error) {
+				resp, err, answered = r, e, true
+			})
+		if cancel != nil || !answered {
+			t.Fatalf("a prompt KeepAlive of session %d was parked", session)
+		}
+		return resp, err
+	}
+	if _, err := keepAlive(1 << 40); codeOf(err) != wire.CodeUnknownSession {
+		t.Fatalf("a session never created: %v; want UnknownSession", err)
+	}
+	sess, _ := m.sessionWithFile(t)
+	if resp, err := keepAlive(sess); err != nil || resp.(*wire.KeepAliveResponse).LeaseMillis <= 0 {
+		t.Fatalf("a live session: %v %+v", err, resp)
+	}
+	if _, err := m.call(sess, 0, wire.MethodCloseSession, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keepAlive(sess); codeOf(err) != wire.CodeSessionExpired {
+		t.Fatalf("a closed session: %v; want SessionExpired", err)
+	}
+}

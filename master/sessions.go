@@ -140,7 +140,9 @@ type sessions struct {
 // contact with a quorum (leadership.go).
 type leaseAuthority interface {
 	leads() bool
-	provenSince(ctx context.Context, notBefore time.Time) (time.Time, error)
+	// provenSince is leadershipProof.sinceWithin: a bound of 0 leaves
+	// the wait to ctx alone.
+	provenSince(ctx context.Context, notBefore time.Time, bound time.Duration) (time.Time, error)
 	// stale is closed while the master has gone half a lease without a
 	// proof (nil: never).
 	stale() <-chan struct{}
@@ -154,8 +156,8 @@ type raftAuthority struct {
 
 func (a raftAuthority) leads() bool { return a.cons.IsLeader() }
 
-func (a raftAuthority) provenSince(ctx context.Context, notBefore time.Time) (time.Time, error) {
-	return a.proof.since(ctx, notBefore)
+func (a raftAuthority) provenSince(ctx context.Context, notBefore time.Time, bound time.Duration) (time.Time, error) {
+	return a.proof.sinceWithin(ctx, notBefore, bound)
 }
 
 func (a raftAuthority) stale() <-chan struct{} { return a.proof.staleSignal() }
@@ -333,6 +335,18 @@ type keepAliveArgs struct {
 	// yet seen by the observer) with a fresh lease, an error ends the call.
 	// It may read the state (whose lock comes after the sessions').
 	admit func() error
+	// call, when admit is nil, admits instead (call.admitKeepAlive): the
+	// master's own KeepAlives are admitted so, without a closure
+	// allocated for every call that is almost never asked.
+	call *call
+}
+
+// admitted runs the call's admission (see keepAliveArgs.admit).
+func (a *keepAliveArgs) admitted() error {
+	if a.admit != nil {
+		return a.admit()
+	}
+	return a.call.admitKeepAlive(a.session)
 }
 
 // keepAlive is the long poll of docs/spec.md#keepalive, for a caller that
@@ -430,9 +444,9 @@ func (ss *sessions) answer(ctx context.Context, l *lease, a keepAliveArgs, arriv
 	// NotMaster while the client still has an eighth of its lease to
 	// spare: it searches elsewhere without doubting its session (no
 	// jeopardy), and abandons the calls it left at this master.
-	pctx, cancel := context.WithTimeout(ctx, ss.ttl/8)
-	proven, err := ss.auth.provenSince(pctx, ss.clock.Now().Add(-ss.ttl/10))
-	cancel()
+	// (Bounded by a pooled timer, not a context.WithTimeout, which would
+	// cost a context, a timer and a channel on every KeepAlive.)
+	proven, err := ss.auth.provenSince(ctx, ss.clock.Now().Add(-ss.ttl/10), ss.ttl/8)
 	if err != nil {
 		return nil, errStopped
 	}
@@ -445,7 +459,7 @@ func (ss *sessions) answer(ctx context.Context, l *lease, a keepAliveArgs, arriv
 func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, holdUntil time.Time, pending bool, err error) {
 	l, ok := ss.leases[a.session]
 	if !ok {
-		if err := a.admit(); err != nil {
+		if err := a.admitted(); err != nil {
 			return nil, time.Time{}, false, err
 		}
 		l = newLease(arrived.Add(ss.ttl))
@@ -787,26 +801,29 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 
 // keepAliveArgs is the call as the sessions part serves it.
 func (c *call) keepAliveArgs(req *wire.KeepAliveRequest) keepAliveArgs {
-	id := c.h.Session
-	return keepAliveArgs{session: id, epoch: c.epoch, clientEpoch: c.h.Epoch,
-		ack: req.AckEvent, prompt: req.Prompt, admit: func() error {
-			if !c.cons.IsLeader() {
-				return errStopped
-			}
-			var live bool
-			var applied uint64
-			c.read(func(v replica.View) {
-				live = v.SessionExists(id)
-				_, _, _, applied = v.Counts()
-			})
-			if id == 0 || !live {
-				if id == 0 || id > applied {
-					return wire.Errorf(wire.CodeUnknownSession, "session %d was never created in this cell", id)
-				}
-				return wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", id)
-			}
-			return nil
-		}}
+	return keepAliveArgs{session: c.h.Session, epoch: c.epoch, clientEpoch: c.h.Epoch,
+		ack: req.AckEvent, prompt: req.Prompt, call: c}
+}
+
+// admitKeepAlive admits a KeepAlive of session id that has no lease (see
+// keepAliveArgs.admit).
+func (c *call) admitKeepAlive(id uint64) error {
+	if !c.cons.IsLeader() {
+		return errStopped
+	}
+	var live bool
+	var applied uint64
+	c.read(func(v replica.View) {
+		live = v.SessionExists(id)
+		_, _, _, applied = v.Counts()
+	})
+	if id == 0 || !live {
+		if id == 0 || id > applied {
+			return wire.Errorf(wire.CodeUnknownSession, "session %d was never created in this cell", id)
+		}
+		return wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", id)
+	}
+	return nil
 }
 
 // Bounds on one KeepAlive reply's events, well inside a frame (names are

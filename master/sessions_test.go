@@ -23,7 +23,7 @@ type alwaysLeader struct{ clock *fakeClock }
 
 func (a alwaysLeader) leads() bool { return true }
 
-func (a alwaysLeader) provenSince(context.Context, time.Time) (time.Time, error) {
+func (a alwaysLeader) provenSince(context.Context, time.Time, time.Duration) (time.Time, error) {
 	return a.clock.Now(), nil
 }
 
