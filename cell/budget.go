@@ -389,19 +389,29 @@ func (c *connBudget) forget(st *streamBytes) {
 // client sends bytes on st beyond what its handler read, or closes or
 // resets st: at once if it already has. For a call parked without a
 // goroutine (a KeepAlive) it does what a goroutine reading the stream
-// would, from the connection's own frame reader. A stream not counted
-// (gone) is not watched.
-func (c *connBudget) watchPeer(st *streamBytes, f func()) {
+// would, from the connection's own frame reader; for a kept stream
+// waiting for its next call, it is that call's arrival. The connection's
+// end counts as the client's (end). A stream not counted (gone) is not
+// watched: watchPeer reports false and f is never called.
+func (c *connBudget) watchPeer(st *streamBytes, f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st.local || st.gone && !st.remote {
-		return // over, or not counted
+	if st.local || st.gone && !st.remote || c.detached {
+		return false // over, or not counted
 	}
 	if st.remote || st.buffered > 0 {
 		go f()
-		return
+		return true
 	}
 	st.onPeer = f
+	return true
+}
+
+// unwatch cancels watchPeer's call on st, if it has not fired yet.
+func (c *connBudget) unwatch(st *streamBytes) {
+	c.mu.Lock()
+	st.onPeer = nil
+	c.mu.Unlock()
 }
 
 // peerLocked takes st's onPeer, if any, for the caller to run once mu is
@@ -506,12 +516,19 @@ func (c *connBudget) end() {
 				up.extra.Add(-extra)
 			}
 		}
+		var fire []func()
 		for id, st := range c.streams {
+			fire = st.peerLocked(fire)
 			st.held, st.extra, st.gone = 0, 0, true
 			delete(c.streams, id)
 		}
 		c.pending = nil
 		c.mu.Unlock()
+		// Nothing more will come from the client: its watched streams
+		// (parked calls, kept streams) end as if it had closed them.
+		for _, f := range fire {
+			go f()
+		}
 		c.b.mu.Lock()
 		if c.ip.refs--; c.ip.refs == 0 {
 			delete(c.b.ips, c.ipName)

@@ -130,7 +130,8 @@ type ConnLimits struct {
 	// more are closed as soon as they are accepted.
 	MaxConnsPerIP int
 	// MaxStreamsPerConn caps calls in flight (parked KeepAlives and
-	// Acquires included) on one connection; a stream beyond it is
+	// Acquires included) and kept streams waiting for their next call on
+	// one connection; a stream beyond it is
 	// answered with wire.CodeTooMany and closed. It is large because one
 	// connection may carry thousands of sessions (each parks a KeepAlive);
 	// MaxCallsPerSession is the tight bound, and memory is bounded in
@@ -145,6 +146,11 @@ type ConnLimits struct {
 	// RequestTimeout bounds how long a stream may take to deliver its
 	// request once opened, and how long a reply may take to be written.
 	RequestTimeout time.Duration
+	// StreamIdleTimeout is how long a stream a client asked to keep
+	// (wire.Header.KeepStream) may wait for its next call before the
+	// replica closes it. A kept stream counts against MaxStreamsPerConn
+	// while it waits, like a call in flight.
+	StreamIdleTimeout time.Duration
 
 	// MaxConnBuffer caps the request bytes one connection holds: received
 	// and not yet served, in yamux's stream buffers or in request frames.
@@ -181,7 +187,7 @@ var DefaultSessionLimits = master.DefaultLimits
 
 // DefaultConnLimits are the client port's limits when none are set.
 var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
-	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second,
+	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second, StreamIdleTimeout: 30 * time.Second,
 	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second,
 	MaxIPRate: 8 << 20}
 
@@ -201,6 +207,9 @@ func (l ConnLimits) withDefaults() ConnLimits {
 	}
 	if l.RequestTimeout <= 0 {
 		l.RequestTimeout = d.RequestTimeout
+	}
+	if l.StreamIdleTimeout <= 0 {
+		l.StreamIdleTimeout = d.StreamIdleTimeout
 	}
 	if l.MaxConnBuffer <= 0 {
 		l.MaxConnBuffer = d.MaxConnBuffer

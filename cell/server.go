@@ -269,6 +269,7 @@ func (s *Server) release(ip string) {
 // connCounters count what the client port refused, by reason.
 type connCounters struct {
 	perIP, handshake, streams atomic.Uint64
+	idleStreams               atomic.Uint64 // kept streams ended by their idle timeout
 }
 
 // ConnStats counts what the client port refused since the server started.
@@ -283,6 +284,9 @@ type ConnStats struct {
 	// RefusedStreams are calls answered wire.CodeTooMany because their
 	// connection had MaxStreamsPerConn in flight.
 	RefusedStreams uint64
+	// IdleStreamsClosed are kept streams (wire.Header.KeepStream) the
+	// replica closed because no call came on them for StreamIdleTimeout.
+	IdleStreamsClosed uint64
 	// OverBudgetConn, OverBudgetIP and OverBudgetProcess are connections
 	// closed because they held bytes over a memory budget (MaxConnBuffer,
 	// MaxIPBuffer, MaxBuffer: the level that bound) and freed none for
@@ -308,7 +312,7 @@ type ConnStats struct {
 func (s *Server) ConnStats() ConnStats {
 	b := s.budget
 	return ConnStats{RefusedPerIP: s.stats.perIP.Load(), FailedHandshakes: s.stats.handshake.Load(),
-		RefusedStreams: s.stats.streams.Load(),
+		RefusedStreams: s.stats.streams.Load(), IdleStreamsClosed: s.stats.idleStreams.Load(),
 		OverBudgetConn: b.over[levelConn].Load(), OverBudgetIP: b.over[levelIP].Load(), OverBudgetProcess: b.over[levelProcess].Load(),
 		RequestBytes: b.in.used.Load(), RequestBytesPeak: b.inPeak.Load(), ReplyBytes: b.out.used.Load(),
 		RequestHeld: b.in.held(), RequestHeldPeak: b.inHeldPeak.Load(), ReplyHeld: b.out.held(),
@@ -476,25 +480,42 @@ func (r *streamReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// streamCall is one call on its stream: what it holds until its reply is
-// written (the stream, its request bytes, its place among its session's
-// calls and its connection's streams, the server's wait group).
+// streamCall is one stream and the call it carries: what it holds until
+// its reply is written (the stream, its request bytes, its place among its
+// session's calls and its connection's streams, the server's wait group).
+// A stream the client asked to keep (wire.Header.KeepStream) carries one
+// call after another; between them it waits, with no goroutine, for the
+// next request or its idle timeout (idle).
 type streamCall struct {
 	st      *yamux.Stream
 	cb      *connBudget
 	sb      *streamBytes
 	in      *streamReader
 	calls   *sessionCalls
+	caller  master.Caller
 	h       wire.Header
-	entered bool   // counted in calls
-	leave   func() // the connection's count of calls in flight
+	entered bool        // counted in calls
+	broken  atomic.Bool // the stream cannot carry another call
+	leave   func()      // the connection's count of streams in flight
+
+	// state moves a kept stream between its calls: streamBusy while a
+	// call runs, streamIdle while it waits; whichever of the next
+	// request and the idle timer takes it from idle runs.
+	state    atomic.Int32
+	idleStop *time.Timer
 }
 
-// endCall releases what the call holds: the stream is closed, its request
+const (
+	streamBusy int32 = iota
+	streamIdle
+)
+
+// endCall releases what the stream holds: it is closed, its request
 // bytes released, and it leaves its session's and connection's counts.
 func (s *Server) endCall(c *streamCall) {
 	if c.entered {
 		c.calls.leave(c.h.Session)
+		c.entered = false
 	}
 	c.st.Close()
 	c.cb.finished(c.sb, c.in.n.Swap(0))
@@ -502,22 +523,83 @@ func (s *Server) endCall(c *streamCall) {
 	s.wg.Done()
 }
 
-// serveStream runs one call: request frames in, response frames out. A
-// blocking call (KeepAlive, waiting Acquire) is cancelled when the client
-// closes or resets its stream, or sends anything after its request.
+// callDone follows a call whose reply is written: the stream ends, unless
+// the client asked to keep it and it is sound, in which case it waits for
+// the next call (idle).
+func (s *Server) callDone(c *streamCall) {
+	if !c.h.KeepStream || c.broken.Load() || s.ctx.Err() != nil {
+		s.endCall(c)
+		return
+	}
+	if c.entered {
+		c.calls.leave(c.h.Session)
+		c.entered = false
+	}
+	c.cb.consumed(c.sb, c.in.n.Swap(0))
+	s.idle(c)
+}
+
+// idle parks a kept stream between calls without a goroutine: the
+// connection's frame reader wakes it when the next request's first bytes
+// arrive, or when the client closes or resets the stream, or when the
+// connection ends (watchPeer); a timer ends it after StreamIdleTimeout.
+// The stream still counts against MaxStreamsPerConn.
+func (s *Server) idle(c *streamCall) {
+	c.h = wire.Header{}
+	c.state.Store(streamIdle)
+	if c.idleStop == nil {
+		c.idleStop = time.AfterFunc(s.limits.StreamIdleTimeout, func() {
+			if c.state.CompareAndSwap(streamIdle, streamBusy) {
+				s.stats.idleStreams.Add(1)
+				s.endCall(c)
+			}
+		})
+	} else {
+		c.idleStop.Reset(s.limits.StreamIdleTimeout)
+	}
+	if !c.cb.watchPeer(c.sb, func() { s.wake(c) }) {
+		// Not counted by the frame reader (so nothing would wake it):
+		// end it now rather than at its timer.
+		if c.state.CompareAndSwap(streamIdle, streamBusy) {
+			c.idleStop.Stop()
+			s.endCall(c)
+		}
+	}
+}
+
+// wake runs the next call of a kept stream, in the goroutine watchPeer
+// started, unless its idle timer ended it first.
+func (s *Server) wake(c *streamCall) {
+	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
+		return
+	}
+	c.idleStop.Stop()
+	s.serveCall(c)
+}
+
+// serveStream runs the calls of one stream: request frames in, response
+// frames out, one call at a time (serveCall). A blocking call (KeepAlive,
+// waiting Acquire) is cancelled when the client closes or resets its
+// stream, or sends anything after its request.
+func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget, sb *streamBytes, leave func()) {
+	c := &streamCall{st: st, cb: cb, sb: sb, in: &streamReader{st: st, cb: cb, sb: sb}, calls: calls, caller: caller, leave: leave}
+	s.serveCall(c)
+}
+
+// serveCall runs one call on c's stream, then hands the stream to
+// callDone.
 //
 // A KeepAlive leaves no goroutine behind while it is parked: the master
 // gets a completion (Master.DispatchKeepAlive) that writes the reply and
-// releases the stream, and serveStream returns. Nothing reads a parked
+// releases the stream, and serveCall returns. Nothing reads a parked
 // KeepAlive's stream: the connection's frame reader, which already
 // charges every frame to its stream (budget.go), ends the call when the
 // client sends more on it or closes or resets it (watchPeer), and the end
 // of the connection ends all of its parked calls at once
 // (Master.ConnClosed). A goroutine reading each stream would cost a
 // stack per parked call.
-func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget, sb *streamBytes, leave func()) {
-	c := &streamCall{st: st, cb: cb, sb: sb, in: &streamReader{st: st, cb: cb, sb: sb}, calls: calls, leave: leave}
-	in := c.in
+func (s *Server) serveCall(c *streamCall) {
+	st, cb, sb, in, calls := c.st, c.cb, c.sb, c.in, c.calls
 	// One timer bounds the whole request. A read deadline on the stream
 	// would do it too, but yamux arms a new timer on every Read that has
 	// to wait while one is set, and a client trickling a large request
@@ -564,9 +646,12 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 	c.entered = true
 	started := time.Now()
 	if h.Method == wire.MethodKeepAlive {
-		cancel := s.master.DispatchKeepAlive(caller, h, body, func(resp any, epoch uint64, err error) {
+		cancel := s.master.DispatchKeepAlive(c.caller, h, body, func(resp any, epoch uint64, err error) {
+			// Stop watching before the reply goes out: the client may
+			// send its next call on a kept stream as soon as it has it.
+			cb.unwatch(sb)
 			s.reply(c, started, resp, epoch, err)
-			s.endCall(c)
+			s.callDone(c)
 		})
 		if cancel == nil {
 			return // answered
@@ -574,43 +659,58 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 		// Anything more from the client on the stream, or its close or
 		// reset, means it is gone or misbehaving: the connection's frame
 		// reader ends the call (bytes after a request are charged to the
-		// connection until the call ends and the stream closes).
-		cb.watchPeer(sb, cancel)
+		// connection until the call ends and the stream closes). The
+		// stream is not kept after such an end: what the client sent is
+		// unread.
+		cb.watchPeer(sb, func() {
+			c.broken.Store(true)
+			cancel()
+		})
 		if st.Session().IsClosed() {
 			// The connection closed while the call parked, maybe after
 			// its ConnClosed: end it now rather than at its timer.
-			s.master.ConnClosed(caller.Conn)
+			s.master.ConnClosed(c.caller.Conn)
 		}
 		return
 	}
-	defer s.endCall(c)
 	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
+	var stopWatching func()
 	if h.Method == wire.MethodAcquire {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			// Any read result means the client is gone or misbehaving
-			// (bytes after a request are charged to the connection
-			// until the call ends and the stream closes).
+			// Any read result but the deadline below means the client
+			// is gone or misbehaving (bytes after a request are charged
+			// to the connection until the call ends and the stream
+			// closes).
 			var b [1]byte
-			in.Read(b[:])
+			if _, err := in.Read(b[:]); !errors.Is(err, yamux.ErrTimeout) {
+				c.broken.Store(true)
+			}
 			cancel()
 		}()
-		defer func() {
+		// Stopped before the reply goes out: the client may send its
+		// next call on a kept stream as soon as it has the reply.
+		stopWatching = func() {
 			st.SetReadDeadline(time.Now()) // unblocks the watcher
 			<-watched
-		}()
+			st.SetReadDeadline(time.Time{})
+		}
 	}
 	var resp any
 	var epoch uint64
 	if h.Method == wire.MethodCellStatus {
-		resp, err = s.cellStatus(ctx, caller, body)
+		resp, err = s.cellStatus(ctx, c.caller, body)
 	} else {
-		resp, epoch, err = s.master.Dispatch(ctx, caller, h, body)
+		resp, epoch, err = s.master.Dispatch(ctx, c.caller, h, body)
+	}
+	cancel()
+	if stopWatching != nil {
+		stopWatching()
 	}
 	body = nil // garbage now: s.reply releases its bytes
 	s.reply(c, started, resp, epoch, err)
+	s.callDone(c)
 }
 
 // reply writes a call's outcome on its stream and counts it in the

@@ -18,8 +18,10 @@ import (
 )
 
 // conn is one TCP connection to one replica, multiplexed with yamux: every
-// call opens its own stream, so calls never queue behind a parked
-// KeepAlive and cancelling one call closes only its stream.
+// call in flight has a stream of its own, so calls never queue behind a
+// parked KeepAlive and cancelling one call closes only its stream. A
+// stream whose call ended with its answer is kept for the next call
+// (wire.Header.KeepStream), so a call costs no stream setup and teardown.
 type conn struct {
 	addr string
 	mux  *yamux.Session
@@ -27,7 +29,27 @@ type conn struct {
 	// sending bounds the request bytes in flight on the connection
 	// (sendbudget.go).
 	sending *sendBudget
+
+	keptMu sync.Mutex
+	kept   []keptStream // most recently used last
 }
+
+// keptStream is a stream between calls, and when its last call ended.
+type keptStream struct {
+	s     *yamux.Stream
+	since time.Time
+}
+
+const (
+	// maxKeptStreams bounds the streams one connection keeps between
+	// calls: as many as calls ran at once recently, up to this.
+	maxKeptStreams = 64
+	// keptStreamReuse is how long a stream is reused after its last
+	// call: replicas close a kept stream idle for their stream idle
+	// timeout (30 s by default), and a call sent on a stream the replica
+	// is closing has to be sent again on a fresh one (call).
+	keptStreamReuse = 10 * time.Second
+)
 
 // ErrCertificateRefused means a replica refused this client's TLS
 // certificate (unknown CA, expired, not yet valid, not a user
@@ -181,7 +203,52 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 
 func (c *conn) alive() bool { return !c.mux.IsClosed() }
 
-func (c *conn) close() { c.mux.Close() }
+func (c *conn) close() {
+	c.mux.Close()
+	c.keptMu.Lock()
+	c.kept = nil // closed with the connection
+	c.keptMu.Unlock()
+}
+
+// stream returns a kept stream used within keptStreamReuse (reused true),
+// or a new one.
+func (c *conn) stream() (s *yamux.Stream, reused bool, err error) {
+	now := time.Now()
+	c.keptMu.Lock()
+	if n := len(c.kept); n > 0 {
+		k := c.kept[n-1]
+		c.kept[n-1] = keptStream{}
+		c.kept = c.kept[:n-1]
+		if now.Sub(k.since) < keptStreamReuse {
+			c.keptMu.Unlock()
+			return k.s, true, nil
+		}
+		// The most recent is stale, so all are: close them.
+		stale := append(c.kept, k)
+		c.kept = nil
+		c.keptMu.Unlock()
+		for _, k := range stale {
+			k.s.Close()
+		}
+	} else {
+		c.keptMu.Unlock()
+	}
+	s, err = c.mux.OpenStream()
+	return s, false, err
+}
+
+// keep puts s, whose call ended with its answer, among the kept streams,
+// or closes it when enough are kept or the connection is closed.
+func (c *conn) keep(s *yamux.Stream) {
+	c.keptMu.Lock()
+	if len(c.kept) < maxKeptStreams && !c.mux.IsClosed() {
+		c.kept = append(c.kept, keptStream{s: s, since: time.Now()})
+		c.keptMu.Unlock()
+		return
+	}
+	c.keptMu.Unlock()
+	s.Close()
+}
 
 // callsSent counts every call put on the wire by any Client in this
 // process (CallsSent).
@@ -194,47 +261,81 @@ func CallsSent() uint64 { return callsSent.Load() }
 // errTransport marks a failure of the connection rather than an answer.
 var errTransport = errors.New("transport")
 
-// call runs one request on a fresh stream. A transport failure is wrapped
-// with errTransport; an answer, good or bad, comes back as the Status.
+// call runs one request on a stream of its own: a kept one when there is
+// one (conn), else a new one. A transport failure is wrapped with
+// errTransport; an answer, good or bad, comes back as the Status.
+//
+// A kept stream may have been closed by the replica (its idle timeout)
+// while the request was on its way: the reply is then the stream's end,
+// before any byte of an answer. The replica closes only streams that are
+// idle, so the request was never read, and call sends it again once, on
+// a new stream. (A mutating call is safe to send again in any case: its
+// request id makes the cell apply it at most once.)
 func (c *conn) call(ctx context.Context, h *wire.Header, req, resp any) (wire.Status, error) {
 	callsSent.Add(1)
-	var st wire.Status
 	if weight := requestWeight(req); weight >= smallRequest {
 		if err := c.sending.acquire(ctx, weight); err != nil {
-			return st, c.linkErr(ctx, "send to", err)
+			return wire.Status{}, c.linkErr(ctx, "send to", err)
 		}
 		defer c.sending.release(weight)
 	}
-	s, err := c.mux.OpenStream()
-	if err != nil {
-		return st, fmt.Errorf("%w: open stream to %s: %v", errTransport, c.addr, err)
+	h.KeepStream = true
+	for {
+		s, reused, err := c.stream()
+		if err != nil {
+			return wire.Status{}, fmt.Errorf("%w: open stream to %s: %v", errTransport, c.addr, err)
+		}
+		st, closedIdle, err := c.callOn(ctx, s, h, req, resp)
+		if reused && closedIdle && ctx.Err() == nil {
+			continue
+		}
+		return st, err
 	}
-	defer s.Close()
+}
+
+// callOn runs one request on s and keeps s for the next call if the
+// call ended with its answer. closedIdle reports that s ended before any
+// byte of an answer arrived.
+func (c *conn) callOn(ctx context.Context, s *yamux.Stream, h *wire.Header, req, resp any) (st wire.Status, closedIdle bool, err error) {
+	answered := false
 	stop := context.AfterFunc(ctx, func() {
 		s.Close() // tells the master to abandon a parked call
 		s.SetReadDeadline(time.Now())
 	})
-	defer stop()
+	defer func() {
+		if stop() && answered {
+			c.keep(s)
+		} else {
+			s.Close()
+		}
+	}()
 	if err := wire.WriteMessage(s, h, req); err != nil {
 		var we *wire.Error
 		if errors.As(err, &we) {
-			return st, we // too large: the caller's fault, not the link's
+			return st, false, we // too large: the caller's fault, not the link's
 		}
-		return st, c.linkErr(ctx, "send to", err)
+		return st, streamEnded(err), c.linkErr(ctx, "send to", err)
 	}
 	if err := wire.ReadMessage(s, &st); err != nil {
-		return st, c.linkErr(ctx, "receive from", err)
+		return st, streamEnded(err), c.linkErr(ctx, "receive from", err)
 	}
 	body, err := wire.ReadFrame(s)
 	if err != nil {
-		return st, c.linkErr(ctx, "receive from", err)
+		return st, false, c.linkErr(ctx, "receive from", err)
 	}
 	if st.Code == wire.CodeOK && resp != nil {
 		if err := wire.Decode(body, resp); err != nil {
-			return st, fmt.Errorf("%w: %s sent a malformed reply: %v", errTransport, c.addr, err)
+			return st, false, fmt.Errorf("%w: %s sent a malformed reply: %v", errTransport, c.addr, err)
 		}
 	}
-	return st, nil
+	answered = true
+	return st, false, nil
+}
+
+// streamEnded reports whether err is the end of a stream the replica
+// closed or reset, before any byte of an answer.
+func streamEnded(err error) bool {
+	return err == io.EOF || errors.Is(err, yamux.ErrConnectionReset) || errors.Is(err, yamux.ErrStreamClosed)
 }
 
 // linkErr describes a failed send or receive: the replica's refusal of

@@ -71,12 +71,20 @@ func (m Method) Mutating() bool {
 // it); Seq is the request id within the session for mutating calls, and Ack
 // tells the cell that every Seq at or below it has completed, so their
 // de-duplication entries may be dropped.
+//
+// KeepStream asks the replica to leave the call's stream open after its
+// reply, for the client's next call: a stream reused this way costs no
+// stream setup and teardown (two frames each way) per call. The client
+// must then send its next request on the stream or close it; the replica
+// closes a stream left idle for its stream idle timeout. Without it the
+// replica closes its side once the reply is written.
 type Header struct {
-	Method  Method `msgpack:"m"`
-	Session uint64 `msgpack:"s,omitempty"`
-	Epoch   uint64 `msgpack:"e,omitempty"`
-	Seq     uint64 `msgpack:"q,omitempty"`
-	Ack     uint64 `msgpack:"a,omitempty"`
+	Method     Method `msgpack:"m"`
+	Session    uint64 `msgpack:"s,omitempty"`
+	Epoch      uint64 `msgpack:"e,omitempty"`
+	Seq        uint64 `msgpack:"q,omitempty"`
+	Ack        uint64 `msgpack:"a,omitempty"`
+	KeepStream bool   `msgpack:"k,omitempty"`
 }
 
 // Status opens every response. Leader is the client address of the current
