@@ -18,16 +18,20 @@ import "lockcell/replica"
 // SetContents; other commands cannot grow the namespace and carry none,
 // so they stay the size they were.
 func (s *parts) setQuota(cmd *replica.Command) {
-	l := s.cfg.Limits
-	quota := func() *replica.Quota {
-		return &replica.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal)}
-	}
 	switch p := cmd.Payload.(type) {
 	case *replica.OpenArgs:
 		if p.Flags&replica.FlagCreate != 0 {
-			p.Quota = quota()
+			p.Quota = s.quota
 		}
 	case *replica.SetContentsArgs:
-		p.Quota = quota()
+		p.Quota = s.quota
 	}
+}
+
+// quotaOf is the quota the master puts into commands: the configured
+// limits, the same for every command, so one value is shared by all of
+// them (parts.quota) rather than allocated for each. Nothing changes it:
+// a command is encoded before anything reads it.
+func quotaOf(l Limits) *replica.Quota {
+	return &replica.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal)}
 }

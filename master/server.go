@@ -164,6 +164,9 @@ type parts struct {
 	cons  Consensus
 	state State
 	log   *slog.Logger
+	// quota is what commands that may grow the namespace carry, shared
+	// by all of them and never changed (quota.go).
+	quota *replica.Quota
 
 	// proof vouches for leadership before a lease is granted, a call
 	// admitted or a read answered (leadership.go).
@@ -184,7 +187,7 @@ type parts struct {
 // as the state's observer.
 func New(cfg Config, cons Consensus, state State) *Server {
 	cfg.setDefaults()
-	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
+	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger, quota: quotaOf(cfg.Limits),
 		members:  newMembership(),
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
 	s := &Server{parts: p}
@@ -463,11 +466,18 @@ type call struct {
 	path   string // the node the call is about, once known (for the audit log)
 	epoch  uint64
 	stop   <-chan struct{}
-	// applying and affected are apply's, for its read of the state: the
-	// command, and the names it will change.
-	applying *replica.Command
-	affected []string
 }
+
+// applyRead is apply's read of the state: the call and its command, and
+// the names the command will change. They are pooled rather than kept in
+// call, which a parked KeepAlive holds for as long as it is parked.
+type applyRead struct {
+	c     *call
+	cmd   *replica.Command
+	names []string
+}
+
+var applyReads = sync.Pool{New: func() any { return new(applyRead) }}
 
 // apply proposes a command carrying the call's request id and returns the
 // state machine's result, or its error. One read of the state finds both
@@ -477,17 +487,19 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 	cmd.Session = c.h.Session
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
 	c.setQuota(cmd)
-	c.applying = cmd
-	_ = c.state.ReadWith(c, func(v replica.View, arg any) error { // captures nothing: no allocation
-		c := arg.(*call)
-		if handle := c.applying.HandleOf(); c.path == "" && handle != 0 {
-			c.path, _ = v.HandlePath(c.h.Session, handle) // for the audit log
+	r := applyReads.Get().(*applyRead)
+	r.c, r.cmd = c, cmd
+	_ = c.state.ReadWith(r, func(v replica.View, arg any) error { // captures nothing: no allocation
+		r := arg.(*applyRead)
+		if handle := r.cmd.HandleOf(); r.c.path == "" && handle != 0 {
+			r.c.path, _ = v.HandlePath(r.c.h.Session, handle) // for the audit log
 		}
-		c.affected = v.AffectedPaths(c.applying)
+		r.names = v.AffectedPaths(r.cmd)
 		return nil
 	})
-	names := c.affected
-	c.applying, c.affected = nil, nil
+	names := r.names
+	*r = applyRead{}
+	applyReads.Put(r)
 	if c.h.Method.Mutating() {
 		if c.h.Seq == 0 {
 			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a request id (header seq)", c.h.Method)
