@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,9 @@ import (
 // measuring. The work is done once whatever b.N is:
 //
 //	go test -run '^$' -bench ParkedKeepAlives -benchtime 1x ./cell/
+//
+// LOCKCELL_BENCH_HEAPPROFILE=FILE writes the heap profile with every
+// KeepAlive parked; for an exact one, also pass -memprofilerate 1.
 func BenchmarkParkedKeepAlives(b *testing.B) {
 	n := 10000
 	if v := os.Getenv("LOCKCELL_BENCH_PARKED"); v != "" {
@@ -89,6 +93,15 @@ func BenchmarkParkedKeepAlives(b *testing.B) {
 	}
 	parkTime := time.Since(began)
 	heap1, stack1, g1 := settledHeap()
+	if path := os.Getenv("LOCKCELL_BENCH_HEAPPROFILE"); path != "" {
+		// What the parked calls hold, by allocation site: go tool pprof
+		// -sample_index=inuse_space.
+		runtime.MemProfileRate = 1
+		if f, err := os.Create(path); err == nil {
+			pprof.Lookup("heap").WriteTo(f, 0)
+			f.Close()
+		}
+	}
 	b.StopTimer()
 	if calls, _ := m.ParkedKeepAlives(); calls != n {
 		b.Fatalf("%d of %d KeepAlives parked while measuring", calls, n)
