@@ -490,7 +490,7 @@ type streamCall struct {
 	st      *yamux.Stream
 	cb      *connBudget
 	sb      *streamBytes
-	in      *streamReader
+	in      streamReader // in the call: one allocation less per stream
 	calls   *sessionCalls
 	caller  master.Caller
 	h       wire.Header
@@ -582,7 +582,7 @@ func (s *Server) wake(c *streamCall) {
 // waiting Acquire) is cancelled when the client closes or resets its
 // stream, or sends anything after its request.
 func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sessionCalls, cb *connBudget, sb *streamBytes, leave func()) {
-	c := &streamCall{st: st, cb: cb, sb: sb, in: &streamReader{st: st, cb: cb, sb: sb}, calls: calls, caller: caller, leave: leave}
+	c := &streamCall{st: st, cb: cb, sb: sb, in: streamReader{st: st, cb: cb, sb: sb}, calls: calls, caller: caller, leave: leave}
 	s.serveCall(c)
 }
 
@@ -599,7 +599,7 @@ func (s *Server) serveStream(st *yamux.Stream, caller master.Caller, calls *sess
 // (Master.ConnClosed). A goroutine reading each stream would cost a
 // stack per parked call.
 func (s *Server) serveCall(c *streamCall) {
-	st, cb, sb, in, calls := c.st, c.cb, c.sb, c.in, c.calls
+	st, cb, sb, in, calls := c.st, c.cb, c.sb, &c.in, c.calls
 	// One timer bounds the whole request. A read deadline on the stream
 	// would do it too, but yamux arms a new timer on every Read that has
 	// to wait while one is set, and a client trickling a large request
