@@ -176,10 +176,13 @@ type Handle struct {
 	seq    []byte // attached by SetSequencer
 	dirty  bool   // used to lock, delete or fence: never reused
 	// held is the lock the handle was last granted and its context
-	// (lockctx.go); life ends on Poison (poison.go).
+	// (lockctx.go).
 	held *heldLock
-	life context.Context
-	kill context.CancelCauseFunc
+	// poisoned is set by Poison, which ends the calls in flight
+	// (poison.go); guardSeq numbers them.
+	poisoned bool
+	inflight []inflightCall
+	guardSeq uint64
 
 	// grantSeq is the sequencer the master sent with the grant grantOf
 	// (a held value): GetSequencer answers with it while h.held is that
@@ -310,8 +313,8 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 	if err := h.check(); err != nil {
 		return opErr(op, h.path, err)
 	}
-	gctx, done := h.guard(ctx)
-	err := done(h.c.call(gctx, m, m.Mutating(), req, resp))
+	g := h.guard(ctx)
+	err := g.done(h.c.call(g.gctx, m, m.Mutating(), req, resp))
 	if errors.Is(err, ErrHandleInvalid) {
 		// The node is gone, and its lock with it.
 		h.endLock(err)
@@ -323,11 +326,12 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 // linearizable: it reflects every write that completed before it began.
 func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
 	r, err := h.cachedRead(ctx, "read", kindContents, true, func(fill bool) (cached, bool, error) {
-		req := h.request()
-		req.Cache = fill
-		var resp wire.ContentsResponse
-		err := h.do(ctx, "read", wire.MethodGetContentsAndStat, req, &resp)
-		return cached{contents: resp.Contents, stat: resp.Stat}, resp.Cacheable, err
+		rr := &struct { // request and reply in one allocation
+			req  wire.HandleRequest
+			resp wire.ContentsResponse
+		}{req: wire.HandleRequest{Handle: h.id, Sequencer: h.sequencer(), Cache: fill}}
+		err := h.do(ctx, "read", wire.MethodGetContentsAndStat, &rr.req, &rr.resp)
+		return cached{contents: rr.resp.Contents, stat: rr.resp.Stat}, rr.resp.Cacheable, err
 	})
 	if err != nil {
 		return nil, Stat{}, err
@@ -342,11 +346,12 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
 // GetStat reads the node's metadata.
 func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 	r, err := h.cachedRead(ctx, "stat", kindStat, true, func(fill bool) (cached, bool, error) {
-		req := h.request()
-		req.Cache = fill
-		var resp wire.StatResponse
-		err := h.do(ctx, "stat", wire.MethodGetStat, req, &resp)
-		return cached{stat: resp.Stat}, resp.Cacheable, err
+		rr := &struct { // request and reply in one allocation
+			req  wire.HandleRequest
+			resp wire.StatResponse
+		}{req: wire.HandleRequest{Handle: h.id, Sequencer: h.sequencer(), Cache: fill}}
+		err := h.do(ctx, "stat", wire.MethodGetStat, &rr.req, &rr.resp)
+		return cached{stat: rr.resp.Stat}, rr.resp.Cacheable, err
 	})
 	if err != nil {
 		return Stat{}, err
@@ -482,18 +487,20 @@ func (h *Handle) SetContentsAndStat(ctx context.Context, data []byte, opts ...Se
 	if len(data) > wire.MaxContents {
 		return Stat{}, opErr("write", h.path, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed %d", len(data), wire.MaxContents))
 	}
-	req := wire.SetContentsRequest{Handle: h.id, Contents: data, Sequencer: h.sequencer()}
+	rr := &struct { // request and reply in one allocation
+		req  wire.SetContentsRequest
+		resp wire.StatResponse
+	}{req: wire.SetContentsRequest{Handle: h.id, Contents: data, Sequencer: h.sequencer()}}
 	for _, o := range opts {
-		o(&req)
+		o(&rr.req)
 	}
-	if req.Contents == nil {
-		req.Contents = []byte{}
+	if rr.req.Contents == nil {
+		rr.req.Contents = []byte{}
 	}
-	var resp wire.StatResponse
-	if err := h.do(ctx, "write", wire.MethodSetContents, &req, &resp); err != nil {
+	if err := h.do(ctx, "write", wire.MethodSetContents, &rr.req, &rr.resp); err != nil {
 		return Stat{}, err
 	}
-	return statFrom(resp.Stat), nil
+	return statFrom(rr.resp.Stat), nil
 }
 
 // Delete deletes the node (a directory must be empty). The handle stays
@@ -530,15 +537,15 @@ func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 	if err := h.check(); err != nil {
 		return opErr("lock", h.path, err)
 	}
-	gctx, done := h.guard(ctx)
+	g := h.guard(ctx)
 	for {
-		resp, err := h.acquireOnce(gctx, mode)
-		if errors.Is(err, ErrCanceled) && gctx.Err() == nil {
+		resp, err := h.acquireOnce(g.gctx, mode)
+		if errors.Is(err, ErrCanceled) && g.gctx.Err() == nil {
 			// The master withdrew the wait without our asking (its stream
 			// to us broke): queue again under a new request id.
 			continue
 		}
-		if err = done(err); err == nil {
+		if err = g.done(err); err == nil {
 			h.granted(resp, mode)
 		}
 		return opErr("lock", h.path, err)
