@@ -15,7 +15,7 @@ import (
 func BenchmarkCodec(b *testing.B) {
 	b.Run("request", func(b *testing.B) {
 		var buf bytes.Buffer
-		h := &Header{Method: MethodGetContentsAndStat, Session: 1 << 40, Epoch: 7, Seq: 12345, Ack: 12344}
+		h := &Header{Method: MethodGetContentsAndStat, Session: 1 << 40, Epoch: 7, Seq: 12345, Ack: 12344, KeepStream: true}
 		req := &HandleRequest{Handle: 1 << 41, Cache: true}
 		var gotH Header
 		var gotReq HandleRequest

@@ -13,7 +13,6 @@ import (
 // every omitempty field's value to ask it whether it is empty. For a
 // small call that was most of the codec's garbage (a Header, a
 // HandleRequest, a Status and a ContentsResponse: about 30 allocations).
-// (Header is left to reflection for now: its fields are changing.)
 // encodeByHand writes exactly the bytes reflection writes with
 // WriteMessage's encoder (compact integers): a map of the fields in
 // declaration order, each omitempty one only when it is not empty.
@@ -29,6 +28,8 @@ import (
 // handTags are the exported fields with their msgpack tags of each type
 // encoded by hand, as its encoder writes them.
 var handTags = map[reflect.Type]string{
+	reflect.TypeFor[Header](): "Method:m Session:s,omitempty Epoch:e,omitempty Seq:q,omitempty Ack:a,omitempty " +
+		"KeepStream:k,omitempty",
 	reflect.TypeFor[Status](): "Code:c Msg:g,omitempty Leader:l,omitempty Epoch:e,omitempty",
 	reflect.TypeFor[HandleRequest](): "Handle:h Sequencer:sq,omitempty Cache:c,omitempty After:a,omitempty " +
 		"Limit:l,omitempty",
@@ -57,6 +58,7 @@ var byHand = func() map[reflect.Type]bool {
 // The answers of byHand for each type, read on every message without a
 // map lookup.
 var (
+	headerByHand       = byHand[reflect.TypeFor[Header]()]
 	statusByHand       = byHand[reflect.TypeFor[Status]()]
 	handleReqByHand    = byHand[reflect.TypeFor[HandleRequest]()]
 	setContentsByHand  = byHand[reflect.TypeFor[SetContentsRequest]()]
@@ -84,6 +86,17 @@ func exportedTags(t reflect.Type) string {
 func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 	w := handWriter{e: e}
 	switch m := v.(type) {
+	case *Header:
+		if !headerByHand || m == nil {
+			return false, nil
+		}
+		w.mapLen(1, m.Session != 0, m.Epoch != 0, m.Seq != 0, m.Ack != 0, m.KeepStream)
+		w.uint("m", uint64(m.Method), true)
+		w.uint("s", m.Session, false)
+		w.uint("e", m.Epoch, false)
+		w.uint("q", m.Seq, false)
+		w.uint("a", m.Ack, false)
+		w.boolean("k", m.KeepStream)
 	case *Status:
 		if !statusByHand || m == nil {
 			return false, nil
