@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"sync"
 
 	"lockcell/cell/wire"
 )
@@ -35,15 +36,28 @@ type route struct {
 }
 
 // decoded wraps a handler of request type Req: the body is decoded into a
-// fresh Req (a malformed body is answered BadRequest by wire.Decode) and
+// zeroed Req (a malformed body is answered BadRequest by wire.Decode) and
 // the handler runs on it.
+//
+// The Reqs are pooled, one pool per route: a handler must not keep req,
+// or a pointer into it, once it has returned. What it holds is its own:
+// the Req is zeroed before each decode, so every string and byte slice in
+// it is a fresh copy of the body's (wire.Decode), never memory a later
+// call decodes into.
 func decoded[Req, Resp any](h func(c *call, ctx context.Context, req *Req) (Resp, error)) func(*call, context.Context, []byte) (any, error) {
+	pool := sync.Pool{New: func() any { return new(Req) }}
 	return func(c *call, ctx context.Context, body []byte) (any, error) {
-		var req Req
-		if err := wire.Decode(body, &req); err != nil {
+		req := pool.Get().(*Req)
+		var zero Req
+		*req = zero
+		defer func() {
+			*req = zero // the pool keeps none of the call's data
+			pool.Put(req)
+		}()
+		if err := wire.Decode(body, req); err != nil {
 			return nil, err
 		}
-		return h(c, ctx, &req)
+		return h(c, ctx, req)
 	}
 }
 

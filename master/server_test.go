@@ -215,3 +215,33 @@ func TestKeepAliveAdmitsOnlyLiveSessions(t *testing.T) {
 		t.Fatalf("a closed session: %v; want SessionExpired", err)
 	}
 }
+
+// TestDecodedRequestsAreFreshEachCall: the requests decoded is pooled
+// into start zeroed (a field the next body leaves out is not the last
+// call's), and what a handler kept of one (its byte slices) is never
+// written by the next decode.
+func TestDecodedRequestsAreFreshEachCall(t *testing.T) {
+	var kept []wire.OpenRequest
+	serve := decoded(func(_ *call, _ context.Context, req *wire.OpenRequest) (*wire.Empty, error) {
+		kept = append(kept, *req)
+		return &wire.Empty{}, nil
+	})
+	for _, req := range []*wire.OpenRequest{
+		{Path: "/ls/c/a", Contents: []byte("xxxx"), Cache: true, EventMask: 1},
+		{Path: "/ls/c/b", Contents: []byte("yyyy")},
+		{Path: "/ls/c/c"},
+	} {
+		if _, err := serve(nil, context.Background(), mustMarshal(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(kept[0].Contents) != "xxxx" || !kept[0].Cache || kept[0].EventMask != 1 {
+		t.Fatalf("the first request changed after later calls: %+v", kept[0])
+	}
+	if string(kept[1].Contents) != "yyyy" || kept[1].Cache || kept[1].EventMask != 0 {
+		t.Fatalf("the second request carries the first's fields: %+v", kept[1])
+	}
+	if kept[2].Contents != nil || kept[2].Cache || kept[2].Path != "/ls/c/c" {
+		t.Fatalf("the third request carries earlier fields: %+v", kept[2])
+	}
+}
