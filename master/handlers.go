@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"lockcell/acl"
@@ -153,9 +154,14 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		_, err := c.apply(ctx, cmd)
 		return &wire.Empty{}, err
 	}
-	// Both reads of the state share one allocation: functions that capture
-	// nothing, handed hr (capturing closures cost four allocations).
-	hr := &handleRead{c: c, req: req, fence: fence, isRead: c.h.Method != wire.MethodGetSequencer}
+	// Both reads of the state are functions that capture nothing, handed
+	// hr, a pooled handleRead (capturing closures cost four allocations).
+	hr := handleReads.Get().(*handleRead)
+	*hr = handleRead{c: c, req: req, fence: fence, isRead: c.h.Method != wire.MethodGetSequencer}
+	defer func() {
+		*hr = handleRead{}
+		handleReads.Put(hr)
+	}()
 	// Checked before registering as a cacher too, so a caller that may
 	// not read the node is never sent its invalidations. Registering
 	// comes before the read, so a write that starts after this point
@@ -209,6 +215,10 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 	}
 	return hr.resp, nil
 }
+
+// handleReads hold handleCall's handleReads between calls; nothing keeps
+// one past its call (its answer is returned by value).
+var handleReads = sync.Pool{New: func() any { return new(handleRead) }}
 
 // handleRead is what handleCall's two reads of the state are given and
 // find.
