@@ -469,8 +469,9 @@ type call struct {
 }
 
 // applyRead is apply's read of the state: the call and its command, and
-// the names the command will change. They are pooled rather than kept in
-// call, which a parked KeepAlive holds for as long as it is parked.
+// the names the command will change, which stay busy until it is applied.
+// They are pooled (names' array with them) rather than kept in call,
+// which a parked KeepAlive holds for as long as it is parked.
 type applyRead struct {
 	c     *call
 	cmd   *replica.Command
@@ -478,6 +479,9 @@ type applyRead struct {
 }
 
 var applyReads = sync.Pool{New: func() any { return new(applyRead) }}
+
+// maxPooledNames bounds the names array an applyRead keeps in the pool.
+const maxPooledNames = 64
 
 // apply proposes a command carrying the call's request id and returns the
 // state machine's result, or its error. One read of the state finds both
@@ -488,25 +492,31 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
 	c.setQuota(cmd)
 	r := applyReads.Get().(*applyRead)
+	defer func() { // once the names are no longer busy (applyAfter)
+		names := r.names[:0]
+		if cap(names) > maxPooledNames {
+			names = nil // a session's close can name thousands: not kept
+		}
+		clear(r.names) // the pool keeps no names alive
+		*r = applyRead{names: names}
+		applyReads.Put(r)
+	}()
 	r.c, r.cmd = c, cmd
 	_ = c.state.ReadWith(r, func(v replica.View, arg any) error { // captures nothing: no allocation
 		r := arg.(*applyRead)
 		if handle := r.cmd.HandleOf(); r.c.path == "" && handle != 0 {
 			r.c.path, _ = v.HandlePath(r.c.h.Session, handle) // for the audit log
 		}
-		r.names = v.AffectedPaths(r.cmd)
+		r.names = v.AppendAffectedPaths(r.names[:0], r.cmd)
 		return nil
 	})
-	names := r.names
-	*r = applyRead{}
-	applyReads.Put(r)
 	if c.h.Method.Mutating() {
 		if c.h.Seq == 0 {
 			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a request id (header seq)", c.h.Method)
 		}
 		cmd.Seq, cmd.Ack = c.h.Seq, c.h.Ack
 	}
-	res, err := c.applyAfter(ctx, c.stop, names, cmd)
+	res, err := c.applyAfter(ctx, c.stop, r.names, cmd)
 	if err != nil {
 		return nil, err
 	}

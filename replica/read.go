@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"slices"
 	"sort"
 
 	"lockcell/acl"
@@ -216,7 +217,12 @@ func (v View) HeldLock(session, handle uint64) (Fence, error) {
 // existence applying cmd now could change: a superset, computed before the
 // command is proposed, so the master can invalidate caches of those names
 // first. The answer is sorted and free of duplicates.
-func (v View) AffectedPaths(cmd *Command) []string {
+func (v View) AffectedPaths(cmd *Command) []string { return v.AppendAffectedPaths(nil, cmd) }
+
+// AppendAffectedPaths is AffectedPaths appending to dst (sorted after
+// dst's own elements), so that a caller that reuses its slice allocates
+// nothing for the names.
+func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 	f := v.f
 	set := map[string]bool{}
 	addNode := func(p string) {
@@ -284,11 +290,11 @@ func (v View) AffectedPaths(cmd *Command) []string {
 			}
 		}
 	}
-	out := make([]string, 0, len(set))
+	out := slices.Grow(dst, len(set))
 	for p := range set {
 		out = append(out, p)
 	}
-	sort.Strings(out)
+	sort.Strings(out[len(dst):])
 	return out
 }
 
