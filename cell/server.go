@@ -503,6 +503,13 @@ type streamCall struct {
 	// request and the idle timer takes it from idle runs.
 	state    atomic.Int32
 	idleStop *time.Timer
+
+	// parkMu orders a parked KeepAlive's watch (serveCall) against its
+	// completion, which may come first, from another goroutine: a watch
+	// set after the completion would take the place of the kept stream's
+	// own (idle) and swallow its next request.
+	parkMu   sync.Mutex
+	answered bool // the KeepAlive in flight has its answer
 }
 
 const (
@@ -646,7 +653,13 @@ func (s *Server) serveCall(c *streamCall) {
 	c.entered = true
 	started := time.Now()
 	if h.Method == wire.MethodKeepAlive {
+		c.parkMu.Lock()
+		c.answered = false
+		c.parkMu.Unlock()
 		cancel := s.master.DispatchKeepAlive(c.caller, h, body, func(resp any, epoch uint64, err error) {
+			c.parkMu.Lock()
+			c.answered = true
+			c.parkMu.Unlock()
 			// Stop watching before the reply goes out: the client may
 			// send its next call on a kept stream as soon as it has it.
 			cb.unwatch(sb)
@@ -662,10 +675,14 @@ func (s *Server) serveCall(c *streamCall) {
 		// connection until the call ends and the stream closes). The
 		// stream is not kept after such an end: what the client sent is
 		// unread.
-		cb.watchPeer(sb, func() {
-			c.broken.Store(true)
-			cancel()
-		})
+		c.parkMu.Lock()
+		if !c.answered {
+			cb.watchPeer(sb, func() {
+				c.broken.Store(true)
+				cancel()
+			})
+		}
+		c.parkMu.Unlock()
 		if st.Session().IsClosed() {
 			// The connection closed while the call parked, maybe after
 			// its ConnClosed: end it now rather than at its timer.
