@@ -295,6 +295,10 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	// The admin's quota reserves must leave the other principals room.
+	if err := c.SessionLimits.Check(); err != nil {
+		return fmt.Errorf("cell: %w", err)
+	}
 	if c.TLS != nil {
 		if c.PeerTLS == nil {
 			return fmt.Errorf("cell: TLS on the client port needs PeerTLS too: an open Raft port would let anyone in")

@@ -118,6 +118,7 @@ func newMetrics(s *Server) *metrics {
 		histogram("lockcell_apply_seconds", "Time the state machine took to apply one committed entry.",
 			func() replica.HistogramSnapshot { return s.rep.Stats().Apply }),
 	)
+	m.reg.MustRegister(newQuotaCollector(s, labels))
 	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
 			Help:        "Client connections closed over a memory budget, by the level that bound (connection, ip, process).",
@@ -175,3 +176,47 @@ func (s *Server) serveMetrics(addr string) error {
 // MetricsAddr returns the address of the HTTP port, where /metrics,
 // /healthz, /readyz and the status page are served ("" when off).
 func (s *Server) MetricsAddr() string { return s.metricsAddr }
+
+// quotaCollector exposes what the namespace quotas count, from one
+// replica.QuotaStats a scrape: the cell's totals, the largest counts of
+// one principal (the admin, which no per-principal quota holds, left
+// out), and the refusals by quota. Counts per principal would be a label
+// per principal, unbounded, so only the largest is shown: the one nearest
+// its share.
+type quotaCollector struct {
+	read                                        func() replica.QuotaStats
+	contentBytes, maxNodes, maxContent, refused *prometheus.Desc
+}
+
+func newQuotaCollector(s *Server, labels prometheus.Labels) quotaCollector {
+	admin := s.cfg.admin()
+	return quotaCollector{
+		read: func() replica.QuotaStats { return s.rep.FSM().QuotaStats(admin) },
+		contentBytes: prometheus.NewDesc("lockcell_content_bytes",
+			"Bytes of all files' contents in the namespace (the content quota's count).", nil, labels),
+		maxNodes: prometheus.NewDesc("lockcell_principal_max_nodes",
+			"Existing nodes created by the principal that created the most, the admin left out (the per-principal node quota's count).", nil, labels),
+		maxContent: prometheus.NewDesc("lockcell_principal_max_content_bytes",
+			"Contents of the files created by the principal whose files hold the most, the admin left out (the per-principal content quota's count).", nil, labels),
+		refused: prometheus.NewDesc("lockcell_quota_refusals_total",
+			"Creates and writes this replica's state machine refused since it started, by the quota they met (every replica applies every command).",
+			[]string{"quota"}, labels),
+	}
+}
+
+func (q quotaCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- q.contentBytes
+	ch <- q.maxNodes
+	ch <- q.maxContent
+	ch <- q.refused
+}
+
+func (q quotaCollector) Collect(ch chan<- prometheus.Metric) {
+	st := q.read()
+	ch <- prometheus.MustNewConstMetric(q.contentBytes, prometheus.GaugeValue, float64(st.ContentBytes))
+	ch <- prometheus.MustNewConstMetric(q.maxNodes, prometheus.GaugeValue, float64(st.MaxPrincipalNodes))
+	ch <- prometheus.MustNewConstMetric(q.maxContent, prometheus.GaugeValue, float64(st.MaxPrincipalContentBytes))
+	for r, n := range st.Refusals {
+		ch <- prometheus.MustNewConstMetric(q.refused, prometheus.CounterValue, float64(n), replica.QuotaReason(r).String())
+	}
+}

@@ -1,6 +1,7 @@
 package cell_test
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -60,5 +61,51 @@ func TestReplicaMetrics(t *testing.T) {
 	batches, ok3 := metricValue(text, "lockcell_group_commit_batches_total")
 	if !ok1 || !ok2 || !ok3 || commands < 2 || entries < 1 || entries > commands || batches > entries {
 		t.Errorf("group commit: %v commands, %v entries, %v batches", commands, entries, batches)
+	}
+}
+
+// The quota metrics: the cell's content bytes, the largest principal's
+// counts (the admin, here every caller, left out) and refusals by quota.
+func TestQuotaMetrics(t *testing.T) {
+	peers := fixtures.FreePeers(t, 1)
+	port := fixtures.FreePorts(t, 1)[0]
+	s, err := cell.New(cell.Config{Cell: "t", Self: peers[0].ID, Peers: peers, Dir: t.TempDir(), Timings: fixtures.TestTimings(), Insecure: true,
+		Logger: fixtures.Logger(), MetricsAddr: "127.0.0.1:" + strconv.Itoa(port), SessionLimits: cell.SessionLimits{ContentBytes: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := cell.WaitForMaster(ctx, []*cell.Server{s}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.Dial(ctx, client.Config{Cell: "t", Replicas: []string{s.ClientAddr()}, Logger: fixtures.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const rwc = client.Read | client.Write | client.Create
+	mustOpen(t, ctx, cl, "/ls/t/x", rwc, client.WithContents(make([]byte, 40))).Close()
+	if _, err := cl.Open(ctx, "/ls/t/y", rwc, client.WithContents(make([]byte, 25))); !errors.Is(err, client.ErrQuotaExceeded) {
+		t.Fatalf("the 65th byte: %v", err)
+	}
+	resp, err := http.Get("http://" + s.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for name, want := range map[string]float64{"lockcell_content_bytes": 40, "lockcell_principal_max_content_bytes": 0,
+		"lockcell_principal_max_nodes": 0} {
+		if got, ok := metricValue(text, name); !ok || got != want {
+			t.Errorf("%s = %v (found %v), want %v", name, got, ok, want)
+		}
+	}
+	for _, want := range []string{`lockcell_quota_refusals_total{cell="t",quota="content_bytes",replica="` + s.ID() + `"} 1`,
+		`lockcell_quota_refusals_total{cell="t",quota="content_bytes_per_principal",replica="` + s.ID() + `"} 0`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

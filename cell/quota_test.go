@@ -298,3 +298,164 @@ func TestQuotaReopenInFullCell(t *testing.T) {
 	_, err := cl.Open(ctx, c.Name("second"), rwc)
 	wantQuotaErr(t, "second node", err, "limit is 1")
 }
+
+// One principal filling its content share leaves the others their room:
+// its own growth is refused naming the per-principal quota, the others'
+// growing writes go on; when the others have filled the cell up to the
+// admin's reserve, the admin still writes a 2-byte ACL file, makes nodes
+// and repairs, and deletes and shrinking writes work for everyone.
+func TestQuotaContentSharesAndAdminReserve(t *testing.T) {
+	const share, cellBytes, reserve = 1536, 4096, 512
+	set := fixtures.TestCerts(t, "admin", "alice", "bob", "carol")
+	c := fixtures.NewCell(t, 1, fixtures.Options{TLS: set, Admin: "admin", SessionLimits: master.Limits{
+		ContentBytes: cellBytes, ContentBytesAdminReserve: reserve, ContentBytesPerPrincipal: share,
+		Nodes: 14, NodesAdminReserve: 2}})
+	ctx := ctxT(t, 60*time.Second)
+	admin := c.ClientWith(t, c.ClientConfigAs("admin"))
+	alice, bob, carol := c.ClientWith(t, c.ClientConfigAs("alice")), c.ClientWith(t, c.ClientConfigAs("bob")), c.ClientWith(t, c.ClientConfigAs("carol"))
+	const rwc = client.Read | client.Write | client.Create
+	fill := func(n int) []byte { return bytes.Repeat([]byte("x"), n) }
+	// The admin's three nodes and the bytes of one ACL file: a directory
+	// everyone writes.
+	const acl = "alice\nbob\ncarol\n"
+	mustOpen(t, ctx, admin, c.Name("acl"), rwc|client.Directory).Close()
+	all := mustOpen(t, ctx, admin, c.Name("acl/all"), rwc, client.WithContents([]byte(acl)))
+	pub := mustOpen(t, ctx, admin, c.Name("pub"), rwc|client.Directory)
+	if _, err := pub.SetACL(ctx, client.ACL{Write: "all"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// alice fills her share; her growth is refused, a new file too.
+	a1 := mustOpen(t, ctx, alice, c.Name("pub/a1"), rwc, client.WithContents(fill(share)))
+	perPrincipal := fmt.Sprintf("limit of %d per principal", share)
+	wantQuotaErr(t, "alice grows her full share", a1.SetContents(ctx, fill(share+1)), `principal "alice"`, perPrincipal)
+	_, err := alice.Open(ctx, c.Name("pub/a2"), rwc, client.WithContents([]byte("y")))
+	wantQuotaErr(t, "alice's new file past her share", err, `principal "alice"`, perPrincipal)
+	// bob's growing writes still succeed.
+	b1 := mustOpen(t, ctx, bob, c.Name("pub/b1"), rwc, client.WithContents(fill(100)))
+	for _, n := range []int{500, 1000, share} {
+		if err := b1.SetContents(ctx, fill(n)); err != nil {
+			t.Fatalf("bob grows his file to %d bytes while alice is at her share: %v", n, err)
+		}
+	}
+	// bob may write alice's file, but its bytes are hers.
+	bobOnA1 := mustOpen(t, ctx, bob, c.Name("pub/a1"), client.Read|client.Write)
+	wantQuotaErr(t, "bob grows alice's file", bobOnA1.SetContents(ctx, fill(share+1)), `principal "alice"`)
+
+	// carol fills the others' part of the cell: the ACL file, two shares
+	// and hers make the quota less the admin's reserve.
+	const carolBytes = cellBytes - reserve - len(acl) - 2*share
+	c1 := mustOpen(t, ctx, carol, c.Name("pub/c1"), rwc, client.WithContents(fill(carolBytes)))
+	wantQuotaErr(t, "carol's byte more", c1.SetContents(ctx, fill(carolBytes+1)),
+		"content quota", fmt.Sprintf("limit of %d less the %d kept for the admin", cellBytes, reserve))
+	_, err = bob.Open(ctx, c.Name("pub/b2"), rwc, client.WithContents([]byte("y")))
+	wantQuotaErr(t, "bob's new file in the full cell", err, "kept for the admin")
+	// The admin repairs: a 2-byte ACL file, a grown one, and a node.
+	mustOpen(t, ctx, admin, c.Name("acl/fix"), rwc, client.WithContents([]byte("x\n"))).Close()
+	if err := all.SetContents(ctx, []byte("alice\nbob\ncarol\ndave\n")); err != nil {
+		t.Fatalf("the admin grows an ACL file in a full cell: %v", err)
+	}
+	if u := c.Server(0).Replica().FSM().Usage(); u.ContentBytes != cellBytes-reserve+2+5 {
+		t.Fatalf("usage %+v, want %d bytes", u, cellBytes-reserve+2+5)
+	}
+
+	// Nodes likewise: 7 exist; the others make 5 more, the 13th is the
+	// admin's.
+	var cs []*client.Handle
+	for i := range 5 {
+		cs = append(cs, mustOpen(t, ctx, carol, c.Name(fmt.Sprint("pub/c", i+2)), rwc))
+	}
+	_, err = carol.Open(ctx, c.Name("pub/c7"), rwc)
+	wantQuotaErr(t, "carol's node in the admin's reserve", err, "node quota", "the limit is 14 of which the last 2 are kept for the admin")
+	mustOpen(t, ctx, admin, c.Name("acl/fix2"), rwc, client.WithContents([]byte("y\n"))).Close()
+
+	// Deletes and shrinking writes work for everyone, and give room back.
+	if err := b1.SetContents(ctx, fill(10)); err != nil {
+		t.Fatalf("bob shrinks in a full cell: %v", err)
+	}
+	if err := a1.Delete(ctx); err != nil {
+		t.Fatalf("alice deletes in a full cell: %v", err)
+	}
+	if err := cs[0].Delete(ctx); err != nil {
+		t.Fatalf("carol deletes in a full cell: %v", err)
+	}
+	mustOpen(t, ctx, alice, c.Name("pub/a2"), rwc, client.WithContents(fill(share))).Close()
+	fsm := c.Server(0).Replica().FSM()
+	if a, b, ca := fsm.PrincipalContentBytes("alice"), fsm.PrincipalContentBytes("bob"), fsm.PrincipalContentBytes("carol"); a != share || b != 10 || ca != int64(carolBytes) {
+		t.Fatalf("content by creator: alice %d, bob %d, carol %d", a, b, ca)
+	}
+	st := fsm.QuotaStats("admin")
+	if st.MaxPrincipalContentBytes != share || st.MaxPrincipalNodes != 5 {
+		t.Fatalf("largest principal: %d bytes, %d nodes; want %d (alice's), 5 (carol's)", st.MaxPrincipalContentBytes, st.MaxPrincipalNodes, share)
+	}
+	if r := st.Refusals; r[replica.QuotaContentBytesPerPrincipal] != 3 || r[replica.QuotaContentBytes] != 2 || r[replica.QuotaNodes] != 1 {
+		t.Fatalf("refusals by quota %v", r)
+	}
+}
+
+// Growing writes of one principal racing for the last bytes of its share,
+// from several sessions and connections at once, take exactly the share:
+// Raft orders them and apply admits those that fit. Every replica counts
+// the same.
+func TestQuotaConcurrentWritesNeverPassShare(t *testing.T) {
+	const share, chunk, clients, perClient = 1000, 100, 4, 6
+	set := fixtures.TestCerts(t, "admin", "alice")
+	c := fixtures.NewCell(t, 3, fixtures.Options{TLS: set, Admin: "admin", SessionLimits: master.Limits{ContentBytesPerPrincipal: share}})
+	ctx := ctxT(t, 120*time.Second)
+	admin := c.ClientWith(t, c.ClientConfigAs("admin"))
+	const rwc = client.Read | client.Write | client.Create
+	mustOpen(t, ctx, admin, c.Name("acl"), rwc|client.Directory).Close()
+	mustOpen(t, ctx, admin, c.Name("acl/alice"), rwc, client.WithContents([]byte("alice\n"))).Close()
+	if _, err := mustOpen(t, ctx, admin, c.Name("race"), rwc|client.Directory).SetACL(ctx, client.ACL{Write: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	// Each of alice's sessions holds empty files of hers to grow.
+	var hs [clients][perClient]*client.Handle
+	for i := range clients {
+		cl := c.ClientWith(t, c.ClientConfigAs("alice"))
+		for j := range perClient {
+			hs[i][j] = mustOpen(t, ctx, cl, c.Name(fmt.Sprintf("race/f%d-%d", i, j)), rwc, client.WithoutCache())
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*perClient)
+	start := make(chan struct{})
+	for i := range clients {
+		for j := range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs <- hs[i][j].SetContents(ctx, bytes.Repeat([]byte("z"), chunk))
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	wrote, refused := 0, 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			wrote++
+		case errors.Is(err, client.ErrQuotaExceeded):
+			if !strings.Contains(err.Error(), `principal "alice"`) {
+				t.Fatalf("a racing write was refused for another quota: %v", err)
+			}
+			refused++
+		default:
+			t.Fatalf("a racing write failed otherwise: %v", err)
+		}
+	}
+	if wrote != share/chunk || refused != clients*perClient-wrote {
+		t.Fatalf("%d writes succeeded and %d were refused; want exactly %d (the share) to succeed", wrote, refused, share/chunk)
+	}
+	pollUntil(t, 30*time.Second, "every replica to count alice's share", func() bool {
+		for i := range 3 {
+			if c.Server(i).Replica().FSM().PrincipalContentBytes("alice") != share {
+				return false
+			}
+		}
+		return true
+	})
+}

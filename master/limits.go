@@ -1,6 +1,8 @@
 package master
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 
 	"lockcell/cell/wire"
@@ -39,11 +41,26 @@ type Limits struct {
 	// The admin is exempt (it builds and repairs the tree); its nodes
 	// count towards Nodes.
 	NodesPerPrincipal int
+
+	// ContentBytesPerPrincipal caps the contents of the files one
+	// principal created, whoever writes them: a principal that may write
+	// another's file grows it within the creator's share. The admin is
+	// exempt; its bytes count towards ContentBytes.
+	ContentBytesPerPrincipal int64
+	// NodesAdminReserve and ContentBytesAdminReserve are the last part of
+	// Nodes and ContentBytes, which only the admin may fill: when the
+	// other principals have filled the cell, the admin can still write
+	// ACL files, make nodes and repair. Zero derives them from the quota
+	// (Reserves: 10,000 nodes and 4 MiB of the defaults). A reserve must
+	// be below its quota (Check).
+	NodesAdminReserve        int
+	ContentBytesAdminReserve int64
 }
 
 // DefaultLimits are the limits of a cell that sets none.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
-	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000}
+	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
+	ContentBytesPerPrincipal: 64 << 20}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -70,6 +87,54 @@ func (l *Limits) setDefaults() {
 	if l.NodesPerPrincipal <= 0 {
 		l.NodesPerPrincipal = DefaultLimits.NodesPerPrincipal
 	}
+	if l.ContentBytesPerPrincipal <= 0 {
+		l.ContentBytesPerPrincipal = DefaultLimits.ContentBytesPerPrincipal
+	}
+	l.NodesAdminReserve, l.ContentBytesAdminReserve = l.Reserves()
+}
+
+// Reserves returns the admin's reserves of the node and content quotas,
+// deriving each one left at zero from its quota (as set, or its default):
+// a hundredth of the node quota but at least 100 nodes, a 128th of the
+// content quota but at least 1 MiB (4 MiB of the default 512), and in
+// either case never more than a tenth of the quota, so that a small quota
+// still leaves the other principals most of the cell. An admin repairing
+// a cell needs a few nodes and ACL files, not a share of a large cell.
+func (l Limits) Reserves() (nodes int, contentBytes int64) {
+	n := l.Nodes
+	if n <= 0 {
+		n = DefaultLimits.Nodes
+	}
+	b := l.ContentBytes
+	if b <= 0 {
+		b = DefaultLimits.ContentBytes
+	}
+	nodes, contentBytes = l.NodesAdminReserve, l.ContentBytesAdminReserve
+	if nodes <= 0 {
+		nodes = min(max(n/100, 100), n/10)
+	}
+	if contentBytes <= 0 {
+		contentBytes = min(max(b/128, 1<<20), b/10)
+	}
+	return nodes, contentBytes
+}
+
+// ErrReserve says an admin reserve is not below its quota, which would
+// leave nothing to the other principals.
+var ErrReserve = errors.New("master: an admin reserve must be below its quota")
+
+// Check reports a reserve set at or above its quota (ErrReserve): the
+// cell would refuse every other principal's growth.
+func (l Limits) Check() error {
+	d := l
+	d.setDefaults()
+	if d.NodesAdminReserve >= d.Nodes {
+		return fmt.Errorf("%w: the admin's reserve of nodes is %d, the node quota %d", ErrReserve, d.NodesAdminReserve, d.Nodes)
+	}
+	if d.ContentBytesAdminReserve >= d.ContentBytes {
+		return fmt.Errorf("%w: the admin's reserve of content bytes is %d, the content quota %d", ErrReserve, d.ContentBytesAdminReserve, d.ContentBytes)
+	}
+	return nil
 }
 
 // reservations are sessions and handles whose creating command is being

@@ -2,8 +2,8 @@ package master
 
 import "lockcell/replica"
 
-// Quotas on the namespace (Limits.Nodes, ContentBytes, NodesPerPrincipal)
-// are not admitted here the way sessions and handles are (limits.go): the
+// Quotas on the namespace (Limits.Nodes, ContentBytes, NodesPerPrincipal,
+// ContentBytesPerPrincipal, and the admin's reserves) are not admitted here the way sessions and handles are (limits.go): the
 // master puts them into each command that may grow the namespace, and the
 // state machine decides when it applies the command, against the counts
 // of the state it applies to (replica/quota.go). That makes them exact
@@ -33,5 +33,7 @@ func (s *parts) setQuota(cmd *replica.Command) {
 // them (parts.quota) rather than allocated for each. Nothing changes it:
 // a command is encoded before anything reads it.
 func quotaOf(l Limits) *replica.Quota {
-	return &replica.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal)}
+	return &replica.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal),
+		ContentBytesPerPrincipal: l.ContentBytesPerPrincipal,
+		NodesAdminReserve:        int64(l.NodesAdminReserve), ContentBytesAdminReserve: l.ContentBytesAdminReserve}
 }

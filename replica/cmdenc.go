@@ -30,8 +30,9 @@ import (
 var cmdTags = map[reflect.Type]string{
 	reflect.TypeFor[envelope](): "Type:t Time:tm,omitempty Session:s,omitempty Seq:q,omitempty Ack:a,omitempty " +
 		"Principal:pr,omitempty Admin:ad,omitempty Client:cl,omitempty Fence:fc,omitempty",
-	reflect.TypeFor[Fence]():             "Path:p Mode:m Generation:g",
-	reflect.TypeFor[Quota]():             "Nodes:n,omitempty ContentBytes:b,omitempty NodesPerPrincipal:pn,omitempty",
+	reflect.TypeFor[Fence](): "Path:p Mode:m Generation:g",
+	reflect.TypeFor[Quota](): "Nodes:n,omitempty ContentBytes:b,omitempty NodesPerPrincipal:pn,omitempty " +
+		"ContentBytesPerPrincipal:pb,omitempty NodesAdminReserve:rn,omitempty ContentBytesAdminReserve:rb,omitempty",
 	reflect.TypeFor[CreateSessionArgs](): "Host:ho,omitempty PID:pi,omitempty Program:pg,omitempty",
 	reflect.TypeFor[CloseSessionArgs]():  "Expired:x,omitempty",
 	reflect.TypeFor[OpenArgs](): "Path:p,omitempty Flags:f,omitempty Contents:c,omitempty LockDelay:ld,omitempty " +
@@ -209,10 +210,14 @@ func (w *cmdWriter) quota(k string, q *Quota) {
 		return
 	}
 	w.key(k)
-	w.mapLen(0, q.Nodes != 0, q.ContentBytes != 0, q.NodesPerPrincipal != 0)
+	w.mapLen(0, q.Nodes != 0, q.ContentBytes != 0, q.NodesPerPrincipal != 0, q.ContentBytesPerPrincipal != 0,
+		q.NodesAdminReserve != 0, q.ContentBytesAdminReserve != 0)
 	w.int("n", q.Nodes)
 	w.int("b", q.ContentBytes)
 	w.int("pn", q.NodesPerPrincipal)
+	w.int("pb", q.ContentBytesPerPrincipal)
+	w.int("rn", q.NodesAdminReserve)
+	w.int("rb", q.ContentBytesAdminReserve)
 }
 
 // cmdWriter writes a command's fields, keeping the first error. Every

@@ -99,7 +99,7 @@ func (f *FSM) checkCreate(c *Command, p *OpenArgs) (*Node, *Error) {
 	if p.Flags&FlagDirectory != 0 && len(p.Contents) > 0 {
 		return nil, errf(KindBadRequest, "%s: a directory has no contents", p.Path)
 	}
-	if err := f.checkQuota(c, p.Quota, p.Path, 1, int64(len(p.Contents))); err != nil {
+	if err := f.checkQuota(c, p.Quota, p.Path, c.Principal, 1, int64(len(p.Contents))); err != nil {
 		return nil, err
 	}
 	return parent, nil
@@ -129,11 +129,12 @@ func (f *FSM) setContents(index uint64, c *Command, p *SetContentsArgs) *Result 
 		return &Result{Err: err}
 	}
 	grow := int64(len(p.Contents)) - int64(len(n.Contents))
-	if err := f.checkQuota(c, p.Quota, p.Path, 0, grow); err != nil {
+	if err := f.checkQuota(c, p.Quota, p.Path, n.Creator, 0, grow); err != nil {
 		return &Result{Err: err}
 	}
-	f.usage.bytes += grow
+	old := int64(len(n.Contents))
 	n.Contents = p.Contents
+	f.usage.resize(n, old)
 	n.ContentGen = index
 	n.Checksum = checksum(p.Contents)
 	n.MTime = c.Time

@@ -40,6 +40,9 @@ type FSM struct {
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
 	// restore).
 	usage usage
+	// refusals counts quota refusals by reason (QuotaStats): not state,
+	// so outside the hash and the snapshot.
+	refusals [quotaReasons]atomic.Uint64
 	// members is the member table (members.go).
 	members memberTable
 

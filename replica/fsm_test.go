@@ -1844,7 +1844,7 @@ func TestFSMDeterminism(t *testing.T) {
 func fsmtEveryPayload() []Command {
 	env := Command{Time: 42, Session: 7, Seq: 9, Ack: 8, Principal: "pr", Admin: true, Client: "cl",
 		Fence: &Fence{Path: "/ls/c/l", Mode: LockShared, Generation: 6}}
-	q := &Quota{Nodes: 1, ContentBytes: 2, NodesPerPrincipal: 3}
+	q := &Quota{Nodes: 1, ContentBytes: 2, NodesPerPrincipal: 3, ContentBytesPerPrincipal: 4, NodesAdminReserve: 5, ContentBytesAdminReserve: 6}
 	ms := []MemberAddrs{{ID: "r1", ClientAddr: "a:1", RaftAddr: "a:2"}, {ID: "r2"}}
 	var out []Command
 	for _, p := range []Payload{

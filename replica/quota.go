@@ -2,8 +2,16 @@ package replica
 
 // Quota is what the namespace may hold: nodes (files and directories,
 // ephemeral ones included, the root not counted) in the cell, the bytes of
-// all files' contents in the cell, and nodes created by one principal that
-// still exist. A zero field sets no cap.
+// all files' contents in the cell, nodes created by one principal that
+// still exist, and the bytes of the files one principal created. A zero
+// field sets no cap, so an entry written before a field existed applies
+// as it always did.
+//
+// The last part of each cell-wide quota is kept for the admin
+// (NodesAdminReserve, ContentBytesAdminReserve): every other principal is
+// refused once the cell holds the quota less the reserve, so the admin can
+// still write ACL files and repair the tree when the others have filled
+// the cell. The admin is exempt from the per-principal quotas.
 //
 // The master puts its quota into every command that could grow the
 // namespace (an Open that may create, a SetContents), and apply decides
@@ -17,6 +25,13 @@ type Quota struct {
 	Nodes             int64 `msgpack:"n,omitempty"`
 	ContentBytes      int64 `msgpack:"b,omitempty"`
 	NodesPerPrincipal int64 `msgpack:"pn,omitempty"`
+	// ContentBytesPerPrincipal caps the contents of the files one
+	// principal created, whoever writes them (quotaOwner).
+	ContentBytesPerPrincipal int64 `msgpack:"pb,omitempty"`
+	// NodesAdminReserve and ContentBytesAdminReserve are the parts of
+	// Nodes and ContentBytes only the admin may fill.
+	NodesAdminReserve        int64 `msgpack:"rn,omitempty"`
+	ContentBytesAdminReserve int64 `msgpack:"rb,omitempty"`
 }
 
 // Usage is what the namespace holds, as the quotas count it.
@@ -27,19 +42,26 @@ type Usage struct {
 	ContentBytes int64
 }
 
+// owned is what the existing nodes one principal created hold.
+type owned struct {
+	nodes int64
+	bytes int64 // their contents
+}
+
 // usage is the FSM's running count of what Quota caps. It is derived from
 // the nodes: kept up to date by every create, write and removal, and
 // rebuilt from the nodes on restore, so every replica at an index agrees
 // and a snapshot needs no extra field.
 type usage struct {
 	bytes int64
-	// byCreator counts existing nodes by the principal that created them.
-	// A node with no recorded creator (one made by a command without a
-	// principal) counts under "", which no caller is.
-	byCreator map[string]int64
+	// byCreator counts existing nodes and their contents by the principal
+	// that created them (Node.Creator), the owner of the bytes whoever
+	// wrote them. A node with no recorded creator (one made by a command
+	// without a principal) counts under "", which no caller is.
+	byCreator map[string]owned
 }
 
-func newUsage() usage { return usage{byCreator: map[string]int64{}} }
+func newUsage() usage { return usage{byCreator: map[string]owned{}} }
 
 // usageOf counts nodes; root is left out (it always exists).
 func usageOf(nodes map[string]*Node, root string) usage {
@@ -53,43 +75,123 @@ func usageOf(nodes map[string]*Node, root string) usage {
 }
 
 func (u *usage) add(n *Node) {
-	u.bytes += int64(len(n.Contents))
-	u.byCreator[n.Creator]++
+	size := int64(len(n.Contents))
+	u.bytes += size
+	o := u.byCreator[n.Creator]
+	o.nodes++
+	o.bytes += size
+	u.byCreator[n.Creator] = o
 }
 
 func (u *usage) remove(n *Node) {
-	u.bytes -= int64(len(n.Contents))
-	if u.byCreator[n.Creator]--; u.byCreator[n.Creator] <= 0 {
+	size := int64(len(n.Contents))
+	u.bytes -= size
+	o := u.byCreator[n.Creator]
+	o.nodes--
+	o.bytes -= size
+	if o.nodes <= 0 {
 		delete(u.byCreator, n.Creator)
+	} else {
+		u.byCreator[n.Creator] = o
 	}
+}
+
+// resize counts n's contents changing from old bytes to its present ones.
+func (u *usage) resize(n *Node, old int64) {
+	grow := int64(len(n.Contents)) - old
+	u.bytes += grow
+	o := u.byCreator[n.Creator]
+	o.bytes += grow
+	u.byCreator[n.Creator] = o
 }
 
 // nodeCount is the number of nodes the quota counts: all but the root.
 func (f *FSM) nodeCount() int64 { return int64(len(f.nodes) - 1) }
 
+// QuotaReason names the quota a command met.
+type QuotaReason int
+
+// The quotas apply refuses by; QuotaReasons counts each.
+const (
+	QuotaNodes QuotaReason = iota
+	QuotaNodesPerPrincipal
+	QuotaContentBytes
+	QuotaContentBytesPerPrincipal
+	quotaReasons
+)
+
+func (r QuotaReason) String() string {
+	return [...]string{"nodes", "nodes_per_principal", "content_bytes", "content_bytes_per_principal"}[r]
+}
+
+// refuse counts a refusal by reason r and returns its error.
+func (f *FSM) refuse(r QuotaReason, format string, args ...any) *Error {
+	f.refusals[r].Add(1)
+	return errf(KindQuotaExceeded, format, args...)
+}
+
+// cellLimit is the part of a cell-wide quota limit the command's caller
+// may fill: all of it for the admin, the limit less the admin's reserve
+// for everyone else. reserved says whether a reserve was taken off.
+func cellLimit(c *Command, limit, reserve int64) (int64, bool) {
+	if c.Admin || reserve <= 0 {
+		return limit, false
+	}
+	return limit - reserve, true
+}
+
 // checkQuota decides whether c may add nodes (0 or 1) and grow the cell's
 // contents by grow bytes (negative: shrink) under the quota q its payload
-// carries; name is what an error names. The
-// admin is held to the cell-wide quotas, which protect the cell, but not
-// to the per-principal one: the admin builds the tree and repairs it, and
-// its nodes still count towards the cell's.
-func (f *FSM) checkQuota(c *Command, q *Quota, name string, nodes, grow int64) *Error {
+// carries; owner is the principal the grown file is charged to (its
+// creator) and name is what an error names.
+//
+// The admin is held to the whole of the cell-wide quotas, which protect
+// every replica's memory and snapshot, and everyone else to them less the
+// admin's reserve; the admin is exempt from the per-principal quotas: it
+// builds the tree and repairs it, and its nodes and bytes still count
+// towards the cell's. Contents are charged to the file's creator, not to
+// the writer: the counts then follow from the nodes alone, and a
+// principal that may write another's file can grow it only within that
+// owner's share (and the cell's), as it could empty it anyway. Messages
+// of the quotas older entries can meet are kept word for word: results
+// are replicated state.
+func (f *FSM) checkQuota(c *Command, q *Quota, name, owner string, nodes, grow int64) *Error {
 	if q == nil {
 		return nil
 	}
-	if nodes > 0 && q.Nodes > 0 && f.nodeCount()+nodes > q.Nodes {
-		return errf(KindQuotaExceeded, "%s: the cell's node quota is reached: it holds %d nodes, the limit is %d",
-			name, f.nodeCount(), q.Nodes)
+	if nodes > 0 && q.Nodes > 0 {
+		limit, reserved := cellLimit(c, q.Nodes, q.NodesAdminReserve)
+		if have := f.nodeCount(); have+nodes > limit {
+			if reserved {
+				return f.refuse(QuotaNodes, "%s: the cell's node quota is reached: it holds %d nodes, the limit is %d of which the last %d are kept for the admin",
+					name, have, q.Nodes, q.NodesAdminReserve)
+			}
+			return f.refuse(QuotaNodes, "%s: the cell's node quota is reached: it holds %d nodes, the limit is %d",
+				name, have, q.Nodes)
+		}
 	}
 	if nodes > 0 && q.NodesPerPrincipal > 0 && !c.Admin {
-		if have := f.usage.byCreator[c.Principal]; have+nodes > q.NodesPerPrincipal {
-			return errf(KindQuotaExceeded, "%s: principal %q's node quota is reached: it created %d nodes that exist, the limit is %d",
+		if have := f.usage.byCreator[c.Principal].nodes; have+nodes > q.NodesPerPrincipal {
+			return f.refuse(QuotaNodesPerPrincipal, "%s: principal %q's node quota is reached: it created %d nodes that exist, the limit is %d",
 				name, c.Principal, have, q.NodesPerPrincipal)
 		}
 	}
-	if grow > 0 && q.ContentBytes > 0 && f.usage.bytes+grow > q.ContentBytes {
-		return errf(KindQuotaExceeded, "%s: the cell's content quota is reached: it holds %d bytes of contents, %d more would pass the limit of %d",
-			name, f.usage.bytes, grow, q.ContentBytes)
+	if grow > 0 && q.ContentBytes > 0 {
+		limit, reserved := cellLimit(c, q.ContentBytes, q.ContentBytesAdminReserve)
+		if have := f.usage.bytes; have+grow > limit {
+			if reserved {
+				return f.refuse(QuotaContentBytes, "%s: the cell's content quota is reached: it holds %d bytes of contents, %d more would pass the limit of %d less the %d kept for the admin",
+					name, have, grow, q.ContentBytes, q.ContentBytesAdminReserve)
+			}
+			return f.refuse(QuotaContentBytes, "%s: the cell's content quota is reached: it holds %d bytes of contents, %d more would pass the limit of %d",
+				name, have, grow, q.ContentBytes)
+		}
+	}
+	if grow > 0 && q.ContentBytesPerPrincipal > 0 && !c.Admin {
+		if have := f.usage.byCreator[owner].bytes; have+grow > q.ContentBytesPerPrincipal {
+			return f.refuse(QuotaContentBytesPerPrincipal, "%s: principal %q's content quota is reached: the files it created hold %d bytes, %d more would pass the limit of %d per principal",
+				name, owner, have, grow, q.ContentBytesPerPrincipal)
+		}
 	}
 	return nil
 }
@@ -105,5 +207,45 @@ func (f *FSM) Usage() Usage {
 func (f *FSM) PrincipalNodes(principal string) int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.usage.byCreator[principal]
+	return f.usage.byCreator[principal].nodes
+}
+
+// PrincipalContentBytes returns the bytes of contents of the existing
+// files principal created: what the per-principal content quota counts.
+func (f *FSM) PrincipalContentBytes(principal string) int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.usage.byCreator[principal].bytes
+}
+
+// QuotaStats is what the quotas count, for metrics.
+type QuotaStats struct {
+	Usage
+	// MaxPrincipalNodes and MaxPrincipalContentBytes are the largest
+	// counts of one principal, the excluded one (the admin, which no
+	// per-principal quota holds) and nodes with no creator left out.
+	MaxPrincipalNodes, MaxPrincipalContentBytes int64
+	// Refusals counts the commands this state machine refused, by the
+	// quota they met, since it started (entries replayed at a start
+	// included): every replica applies every command, so all count alike.
+	Refusals [quotaReasons]uint64
+}
+
+// QuotaStats returns the counts, the largest principal's leaving out
+// exclude. It walks the principals that created nodes, under the read
+// lock: for scrapes, not for the request path.
+func (f *FSM) QuotaStats(exclude string) QuotaStats {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st := QuotaStats{Usage: Usage{Nodes: f.nodeCount(), ContentBytes: f.usage.bytes}}
+	for p, o := range f.usage.byCreator {
+		if p != "" && p != exclude {
+			st.MaxPrincipalNodes = max(st.MaxPrincipalNodes, o.nodes)
+			st.MaxPrincipalContentBytes = max(st.MaxPrincipalContentBytes, o.bytes)
+		}
+	}
+	for r := range st.Refusals {
+		st.Refusals[r] = f.refusals[r].Load()
+	}
+	return st
 }

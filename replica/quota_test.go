@@ -1,9 +1,13 @@
 package replica
 
 import (
+	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // Quotas are decided by apply, against the state the command meets: these
@@ -188,4 +192,259 @@ func TestQuotaSurvivesRestore(t *testing.T) {
 		wantQuota(t, "the admin's eighth node", d.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub/r2"), Flags: fsmtRWC, Quota: q}}), "limit is 7")
 	}
 	h2.checkUsage("restored")
+}
+
+// The per-principal content quota counts the contents of the files each
+// principal created, whoever writes them; the admin is exempt, and a
+// delete, a shrinking write or the end of a session frees the creator's
+// share.
+func TestQuotaContentBytesPerPrincipal(t *testing.T) {
+	h := newFSMT(t)
+	root, alice, bob := h.sessionOf("root"), h.sessionOf("alice"), h.sessionOf("bob")
+	q := &Quota{ContentBytesPerPrincipal: 10}
+	h.pub(root, q) // the admin's ACL file holds 10 bytes: exempt
+	mk := func(s uint64, who, rel, contents string) *Result {
+		return h.aclDo(s, who, Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: fsmtRWC, Quota: q, Contents: []byte(contents)}})
+	}
+	write := func(s uint64, who string, handle uint64, contents string) *Result {
+		return h.aclDo(s, who, Command{Payload: &SetContentsArgs{Handle: handle, Contents: []byte(contents), Quota: q}})
+	}
+	r := mk(alice, "alice", "pub/a1", "123456")
+	aclWant(t, "alice's 6 bytes", r, KindNone)
+	a1 := r.Handle
+	wantQuota(t, "alice's 5 more", mk(alice, "alice", "pub/a2", "12345"), `principal "alice"`)
+	if h.exists("pub/a2") {
+		t.Fatal("a refused create left a node")
+	}
+	r = mk(alice, "alice", "pub/a2", "1234")
+	aclWant(t, "alice's 4 more: her share is full", r, KindNone)
+	a2 := r.Handle
+	wantQuota(t, "alice grows a1", write(alice, "alice", a1, "1234567"), "limit of 10 per principal")
+	if got := string(h.node("pub/a1").Contents); got != "123456" {
+		t.Fatalf("a refused write changed the file: %q", got)
+	}
+	// bob is counted apart, and grows his own files while alice is full.
+	r = mk(bob, "bob", "pub/b1", "1234567890")
+	aclWant(t, "bob's 10 bytes", r, KindNone)
+	// bob may write alice's file, but its bytes are hers: he cannot grow
+	// it past her share (nor is his own share charged).
+	bobOnA1 := h.aclDo(bob, "bob", Command{Payload: &OpenArgs{Path: fsmtPath("pub/a1"), Flags: fsmtRW}})
+	aclWant(t, "bob opens alice's file", bobOnA1, KindNone)
+	wantQuota(t, "bob grows alice's file", write(bob, "bob", bobOnA1.Handle, "1234567"), `principal "alice"`)
+	aclWant(t, "bob shrinks alice's file", write(bob, "bob", bobOnA1.Handle, "12"), KindNone)
+	if a, b := h.f.PrincipalContentBytes("alice"), h.f.PrincipalContentBytes("bob"); a != 6 || b != 10 {
+		t.Fatalf("content by creator: alice %d, bob %d; want 6, 10", a, b)
+	}
+	aclWant(t, "alice grows a1 into what bob freed", write(alice, "alice", a1, "123456"), KindNone)
+	// The admin is exempt: it grows alice's file past her share, and
+	// makes files of its own.
+	adminOnA2 := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("pub/a2"), Flags: fsmtRW}})
+	aclWant(t, "the admin grows alice's file", h.aclDo(root, "root", Command{Payload: &SetContentsArgs{Handle: adminOnA2.Handle, Contents: []byte("123456789012"), Quota: q}}), KindNone)
+	aclWant(t, "the admin's own 20 bytes", mk(root, "root", "pub/r", strings.Repeat("r", 20)), KindNone)
+	if a := h.f.PrincipalContentBytes("alice"); a != 18 {
+		t.Fatalf("alice's files hold %d bytes, want 18", a)
+	}
+	wantQuota(t, "alice over her share by the admin's write", write(alice, "alice", a2, "1234567890123"), `principal "alice"`)
+	// A delete frees her share; so does the end of her session, with her
+	// ephemeral file.
+	aclWant(t, "alice deletes a2", h.aclDo(alice, "alice", Command{Payload: &DeleteArgs{Handle: a2}}), KindNone)
+	aclWant(t, "alice's ephemeral 4 bytes", h.aclDo(alice, "alice", Command{Payload: &OpenArgs{Path: fsmtPath("pub/ae"), Flags: fsmtRWC | FlagEphemeral, Quota: q, Contents: []byte("eeee")}}), KindNone)
+	wantQuota(t, "alice full again", mk(alice, "alice", "pub/a3", "x"), `principal "alice"`)
+	wantOK(t, "close alice's session", h.raw(Command{Session: alice, Payload: &CloseSessionArgs{}}))
+	alice = h.sessionOf("alice")
+	aclWant(t, "alice's room after her session ended", mk(alice, "alice", "pub/a3", "1234"), KindNone)
+	h.checkUsage("after per-principal content changes")
+}
+
+// The last part of each cell-wide quota is the admin's: every other
+// principal is refused at the quota less the reserve, the admin goes on
+// up to the quota, and deletes and shrinking writes work for everyone.
+func TestQuotaAdminReserve(t *testing.T) {
+	h := newFSMT(t)
+	root, alice := h.sessionOf("root"), h.sessionOf("alice")
+	q := &Quota{Nodes: 8, NodesAdminReserve: 2, ContentBytes: 30, ContentBytesAdminReserve: 6}
+	h.pub(root, q) // three nodes, 10 bytes
+	mk := func(s uint64, who, rel, contents string) *Result {
+		return h.aclDo(s, who, Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: fsmtRWC, Quota: q, Contents: []byte(contents)}})
+	}
+	r := mk(alice, "alice", "pub/a1", "1234567890")
+	aclWant(t, "alice's first", r, KindNone)
+	a1 := r.Handle
+	aclWant(t, "alice's second", mk(alice, "alice", "pub/a2", "1234"), KindNone)
+	// 24 bytes: the others' part of 30 is full.
+	wantQuota(t, "alice's one byte more", h.aclDo(alice, "alice", Command{Payload: &SetContentsArgs{Handle: a1, Contents: []byte("12345678901"), Quota: q}}),
+		"limit of 30 less the 6 kept for the admin")
+	aclWant(t, "alice's third node, empty", mk(alice, "alice", "pub/a3", ""), KindNone)
+	// 6 nodes: the others' part of 8 is full.
+	wantQuota(t, "alice's fourth node", mk(alice, "alice", "pub/a4", ""), "the limit is 8 of which the last 2 are kept for the admin")
+	if h.exists("pub/a4") {
+		t.Fatal("a refused create left a node")
+	}
+	// The admin writes a 2-byte ACL file and fills the rest.
+	fix := mk(root, "root", "acl/fix", "x\n")
+	aclWant(t, "the admin's ACL file", fix, KindNone)
+	rr := mk(root, "root", "pub/r", "1234")
+	aclWant(t, "the admin's last node and bytes", rr, KindNone)
+	wantQuota(t, "the admin past the quota: nodes", mk(root, "root", "pub/r2", ""), "the limit is 8")
+	wantQuota(t, "the admin past the quota: bytes", h.aclDo(root, "root", Command{Payload: &SetContentsArgs{Handle: rr.Handle, Contents: []byte("12345"), Quota: q}}),
+		"limit of 30")
+	if u := h.f.Usage(); u.Nodes != 8 || u.ContentBytes != 30 {
+		t.Fatalf("usage %+v, want 8 nodes and 30 bytes", u)
+	}
+	// Shrinking and deleting work for everyone in a full cell.
+	aclWant(t, "alice shrinks", h.aclDo(alice, "alice", Command{Payload: &SetContentsArgs{Handle: a1, Contents: []byte("1"), Quota: q}}), KindNone)
+	aclWant(t, "alice deletes", h.aclDo(alice, "alice", Command{Payload: &DeleteArgs{Handle: a1}}), KindNone)
+	// 7 nodes and 21 bytes: still in the admin's part, until the admin
+	// deletes its own; then the freed room is the others' again.
+	wantQuota(t, "alice in the admin's part", mk(alice, "alice", "pub/a5", ""), "kept for the admin")
+	aclWant(t, "the admin deletes a file", h.aclDo(root, "root", Command{Payload: &DeleteArgs{Handle: rr.Handle}}), KindNone)
+	aclWant(t, "the admin deletes its ACL file", h.aclDo(root, "root", Command{Payload: &DeleteArgs{Handle: fix.Handle}}), KindNone)
+	aclWant(t, "alice after the admin's delete", mk(alice, "alice", "pub/a5", "12345"), KindNone)
+	wantQuota(t, "alice into the reserve again", mk(alice, "alice", "pub/a6", ""), "kept for the admin")
+	h.checkUsage("after the reserve")
+}
+
+// rapidQuotaPrincipals create and write in pub; root is the admin.
+var rapidQuotaPrincipals = []string{"root", "alice", "bob"}
+
+// TestQuotaDecisionsMatchRecount drives random creates (ephemeral ones
+// too), growing and shrinking writes by the creator or another, deletes,
+// closes and session ends by three principals under random quotas, and
+// checks after every command that the running counts (cell-wide and per
+// creator, nodes and bytes) equal a recount from the nodes, and that each
+// quota decision is the one a recount made before the command gives:
+// nothing passes a quota, nothing that fits is refused. A restored
+// snapshot counts the same.
+func TestQuotaDecisionsMatchRecount(t *testing.T) {
+	refusals := 0
+	var byReason [quotaReasons]uint64
+	rapid.Check(t, func(rt *rapid.T) {
+		h := newFSMT(t)
+		sess := map[string]uint64{}
+		for _, p := range rapidQuotaPrincipals {
+			sess[p] = h.sessionOf(p)
+		}
+		h.pub(sess["root"], nil)
+		q := &Quota{
+			Nodes: rapid.Int64Range(0, 20).Draw(rt, "nodes"), NodesAdminReserve: rapid.Int64Range(0, 3).Draw(rt, "nodesReserve"),
+			ContentBytes: rapid.Int64Range(0, 80).Draw(rt, "bytes"), ContentBytesAdminReserve: rapid.Int64Range(0, 8).Draw(rt, "bytesReserve"),
+			NodesPerPrincipal: rapid.Int64Range(0, 5).Draw(rt, "nodesPer"), ContentBytesPerPrincipal: rapid.Int64Range(0, 20).Draw(rt, "bytesPer"),
+		}
+		names := []string{"f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7"}
+		// reference says whether adding nodes and grow bytes charged to
+		// owner fits q for who, from a recount of the nodes.
+		reference := func(who, owner string, nodes, grow int64) bool {
+			h.f.mu.RLock()
+			u, count := usageOf(h.f.nodes, h.f.Root()), h.f.nodeCount()
+			h.f.mu.RUnlock()
+			admin := who == "root"
+			nodeLimit, byteLimit := q.Nodes, q.ContentBytes
+			if !admin {
+				nodeLimit -= q.NodesAdminReserve
+				byteLimit -= q.ContentBytesAdminReserve
+			}
+			switch {
+			case nodes > 0 && q.Nodes > 0 && count+nodes > nodeLimit,
+				nodes > 0 && q.NodesPerPrincipal > 0 && !admin && u.byCreator[who].nodes+nodes > q.NodesPerPrincipal,
+				grow > 0 && q.ContentBytes > 0 && u.bytes+grow > byteLimit,
+				grow > 0 && q.ContentBytesPerPrincipal > 0 && !admin && u.byCreator[owner].bytes+grow > q.ContentBytesPerPrincipal:
+				return false
+			}
+			return true
+		}
+		judge := func(what string, fits bool, r *Result) {
+			switch {
+			case r.Err != nil && r.Err.Kind == KindQuotaExceeded:
+				refusals++
+				if fits {
+					rt.Fatalf("%s: refused (%s), but a recount says it fits %+v", what, r.Err.Msg, *q)
+				}
+			case r.Err == nil && !fits:
+				rt.Fatalf("%s: succeeded, but a recount says it passes %+v", what, *q)
+			}
+		}
+		contents := func() []byte { return []byte(strings.Repeat("x", rapid.IntRange(0, 12).Draw(rt, "len"))) }
+		steps := rapid.IntRange(10, 80).Draw(rt, "steps")
+		for i := range steps {
+			who := rapid.SampledFrom(rapidQuotaPrincipals).Draw(rt, "who")
+			rel := "pub/" + rapid.SampledFrom(names).Draw(rt, "name")
+			var what string
+			switch op := rapid.IntRange(0, 4).Draw(rt, "op"); op {
+			case 0: // create (or open what exists, which makes nothing)
+				flags := fsmtRWC
+				if rapid.Bool().Draw(rt, "ephemeral") {
+					flags |= FlagEphemeral
+				}
+				c := contents()
+				what = fmt.Sprintf("%s creates %s with %d bytes", who, rel, len(c))
+				nodes, grow := int64(1), int64(len(c))
+				if h.exists(rel) {
+					nodes, grow = 0, 0
+				}
+				judge(what, reference(who, who, nodes, grow), h.aclDo(sess[who], who, Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: flags, Quota: q, Contents: c}}))
+			case 1: // write through a new handle
+				if !h.exists(rel) {
+					continue
+				}
+				r := h.aclDo(sess[who], who, Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: fsmtRW}})
+				if r.Err != nil {
+					rt.Fatalf("%s opens %s: %v", who, rel, r.Err)
+				}
+				n := h.node(rel)
+				c := contents()
+				what = fmt.Sprintf("%s writes %d bytes into %s (%d bytes, %s's)", who, len(c), rel, len(n.Contents), n.Creator)
+				fits := reference(who, n.Creator, 0, int64(len(c)-len(n.Contents)))
+				judge(what, fits, h.aclDo(sess[who], who, Command{Payload: &SetContentsArgs{Handle: r.Handle, Contents: c, Quota: q, Path: fsmtPath(rel)}}))
+			case 2: // delete
+				if !h.exists(rel) {
+					continue
+				}
+				r := h.aclDo(sess[who], who, Command{Payload: &OpenArgs{Path: fsmtPath(rel), Flags: fsmtRW}})
+				if r.Err != nil {
+					rt.Fatalf("%s opens %s: %v", who, rel, r.Err)
+				}
+				what = who + " deletes " + rel
+				aclWant(t, what, h.aclDo(sess[who], who, Command{Payload: &DeleteArgs{Handle: r.Handle}}), KindNone)
+			case 3: // close a handle: the last of an ephemeral file removes it
+				h.f.mu.RLock()
+				var open []uint64
+				for id := range h.f.sessions[sess[who]].handles {
+					open = append(open, id)
+				}
+				h.f.mu.RUnlock()
+				if len(open) == 0 {
+					continue
+				}
+				slices.Sort(open)
+				id := rapid.SampledFrom(open).Draw(rt, "handle")
+				what = fmt.Sprintf("%s closes handle %d", who, id)
+				wantOK(t, what, h.closeH(sess[who], id))
+			case 4: // the session ends: its ephemeral files go
+				what = who + "'s session ends"
+				wantOK(t, what, h.raw(Command{Session: sess[who], Payload: &CloseSessionArgs{Expired: rapid.Bool().Draw(rt, "expired")}}))
+				sess[who] = h.sessionOf(who)
+			}
+			h.checkUsage(fmt.Sprintf("step %d: %s", i, what))
+		}
+		f2, err := fsmtRestore(t, fsmtCell, h.snapshot())
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for r, n := range h.f.QuotaStats("").Refusals {
+			byReason[r] += n
+		}
+		h2 := h.clone(f2)
+		h2.checkUsage("restored")
+		for _, p := range rapidQuotaPrincipals {
+			if a, b := h.f.PrincipalContentBytes(p), f2.PrincipalContentBytes(p); a != b {
+				rt.Fatalf("%s: %d bytes, restored %d", p, a, b)
+			}
+		}
+	})
+	t.Logf("%d refusals; by quota %v", refusals, byReason)
+	for r, n := range byReason {
+		if n == 0 {
+			t.Errorf("no command met the %s quota: the workload tests too little", QuotaReason(r))
+		}
+	}
 }

@@ -118,6 +118,7 @@ func raftTimings(c *cli.Context) replica.Timings {
 // table of them is checked against these flags.
 func limitFlags() []cli.Flag {
 	d, sd := cell.DefaultConnLimits, cell.DefaultSessionLimits
+	reserveNodes, reserveBytes := sd.Reserves()
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
 		&cli.IntFlag{Name: "max-streams-per-conn", Value: d.MaxStreamsPerConn, Usage: "calls in flight on one client connection (parked KeepAlives and kept streams included)"},
@@ -138,6 +139,11 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-nodes", Value: sd.Nodes, Usage: "files and directories in the cell, ephemeral ones included (the admin too)"},
 		&cli.GenericFlag{Name: "max-content-bytes", Value: newByteSize(sd.ContentBytes), Usage: "bytes of all files' contents in the cell together (the admin too), e.g. 512MiB; keep it plus about 200 bytes a node under 1GiB, the largest snapshot"},
 		&cli.IntFlag{Name: "max-nodes-per-principal", Value: sd.NodesPerPrincipal, Usage: "existing files and directories one principal created (the admin is exempt)"},
+		// The per-principal content share and the admin's reserves;
+		// a reserve left unset is derived from its quota.
+		&cli.GenericFlag{Name: "max-content-bytes-per-principal", Value: newByteSize(sd.ContentBytesPerPrincipal), Usage: "bytes of contents of the files one principal created, whoever writes them (the admin is exempt), e.g. 64MiB"},
+		&cli.IntFlag{Name: "admin-reserve-nodes", Value: reserveNodes, Usage: "the last nodes of --max-nodes, which only the admin may create (default: a hundredth of --max-nodes, at least 100, at most a tenth)"},
+		&cli.GenericFlag{Name: "admin-reserve-content-bytes", Value: newByteSize(reserveBytes), Usage: "the last bytes of --max-content-bytes, which only the admin may fill, e.g. to repair ACL files (default: a 128th of --max-content-bytes, at least 1MiB, at most a tenth)"},
 	}
 }
 
@@ -151,9 +157,22 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 	if b, ok := c.Generic("max-content-bytes").(*byteSize); ok {
 		content = int64(*b)
 	}
-	return cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
+	l := cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
 		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
 		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal")}
+	// The per-principal content share, and the admin's reserves: only a
+	// reserve set (here or in --config) is passed on, one left unset
+	// follows the quota it is part of.
+	if b, ok := c.Generic("max-content-bytes-per-principal").(*byteSize); ok {
+		l.ContentBytesPerPrincipal = int64(*b)
+	}
+	if c.IsSet("admin-reserve-nodes") {
+		l.NodesAdminReserve = c.Int("admin-reserve-nodes")
+	}
+	if b, ok := c.Generic("admin-reserve-content-bytes").(*byteSize); ok && c.IsSet("admin-reserve-content-bytes") {
+		l.ContentBytesAdminReserve = int64(*b)
+	}
+	return l
 }
 
 func limits(c *cli.Context) cell.ConnLimits {

@@ -14,17 +14,50 @@ import (
 )
 
 // The quota flags reach the master's limits; left out, they are the
-// defaults.
+// defaults, and the admin's reserves are left to follow their quotas.
 func TestServeQuotaFlags(t *testing.T) {
 	d := cell.DefaultSessionLimits
 	got := serveConfigOf(t).SessionLimits
-	if got.Nodes != d.Nodes || got.ContentBytes != d.ContentBytes || got.NodesPerPrincipal != d.NodesPerPrincipal {
-		t.Errorf("default quotas %+v, want %+v", got, d)
+	if got.Nodes != d.Nodes || got.ContentBytes != d.ContentBytes || got.NodesPerPrincipal != d.NodesPerPrincipal ||
+		got.ContentBytesPerPrincipal != d.ContentBytesPerPrincipal || got.NodesAdminReserve != 0 || got.ContentBytesAdminReserve != 0 {
+		t.Errorf("default quotas %+v, want %+v with reserves derived", got, d)
 	}
-	got = serveConfigOf(t, "--max-nodes", "7", "--max-content-bytes", "3MiB", "--max-nodes-per-principal", "5").SessionLimits
-	if got.Nodes != 7 || got.ContentBytes != 3<<20 || got.NodesPerPrincipal != 5 {
-		t.Errorf("quotas %+v, want 7 nodes, 3 MiB, 5 per principal", got)
+	// A quota set alone takes its reserve along.
+	got = serveConfigOf(t, "--max-nodes", "7", "--max-content-bytes", "3MiB", "--max-nodes-per-principal", "5",
+		"--max-content-bytes-per-principal", "1MiB").SessionLimits
+	if got.Nodes != 7 || got.ContentBytes != 3<<20 || got.NodesPerPrincipal != 5 || got.ContentBytesPerPrincipal != 1<<20 {
+		t.Errorf("quotas %+v, want 7 nodes, 3 MiB, 5 and 1 MiB per principal", got)
 	}
+	if n, b := got.Reserves(); n != 0 || b != 3<<20/10 {
+		t.Errorf("derived reserves %d nodes, %d bytes; want 0 and a tenth of 3 MiB", n, b)
+	}
+	got = serveConfigOf(t, "--admin-reserve-nodes", "50", "--admin-reserve-content-bytes", "2MiB").SessionLimits
+	if got.NodesAdminReserve != 50 || got.ContentBytesAdminReserve != 2<<20 {
+		t.Errorf("reserves %+v, want 50 nodes and 2 MiB", got)
+	}
+	// In a config file, as on the command line.
+	got = configSessionLimits(t, "admin-reserve-content-bytes: 3MiB\nmax-content-bytes-per-principal: 8MiB\n")
+	if got.ContentBytesAdminReserve != 3<<20 || got.ContentBytesPerPrincipal != 8<<20 {
+		t.Errorf("from a config file: %+v", got)
+	}
+	// A reserve that leaves the others nothing is refused, naming it.
+	_, err := serveConfigFrom(t, "--id", "1", "--data", t.TempDir(), "--peers", "1=127.0.0.1:1/127.0.0.1:2", "--insecure",
+		"--max-content-bytes", "1MiB", "--admin-reserve-content-bytes", "1MiB")
+	if err == nil || !strings.Contains(err.Error(), "reserve of content bytes") {
+		t.Errorf("a reserve as large as its quota: %v", err)
+	}
+}
+
+// configSessionLimits are the master's limits serve takes from a config
+// file holding yaml after the identity settings.
+func configSessionLimits(t *testing.T, yaml string) cell.SessionLimits {
+	t.Helper()
+	path := writeFile(t, "id: \"1\"\ndata: "+t.TempDir()+"\npeers: [1=127.0.0.1:1/127.0.0.1:2]\ninsecure: true\n"+yaml)
+	got, err := serveConfigFrom(t, "--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.SessionLimits
 }
 
 // A `lockcelld serve` process enforces the quotas its flags set, each with
@@ -36,7 +69,8 @@ func TestServeQuotaProcess(t *testing.T) {
 	bin := fixtures.BuildLockcelld(t)
 	set := fixtures.TestCerts(t, "alice")
 	pc := fixtures.NewProcCellWith(t, bin, "quota", 1, 4*time.Second, fixtures.ProcOptions{TLS: set,
-		ExtraArgs: []string{"--max-nodes", "6", "--max-content-bytes", "1KiB", "--max-nodes-per-principal", "1"}})
+		ExtraArgs: []string{"--max-nodes", "6", "--max-content-bytes", "1KiB", "--max-nodes-per-principal", "1",
+			"--max-content-bytes-per-principal", "100"}})
 	pc.MasterIndex(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -76,17 +110,20 @@ func TestServeQuotaProcess(t *testing.T) {
 	if _, err := pub.SetACL(ctx, client.ACL{Write: "all"}); err != nil {
 		t.Fatal(err)
 	}
-	must(open(alice, "pub/a1", rwc)).Close()
+	_, err = open(alice, "pub/a1", rwc, client.WithContents(bytes.Repeat([]byte("a"), 101)))
+	quotaErr("alice's 101 bytes", err, "limit of 100 per principal")
+	must(open(alice, "pub/a1", rwc, client.WithContents(bytes.Repeat([]byte("a"), 100)))).Close()
 	_, err = open(alice, "pub/a2", rwc)
 	quotaErr("alice's second node", err, "limit is 1")
-	// 6 bytes of acl/all and 1018 here make the 1 KiB.
-	big := must(open(admin, "pub/big", rwc, client.WithContents(bytes.Repeat([]byte("b"), 1018))))
-	quotaErr("one byte more", big.SetContents(ctx, bytes.Repeat([]byte("b"), 1019)), "limit of 1024")
+	// 6 bytes of acl/all, alice's 100 and 918 here make the 1 KiB, the
+	// last 102 of which only the admin may fill.
+	big := must(open(admin, "pub/big", rwc, client.WithContents(bytes.Repeat([]byte("b"), 918))))
+	quotaErr("one byte more", big.SetContents(ctx, bytes.Repeat([]byte("b"), 919)), "limit of 1024")
 	must(open(admin, "pub/sixth", rwc)).Close()
 	_, err = open(admin, "pub/seventh", rwc)
 	quotaErr("the seventh node", err, "limit is 6")
 	// Full on all three quotas, the cell still reads and deletes.
-	if data, _, err := big.GetContentsAndStat(ctx); err != nil || len(data) != 1018 {
+	if data, _, err := big.GetContentsAndStat(ctx); err != nil || len(data) != 918 {
 		t.Fatalf("read of a full cell: %d bytes, %v", len(data), err)
 	}
 	if err := big.Delete(ctx); err != nil {
