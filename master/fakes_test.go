@@ -148,6 +148,20 @@ func (f *fakeSessions) ackAll(session uint64) {
 	}
 }
 
+// ackEverySession acknowledges every event queued for every session at
+// one instant, under one lock.
+func (f *fakeSessions) ackEverySession() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.leases {
+		if n := len(l.events); n > 0 {
+			l.acked = l.events[n-1].Seq
+			l.events = nil
+			l.signalAckLocked()
+		}
+	}
+}
+
 // ignore records that session was sent its queued events on a reply and
 // then kept calling without acknowledging them.
 func (f *fakeSessions) ignore(session uint64) {

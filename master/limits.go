@@ -39,11 +39,21 @@ type Limits struct {
 	// The admin is exempt (it builds and repairs the tree); its nodes
 	// count towards Nodes.
 	NodesPerPrincipal int
+	// CacheRegistrationsPerPrincipal caps the cacher registrations of one
+	// principal's sessions together: one per session and name it may
+	// have cached (a directory for every absence cached in it), held by
+	// the master until the name is invalidated or the session ends. A
+	// read past it is answered uncacheable. The admin is held to it.
+	CacheRegistrationsPerPrincipal int
+	// CacheRegistrations caps the cacher registrations of the cell's
+	// sessions together, as CacheRegistrationsPerPrincipal.
+	CacheRegistrations int
 }
 
 // DefaultLimits are the limits of a cell that sets none.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
-	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000}
+	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
+	CacheRegistrationsPerPrincipal: 100000, CacheRegistrations: 1000000}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -69,6 +79,12 @@ func (l *Limits) setDefaults() {
 	}
 	if l.NodesPerPrincipal <= 0 {
 		l.NodesPerPrincipal = DefaultLimits.NodesPerPrincipal
+	}
+	if l.CacheRegistrationsPerPrincipal <= 0 {
+		l.CacheRegistrationsPerPrincipal = DefaultLimits.CacheRegistrationsPerPrincipal
+	}
+	if l.CacheRegistrations <= 0 {
+		l.CacheRegistrations = DefaultLimits.CacheRegistrations
 	}
 }
 
