@@ -222,7 +222,7 @@ func TestInvalidatorHonestCachersAreNotCharged(t *testing.T) {
 func TestInvalidatorRegistrationCapsAreExactUnderConcurrency(t *testing.T) {
 	for _, tc := range []struct {
 		total, perPrincipal int
-		wantEach           func(total, each int) bool
+		wantEach            func(total, each int) bool
 	}{
 		{total: 1000, perPrincipal: 30, wantEach: func(total, each int) bool { return each == 30 }},
 		{total: 100, perPrincipal: 30, wantEach: func(total, each int) bool { return each <= 30 && total == 100 }},
