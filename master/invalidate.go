@@ -134,7 +134,7 @@ type invalidator struct {
 	// maxRegs and maxRegsPerPrincipal cap the registrations (the
 	// Limits of the same names); set before serving.
 	maxRegs, maxRegsPerPrincipal int
-	cachers                      map[string]map[uint64]bool // name -> sessions that may have cached it
+	cachers                      map[string]*nameCachers    // name -> the sessions that may have cached it
 	busy                         map[string]int             // names with a change in flight (uncacheable)
 	inflight                     map[string][]*pendingInval // invalidations sent for busy names
 	bySess                       map[uint64]*cacher         // each registered session's standing
@@ -171,6 +171,15 @@ type cacher struct {
 	// lastInval is the sequence of the newest invalidation queued for the
 	// session: until it is acknowledged, the session caches nothing more.
 	lastInval uint64
+}
+
+// nameCachers are the sessions that may have cached a name. It holds the
+// name's one copy, which every cacher's names share: each read's name is a
+// string of its own, and a registration should cost the master its map
+// entries, not the name again.
+type nameCachers struct {
+	name     string
+	sessions map[uint64]bool
 }
 
 // holdAccount is a principal's account of the time writes waited on its
@@ -227,7 +236,7 @@ func (inv *invalidator) limit(total, perPrincipal int) {
 func (inv *invalidator) reset() {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	inv.cachers = map[string]map[uint64]bool{}
+	inv.cachers = map[string]*nameCachers{}
 	inv.bySess = map[uint64]*cacher{}
 	inv.barred = map[string]time.Time{}
 	inv.accounts, inv.sweepAt = map[string]*holdAccount{}, 64
@@ -261,7 +270,7 @@ func (inv *invalidator) register(session uint64, principal, name string) bool {
 		delete(inv.barred, principal)
 	}
 	set := inv.cachers[name]
-	if set[session] {
+	if set != nil && set.sessions[session] {
 		return true // registered already: nothing more is held
 	}
 	// The caps, checked and taken here under mu: exact however many
@@ -271,10 +280,10 @@ func (inv *invalidator) register(session uint64, principal, name string) bool {
 		return false
 	}
 	if set == nil {
-		set = map[uint64]bool{}
+		set = &nameCachers{name: name, sessions: map[uint64]bool{}}
 		inv.cachers[name] = set
 	}
-	set[session] = true
+	set.sessions[session] = true
 	if cs == nil {
 		cs = &cacher{principal: principal}
 		inv.bySess[session] = cs
@@ -282,7 +291,7 @@ func (inv *invalidator) register(session uint64, principal, name string) bool {
 	if cs.names == nil {
 		cs.names = map[string]bool{}
 	}
-	cs.names[name] = true
+	cs.names[set.name] = true // the name's one copy, however many sessions cache it
 	inv.regs++
 	inv.regsPeak = max(inv.regsPeak, inv.regs)
 	inv.byPrincipal[cs.principal]++
@@ -308,8 +317,8 @@ func (inv *invalidator) forget(session uint64) {
 	}
 	for name := range cs.names {
 		if set := inv.cachers[name]; set != nil {
-			delete(set, session)
-			if len(set) == 0 {
+			delete(set.sessions, session)
+			if len(set.sessions) == 0 {
 				delete(inv.cachers, name)
 			}
 		}
@@ -351,7 +360,11 @@ func (inv *invalidator) invalidate(ctx context.Context, stop <-chan struct{}, na
 		// sent are not acknowledged yet: this change waits for them too,
 		// or it could complete while a cache still holds the old data.
 		waits = append(waits, inv.inflight[name]...)
-		for session := range inv.cachers[name] {
+		var cachers map[uint64]bool
+		if set := inv.cachers[name]; set != nil {
+			cachers = set.sessions
+		}
+		for session := range cachers {
 			cs := inv.bySess[session]
 			if cs != nil {
 				delete(cs.names, name)
