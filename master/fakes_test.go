@@ -88,7 +88,9 @@ func (c *fakeClock) armed() int {
 }
 
 // fakeSessions is the sessions part as the invalidator sees it: leases
-// the test creates, acknowledges, extends and ends by hand.
+// the test creates, acknowledges, extends and ends by hand. Every session
+// it holds counts as heard on a KeepAlive (the real rule is tested on the
+// real sessions part).
 type fakeSessions struct {
 	mu     sync.Mutex
 	seq    uint64

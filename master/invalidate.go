@@ -193,8 +193,9 @@ type holdAccount struct {
 // sessionLink is what the invalidator needs of the sessions part. Each
 // method takes the sessions part's lock itself.
 type sessionLink interface {
-	// cacheable reports whether session holds a live lease and has
-	// acknowledged every event up to seq.
+	// cacheable reports whether session holds a live lease, has been
+	// heard on a KeepAlive by this master, and has acknowledged every
+	// event up to seq.
 	cacheable(session, seq uint64) bool
 	// queueInvalidation queues an Invalidate event for name on session's
 	// next KeepAlive reply, waking a parked one. It returns the session's
