@@ -65,6 +65,10 @@ func newMetrics(s *Server) *metrics {
 		gauge("lockcell_lease_seconds", "The session lease each KeepAlive grants now: the configured lease, longer under load (--max-lease).", func() float64 {
 			return s.master.Stats().LeaseGranted.Seconds()
 		}),
+		gauge("lockcell_cache_registrations", "Cacher registrations this replica's master holds (a session and a name it may have cached; --max-cache-registrations).",
+			func() float64 { return float64(s.master.InvalidationStats().Registrations) }),
+		gauge("lockcell_cache_registrations_peak", "The most cacher registrations this replica's master held at once.",
+			func() float64 { return float64(s.master.InvalidationStats().RegistrationsPeak) }),
 		gauge("lockcell_ready", "1 while /readyz answers 200: a member of the cell with a master it can reach.", func() float64 {
 			if ok, _ := s.readiness(); ok {
 				return 1
@@ -93,6 +97,15 @@ func newMetrics(s *Server) *metrics {
 		counter("lockcell_audit_denials_not_logged_total",
 			"Permission denials the audit stream did not get because their principal was over its ration of denial lines.",
 			func() float64 { return float64(s.master.AuditSuppressed()) }),
+		counter("lockcell_cache_registrations_refused_total",
+			"Reads answered uncacheable because a cap on cacher registrations (per principal or for the process) was reached.",
+			func() float64 { return float64(s.master.InvalidationStats().RegistrationsRefused) }),
+		counter("lockcell_cache_bars_total",
+			"Principals barred from caching: their cachers held writes past the grace for their whole budget, or ignored a delivered invalidation.",
+			func() float64 { return float64(s.master.InvalidationStats().Bars) }),
+		counter("lockcell_cache_hold_seconds_total",
+			"Time writes waited on cachers past the grace for their acknowledgement, charged to their principals, added up.",
+			func() float64 { return s.master.InvalidationStats().HoldCharged.Seconds() }),
 		counter("lockcell_events_dropped_total", "Handle events dropped because a session's queue of unacknowledged events was full.",
 			func() float64 { return float64(s.master.InvalidationStats().EventsDropped) }),
 		// Group commit: commands per entry is what batching saves in log

@@ -67,6 +67,15 @@ func newRawSession(t *testing.T, ctx context.Context, mux *fixtures.WireMux) *ra
 	return r
 }
 
+// heard sends one prompt KeepAlive, acknowledging nothing, so that the
+// master has heard from the session: it registers no cacher before.
+func (r *rawSession) heard(ctx context.Context) {
+	r.t.Helper()
+	if st := r.call(ctx, wire.MethodKeepAlive, &wire.KeepAliveRequest{Prompt: true}, &wire.KeepAliveResponse{}); st.Code != wire.CodeOK {
+		r.t.Fatalf("KeepAlive: %+v", st)
+	}
+}
+
 // call runs one call and returns its status (the response is decoded
 // into resp when the call succeeded).
 func (r *rawSession) call(ctx context.Context, m wire.Method, req, resp any) wire.Status {
@@ -121,6 +130,7 @@ func TestNonAckingCacherHoldsAWriteAtMostOneLease(t *testing.T) {
 	// mallory caches the file, then keeps her session alive without ever
 	// acknowledging anything.
 	mal := dialRawSession(t, ctx, c.Addrs()[m], set.ClientTLS(t, "mallory"))
+	mal.heard(ctx)
 	var open wire.OpenResponse
 	if st := mal.call(ctx, wire.MethodOpen, &wire.OpenRequest{Path: name, Flags: wire.OpenRead, Cache: true}, &open); st.Code != wire.CodeOK {
 		t.Fatalf("mallory's open: %+v", st)
@@ -177,6 +187,7 @@ func TestNonAckingCacherHoldsAWriteAtMostOneLease(t *testing.T) {
 		t.Fatal("a session with an unacknowledged invalidation was registered as a cacher again")
 	}
 	fresh := dialRawSession(t, ctx, c.Addrs()[m], set.ClientTLS(t, "mallory"))
+	fresh.heard(ctx) // so only the bar can make its reads uncacheable
 	var open2 wire.OpenResponse
 	if st := fresh.call(ctx, wire.MethodOpen, &wire.OpenRequest{Path: name, Flags: wire.OpenRead, Cache: true}, &open2); st.Code != wire.CodeOK {
 		t.Fatalf("mallory's second session's open: %+v", st)

@@ -88,7 +88,9 @@ func (c *fakeClock) armed() int {
 }
 
 // fakeSessions is the sessions part as the invalidator sees it: leases
-// the test creates, acknowledges, extends and ends by hand.
+// the test creates, acknowledges, extends and ends by hand. Every session
+// it holds counts as heard on a KeepAlive (the real rule is tested on the
+// real sessions part).
 type fakeSessions struct {
 	mu     sync.Mutex
 	seq    uint64
@@ -145,6 +147,20 @@ func (f *fakeSessions) ackAll(session uint64) {
 		l.acked = l.events[n-1].Seq
 		l.events = nil
 		l.signalAckLocked()
+	}
+}
+
+// ackEverySession acknowledges every event queued for every session at
+// one instant, under one lock.
+func (f *fakeSessions) ackEverySession() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.leases {
+		if n := len(l.events); n > 0 {
+			l.acked = l.events[n-1].Seq
+			l.events = nil
+			l.signalAckLocked()
+		}
 	}
 }
 

@@ -30,27 +30,92 @@ import (
 // cache (jeopardy). A write therefore waits at most one lease for any
 // cacher, however it behaves.
 //
-// Two rules keep a cacher that never acknowledges from stalling the next
-// write too: a session with an unacknowledged invalidation is registered
-// for nothing more (its reads are answered uncacheable, as Chubby treats a
-// node with invalidations outstanding), and a principal (other than the
-// admin) whose live session let an invalidation's lease run out while it
-// kept sending KeepAlives that ignored the delivered event may cache
-// nothing for cachePenaltyLeases leases. A client that lost the reply
-// carrying an event gets it again at once on its next KeepAlive, so only
-// a client that ignores events, or never hears the master's replies, is
-// barred; barring only turns its caching off.
+// Three rules keep cachers that do not acknowledge from stalling writes
+// again and again, whatever number of sessions their principal makes:
+//
+//   - A session caches nothing until one of its KeepAlives has reached
+//     this master (sessions.cacheable): its reads are answered
+//     uncacheable, so a session never heard from holds no write at all.
+//     The master reaches a session only through KeepAlive replies; a
+//     session that never calls cannot hear an invalidation, and would
+//     hold every write of what it cached for the whole lease its
+//     CreateSession granted. Cutting that wait short instead is not safe:
+//     a client trusts its cache until its local lease ends, and an honest
+//     client paused (SIGSTOP, a long garbage collection) right after a
+//     cached read resumes with that lease still running, so a write that
+//     went ahead sooner could complete while the cache still serves the
+//     old data. A short first lease would bound the wait by construction
+//     too, but a client whose first KeepAlive is slow (a loaded master)
+//     would fall into jeopardy or lose its session; and registering only
+//     sessions with a KeepAlive parked right now would refuse honest
+//     clients in every gap between a reply and their next call, and buy
+//     nothing more: a session heard once and then silent is held to the
+//     account below. Refusing the registration costs an honest client one
+//     uncached read at most, in the moment between creating its session
+//     and its first KeepAlive's arrival (the client library sends it at
+//     once).
+//   - A session with an unacknowledged invalidation is registered for
+//     nothing more (its reads are answered uncacheable, as Chubby treats
+//     a node with invalidations outstanding), so it holds at most one
+//     write per name it had cached.
+//   - Each principal but the admin has a hold account (holdAccount): the
+//     time writes waited on its cachers past cacheGrace (an honest
+//     acknowledgement's round trip) since each invalidation was queued,
+//     whatever the reason (the cacher was silent, ignored the event,
+//     crashed, or was cut off). The account drains by its budget, half a
+//     lease, every cachePenaltyLeases leases, so what counts is about the
+//     last ten leases. When it reaches the budget the principal may cache
+//     nothing for cachePenaltyLeases leases (and the account starts
+//     afresh); so does a principal whose live session let an
+//     invalidation's lease run out while its KeepAlives ignored the
+//     delivered event. Barring only turns caching off: the holds already
+//     under way still run out (see above why they must), but no cacher
+//     registered later holds anything. A name is busy while a write of it
+//     waits, so its cachers' holds follow one another, and the one that
+//     crosses the budget is charged before the name is free again: the
+//     writes of a name wait on one principal's cachers past the grace for
+//     at most the budget plus that last hold, which is at most one lease
+//     (the longest a KeepAlive grants, when leases lengthen); one lease in
+//     all when, as in the attack this answers, each hold is a whole lease. A wait within the grace is free: a cacher can cost
+//     each write at most the grace without being charged, as an honest
+//     slow one does. The admin is never barred: it may change any node
+//     anyway, and without TLS everyone is the admin.
+//
+// A cacher registration is memory the client makes the master hold: one
+// per session and name (a directory for all the absences cached in it).
+// Registrations are capped per principal and for the process
+// (Limits.CacheRegistrationsPerPrincipal, CacheRegistrations), checked
+// and taken in one step under invalidator.mu; a read over a cap is
+// answered uncacheable, never refused.
 
 // cachePenaltyLeases is how many leases a principal may cache nothing
-// after one of its sessions ignored an invalidation until its deadline.
+// after one of its sessions ignored an invalidation until its deadline,
+// or its cachers used up their hold budget.
 const cachePenaltyLeases = 10
+
+// cacheGrace is how long after an invalidation is queued its cacher's
+// acknowledgement costs its principal nothing: an honest client's round
+// trip, with room for a busy machine. A twentieth of a lease, within
+// 100..500 ms.
+func cacheGrace(lease time.Duration) time.Duration {
+	return min(max(lease/20, 100*time.Millisecond), 500*time.Millisecond)
+}
+
+// holdBudget is how much waiting past the grace a principal's cachers may
+// cost writes, within about cachePenaltyLeases leases, before it is
+// barred: half a lease, so that the hold which crosses it (at most a
+// lease) ends the stall at about one lease.
+func holdBudget(lease time.Duration) time.Duration { return lease / 2 }
+
+// holdLogEvery spaces the log lines about writes held past the grace.
+const holdLogEvery = time.Second
 
 // invalidator is the master's part that runs the protocol above: it
 // remembers the cachers of each name, the names with a change in flight,
-// the invalidations those changes wait for, and the principals barred
-// from caching. The events themselves travel in the sessions' queues,
-// which the sessions part (sessions.go) owns; the invalidator reaches them
-// through sessionLink.
+// the invalidations those changes wait for, the principals' hold
+// accounts and the principals barred from caching. The events themselves
+// travel in the sessions' queues, which the sessions part (sessions.go)
+// owns; the invalidator reaches them through sessionLink.
 //
 // Lock order: invalidator.mu, then the sessions' lock (inside
 // sessionLink), then the state's read lock. The invalidator calls
@@ -61,18 +126,41 @@ type invalidator struct {
 	sessions sessionLink
 	admin    string        // never barred (without TLS everyone is the admin)
 	penalty  time.Duration // how long a barred principal may cache nothing
+	grace    time.Duration // cacheGrace
+	budget   time.Duration // holdBudget
 	log      *slog.Logger
 
-	mu       sync.Mutex
-	cachers  map[string]map[uint64]bool // name -> sessions that may have cached it
-	busy     map[string]int             // names with a change in flight (uncacheable)
-	inflight map[string][]*pendingInval // invalidations sent for busy names
-	bySess   map[uint64]*cacher         // each registered session's standing
-	barred   map[string]time.Time       // principal -> may cache again from
-	sent     uint64
+	mu sync.Mutex
+	// maxRegs and maxRegsPerPrincipal cap the registrations (the
+	// Limits of the same names); set before serving.
+	maxRegs, maxRegsPerPrincipal int
+	cachers                      map[string]*nameCachers    // name -> the sessions that may have cached it
+	busy                         map[string]int             // names with a change in flight (uncacheable)
+	inflight                     map[string][]*pendingInval // invalidations sent for busy names
+	bySess                       map[uint64]*cacher         // each registered session's standing
+	barred                       map[string]time.Time       // principal -> may cache again from
+	accounts                     map[string]*holdAccount    // principal -> its hold account
+	sweepAt                      int                        // sweep the drained accounts when they are this many
+	// regs counts registrations (a session and a name), in all and by
+	// principal; regsPeak is the most there were, refused the reads
+	// answered uncacheable because a cap was reached.
+	regs        int
+	regsPeak    int
+	regsRefused uint64
+	byPrincipal map[string]int
+	sent        uint64
 	// late counts waits that ended at the cacher's deadline without its
 	// acknowledgement, once per invalidation.
 	late uint64
+	// bars counts principals barred; charged adds up the holds charged
+	// to accounts (the admin's too, though it has none).
+	bars    uint64
+	charged time.Duration
+	// The log line about holds is written at most every holdLogEvery:
+	// holdLogged is when it last was, holdUnlogged the holds not logged
+	// since.
+	holdLogged   time.Time
+	holdUnlogged uint64
 }
 
 // cacher is a session's standing with the invalidator.
@@ -85,11 +173,29 @@ type cacher struct {
 	lastInval uint64
 }
 
+// nameCachers are the sessions that may have cached a name. It holds the
+// name's one copy, which every cacher's names share: each read's name is a
+// string of its own, and a registration should cost the master its map
+// entries, not the name again.
+type nameCachers struct {
+	name     string
+	sessions map[uint64]bool
+}
+
+// holdAccount is a principal's account of the time writes waited on its
+// cachers past the grace (see the top of this file): level, as it stood
+// at at, drains by the budget every penalty.
+type holdAccount struct {
+	level time.Duration
+	at    time.Time
+}
+
 // sessionLink is what the invalidator needs of the sessions part. Each
 // method takes the sessions part's lock itself.
 type sessionLink interface {
-	// cacheable reports whether session holds a live lease and has
-	// acknowledged every event up to seq.
+	// cacheable reports whether session holds a live lease, has been
+	// heard on a KeepAlive by this master, and has acknowledged every
+	// event up to seq.
 	cacheable(session, seq uint64) bool
 	// queueInvalidation queues an Invalidate event for name on session's
 	// next KeepAlive reply, waking a parked one. It returns the session's
@@ -104,27 +210,46 @@ type sessionLink interface {
 }
 
 func newInvalidator(clock Clock, sessions sessionLink, admin string, leaseTTL time.Duration, log *slog.Logger) *invalidator {
-	inv := &invalidator{clock: clock, sessions: sessions, admin: admin, penalty: cachePenaltyLeases * leaseTTL, log: log,
+	inv := &invalidator{clock: clock, sessions: sessions, admin: admin, penalty: cachePenaltyLeases * leaseTTL,
+		grace: cacheGrace(leaseTTL), budget: holdBudget(leaseTTL), log: log,
+		maxRegs: DefaultLimits.CacheRegistrations, maxRegsPerPrincipal: DefaultLimits.CacheRegistrationsPerPrincipal,
 		busy: map[string]int{}, inflight: map[string][]*pendingInval{}}
 	inv.reset()
 	return inv
 }
 
-// reset forgets every cacher and bar (the master stopped serving; a new
-// term starts with every client's cache flushed by its fail-over event).
-// Changes in flight keep their busy marks until they release them.
+// limit sets the caps on registrations (zero or less: the default).
+func (inv *invalidator) limit(total, perPrincipal int) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if total > 0 {
+		inv.maxRegs = total
+	}
+	if perPrincipal > 0 {
+		inv.maxRegsPerPrincipal = perPrincipal
+	}
+}
+
+// reset forgets every cacher, account and bar (the master stopped
+// serving; a new term starts with every client's cache flushed by its
+// fail-over event). Changes in flight keep their busy marks until they
+// release them.
 func (inv *invalidator) reset() {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	inv.cachers = map[string]map[uint64]bool{}
+	inv.cachers = map[string]*nameCachers{}
 	inv.bySess = map[uint64]*cacher{}
 	inv.barred = map[string]time.Time{}
+	inv.accounts, inv.sweepAt = map[string]*holdAccount{}, 64
+	inv.byPrincipal = map[string]int{}
+	inv.regs = 0
 }
 
 // register records that session (of principal) may cache name, unless a
 // change of name is in flight, the session has an invalidation
-// outstanding or no live lease, or principal is barred from caching. It
-// reports whether the answer may be cached.
+// outstanding, no live lease or was never heard on a KeepAlive, principal
+// is barred from caching, or a cap on registrations is reached. It reports
+// whether the answer may be cached.
 func (inv *invalidator) register(session uint64, principal, name string) bool {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
@@ -146,11 +271,20 @@ func (inv *invalidator) register(session uint64, principal, name string) bool {
 		delete(inv.barred, principal)
 	}
 	set := inv.cachers[name]
+	if set != nil && set.sessions[session] {
+		return true // registered already: nothing more is held
+	}
+	// The caps, checked and taken here under mu: exact however many
+	// reads race for the last registration.
+	if inv.regs >= inv.maxRegs || inv.byPrincipal[principal] >= inv.maxRegsPerPrincipal {
+		inv.regsRefused++
+		return false
+	}
 	if set == nil {
-		set = map[uint64]bool{}
+		set = &nameCachers{name: name, sessions: map[uint64]bool{}}
 		inv.cachers[name] = set
 	}
-	set[session] = true
+	set.sessions[session] = true
 	if cs == nil {
 		cs = &cacher{principal: principal}
 		inv.bySess[session] = cs
@@ -158,8 +292,20 @@ func (inv *invalidator) register(session uint64, principal, name string) bool {
 	if cs.names == nil {
 		cs.names = map[string]bool{}
 	}
-	cs.names[name] = true
+	cs.names[set.name] = true // the name's one copy, however many sessions cache it
+	inv.regs++
+	inv.regsPeak = max(inv.regsPeak, inv.regs)
+	inv.byPrincipal[cs.principal]++
 	return true
+}
+
+// droppedLocked gives back the registration of one name by cs. inv.mu is
+// held.
+func (inv *invalidator) droppedLocked(cs *cacher) {
+	inv.regs--
+	if inv.byPrincipal[cs.principal]--; inv.byPrincipal[cs.principal] <= 0 {
+		delete(inv.byPrincipal, cs.principal)
+	}
 }
 
 // forget drops a session's registrations (it ended).
@@ -172,27 +318,32 @@ func (inv *invalidator) forget(session uint64) {
 	}
 	for name := range cs.names {
 		if set := inv.cachers[name]; set != nil {
-			delete(set, session)
-			if len(set) == 0 {
+			delete(set.sessions, session)
+			if len(set.sessions) == 0 {
 				delete(inv.cachers, name)
 			}
 		}
+		inv.droppedLocked(cs)
 	}
 	delete(inv.bySess, session)
 }
 
 // pendingInval is one invalidation a change waits for: event seq on the
-// session of lease l, due by deadline, the lease end l had when it was
-// queued. Changes share it: a later change of the name waits on the same
-// invalidation, and one invalidation run late is counted once however
-// many changes waited on it.
+// session of lease l, queued at queued for name, due by deadline, the
+// lease end l had when it was queued. Changes share it: a later change of
+// the name waits on the same invalidation, and one invalidation run late
+// is counted, and its hold charged, once however many changes waited on
+// it.
 type pendingInval struct {
 	l         *lease
 	session   uint64
 	principal string
+	name      string
 	seq       uint64
+	queued    time.Time
 	deadline  time.Time
-	counted   bool // counted as late (under invalidator.mu)
+	counted   bool          // counted as late (under invalidator.mu)
+	charged   time.Duration // hold past the grace charged so far (under invalidator.mu)
 }
 
 // invalidate marks names busy, sends invalidations to every session that
@@ -203,22 +354,28 @@ type pendingInval struct {
 func (inv *invalidator) invalidate(ctx context.Context, stop <-chan struct{}, names []string) error {
 	var waits []*pendingInval
 	inv.mu.Lock()
+	now := inv.clock.Now()
 	for _, name := range names {
 		inv.busy[name]++
 		// Invalidations an earlier, still running change of this name
 		// sent are not acknowledged yet: this change waits for them too,
 		// or it could complete while a cache still holds the old data.
 		waits = append(waits, inv.inflight[name]...)
-		for session := range inv.cachers[name] {
+		var cachers map[uint64]bool
+		if set := inv.cachers[name]; set != nil {
+			cachers = set.sessions
+		}
+		for session := range cachers {
 			cs := inv.bySess[session]
 			if cs != nil {
 				delete(cs.names, name)
+				inv.droppedLocked(cs)
 			}
 			l, seq, end, ok := inv.sessions.queueInvalidation(session, name)
 			if !ok {
 				continue
 			}
-			w := &pendingInval{l: l, session: session, seq: seq, deadline: end}
+			w := &pendingInval{l: l, session: session, name: name, seq: seq, queued: now, deadline: end}
 			if cs != nil {
 				cs.lastInval = seq
 				w.principal = cs.principal
@@ -254,27 +411,42 @@ func (inv *invalidator) release(names []string) {
 // awaitAck waits until the session acknowledged event seq, or the lease
 // it held when the event was queued ran out, or it ended. A live session
 // that ran out the deadline while ignoring the delivered event bars its
-// principal from caching (see the top of this file).
+// principal from caching, and the wait past the grace is charged to its
+// principal's hold account (see the top of this file).
+//
+// What is charged is what a waiting change saw: the invalidation was
+// pending at each look, and ended when the change, waiting on it alone,
+// woke to find it done (or at its deadline). A change waits on its
+// invalidations one after another, so one found done after waiting on
+// another is charged up to the last look that found it pending: the time
+// the change was held waiting on the other is charged to the other.
 func (inv *invalidator) awaitAck(ctx context.Context, stop <-chan struct{}, w *pendingInval) error {
+	waited := false // the last look was followed by a wait on w alone
 	for {
 		done, ignoredDelivered, changed := inv.sessions.ackState(w.l, w.seq)
 		now := inv.clock.Now()
 		acked := bugNoInval || done
 		late := !acked && !w.deadline.After(now)
-		if late {
+		switch {
+		case late:
 			inv.mu.Lock()
+			inv.holdLocked(w, w.deadline, now)
 			if !w.counted {
 				w.counted = true
 				inv.late++
 				if ignoredDelivered {
-					inv.barLocked(w, now)
+					inv.barLocked(w, now, "a session ignored an invalidation until its lease deadline")
 				}
 			}
 			inv.mu.Unlock()
-		}
-		if acked || late {
+			return nil
+		case acked:
+			if waited {
+				inv.held(w, now, now)
+			}
 			return nil
 		}
+		inv.held(w, now, now)
 		due, stopDue := after(inv.clock, w.deadline.Sub(now)+time.Millisecond)
 		select {
 		case <-changed:
@@ -287,21 +459,105 @@ func (inv *invalidator) awaitAck(ctx context.Context, stop <-chan struct{}, w *p
 			return errStopped
 		}
 		stopDue()
+		waited = true
 	}
 }
 
+// held charges w's principal for w holding a change until (seen at now),
+// if that is past the grace; an honest acknowledgement never is, and
+// costs no lock.
+func (inv *invalidator) held(w *pendingInval, until, now time.Time) {
+	if until.Sub(w.queued) <= inv.grace {
+		return
+	}
+	inv.mu.Lock()
+	inv.holdLocked(w, until, now)
+	inv.mu.Unlock()
+}
+
+// holdLocked charges w's principal for w holding a change until, past
+// the grace, what was not charged for w before; the principal whose
+// account reaches the budget is barred. inv.mu is held.
+func (inv *invalidator) holdLocked(w *pendingInval, until, now time.Time) {
+	hold := until.Sub(w.queued) - inv.grace
+	if hold <= w.charged {
+		return
+	}
+	d := hold - w.charged
+	w.charged = hold
+	inv.charged += d
+	if w.principal == "" || w.principal == inv.admin {
+		inv.logHoldLocked(w, hold, 0, now)
+		return
+	}
+	a := inv.accounts[w.principal]
+	if a == nil {
+		if len(inv.accounts) >= inv.sweepAt {
+			inv.sweepAccountsLocked(now)
+			inv.sweepAt = max(2*len(inv.accounts), 64)
+		}
+		a = &holdAccount{at: now}
+		inv.accounts[w.principal] = a
+	}
+	inv.drainLocked(a, now)
+	a.level += d
+	if a.level < inv.budget {
+		inv.logHoldLocked(w, hold, a.level, now)
+		return
+	}
+	inv.barLocked(w, now, "writes waited on this principal's cachers past the grace for its whole budget")
+}
+
+// drainLocked brings a's level to now: it drains by the budget every
+// penalty. inv.mu is held.
+func (inv *invalidator) drainLocked(a *holdAccount, now time.Time) {
+	if inv.penalty > 0 && now.After(a.at) {
+		drained := time.Duration(float64(now.Sub(a.at)) * float64(inv.budget) / float64(inv.penalty))
+		a.level = max(a.level-drained, 0)
+	}
+	a.at = now
+}
+
+// sweepAccountsLocked forgets the accounts that drained empty, so they
+// number at most the principals charged within about a penalty. inv.mu
+// is held.
+func (inv *invalidator) sweepAccountsLocked(now time.Time) {
+	for p, a := range inv.accounts {
+		if inv.drainLocked(a, now); a.level == 0 {
+			delete(inv.accounts, p)
+		}
+	}
+}
+
+// logHoldLocked says, at most every holdLogEvery, that w held a write
+// past the grace: which principal's cacher held which name, and how its
+// account stands. inv.mu is held.
+func (inv *invalidator) logHoldLocked(w *pendingInval, hold, level time.Duration, now time.Time) {
+	if now.Sub(inv.holdLogged) < holdLogEvery {
+		inv.holdUnlogged++
+		return
+	}
+	inv.log.Warn("a write waited on a cacher past the grace for its acknowledgement",
+		"name", w.name, "principal", w.principal, "session", w.session, "past_grace", hold.Round(time.Millisecond),
+		"account", level.Round(time.Millisecond), "budget", inv.budget, "not_logged_before", inv.holdUnlogged)
+	inv.holdLogged, inv.holdUnlogged = now, 0
+}
+
 // barLocked bars the principal of w's session from caching for the
-// penalty: one of its live sessions was told of an invalidation and let
-// its deadline pass without acknowledging it. inv.mu is held.
-func (inv *invalidator) barLocked(w *pendingInval, now time.Time) {
+// penalty, for why, and empties its account. inv.mu is held.
+func (inv *invalidator) barLocked(w *pendingInval, now time.Time, why string) {
 	if w.principal == "" || w.principal == inv.admin {
 		// The admin may do anything to any node anyway; and without TLS
 		// every caller is the admin, where barring would bar everyone.
 		return
 	}
-	if _, barred := inv.barred[w.principal]; !barred {
-		inv.log.Warn("a session ignored an invalidation until its lease deadline: its principal may not cache for a while",
-			"principal", w.principal, "session", w.session, "for", inv.penalty)
+	delete(inv.accounts, w.principal)
+	if until, barred := inv.barred[w.principal]; !barred || !now.Before(until) {
+		// One line per bar: a principal is barred at most once a penalty.
+		inv.bars++
+		inv.log.Warn(why+": its principal may not cache for a while",
+			"principal", w.principal, "session", w.session, "name", w.name,
+			"held_past_grace", w.charged.Round(time.Millisecond), "for", inv.penalty)
 	}
 	inv.barred[w.principal] = now.Add(inv.penalty)
 }
@@ -311,6 +567,15 @@ func (inv *invalidator) counts() (sent, late uint64) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	return inv.sent, inv.late
+}
+
+// registrations returns the registrations now, their peak and the reads
+// answered uncacheable at a cap; the principals barred and the holds
+// charged.
+func (inv *invalidator) registrations() (now, peak int, refused, bars uint64, charged time.Duration) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	return inv.regs, inv.regsPeak, inv.regsRefused, inv.bars, inv.charged
 }
 
 // registerCacher records that session (of principal) may cache name; see
@@ -344,12 +609,26 @@ func (s *parts) applyAfter(ctx context.Context, stop <-chan struct{}, names []st
 // a session's queue was full. An invalidation acknowledged after its
 // deadline counts as late and as acknowledged; one whose session ended
 // first counts as neither.
+//
+// Registrations is the cacher registrations held now (a session and a
+// name each), RegistrationsPeak the most held at once, and
+// RegistrationsRefused the reads answered uncacheable because a cap on
+// them was reached (Limits.CacheRegistrations,
+// CacheRegistrationsPerPrincipal). Bars counts principals barred from
+// caching, HoldCharged the time writes waited on cachers past the grace,
+// added up (the admin's cachers included, though it is never barred).
 type InvalidationStats struct {
 	Sent, Acked, Late, EventsDropped uint64
+
+	Registrations, RegistrationsPeak int
+	RegistrationsRefused, Bars       uint64
+	HoldCharged                      time.Duration
 }
 
 // InvalidationStats reports the master's invalidation counters.
 func (s *Server) InvalidationStats() InvalidationStats {
 	sent, late := s.inv.counts()
-	return InvalidationStats{Sent: sent, Acked: s.stats.invalAcked.Load(), Late: late, EventsDropped: s.sess.droppedEvents()}
+	regs, peak, refused, bars, charged := s.inv.registrations()
+	return InvalidationStats{Sent: sent, Acked: s.stats.invalAcked.Load(), Late: late, EventsDropped: s.sess.droppedEvents(),
+		Registrations: regs, RegistrationsPeak: peak, RegistrationsRefused: refused, Bars: bars, HoldCharged: charged}
 }

@@ -55,12 +55,21 @@ type Limits struct {
 	// be below its quota (Check).
 	NodesAdminReserve        int
 	ContentBytesAdminReserve int64
+	// CacheRegistrationsPerPrincipal caps the cacher registrations of one
+	// principal's sessions together: one per session and name it may
+	// have cached (a directory for every absence cached in it), held by
+	// the master until the name is invalidated or the session ends. A
+	// read past it is answered uncacheable. The admin is held to it.
+	CacheRegistrationsPerPrincipal int
+	// CacheRegistrations caps the cacher registrations of the cell's
+	// sessions together, as CacheRegistrationsPerPrincipal.
+	CacheRegistrations int
 }
 
 // DefaultLimits are the limits of a cell that sets none.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
 	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
-	ContentBytesPerPrincipal: 64 << 20}
+	ContentBytesPerPrincipal: 64 << 20, CacheRegistrationsPerPrincipal: 100000, CacheRegistrations: 1000000}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -89,6 +98,12 @@ func (l *Limits) setDefaults() {
 	}
 	if l.ContentBytesPerPrincipal <= 0 {
 		l.ContentBytesPerPrincipal = DefaultLimits.ContentBytesPerPrincipal
+	}
+	if l.CacheRegistrationsPerPrincipal <= 0 {
+		l.CacheRegistrationsPerPrincipal = DefaultLimits.CacheRegistrationsPerPrincipal
+	}
+	if l.CacheRegistrations <= 0 {
+		l.CacheRegistrations = DefaultLimits.CacheRegistrations
 	}
 	l.NodesAdminReserve, l.ContentBytesAdminReserve = l.Reserves()
 }

@@ -197,6 +197,7 @@ func New(cfg Config, cons Consensus, state State) *Server {
 	p.sess.lengthen(cfg.MaxLeaseTTL, cfg.KeepAliveTarget)
 	p.reserved.sess = p.sess
 	p.inv = newInvalidator(cfg.Clock, p.sess, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
+	p.inv.limit(cfg.Limits.CacheRegistrations, cfg.Limits.CacheRegistrationsPerPrincipal)
 	p.auditRation = newAuditRation(cfg.Clock.Now)
 	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
 	state.SetObserver(s.observe)

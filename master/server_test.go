@@ -112,7 +112,19 @@ func TestDispatchServesThroughTheMethodTable(t *testing.T) {
 	if _, err := m.call(sess, 2, wire.MethodSetContents, &wire.SetContentsRequest{Handle: handle, Contents: []byte("two")}); err != nil {
 		t.Fatal(err)
 	}
+	// A session caches only once a KeepAlive of its own reached the
+	// master, as an honest client's first one does at once.
 	resp, err := m.call(sess, 0, wire.MethodGetContentsAndStat, &wire.HandleRequest{Handle: handle, Cache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.(*wire.ContentsResponse); got.Cacheable {
+		t.Fatal("a session never heard on a KeepAlive was answered cacheable")
+	}
+	if _, err := m.call(sess, 0, wire.MethodKeepAlive, &wire.KeepAliveRequest{Prompt: true}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = m.call(sess, 0, wire.MethodGetContentsAndStat, &wire.HandleRequest{Handle: handle, Cache: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,9 @@ type lease struct {
 	// conn is the client connection the session was created over (0 if
 	// created under another master), for Limits.SessionsPerConn.
 	conn uint64
+	// heard: a KeepAlive of the session reached this master. Until then
+	// the session may cache nothing (cacheable; invalidate.go says why).
+	heard bool
 }
 
 // Bounds on a session's queue of unacknowledged events. Invalidations are
@@ -477,6 +480,7 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 			return nil, time.Time{}, false, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", a.session)
 		}
 	}
+	l.heard = true
 	ss.stats.leaseLeft.Observe(l.end.Sub(arrived))
 	// The previous lease end bounds how long the call may be held: reply
 	// with a quarter of the lease to spare so the next call arrives in time.
@@ -750,7 +754,7 @@ func (ss *sessions) cacheable(session, seq uint64) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	l := ss.leases[session]
-	return l != nil && !l.closed && l.acked >= seq
+	return l != nil && !l.closed && l.heard && l.acked >= seq
 }
 
 func (ss *sessions) queueInvalidation(session uint64, name string) (*lease, uint64, time.Time, bool) {

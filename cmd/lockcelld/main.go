@@ -144,6 +144,8 @@ func limitFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "max-content-bytes-per-principal", Value: newByteSize(sd.ContentBytesPerPrincipal), Usage: "bytes of contents of the files one principal created, whoever writes them (the admin is exempt), e.g. 64MiB"},
 		&cli.IntFlag{Name: "admin-reserve-nodes", Value: reserveNodes, Usage: "the last nodes of --max-nodes, which only the admin may create (default: a hundredth of --max-nodes, at least 100, at most a tenth)"},
 		&cli.GenericFlag{Name: "admin-reserve-content-bytes", Value: newByteSize(reserveBytes), Usage: "the last bytes of --max-content-bytes, which only the admin may fill, e.g. to repair ACL files (default: a 128th of --max-content-bytes, at least 1MiB, at most a tenth)"},
+		&cli.IntFlag{Name: "max-cache-registrations-per-principal", Value: sd.CacheRegistrationsPerPrincipal, Usage: "names one principal's sessions together may be registered as caching at the master (a read past it is answered uncacheable)"},
+		&cli.IntFlag{Name: "max-cache-registrations", Value: sd.CacheRegistrations, Usage: "names the cell's sessions together may be registered as caching at the master"},
 	}
 }
 
@@ -159,7 +161,8 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 	}
 	l := cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
 		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
-		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal")}
+		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal"),
+		CacheRegistrationsPerPrincipal: c.Int("max-cache-registrations-per-principal"), CacheRegistrations: c.Int("max-cache-registrations")}
 	// The per-principal content share, and the admin's reserves: only a
 	// reserve set (here or in --config) is passed on, one left unset
 	// follows the quota it is part of.

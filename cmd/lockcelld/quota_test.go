@@ -131,3 +131,17 @@ func TestServeQuotaProcess(t *testing.T) {
 	}
 	must(open(admin, "pub/seventh", rwc)).Close()
 }
+
+// The caps on cacher registrations reach the master's limits, from the
+// command line or the config file; left out, they are the defaults.
+func TestServeCacheRegistrationFlags(t *testing.T) {
+	d := cell.DefaultSessionLimits
+	got := serveConfigOf(t).SessionLimits
+	if got.CacheRegistrations != d.CacheRegistrations || got.CacheRegistrationsPerPrincipal != d.CacheRegistrationsPerPrincipal {
+		t.Errorf("default caps %+v, want %+v", got, d)
+	}
+	got = serveConfigOf(t, "--max-cache-registrations", "70", "--max-cache-registrations-per-principal", "9").SessionLimits
+	if got.CacheRegistrations != 70 || got.CacheRegistrationsPerPrincipal != 9 {
+		t.Errorf("caps %+v, want 70 in all and 9 per principal", got)
+	}
+}
