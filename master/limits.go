@@ -39,11 +39,21 @@ type Limits struct {
 	// The admin is exempt (it builds and repairs the tree); its nodes
 	// count towards Nodes.
 	NodesPerPrincipal int
+	// EventBytes caps the master memory of all sessions' queued,
+	// unacknowledged events together, as estimated by eventBytes
+	// (eventbudget.go). A handle event that does not fit is dropped into
+	// its session's overflow event; invalidations are always queued and
+	// counted.
+	EventBytes int64
+	// EventBytesPerPrincipal caps the same for the sessions of one
+	// principal together, the admin's included.
+	EventBytesPerPrincipal int64
 }
 
 // DefaultLimits are the limits of a cell that sets none.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
-	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000}
+	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
+	EventBytes: 64 << 20, EventBytesPerPrincipal: 8 << 20}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -69,6 +79,12 @@ func (l *Limits) setDefaults() {
 	}
 	if l.NodesPerPrincipal <= 0 {
 		l.NodesPerPrincipal = DefaultLimits.NodesPerPrincipal
+	}
+	if l.EventBytes <= 0 {
+		l.EventBytes = DefaultLimits.EventBytes
+	}
+	if l.EventBytesPerPrincipal <= 0 {
+		l.EventBytesPerPrincipal = DefaultLimits.EventBytesPerPrincipal
 	}
 }
 
