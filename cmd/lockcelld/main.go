@@ -138,6 +138,8 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-nodes", Value: sd.Nodes, Usage: "files and directories in the cell, ephemeral ones included (the admin too)"},
 		&cli.GenericFlag{Name: "max-content-bytes", Value: newByteSize(sd.ContentBytes), Usage: "bytes of all files' contents in the cell together (the admin too), e.g. 512MiB; keep it plus about 200 bytes a node under 1GiB, the largest snapshot"},
 		&cli.IntFlag{Name: "max-nodes-per-principal", Value: sd.NodesPerPrincipal, Usage: "existing files and directories one principal created (the admin is exempt)"},
+		&cli.GenericFlag{Name: "max-event-bytes", Value: newByteSize(sd.EventBytes), Usage: "master memory of all sessions' queued, unacknowledged events together, e.g. 64MiB; a handle event over it becomes an overflow"},
+		&cli.GenericFlag{Name: "max-event-bytes-per-principal", Value: newByteSize(sd.EventBytesPerPrincipal), Usage: "the same for the sessions of one principal together (the admin too), e.g. 8MiB"},
 	}
 }
 
@@ -147,13 +149,16 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 	if b, ok := c.Generic("max-read-rate").(*byteSize); ok {
 		rate = int(*b)
 	}
-	var content int64
-	if b, ok := c.Generic("max-content-bytes").(*byteSize); ok {
-		content = int64(*b)
+	size := func(name string) int64 {
+		if b, ok := c.Generic(name).(*byteSize); ok {
+			return int64(*b)
+		}
+		return 0
 	}
 	return cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
 		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
-		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal")}
+		Nodes: c.Int("max-nodes"), ContentBytes: size("max-content-bytes"), NodesPerPrincipal: c.Int("max-nodes-per-principal"),
+		EventBytes: size("max-event-bytes"), EventBytesPerPrincipal: size("max-event-bytes-per-principal")}
 }
 
 func limits(c *cli.Context) cell.ConnLimits {
