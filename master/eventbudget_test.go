@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -227,4 +230,44 @@ func TestEventBudgetsHoldExactlyUnderConcurrency(t *testing.T) {
 	if st := ss.eventStats(); st.QueuedBytes != 0 || st.ForcedBytes != 0 || len(ss.budget.by) != 0 {
 		t.Fatalf("after every event was acknowledged or its session ended: %+v, by principal %v", st, ss.budget.by)
 	}
+}
+
+// BenchmarkQueuedEventBytes measures what a queued handle event costs the
+// master, to size eventOverhead by: each op queues one content event, as
+// the fan-out does (a position shared by the events of one change), for
+// sessions that never acknowledge, 1,000 events each. Besides -benchmem's
+// allocations per event, it reports the live heap each queued event holds
+// (after a GC) and the budget's estimate of it:
+//
+//	go test -run '^$' -bench QueuedEventBytes -benchmem ./master/
+func BenchmarkQueuedEventBytes(b *testing.B) {
+	clock := newFakeClock()
+	ss := newSessions(clock, testLease, alwaysLeader{clock}, &masterStats{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ss.budgetEvents(1<<62, 1<<62)
+	ss.start(testEpoch, nil)
+	const perSession = 1000
+	path := "/ls/c/some/watched/file"
+	pos := &wire.EventPos{Instance: 7, ContentGen: 9}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	notes := make([]sessionEvent, 1)
+	for i := range b.N {
+		id := uint64(i/perSession + 1)
+		if i%perSession == 0 {
+			ss.created(id, 0)
+		}
+		notes[0] = sessionEvent{id, wire.Event{Kind: wire.EventContents, Path: path, Handle: uint64(i), Pos: pos}}
+		ss.observe(notes, nil)
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-B/event")
+	b.ReportMetric(float64(eventBytes(&wire.Event{Path: path})), "estimate-B/event")
+	if ss.eventStats().Dropped != 0 {
+		b.Fatal("events were dropped: the measure is off")
+	}
+	runtime.KeepAlive(ss)
 }

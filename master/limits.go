@@ -50,7 +50,13 @@ type Limits struct {
 	EventBytesPerPrincipal int64
 }
 
-// DefaultLimits are the limits of a cell that sets none.
+// DefaultLimits are the limits of a cell that sets none. The event
+// budgets are sized by eventBytes (about 270 bytes for a content event on
+// a short name): a principal's 8 MiB hold one write's events to a file
+// watched by as many sessions as a principal may have (20,000, 5.4 MB)
+// with room to spare, the process's 64 MiB one write to a file watched by
+// every session the cell may hold (100,000, 27 MB) twice over; a master
+// holds about 156 bytes of heap an event.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
 	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
 	EventBytes: 64 << 20, EventBytesPerPrincipal: 8 << 20}
