@@ -85,10 +85,6 @@ type fanout struct {
 	lostName map[string]bool
 	lostAll  bool
 	kick     chan struct{}
-
-	// hold, when set by a test, runs before the worker handles each
-	// batch of changes it took.
-	hold func()
 }
 
 func newFanout(s *Server, epoch uint64, lost *atomic.Uint64) *fanout {
@@ -174,8 +170,12 @@ func (f *fanout) record(changes []replica.Change) {
 		default:
 		}
 	}
-	clear(r.items)
-	*r = fanRead{items: r.items[:0]}
+	items := r.items[:0]
+	if cap(items) > maxPooledNames {
+		items = nil // a session's close can report thousands: not kept
+	}
+	clear(r.items) // the pool keeps no changes alive
+	*r = fanRead{items: items}
 	fanReads.Put(r)
 }
 
@@ -213,9 +213,6 @@ func (f *fanout) run(stop <-chan struct{}) {
 			items, lost, lostAll := f.take()
 			if len(items) == 0 && lost == nil {
 				break
-			}
-			if f.hold != nil {
-				f.hold()
 			}
 			for i := range items {
 				if isClosed(stop) {
