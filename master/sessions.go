@@ -36,7 +36,7 @@ type lease struct {
 	// conn is the client connection the session was created over (0 if
 	// created under another master), for Limits.SessionsPerConn.
 	conn uint64
-	// bytes is what events costs the event budget (eventbudget.go), of
+	// bytes is what its queued events cost the event budget (eventbudget.go), of
 	// which forced for the events never dropped; principal, once owned,
 	// is the principal charged.
 	bytes, forced int64
