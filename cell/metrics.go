@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lockcell/cell/wire"
+	"lockcell/master"
 	"lockcell/replica"
 )
 
@@ -62,6 +63,10 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return float64(s.budget.in.used.Load()) }),
 		gauge("lockcell_client_reply_bytes", "Reply bytes the client port is writing (the reply budget).",
 			func() float64 { return float64(s.budget.out.used.Load()) }),
+		gauge("lockcell_event_queue_bytes", "Estimated master memory of every session's queued, unacknowledged events (the event budget, --max-event-bytes).",
+			func() float64 { return float64(s.master.EventStats().QueuedBytes) }),
+		gauge("lockcell_event_fanout_backlog", "Applied changes waiting for the master's fan-out to turn them into handle events.",
+			func() float64 { return float64(s.master.EventStats().FanoutBacklog) }),
 		gauge("lockcell_lease_seconds", "The session lease each KeepAlive grants now: the configured lease, longer under load (--max-lease).", func() float64 {
 			return s.master.Stats().LeaseGranted.Seconds()
 		}),
@@ -106,8 +111,10 @@ func newMetrics(s *Server) *metrics {
 		counter("lockcell_cache_hold_seconds_total",
 			"Time writes waited on cachers past the grace for their acknowledgement, charged to their principals, added up.",
 			func() float64 { return s.master.InvalidationStats().HoldCharged.Seconds() }),
-		counter("lockcell_events_dropped_total", "Handle events dropped because a session's queue of unacknowledged events was full.",
+		counter("lockcell_events_dropped_total", "Handle events dropped into an overflow event because a session's queue of unacknowledged events, or an event byte budget, was full.",
 			func() float64 { return float64(s.master.InvalidationStats().EventsDropped) }),
+		counter("lockcell_event_fanout_lost_total", "Applied changes the master's fan-out could not keep (its backlog was full); their watchers were sent an overflow event.",
+			func() float64 { return float64(s.master.EventStats().FanoutLost) }),
 		// Group commit: commands per entry is what batching saves in log
 		// writes and fsyncs; only the replica whose master writes proposes.
 		counter("lockcell_group_commit_commands_total", "Commands this replica proposed to the Raft log.",
@@ -132,6 +139,15 @@ func newMetrics(s *Server) *metrics {
 			func() replica.HistogramSnapshot { return s.rep.Stats().Apply }),
 	)
 	m.reg.MustRegister(newQuotaCollector(s, labels))
+	for level, read := range map[string]func(master.EventStats) uint64{
+		"principal": func(st master.EventStats) uint64 { return st.OverPrincipal },
+		"process":   func(st master.EventStats) uint64 { return st.OverProcess },
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_events_over_budget_total",
+			Help:        "Handle events dropped into an overflow event because an event byte budget was full, by the budget that bound (principal, process).",
+			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": level}},
+			func() float64 { return float64(read(s.master.EventStats())) }))
+	}
 	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
 			Help:        "Client connections closed over a memory budget, by the level that bound (connection, ip, process).",

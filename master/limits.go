@@ -64,12 +64,28 @@ type Limits struct {
 	// CacheRegistrations caps the cacher registrations of the cell's
 	// sessions together, as CacheRegistrationsPerPrincipal.
 	CacheRegistrations int
+	// EventBytes caps the master memory of all sessions' queued,
+	// unacknowledged events together, as estimated by eventBytes
+	// (eventbudget.go). A handle event that does not fit is dropped into
+	// its session's overflow event; invalidations are always queued and
+	// counted.
+	EventBytes int64
+	// EventBytesPerPrincipal caps the same for the sessions of one
+	// principal together, the admin's included.
+	EventBytesPerPrincipal int64
 }
 
-// DefaultLimits are the limits of a cell that sets none.
+// DefaultLimits are the limits of a cell that sets none. The event
+// budgets are sized by eventBytes (about 270 bytes for a content event on
+// a short name): a principal's 8 MiB hold one write's events to a file
+// watched by as many sessions as a principal may have (20,000, 5.4 MB)
+// with room to spare, the process's 64 MiB one write to a file watched by
+// every session the cell may hold (100,000, 27 MB) twice over; a master
+// holds about 156 bytes of heap an event.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
 	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
-	ContentBytesPerPrincipal: 64 << 20, CacheRegistrationsPerPrincipal: 100000, CacheRegistrations: 1000000}
+	ContentBytesPerPrincipal: 64 << 20, CacheRegistrationsPerPrincipal: 100000, CacheRegistrations: 1000000,
+	EventBytes: 64 << 20, EventBytesPerPrincipal: 8 << 20}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -104,6 +120,12 @@ func (l *Limits) setDefaults() {
 	}
 	if l.CacheRegistrations <= 0 {
 		l.CacheRegistrations = DefaultLimits.CacheRegistrations
+	}
+	if l.EventBytes <= 0 {
+		l.EventBytes = DefaultLimits.EventBytes
+	}
+	if l.EventBytesPerPrincipal <= 0 {
+		l.EventBytesPerPrincipal = DefaultLimits.EventBytesPerPrincipal
 	}
 	l.NodesAdminReserve, l.ContentBytesAdminReserve = l.Reserves()
 }

@@ -94,9 +94,11 @@ func (c *call) requestRelease(ctx context.Context, req *wire.RequestReleaseReque
 }
 
 // ask queues a release request for a holder's session as observe queues
-// handle events: numbered, waking its parked KeepAlive, and not queued
-// once the session has as many events waiting as it may. It reports
-// whether the event was queued.
+// handle events: numbered, counted against the event byte budgets, waking
+// its parked KeepAlive, and not queued once the session has as many
+// events waiting as it may or the budgets are full (then, as for any
+// handle event, an overflow says so). It reports whether the event was
+// queued.
 func (ss *sessions) ask(session uint64, ev wire.Event) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -104,14 +106,7 @@ func (ss *sessions) ask(session uint64, ev wire.Event) bool {
 	if !ss.active || l == nil || l.closed {
 		return false
 	}
-	if len(l.events) >= l.eventRoom() {
-		ss.dropped++
-		return false
-	}
-	ev.Seq = ss.nextEventLocked()
-	l.events = append(l.events, ev)
-	l.wakeLocked()
-	return true
+	return ss.queueHandleEventLocked(session, l, ev)
 }
 
 // releaseAsks is RequestRelease's rate limit: when each session last asked

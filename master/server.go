@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"lockcell/cell/wire"
@@ -144,6 +145,10 @@ type Server struct {
 	// servingSince is when this term of service began.
 	servingSince time.Time
 	delays       *lockDelays // lock-delay hand-offs (lockdelay.go)
+	// fan is the term's handle-event fan-out (fanout.go), nil out of
+	// service; fanLost counts the changes fan-outs could not keep.
+	fan     *fanout
+	fanLost atomic.Uint64
 }
 
 // parts are what a call's handler may use: the configuration, the
@@ -195,6 +200,11 @@ func New(cfg Config, cons Consensus, state State) *Server {
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Clock.Now}
 	p.sess = newSessions(cfg.Clock, cfg.LeaseTTL, raftAuthority{cons, s.proof}, &p.stats, cfg.Logger)
 	p.sess.lengthen(cfg.MaxLeaseTTL, cfg.KeepAliveTarget)
+	p.sess.budgetEvents(cfg.Limits.EventBytes, cfg.Limits.EventBytesPerPrincipal)
+	p.sess.principalOf = func(id uint64) (principal string) {
+		p.read(func(v replica.View) { principal, _ = v.SessionPrincipal(id) })
+		return principal
+	}
 	p.reserved.sess = p.sess
 	p.inv = newInvalidator(cfg.Clock, p.sess, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
 	p.inv.limit(cfg.Limits.CacheRegistrations, cfg.Limits.CacheRegistrationsPerPrincipal)
@@ -253,10 +263,12 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.serving = true
 	s.servingSince = s.cfg.Clock.Now()
-	s.wg.Add(3)
+	s.fan = newFanout(s, s.epoch, &s.fanLost)
+	s.wg.Add(4)
 	go s.expireLoop(s.stop)
 	go s.proveLoop(s.stop)
 	go s.membershipLoop(s.stop)
+	go s.fan.run(s.stop)
 	s.log.Info("master serving", "epoch", s.epoch, "sessions", len(ids), "recovering", recovering)
 	return nil
 }
@@ -275,6 +287,7 @@ func (s *Server) Stop() {
 		return
 	}
 	s.serving = false
+	s.fan = nil // its worker ends with the term; what it had not delivered dies with the queues
 	close(s.stop)
 	s.sess.stop()
 	s.delays.stopAll()
@@ -288,16 +301,22 @@ func (s *Server) Stop() {
 func (s *parts) now() int64 { return s.cfg.Clock.Now().UnixNano() }
 
 // observe runs on raft's apply goroutine for every applied entry with
-// changes. It only flips in-memory state and never blocks.
+// changes. It only flips in-memory state and never blocks, and its work is
+// O(changes): handle events, which may concern any number of handles, are
+// made by the term's fan-out (fanout.go), which it hands each change with
+// its position. The sessions' lock is taken only for an entry that
+// created or closed a session.
 func (s *Server) observe(index uint64, changes []replica.Change) {
 	s.mu.Lock()
-	serving := s.serving
+	serving, fan := s.serving, s.fan
 	s.mu.Unlock()
-	var notes []sessionEvent
 	if serving { // followers deliver no events
-		notes = s.handleEvents(changes)
+		fan.record(changes)
 	}
-	ended := s.sess.observe(notes, changes)
+	var ended []uint64
+	if sessionChanged(changes) {
+		ended = s.sess.observe(nil, changes)
+	}
 	s.mu.Lock()
 	for _, c := range changes {
 		switch c.Kind {
@@ -582,68 +601,14 @@ var eventOf = map[replica.ChangeKind]struct {
 	replica.ChangeLockConflict: {wire.EventLockConflict, wire.MaskConflictingLock},
 }
 
-// handleEvents turns changes into the events handles asked for at Open.
-// They are notifications, delivered on the next KeepAlive reply after the
-// change; unlike invalidations, writes do not wait for them.
-//
-// Each event carries its position: the node's instance and generations in
-// the view, which on raft's apply goroutine is the state just after the
-// entry that made the change.
-func (s *Server) handleEvents(changes []replica.Change) []sessionEvent {
-	r := eventReads.Get().(*eventRead)
-	r.s, r.changes = s, changes
-	_ = s.state.ReadWith(r, func(v replica.View, arg any) error { // captures nothing: no allocation
-		r := arg.(*eventRead)
-		r.out = r.s.eventsIn(v, r.changes)
-		return nil
-	})
-	out := r.out
-	*r = eventRead{}
-	eventReads.Put(r)
-	return out
-}
-
-// eventRead is handleEvents' read of the state: what it is given and
-// finds. They are pooled, as the observer runs for every write.
-type eventRead struct {
-	s       *Server
-	changes []replica.Change
-	out     []sessionEvent
-}
-
-var eventReads = sync.Pool{New: func() any { return new(eventRead) }}
-
-// eventsIn is handleEvents in one view of the state.
-func (s *Server) eventsIn(v replica.View, changes []replica.Change) []sessionEvent {
-	var out []sessionEvent
-	for _, c := range changes {
-		if c.Kind == replica.ChangeLockBroken {
-			e := brokenLockEvent(c) // whatever the handle asked for
-			placeEvent(v, e.session, &e.ev)
-			out = append(out, e)
-			continue
-		}
-		e, ok := eventOf[c.Kind]
-		if !ok {
-			continue
-		}
-		for _, w := range v.Watchers(c.Path, e.mask) {
-			if c.Kind == replica.ChangeLockConflict && w.Handle == c.Handle {
-				continue // the requester knows
-			}
-			if !v.CanRead(w.Session, c.Path, s.cfg.Admin) {
-				continue // events are reads: none for who may not read
-			}
-			if (c.Kind == replica.ChangeChildAdded || c.Kind == replica.ChangeChildRemoved) &&
-				!v.ChildVisible(w.Session, c.ChildACL, s.cfg.Admin) {
-				continue // as in listings: a child one may neither read nor write is not named
-			}
-			ev := wire.Event{Kind: e.kind, Path: c.Path, Handle: w.Handle, Child: c.Child}
-			placeEvent(v, w.Session, &ev)
-			out = append(out, sessionEvent{w.Session, ev})
+// sessionChanged reports whether changes created or closed a session.
+func sessionChanged(changes []replica.Change) bool {
+	for i := range changes {
+		if k := changes[i].Kind; k == replica.ChangeSessionCreated || k == replica.ChangeSessionClosed {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 // placeEvent fills in ev's position: the instance and generations of the

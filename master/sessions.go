@@ -39,6 +39,12 @@ type lease struct {
 	// heard: a KeepAlive of the session reached this master. Until then
 	// the session may cache nothing (cacheable; invalidate.go says why).
 	heard bool
+	// bytes is what its queued events cost the event budget (eventbudget.go), of
+	// which forced for the events never dropped; principal, once owned,
+	// is the principal charged.
+	bytes, forced int64
+	principal     string
+	owned         bool
 }
 
 // Bounds on a session's queue of unacknowledged events. Invalidations are
@@ -108,7 +114,11 @@ type sessions struct {
 	byConn map[uint64]int // live sessions by the connection that created them
 	// eventSeq is the last event sequence issued: epoch<<40 | counter.
 	eventSeq uint64
-	dropped  uint64 // handle events not queued: the session's queue was full
+	dropped  uint64 // handle events not queued: the session's queue or a byte budget was full
+	// budget counts the bytes of every queued event (eventbudget.go);
+	// principalOf finds a session's principal for it in the state.
+	budget      eventBudget
+	principalOf func(session uint64) string
 	// recovering: after a fail-over the master accepts only KeepAlives
 	// until every session has acknowledged its fail-over event or ended
 	// (docs/spec.md#fail-over). pendingAck holds the sessions still to answer.
@@ -168,6 +178,7 @@ func (a raftAuthority) stale() <-chan struct{} { return a.proof.staleSignal() }
 func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
 	return &sessions{clock: clock, ttl: ttl, maxTTL: ttl, target: DefaultKeepAliveTarget, auth: auth, stats: stats, log: log,
 		leases: map[uint64]*lease{}, byConn: map[uint64]int{},
+		budget:     newEventBudget(DefaultLimits.EventBytes, DefaultLimits.EventBytesPerPrincipal),
 		watchEvery: expiryPeriod(ttl), connParked: map[uint64]*parkedCall{},
 		termCtx: context.Background(), kick: make(chan struct{}, 1)}
 }
@@ -224,12 +235,12 @@ func (ss *sessions) start(epoch uint64, ids []uint64) bool {
 	ss.watching, ss.lastRan = false, time.Time{}
 	ss.eventSeq = epoch << 40
 	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
+	ss.budget.reset()
 	ss.pendingAck = map[uint64]bool{}
 	end := ss.clock.Now().Add(ss.maxTTL)
 	for _, id := range ids {
 		l := newLease(end)
-		l.events = append(l.events, wire.Event{Seq: ss.nextEventLocked(), Kind: wire.EventMasterFailover})
-		l.failoverSeq = l.events[0].Seq
+		l.failoverSeq = ss.queueForcedLocked(id, l, wire.Event{Kind: wire.EventMasterFailover})
 		ss.leases[id] = l
 		ss.pendingAck[id] = true
 	}
@@ -257,6 +268,7 @@ func (ss *sessions) stop() {
 	ss.watching, ss.lastRan = false, time.Time{}
 	ss.recovering, ss.pendingAck = false, nil
 	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
+	ss.budget.reset()
 	ss.mu.Unlock()
 	answerAll(ps, errStopped)
 }
@@ -497,7 +509,7 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 		l.end = e
 	}
 	ss.stats.noteAcked(l.events, a.ack)
-	l.events = dropAcked(l.events, a.ack)
+	ss.dropAckedLocked(l, a.ack)
 	if a.ack > l.acked {
 		l.acked = a.ack
 		l.signalAckLocked()
@@ -522,7 +534,7 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 	if a.clientEpoch != a.epoch && len(l.events) == 0 {
 		// The client last spoke to another master and has no fail-over
 		// event queued: tell it (docs/spec.md#fail-over), so it flushes its cache.
-		l.events = append(l.events, wire.Event{Seq: ss.nextEventLocked(), Kind: wire.EventMasterFailover})
+		ss.queueForcedLocked(a.session, l, wire.Event{Kind: wire.EventMasterFailover})
 	}
 	pending = redeliver || a.prompt || len(l.events) > 0 && l.events[len(l.events)-1].Seq > l.delivered
 	return l, holdUntil, pending, nil
@@ -676,6 +688,7 @@ func (ss *sessions) dropLocked(id uint64, l *lease) {
 			delete(ss.byConn, l.conn)
 		}
 	}
+	ss.releaseEventsLocked(l)
 	delete(ss.leases, id)
 }
 
@@ -693,30 +706,20 @@ func (ss *sessions) leaseLeft(ids []uint64, now time.Time) map[uint64]time.Durat
 	return out
 }
 
-// observe applies one entry's changes to the leases: handle events (notes)
-// are numbered and queued, waking the parked KeepAlive (past a session's
-// bound they are dropped); a session created gets a lease; a session closed
-// ends its parked KeepAlive and its fail-over wait. It returns the sessions
-// that ended, for the invalidator to forget (after this lock is released).
+// observe applies handle events (notes, from the fan-out) and one entry's
+// changes to the leases: handle events are numbered and queued, waking the
+// parked KeepAlive (past a session's bound or a byte budget they are
+// dropped into an overflow, queueHandleEventLocked); a session created
+// gets a lease; a session closed ends its parked KeepAlive and its
+// fail-over wait. It returns the sessions that ended, for the invalidator
+// to forget (after this lock is released).
 func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (ended []uint64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.active {
 		for _, n := range notes {
 			if l := ss.leases[n.session]; l != nil && !l.closed {
-				if len(l.events) >= l.eventRoom()-1 {
-					// Handle events are notifications: a session that
-					// does not take them does not get to pile them up.
-					// The last slot says they were dropped (eventoverflow.go).
-					ss.dropped++
-					if l.overflowQueued() {
-						continue
-					}
-					n.ev = overflowEvent(n.ev)
-				}
-				n.ev.Seq = ss.nextEventLocked()
-				l.events = append(l.events, n.ev)
-				l.wakeLocked()
+				ss.queueHandleEventLocked(n.session, l, n.ev)
 			}
 		}
 	}
@@ -764,8 +767,7 @@ func (ss *sessions) queueInvalidation(session uint64, name string) (*lease, uint
 	if l == nil || l.closed {
 		return nil, 0, time.Time{}, false
 	}
-	seq := ss.nextEventLocked()
-	l.events = append(l.events, wire.Event{Seq: seq, Kind: wire.EventInvalidate, Path: name})
+	seq := ss.queueForcedLocked(session, l, wire.Event{Kind: wire.EventInvalidate, Path: name})
 	l.wakeLocked()
 	return l, seq, l.end, true
 }
@@ -848,16 +850,6 @@ func replyEvents(evs []wire.Event) []wire.Event {
 		n++
 	}
 	return append([]wire.Event(nil), evs[:n]...)
-}
-
-func dropAcked(evs []wire.Event, ack uint64) []wire.Event {
-	out := evs[:0]
-	for _, e := range evs {
-		if e.Seq > ack {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {

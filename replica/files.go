@@ -210,12 +210,7 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 // other holders for the handle's lock-delay.
 func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
 	delete(f.handles, h.ID)
-	if w := f.watch[h.Path]; w != nil {
-		delete(w, h.ID)
-		if len(w) == 0 {
-			delete(f.watch, h.Path)
-		}
-	}
+	f.dropWatch(h)
 	if s := f.sessions[h.Session]; s != nil {
 		delete(s.handles, h.ID)
 	}

@@ -35,8 +35,8 @@ type FSM struct {
 	lastIndex uint64
 	cellKey   []byte
 	observer  Observer
-	// watch indexes handles that asked for events: name -> handle -> mask.
-	watch map[string]map[uint64]uint32
+	// watch indexes handles that asked for events by name (watch.go).
+	watch map[string]*watchSet
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
 	// restore).
 	usage usage
@@ -81,7 +81,7 @@ func (f *FSM) reset() {
 	f.principals = map[string]int{}
 	f.usage = newUsage()
 	f.handles = map[uint64]*Handle{}
-	f.watch = map[string]map[uint64]uint32{}
+	f.watch = map[string]*watchSet{}
 }
 
 // Root returns the name of the cell's root directory.
@@ -234,19 +234,6 @@ func (f *FSM) setCellKey(p *CellKeyArgs) *Result {
 
 // note records an effect of the entry being applied for the observer.
 func (f *FSM) note(c Change) { f.changes = append(f.changes, c) }
-
-// addWatch indexes h under its name when it asked for events.
-func (f *FSM) addWatch(h *Handle) {
-	if h.EventMask == 0 {
-		return
-	}
-	w := f.watch[h.Path]
-	if w == nil {
-		w = map[uint64]uint32{}
-		f.watch[h.Path] = w
-	}
-	w[h.ID] = h.EventMask
-}
 
 // ownHandle finds the handle and checks it belongs to the session.
 func (f *FSM) ownHandle(session, handle uint64) (*Handle, *Error) {

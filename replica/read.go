@@ -308,25 +308,6 @@ func (v View) HandlePath(session, handle uint64) (string, bool) {
 	return h.Path, true
 }
 
-// Watchers lists the handles open on name whose event mask shares a bit
-// with mask, in handle order.
-func (v View) Watchers(name string, mask uint32) []Watcher {
-	f := v.f
-	var out []Watcher
-	n := f.nodes[name]
-	for id, m := range f.watch[name] {
-		if m&mask != 0 {
-			// Handles on an earlier incarnation of the name hear nothing
-			// of the new one.
-			if h := f.handles[id]; h != nil && (n == nil || n.Instance == h.Instance) {
-				out = append(out, Watcher{Session: h.Session, Handle: id, Mask: m})
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
-	return out
-}
-
 // Exists reports whether a node of that name exists now.
 func (v View) Exists(name string) bool {
 	f := v.f

@@ -220,7 +220,7 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 		nodes:    make(map[string]*Node, len(img.Nodes)),
 		sessions: make(map[uint64]*Session, len(img.Sessions)),
 		handles:  make(map[uint64]*Handle, len(img.Handles)),
-		watch:    map[string]map[uint64]uint32{},
+		watch:    map[string]*watchSet{},
 	}
 	root := next.Root()
 	for i, n := range img.Nodes {

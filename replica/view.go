@@ -187,12 +187,6 @@ func (f *FSM) HandlePath(session, handle uint64) (string, bool) {
 	return View{f}.HandlePath(session, handle)
 }
 
-// Watcher is a handle that asked for events on a name.
-type Watcher struct {
-	Session, Handle uint64
-	Mask            uint32
-}
-
 // Watchers is View.Watchers under a read lock of its own.
 func (f *FSM) Watchers(name string, mask uint32) []Watcher {
 	f.mu.RLock()

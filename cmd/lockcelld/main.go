@@ -146,6 +146,8 @@ func limitFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "admin-reserve-content-bytes", Value: newByteSize(reserveBytes), Usage: "the last bytes of --max-content-bytes, which only the admin may fill, e.g. to repair ACL files (default: a 128th of --max-content-bytes, at least 1MiB, at most a tenth)"},
 		&cli.IntFlag{Name: "max-cache-registrations-per-principal", Value: sd.CacheRegistrationsPerPrincipal, Usage: "names one principal's sessions together may be registered as caching at the master (a read past it is answered uncacheable)"},
 		&cli.IntFlag{Name: "max-cache-registrations", Value: sd.CacheRegistrations, Usage: "names the cell's sessions together may be registered as caching at the master"},
+		&cli.GenericFlag{Name: "max-event-bytes", Value: newByteSize(sd.EventBytes), Usage: "master memory of all sessions' queued, unacknowledged events together, e.g. 64MiB; a handle event over it becomes an overflow"},
+		&cli.GenericFlag{Name: "max-event-bytes-per-principal", Value: newByteSize(sd.EventBytesPerPrincipal), Usage: "the same for the sessions of one principal together (the admin too), e.g. 8MiB"},
 	}
 }
 
@@ -155,13 +157,16 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 	if b, ok := c.Generic("max-read-rate").(*byteSize); ok {
 		rate = int(*b)
 	}
-	var content int64
-	if b, ok := c.Generic("max-content-bytes").(*byteSize); ok {
-		content = int64(*b)
+	size := func(name string) int64 {
+		if b, ok := c.Generic(name).(*byteSize); ok {
+			return int64(*b)
+		}
+		return 0
 	}
 	l := cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
 		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
-		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal"),
+		Nodes: c.Int("max-nodes"), ContentBytes: size("max-content-bytes"), NodesPerPrincipal: c.Int("max-nodes-per-principal"),
+		EventBytes: size("max-event-bytes"), EventBytesPerPrincipal: size("max-event-bytes-per-principal"),
 		CacheRegistrationsPerPrincipal: c.Int("max-cache-registrations-per-principal"), CacheRegistrations: c.Int("max-cache-registrations")}
 	// The per-principal content share, and the admin's reserves: only a
 	// reserve set (here or in --config) is passed on, one left unset

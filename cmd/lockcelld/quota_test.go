@@ -60,6 +60,20 @@ func configSessionLimits(t *testing.T, yaml string) cell.SessionLimits {
 	return got.SessionLimits
 }
 
+// The event byte budget flags reach the master's limits; left out, they
+// are the defaults.
+func TestServeEventBudgetFlags(t *testing.T) {
+	d := cell.DefaultSessionLimits
+	got := serveConfigOf(t).SessionLimits
+	if got.EventBytes != d.EventBytes || got.EventBytesPerPrincipal != d.EventBytesPerPrincipal {
+		t.Errorf("default event budgets %d and %d, want %d and %d", got.EventBytes, got.EventBytesPerPrincipal, d.EventBytes, d.EventBytesPerPrincipal)
+	}
+	got = serveConfigOf(t, "--max-event-bytes", "3MiB", "--max-event-bytes-per-principal", "512KiB").SessionLimits
+	if got.EventBytes != 3<<20 || got.EventBytesPerPrincipal != 512<<10 {
+		t.Errorf("event budgets %d and %d, want 3 MiB and 512 KiB", got.EventBytes, got.EventBytesPerPrincipal)
+	}
+}
+
 // A `lockcelld serve` process enforces the quotas its flags set, each with
 // the typed error naming it and its limit.
 func TestServeQuotaProcess(t *testing.T) {
