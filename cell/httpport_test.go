@@ -496,3 +496,57 @@ func TestStatusPlainCellShowsNamesToItsAdmin(t *testing.T) {
 			strings.Contains(string(b), `"names": "all"`)
 	})
 }
+
+// The HTTP port of a TLS cell uses the client port's certificate and
+// follows its reload (cell.CertReloader): after Reload, new connections
+// to both ports present the new certificate.
+func TestHTTPPortFollowsCertificateReload(t *testing.T) {
+	set := fixtures.TestCerts(t)
+	var rl *cell.CertReloader
+	s := oneReplica(t, func(c *cell.Config) {
+		cf, kf := set.ReplicaFiles(t, c.Self)
+		var err error
+		if rl, err = cell.NewCertReloader(cf, kf, set.CAFile(), fixtures.Logger()); err != nil {
+			t.Fatal(err)
+		}
+		c.Insecure, c.TLS, c.PeerTLS = false, rl.ServerTLS(), rl.PeerTLS()
+	})
+	pool, err := certs.LoadPool(set.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := func(addr string, tc *tls.Config) string {
+		t.Helper()
+		c, err := tls.Dial("tcp", addr, tc)
+		if err != nil {
+			t.Fatalf("TLS to %s: %v", addr, err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	anonymous := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13, ServerName: "127.0.0.1"}
+	user := set.ClientTLS(t, "admin")
+	user.ServerName = "127.0.0.1"
+	before := serial(s.MetricsAddr(), anonymous)
+	if c := serial(s.ClientAddr(), user); c != before {
+		t.Fatalf("the HTTP port presents serial %s, the client port %s", before, c)
+	}
+	fresh, err := set.CA.IssueReplica(s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf := set.ReplicaFiles(t, s.ID())
+	if err := fresh.Write(cf, kf); err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	want := fresh.Leaf.SerialNumber.String()
+	if got := serial(s.MetricsAddr(), anonymous); got != want || got == before {
+		t.Errorf("after Reload the HTTP port presents serial %s, want the new %s", got, want)
+	}
+	if got := serial(s.ClientAddr(), user); got != want {
+		t.Errorf("after Reload the client port presents serial %s, want the new %s", got, want)
+	}
+}
