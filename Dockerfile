@@ -9,7 +9,8 @@
 # deploy/compose.yaml runs a five-replica cell with mutual TLS from it;
 # docs/operations.md covers the rest. Ports: 7001 client (TLS), 7101 Raft
 # (TLS, replicas only), 7201 HTTP for operators (/healthz, /readyz,
-# /metrics, status page; no authentication). Data: /var/lib/lockcell.
+# /metrics for anyone; the status page's names only for a user
+# certificate; TLS on a TLS cell). Data: /var/lib/lockcell.
 #
 # The build context must hold the repository's .git folder for --version to
 # name the commit (.dockerignore keeps it); without it the binaries say

@@ -68,13 +68,21 @@ type Config struct {
 	AuditLogger *slog.Logger
 	// MetricsAddr, when set, is the replica's HTTP port for operators:
 	// Prometheus metrics at /metrics, /healthz, /readyz and a status page
-	// at / (with /status.json). It has no authentication; keep it on
-	// loopback or an operators' network.
+	// at / (with /status.json). With TLS it speaks TLS with the client
+	// port's certificate and takes a user certificate, if given, as the
+	// caller's identity; names are shown only as HTTPNames says. On a
+	// plain cell it must be loopback, like the other ports.
 	MetricsAddr string
 	// Pprof also serves Go's profiler at /debug/pprof/ on MetricsAddr
 	// (off by default: a profile costs CPU and shows the program's
-	// internals).
+	// internals), to the admin only.
 	Pprof bool
+	// HTTP bounds the HTTP port's connections and their times (zero
+	// fields: DefaultHTTPLimits).
+	HTTP HTTPLimits
+	// HTTPNames says who sees lock names, principals and client names on
+	// the HTTP port (default HTTPNamesAuthenticated).
+	HTTPNames HTTPNames
 
 	// TLS, when set, secures the client port with mutual TLS: the
 	// replica's server configuration, which must require and verify
@@ -272,6 +280,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Pprof && c.MetricsAddr == "" {
 		return fmt.Errorf("cell: Pprof serves on the HTTP port, and no MetricsAddr is set")
+	}
+	if err := c.validateHTTP(); err != nil {
+		return err
 	}
 	if c.Transport != nil {
 		if c.PeerTLS != nil {

@@ -7,13 +7,22 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"lockcell/cell/certs"
+	"lockcell/master"
 )
 
 // The replica's HTTP port (Config.MetricsAddr) is for operators and their
 // tools: liveness and readiness probes, Prometheus metrics, a status page
-// and, when asked for, Go's profiler. It has no authentication: it names
-// principals, sessions and locks, so it belongs on loopback or an
-// operators' network, never next to the client port on a public one.
+// and, when asked for, Go's profiler. /healthz, /readyz and /metrics are
+// open to every caller and carry no names. The status page and
+// /status.json name locks, principals and client names, so they show them
+// only to a caller the cell can authenticate, and only what its principal
+// may read (statusFor); the profiler is the admin's. On a TLS cell the
+// port speaks TLS and a caller's identity is its user certificate, as on
+// the client port (httpport.go); on a plain cell every caller is
+// AnonymousPrincipal, as on the client port, and the port is loopback
+// only (Config.Validate).
 
 // httpHandler routes the HTTP port. Unknown paths, and /debug/pprof/
 // without Config.Pprof, answer 404.
@@ -25,13 +34,40 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("GET /{$}", s.serveStatusPage)
 	mux.HandleFunc("GET /status.json", s.serveStatusJSON)
 	if s.cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/", s.adminOnly(pprof.Index))
+		mux.HandleFunc("/debug/pprof/cmdline", s.adminOnly(pprof.Cmdline))
+		mux.HandleFunc("/debug/pprof/profile", s.adminOnly(pprof.Profile))
+		mux.HandleFunc("/debug/pprof/symbol", s.adminOnly(pprof.Symbol))
+		mux.HandleFunc("/debug/pprof/trace", s.adminOnly(pprof.Trace))
 	}
 	return mux
+}
+
+// httpPrincipal is the principal of an HTTP caller: on a TLS cell the
+// Common Name of the user certificate it presented ("" without one: not
+// authenticated), on a plain cell AnonymousPrincipal, as on the client
+// port.
+func (s *Server) httpPrincipal(r *http.Request) string {
+	if s.cfg.TLS == nil {
+		return master.AnonymousPrincipal
+	}
+	p, err := certs.PrincipalOf(r.TLS)
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// adminOnly serves h to the cell's admin alone: a profile costs the
+// process CPU and shows its internals.
+func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if p := s.httpPrincipal(r); p == "" || p != s.cfg.admin() {
+			http.Error(w, "the profiler is the cell admin's: present the admin's client certificate", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
 }
 
 // serveHealthz answers 200 while the process serves HTTP at all: a

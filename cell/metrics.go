@@ -1,9 +1,6 @@
 package cell
 
 import (
-	"errors"
-	"net"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -148,6 +145,23 @@ func newMetrics(s *Server) *metrics {
 			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": level}},
 			func() float64 { return float64(read(s.master.EventStats())) }))
 	}
+	// The HTTP port's connections (httpport.go): counts only, no names
+	// or addresses, like every metric here.
+	m.reg.MustRegister(
+		gauge("lockcell_http_connections", "Open connections to the HTTP port (this one).",
+			func() float64 { return float64(s.HTTPStats().Open) }),
+		gauge("lockcell_http_connections_limit", "The HTTP port's cap on open connections in force (--http-max-conns, at most an eighth of the file-descriptor limit).",
+			func() float64 { return float64(s.HTTPStats().MaxConns) }))
+	for i, reason := range httpRefusalNames {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_http_connections_refused_total",
+			Help: "HTTP connections reset at accept, by the cap that was full: per_ip (--http-max-conns-per-ip), " +
+				"total (--http-max-conns), fd_share (the process's HTTP ports at an eighth of its file descriptors).",
+			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "reason": reason}},
+			func() float64 {
+				st := s.HTTPStats()
+				return float64([httpRefusedReasons]uint64{st.RefusedPerIP, st.RefusedTotal, st.RefusedFDShare}[i])
+			}))
+	}
 	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
 			Help:        "Client connections closed over a memory budget, by the level that bound (connection, ip, process).",
@@ -180,31 +194,6 @@ func (h histogramFunc) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstHistogram(h.desc, snap.Count, snap.Sum.Seconds(), buckets)
 }
-
-// serveMetrics serves the HTTP port on addr until the server closes:
-// /metrics, /healthz, /readyz, the status page and, with Config.Pprof,
-// /debug/pprof/ (http.go).
-func (s *Server) serveMetrics(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
-	s.metricsSrv = srv
-	s.metricsAddr = ln.Addr().String()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Warn("metrics server stopped", "err", err)
-		}
-	}()
-	return nil
-}
-
-// MetricsAddr returns the address of the HTTP port, where /metrics,
-// /healthz, /readyz and the status page are served ("" when off).
-func (s *Server) MetricsAddr() string { return s.metricsAddr }
 
 // quotaCollector exposes what the namespace quotas count, from one
 // replica.QuotaStats a scrape: the cell's totals, the largest counts of

@@ -46,6 +46,7 @@ type Server struct {
 	metrics     *metrics
 	metricsSrv  *http.Server
 	metricsAddr string
+	httpLn      *httpListener // the HTTP port's connections (httpport.go)
 }
 
 // Master is the master type served by this package (an alias so that

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"lockcell/acl"
 	"lockcell/replica"
 )
 
@@ -20,7 +21,8 @@ import (
 // reloads itself every few seconds, and the same facts as JSON for
 // scripts. What it shows is read from the replica's own view: its Raft
 // state, the replicated state (sessions, locks), and, on the master, the
-// lease each session has left, which only the master keeps.
+// lease each session has left, which only the master keeps. Each caller
+// sees of it only the names its principal may see (statusFor).
 
 //go:embed statuspage.html
 var statusPageHTML string
@@ -64,8 +66,24 @@ type cellStatusPage struct {
 	SessionCount int             `json:"session_count"`
 	Sessions     []statusSession `json:"sessions"`
 	Locks        []statusLock    `json:"locks"`
-	Refresh      int             `json:"-"`
+	// Names says which names this caller is shown (statusFor): "all"
+	// (the admin), "readable" (its own sessions, the locks it may read)
+	// or "none" (counts only); Viewer is its principal, if any, and
+	// LocksHidden counts the busiest locks left out for it.
+	Names       string `json:"names"`
+	Viewer      string `json:"viewer,omitempty"`
+	LocksHidden int    `json:"locks_hidden,omitempty"`
+	// NamesWhy says on the page why names are left out.
+	NamesWhy string `json:"-"`
+	Refresh  int    `json:"-"`
 }
+
+// What statusFor shows a caller (cellStatusPage.Names).
+const (
+	statusNamesAll      = "all"
+	statusNamesReadable = "readable"
+	statusNamesNone     = "none"
+)
 
 type statusMaster struct {
 	ID         string `json:"id"`
@@ -123,8 +141,52 @@ func (g *statusGate) get(compute func() *cellStatusPage) *cellStatusPage {
 	return g.page
 }
 
-// statusPage returns the replica's status, at most statusEvery old.
+// statusPage returns the replica's status, at most statusEvery old, with
+// every name: statusFor decides what a caller sees of it.
 func (s *Server) statusPage() *cellStatusPage { return s.metrics.status.get(s.computeStatus) }
+
+// statusFor is the status as principal may see it ("" for a caller the
+// cell could not authenticate), by the rules of the client port's
+// listings: the admin sees everything; any other principal the sessions
+// of its own principal (as ListSessions shows them) and the locks it may
+// read (as ListLocks lists them: the node's read permission); a caller
+// without a principal, or any caller with HTTPNamesHidden, counts only.
+// The shared page is not changed: the caller gets a copy.
+func (s *Server) statusFor(principal string) *cellStatusPage {
+	full := s.statusPage()
+	p := *full
+	p.Viewer = principal
+	switch {
+	case s.cfg.HTTPNames == HTTPNamesHidden:
+		p.Names, p.Sessions, p.Locks, p.LocksHidden = statusNamesNone, nil, nil, len(full.Locks)
+		p.NamesWhy = "This replica hides lock names, principals and client names on its HTTP port (--http-names=hidden)."
+	case principal == "":
+		p.Names, p.Sessions, p.Locks, p.LocksHidden = statusNamesNone, nil, nil, len(full.Locks)
+		p.NamesWhy = "Lock names, principals and client names are shown only to a caller with a user certificate of the cell's CA, " +
+			"and only what its principal may read."
+	case principal == s.cfg.admin():
+		p.Names = statusNamesAll
+	default:
+		p.Names, p.Sessions, p.Locks = statusNamesReadable, nil, nil
+		for _, ss := range full.Sessions {
+			if ss.Principal == principal {
+				p.Sessions = append(p.Sessions, ss)
+			}
+		}
+		s.rep.FSM().Read(func(v replica.View) error {
+			for _, l := range full.Locks {
+				if v.Allowed(l.Name, principal, false, acl.Read) == nil {
+					p.Locks = append(p.Locks, l)
+				}
+			}
+			return nil
+		})
+		p.LocksHidden = len(full.Locks) - len(p.Locks)
+		p.NamesWhy = "Shown to " + principal + ": its own sessions among the first " + strconv.Itoa(statusSessions) +
+			" of the cell, and the busiest locks it may read."
+	}
+	return &p
+}
 
 func (s *Server) computeStatus() *cellStatusPage {
 	st := s.rep.Status()
@@ -267,7 +329,11 @@ func (s *Server) guessStatusURL(masterClient string) string {
 	if port <= 0 || port > 65535 {
 		return ""
 	}
-	return "http://" + net.JoinHostPort(mhost, strconv.Itoa(port)) + "/"
+	scheme := "http://"
+	if s.cfg.TLS != nil {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(mhost, strconv.Itoa(port)) + "/"
 }
 
 func lockModeName(m uint8) string {
@@ -280,8 +346,8 @@ func lockModeName(m uint8) string {
 	return "free"
 }
 
-func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
-	p := s.statusPage()
+func (s *Server) serveStatusPage(w http.ResponseWriter, r *http.Request) {
+	p := s.statusFor(s.httpPrincipal(r))
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	if err := statusTemplate.Execute(w, p); err != nil {
@@ -289,12 +355,12 @@ func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-func (s *Server) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(s.statusPage()); err != nil {
+	if err := enc.Encode(s.statusFor(s.httpPrincipal(r))); err != nil {
 		s.log.Debug("status json", "err", err)
 	}
 }

@@ -109,8 +109,9 @@ type (
 	}
 	k8sProbe struct {
 		HTTPGet struct {
-			Path string `yaml:"path"`
-			Port string `yaml:"port"`
+			Scheme string `yaml:"scheme"`
+			Path   string `yaml:"path"`
+			Port   string `yaml:"port"`
 		} `yaml:"httpGet"`
 		InitialDelaySeconds int32 `yaml:"initialDelaySeconds"`
 		PeriodSeconds       int32 `yaml:"periodSeconds"`
@@ -167,6 +168,33 @@ type (
 		MaxUnavailable int32       `yaml:"maxUnavailable"`
 		Selector       k8sSelector `yaml:"selector"`
 	}
+	// networking.k8s.io/v1 NetworkPolicy. A port is a number or a
+	// container port's name (IntOrString); these manifests use names.
+	k8sNetworkPolicyPeer struct {
+		PodSelector       *k8sSelector `yaml:"podSelector"`
+		NamespaceSelector *k8sSelector `yaml:"namespaceSelector"`
+		IPBlock           *struct {
+			CIDR   string   `yaml:"cidr"`
+			Except []string `yaml:"except"`
+		} `yaml:"ipBlock"`
+	}
+	k8sNetworkPolicyPort struct {
+		Protocol string `yaml:"protocol"`
+		Port     string `yaml:"port"`
+		EndPort  *int32 `yaml:"endPort"`
+	}
+	k8sNetworkPolicySpec struct {
+		PodSelector k8sSelector `yaml:"podSelector"`
+		PolicyTypes []string    `yaml:"policyTypes"`
+		Ingress     []struct {
+			From  []k8sNetworkPolicyPeer `yaml:"from"`
+			Ports []k8sNetworkPolicyPort `yaml:"ports"`
+		} `yaml:"ingress"`
+		Egress []struct {
+			To    []k8sNetworkPolicyPeer `yaml:"to"`
+			Ports []k8sNetworkPolicyPort `yaml:"ports"`
+		} `yaml:"egress"`
+	}
 )
 
 // strictDecode decodes src into v, refusing fields v does not have.
@@ -207,6 +235,8 @@ func checkManifest(path string, src []byte) []string {
 			spec = &k8sServiceSpec{}
 		case "PodDisruptionBudget":
 			spec = &k8sPDBSpec{}
+		case "NetworkPolicy":
+			spec = &k8sNetworkPolicySpec{}
 		case "ConfigMap", "Namespace":
 			if obj.Spec.Kind != 0 {
 				problems = append(problems, path+": a "+obj.Kind+" has no spec")
@@ -242,7 +272,7 @@ func TestKubernetesManifestsUseOnlyAPIFields(t *testing.T) {
 		}
 		checked++
 	}
-	if checked < 5 {
+	if checked < 6 {
 		t.Fatalf("checked %d manifests", checked)
 	}
 	// And the check catches a misspelt or misplaced field.

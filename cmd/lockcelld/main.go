@@ -196,6 +196,29 @@ func limits(c *cli.Context) cell.ConnLimits {
 		MaxBuffer: size("max-buffer"), BufferStall: c.Duration("buffer-stall"), MaxIPRate: size("max-ip-rate")}
 }
 
+// httpFlags are the HTTP port's limits (cell.HTTPLimits) and who sees
+// names there (cell.HTTPNames); README's table of them is checked against
+// these flags.
+func httpFlags() []cli.Flag {
+	d := cell.DefaultHTTPLimits
+	return []cli.Flag{
+		&cli.IntFlag{Name: "http-max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "HTTP port (--metrics) connections one IP address may hold"},
+		&cli.IntFlag{Name: "http-max-conns", Value: d.MaxConns, Usage: "HTTP port connections in all (at most an eighth of the file-descriptor limit; the default is lowered to it)"},
+		&cli.DurationFlag{Name: "http-read-header-timeout", Value: d.ReadHeaderTimeout, Usage: "time for an HTTP request's headers (and a new connection's TLS handshake)"},
+		&cli.DurationFlag{Name: "http-read-timeout", Value: d.ReadTimeout, Usage: "time for a whole HTTP request"},
+		&cli.DurationFlag{Name: "http-write-timeout", Value: d.WriteTimeout, Usage: "time to answer an HTTP request (a /debug/pprof/profile must be shorter)"},
+		&cli.DurationFlag{Name: "http-idle-timeout", Value: d.IdleTimeout, Usage: "how long an HTTP keep-alive connection may wait for its next request before it is closed"},
+		&cli.StringFlag{Name: "http-names", Value: string(cell.HTTPNamesAuthenticated), Usage: "who sees lock names, principals and client names on the status page: authenticated (a caller with a user certificate, what its principal may read; on a plain cell everyone, as on the client port) or hidden (nobody)"},
+	}
+}
+
+// httpLimits reads httpFlags.
+func httpLimits(c *cli.Context) (cell.HTTPLimits, cell.HTTPNames) {
+	return cell.HTTPLimits{MaxConnsPerIP: c.Int("http-max-conns-per-ip"), MaxConns: c.Int("http-max-conns"),
+		ReadHeaderTimeout: c.Duration("http-read-header-timeout"), ReadTimeout: c.Duration("http-read-timeout"),
+		WriteTimeout: c.Duration("http-write-timeout"), IdleTimeout: c.Duration("http-idle-timeout")}, cell.HTTPNames(c.String("http-names"))
+}
+
 // byteSize is a flag value in bytes, written like 16MiB (cell.ParseBytes).
 type byteSize int64
 
@@ -352,9 +375,10 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "peers", Usage: "all members: id=clientaddr/raftaddr,...; required, here or in --config"},
 			&cli.StringFlag{Name: "listen", Usage: "client address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
-			&cli.StringFlag{Name: "metrics", Usage: "serve the HTTP port for operators at ADDR: /metrics, /healthz, /readyz, a status page at / (off when empty)"},
+			&cli.StringFlag{Name: "metrics", Usage: "serve the HTTP port for operators at ADDR: /metrics, /healthz, /readyz, a status page at / (off when empty); over TLS with --cert, loopback only with --insecure"},
 			&cli.BoolFlag{Name: "pprof", Usage: "also serve Go's profiler at /debug/pprof/ on the --metrics port"},
-		}, append(append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...), joinFlags()...)...),
+		}, append(append(append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...), joinFlags()...),
+			httpFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, reloader, err := serveSetup(c)
 			if err != nil {
@@ -474,6 +498,7 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 		LeaseTTL: c.Duration("lease"), MaxLeaseTTL: c.Duration("max-lease"), KeepAliveTarget: c.Int("keepalive-target"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
 		MetricsAddr: c.String("metrics"), Pprof: c.Bool("pprof"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c),
 		Join: join}
+	cfg.HTTP, cfg.HTTPNames = httpLimits(c)
 	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
 	switch {
 	case cert != "" && key != "" && ca != "":
