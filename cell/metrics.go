@@ -118,6 +118,7 @@ func newMetrics(s *Server) *metrics {
 		histogram("lockcell_apply_seconds", "Time the state machine took to apply one committed entry.",
 			func() replica.HistogramSnapshot { return s.rep.Stats().Apply }),
 	)
+	m.reg.MustRegister(boundMetrics(s, labels)...)
 	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
 			Help:        "Client connections closed over a memory budget, by the level that bound (connection, ip, process).",

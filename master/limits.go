@@ -39,11 +39,18 @@ type Limits struct {
 	// The admin is exempt (it builds and repairs the tree); its nodes
 	// count towards Nodes.
 	NodesPerPrincipal int
+
+	// Backups caps the backups this master builds or holds for paging
+	// at once, each a copy of the whole state. Only the admin may take a
+	// backup, so the cap is process-wide; there is no per-principal one.
+	Backups int
 }
 
 // DefaultLimits are the limits of a cell that sets none.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
-	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000}
+	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
+	Backups: 2,
+}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -69,6 +76,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.NodesPerPrincipal <= 0 {
 		l.NodesPerPrincipal = DefaultLimits.NodesPerPrincipal
+	}
+	if l.Backups <= 0 {
+		l.Backups = DefaultLimits.Backups
 	}
 }
 

@@ -138,6 +138,8 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-nodes", Value: sd.Nodes, Usage: "files and directories in the cell, ephemeral ones included (the admin too)"},
 		&cli.GenericFlag{Name: "max-content-bytes", Value: newByteSize(sd.ContentBytes), Usage: "bytes of all files' contents in the cell together (the admin too), e.g. 512MiB; keep it plus about 200 bytes a node under 1GiB, the largest snapshot"},
 		&cli.IntFlag{Name: "max-nodes-per-principal", Value: sd.NodesPerPrincipal, Usage: "existing files and directories one principal created (the admin is exempt)"},
+
+		&cli.IntFlag{Name: "max-backups", Value: sd.Backups, Usage: "backups the master builds or holds for paging at once, each a copy of the state (only the admin may take one)"},
 	}
 }
 
@@ -153,7 +155,9 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 	}
 	return cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
 		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
-		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal")}
+		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal"),
+		Backups: c.Int("max-backups"),
+	}
 }
 
 func limits(c *cli.Context) cell.ConnLimits {
