@@ -231,8 +231,30 @@ func splitList(s string) []string {
 	return out
 }
 
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+// daemonSignals are the signals a running replica acts on, caught from the
+// first moment of a serve or dev command: a signal that comes while the
+// replica still starts (a `systemctl reload` during a slow store open)
+// must not meet Go's default action, which ends the process. SIGTERM and
+// SIGINT cancel stop; SIGHUP waits on hup (one kept, however many come)
+// until the command's loop can act on it, once the replica is up.
+type daemonSignals struct {
+	stop   context.Context
+	cancel context.CancelFunc
+	hup    chan os.Signal
+}
+
+// catchSignals starts catching the daemon's signals; release stops it.
+func catchSignals() *daemonSignals {
+	d := &daemonSignals{hup: make(chan os.Signal, 1)}
+	signal.Notify(d.hup, syscall.SIGHUP)
+	d.stop, d.cancel = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return d
+}
+
+// release gives the signals back to their default actions.
+func (d *daemonSignals) release() {
+	signal.Stop(d.hup)
+	d.cancel()
 }
 
 func devCommand() *cli.Command {
@@ -249,6 +271,8 @@ func devCommand() *cli.Command {
 			&cli.BoolFlag{Name: "tls", Usage: "mutual TLS on both ports, with a development CA and certificates under DATA/certs (created if missing)"},
 		}, append(timingFlags(), limitFlags()...)...),
 		Action: func(c *cli.Context) error {
+			sig := catchSignals()
+			defer sig.release()
 			log := logger(c)
 			if !c.Bool("tls") {
 				var client, raft []string
@@ -275,8 +299,7 @@ func devCommand() *cli.Command {
 				return err
 			}
 			defer d.Close()
-			ctx, cancel := signalContext()
-			defer cancel()
+			ctx := sig.stop
 			wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 			m, err := d.WaitForMaster(wctx)
 			wcancel()
@@ -295,9 +318,15 @@ func devCommand() *cli.Command {
 				fmt.Printf("mutual TLS on; to use the cell as %s:\n", certs.AdminUser)
 				fmt.Printf("export LOCKCELL_CERT=%s\nexport LOCKCELL_KEY=%s\nexport LOCKCELL_CA=%s\n", cf, kf, certs.CAFile(dir))
 			}
-			<-ctx.Done()
-			fmt.Println("lockcell dev cell: shutting down")
-			return d.Close()
+			for {
+				select {
+				case <-ctx.Done():
+					fmt.Println("lockcell dev cell: shutting down")
+					return d.Close()
+				case <-sig.hup:
+					log.Warn("SIGHUP: a dev cell has nothing to reload (its certificates are read at start)")
+				}
+			}
 		},
 	}
 }
@@ -333,6 +362,8 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "pprof", Usage: "also serve Go's profiler at /debug/pprof/ on the --metrics port"},
 		}, append(append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...), joinFlags()...)...),
 		Action: func(c *cli.Context) error {
+			sig := catchSignals() // before anything slow: see daemonSignals
+			defer sig.release()
 			cfg, reloader, err := serveSetup(c)
 			if err != nil {
 				return err
@@ -350,8 +381,7 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			fmt.Printf("lockcell replica %s of cell %q listening on %s\n", c.String("id"), c.String("cell"), s.ClientAddr())
-			ctx, cancel := signalContext()
-			defer cancel()
+			ctx, cancel := sig.stop, sig.cancel
 			var joined chan error // the join's outcome; nil (never ready) without --join
 			if jr != nil {
 				joined = make(chan error, 1)
@@ -363,10 +393,8 @@ func serveCommand() *cli.Command {
 				}()
 				defer func() { cancel(); <-joinDone }() // the join ends with ctx
 			}
-			// SIGHUP re-reads the certificate, key and CA files.
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
+			// SIGHUP re-reads the certificate, key and CA files; one that
+			// came while the replica started is acted on now.
 			for {
 				select {
 				case <-ctx.Done():
@@ -377,7 +405,7 @@ func serveCommand() *cli.Command {
 						s.Close()
 						return cli.Exit(err.Error(), 1)
 					}
-				case <-hup:
+				case <-sig.hup:
 					if reloader == nil {
 						cfg.Logger.Warn("SIGHUP: no certificates to reload (no TLS)")
 					} else if reloader.Reload() == nil {
