@@ -48,7 +48,8 @@ func TestReplicaMetrics(t *testing.T) {
 	text := string(body)
 	for _, want := range []string{`lockcell_calls_total{cell="t",code="0",method="Open",replica="` + m.ID() + `"} 1`,
 		`lockcell_master{cell="t",replica="` + m.ID() + `"} 1`, "lockcell_sessions", "lockcell_raft_commit_index", "lockcell_call_seconds_bucket",
-		"lockcell_invalidations_sent_total", "lockcell_invalidations_late_total", "lockcell_events_dropped_total"} {
+		"lockcell_invalidations_sent_total", "lockcell_invalidations_late_total", "lockcell_events_dropped_total",
+		"lockcell_backups_in_flight", "lockcell_handles"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q", want)
 		}

@@ -112,6 +112,10 @@ var SettingRanges = map[string]SettingRange{
 	"max-content-bytes":          sizes(1, 1<<30),
 	"max-nodes-per-principal":    counts(1, 5_000_000),
 	"max-backups":                counts(1, 16), // each a copy of the whole state
+	// A handle costs every replica about 165 bytes of heap and 68 of
+	// snapshot (replica.BenchmarkHandleCost).
+	"max-handles-per-principal": counts(1, 5_000_000),
+	"max-handles":               counts(1, 5_000_000),
 
 	// dev's cell on loopback.
 	"port":         counts(1, math.MaxUint16),

@@ -141,6 +141,8 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-nodes-per-principal", Value: sd.NodesPerPrincipal, Usage: "existing files and directories one principal created (the admin is exempt)"},
 
 		&cli.IntFlag{Name: "max-backups", Value: sd.Backups, Usage: "backups the master builds or holds for paging at once, each a copy of the state (only the admin may take one)"},
+		&cli.IntFlag{Name: "max-handles-per-principal", Value: sd.HandlesPerPrincipal, Usage: "open handles of all sessions of one principal together (the admin too)"},
+		&cli.IntFlag{Name: "max-handles", Value: sd.Handles, Usage: "open handles in the cell"},
 	}
 }
 
@@ -157,7 +159,7 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 	return cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
 		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
 		Nodes: c.Int("max-nodes"), ContentBytes: content, NodesPerPrincipal: c.Int("max-nodes-per-principal"),
-		Backups: c.Int("max-backups"),
+		Backups: c.Int("max-backups"), HandlesPerPrincipal: c.Int("max-handles-per-principal"), Handles: c.Int("max-handles"),
 	}
 }
 
