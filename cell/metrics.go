@@ -162,6 +162,7 @@ func newMetrics(s *Server) *metrics {
 				return float64([httpRefusedReasons]uint64{st.RefusedPerIP, st.RefusedTotal, st.RefusedFDShare}[i])
 			}))
 	}
+	m.reg.MustRegister(boundMetrics(s, labels)...)
 	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
 			Help:        "Client connections closed over a memory budget, by the level that bound (connection, ip, process).",

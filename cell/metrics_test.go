@@ -52,7 +52,9 @@ func TestReplicaMetrics(t *testing.T) {
 		"lockcell_invalidations_sent_total", "lockcell_invalidations_late_total", "lockcell_events_dropped_total",
 		"lockcell_cache_registrations", "lockcell_cache_registrations_peak", "lockcell_cache_registrations_refused_total",
 		"lockcell_cache_bars_total", "lockcell_cache_hold_seconds_total",
-		"lockcell_event_queue_bytes", `lockcell_events_over_budget_total{cell="t",level="process"`, "lockcell_event_fanout_lost_total"} {
+		"lockcell_event_queue_bytes", `lockcell_events_over_budget_total{cell="t",level="process"`, "lockcell_event_fanout_lost_total",
+
+		"lockcell_backups_in_flight", "lockcell_handles"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q", want)
 		}

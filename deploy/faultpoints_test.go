@@ -38,7 +38,7 @@ func TestReleaseBinaryHasNoFaultPoints(t *testing.T) {
 		defer l.Close()
 		return l.Addr().String()
 	}
-	for _, env := range []string{replica.CrashPointEnv + "=log-store", replica.DiskStallEnv + "=1"} {
+	for _, env := range []string{replica.CrashPointEnv + "=log-store", replica.DiskStallEnv + "=1", replica.StartGateEnv + "=/nonexistent"} {
 		client, raft := freeAddr(), freeAddr()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		cmd := exec.CommandContext(ctx, daemon, "serve", "--id", "1", "--data", t.TempDir(),

@@ -12,17 +12,16 @@ import (
 
 // Backups in flight are held in the master's memory between pages. A
 // backup nobody asks a page of for backupIdle is dropped; at most
-// maxBackups are held at once, so an admin cannot make the master hold
-// many copies of the state.
-const (
-	backupIdle = time.Minute
-	maxBackups = 2
-)
+// Limits.Backups are built or held at once, so an admin cannot make the
+// master hold many copies of the state.
+const backupIdle = time.Minute
 
-// backupStore holds the backups being paged out. The zero value is ready.
+// backupStore holds the backups being paged out, and counts those being
+// built. The zero value is ready.
 type backupStore struct {
-	mu   sync.Mutex
-	held map[uint64]*heldBackup
+	mu       sync.Mutex
+	held     map[uint64]*heldBackup
+	building int // slots taken by backups not yet held (reserve)
 }
 
 type heldBackup struct {
@@ -44,32 +43,11 @@ func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.Backu
 	}
 	st := &c.backups
 	if req.ID == 0 {
-		// The snapshot holds every write acknowledged before this call:
-		// a quorum confirms this replica still leads, so they are applied
-		// here.
-		if err := c.verifyRead(ctx); err != nil {
-			return nil, err
-		}
-		if err := c.state.Read(c.liveSession); err != nil {
-			return nil, err
-		}
-		var term uint64
-		if t, ok := c.cons.(termer); ok {
-			term = t.Term()
-		}
-		st.mu.Lock()
-		full := len(st.held) >= maxBackups
-		st.mu.Unlock()
-		if full {
-			return nil, wire.Errorf(wire.CodeTooMany, "%d backups are being taken; finish or abandon one (an abandoned one is dropped after %s)", maxBackups, backupIdle)
-		}
-		b, err := c.state.Backup(term, c.cfg.Clock.Now())
+		id, err := c.startBackup(ctx)
 		if err != nil {
-			return nil, wire.Errorf(wire.CodeInternal, "backup: %v", err)
+			return nil, err
 		}
-		c.log.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", len(b.File),
-			"lock_held", b.LockHeld)
-		req.ID = st.add(c.cfg.Clock, b)
+		req.ID = id
 	}
 	b, ok := st.get(c.cfg.Clock, req.ID)
 	if !ok {
@@ -90,10 +68,77 @@ func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.Backu
 	return resp, nil
 }
 
-// add holds b and returns its id.
+// startBackup builds a new backup and holds it for paging, returning its
+// id. Its slot is taken before anything is read or built: a check made
+// before the build and a take after it let every concurrent caller pass
+// the check while the others were still building, each with its own copy
+// of the state. A build that fails gives its slot back.
+func (c *call) startBackup(ctx context.Context) (uint64, error) {
+	st := &c.backups
+	limit := c.cfg.Limits.Backups
+	if !st.reserve(limit) {
+		return 0, wire.Errorf(wire.CodeTooMany, "%d backups are being taken, the limit; finish or abandon one (an abandoned one is dropped after %s)", limit, backupIdle)
+	}
+	held := false
+	defer func() {
+		if !held {
+			st.unreserve()
+		}
+	}()
+	// The snapshot holds every write acknowledged before this call: a
+	// quorum confirms this replica still leads, so they are applied here.
+	if err := c.verifyRead(ctx); err != nil {
+		return 0, err
+	}
+	if err := c.state.Read(c.liveSession); err != nil {
+		return 0, err
+	}
+	var term uint64
+	if t, ok := c.cons.(termer); ok {
+		term = t.Term()
+	}
+	b, err := c.state.Backup(term, c.cfg.Clock.Now())
+	if err != nil {
+		return 0, wire.Errorf(wire.CodeInternal, "backup: %v", err)
+	}
+	c.log.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", len(b.File),
+		"lock_held", b.LockHeld)
+	held = true
+	return st.add(c.cfg.Clock, b), nil
+}
+
+// reserve takes one of limit slots for a backup about to be built, or
+// reports that all are taken (by backups held or being built); checked and
+// taken under one lock.
+func (st *backupStore) reserve(limit int) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.held)+st.building >= limit {
+		return false
+	}
+	st.building++
+	return true
+}
+
+// unreserve gives back a slot reserve took for a backup that was not built.
+func (st *backupStore) unreserve() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.building--
+}
+
+// inFlight is the number of backups held or being built.
+func (st *backupStore) inFlight() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.held) + st.building
+}
+
+// add holds b, in the slot reserve took for it, and returns its id.
 func (st *backupStore) add(clk Clock, b *replica.Backup) uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.building--
 	if st.held == nil {
 		st.held = map[uint64]*heldBackup{}
 	}
@@ -129,3 +174,7 @@ func (st *backupStore) drop(id uint64) {
 		delete(st.held, id)
 	}
 }
+
+// BackupsInFlight is the number of backups this master is building or
+// holds for paging (at most Limits.Backups).
+func (s *Server) BackupsInFlight() int { return s.backups.inFlight() }

@@ -73,6 +73,17 @@ type Limits struct {
 	// EventBytesPerPrincipal caps the same for the sessions of one
 	// principal together, the admin's included.
 	EventBytesPerPrincipal int64
+	// Backups caps the backups this master builds or holds for paging
+	// at once, each a copy of the whole state. Only the admin may take a
+	// backup, so the cap is process-wide; there is no per-principal one.
+	Backups int
+	// HandlesPerPrincipal caps the open handles of one principal's
+	// sessions together (the admin too), so that many sessions do not
+	// multiply HandlesPerSession.
+	HandlesPerPrincipal int
+	// Handles caps the open handles in the cell. Every replica holds
+	// every handle in its state and its snapshots.
+	Handles int
 }
 
 // DefaultLimits are the limits of a cell that sets none. The event
@@ -85,7 +96,8 @@ type Limits struct {
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
 	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
 	ContentBytesPerPrincipal: 64 << 20, CacheRegistrationsPerPrincipal: 100000, CacheRegistrations: 1000000,
-	EventBytes: 64 << 20, EventBytesPerPrincipal: 8 << 20}
+	EventBytes: 64 << 20, EventBytesPerPrincipal: 8 << 20,
+	Backups: 2, HandlesPerPrincipal: 100000, Handles: 1000000}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -126,6 +138,15 @@ func (l *Limits) setDefaults() {
 	}
 	if l.EventBytesPerPrincipal <= 0 {
 		l.EventBytesPerPrincipal = DefaultLimits.EventBytesPerPrincipal
+	}
+	if l.Backups <= 0 {
+		l.Backups = DefaultLimits.Backups
+	}
+	if l.HandlesPerPrincipal <= 0 {
+		l.HandlesPerPrincipal = DefaultLimits.HandlesPerPrincipal
+	}
+	if l.Handles <= 0 {
+		l.Handles = DefaultLimits.Handles
 	}
 	l.NodesAdminReserve, l.ContentBytesAdminReserve = l.Reserves()
 }
@@ -192,6 +213,9 @@ type reservations struct {
 	cell      int
 	conn      map[uint64]int
 	handles   map[uint64]int // by session
+
+	principalHandles map[string]int
+	cellHandles      int
 }
 
 // reserveSession admits one more session of caller against the
@@ -234,22 +258,41 @@ func (s *parts) reserveSession(caller Caller) (func(), error) {
 	}, nil
 }
 
-// reserveHandle admits one more handle of session against its cap.
+// reserveHandle admits one more handle of session against the
+// per-session, per-principal (the session's principal) and per-cell caps,
+// or says which is reached.
 func (s *parts) reserveHandle(session uint64) (func(), error) {
 	r := &s.reserved
+	lim := s.cfg.Limits
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var open int
-	s.read(func(v replica.View) { open = v.SessionHandles(session) })
-	if n := open + r.handles[session]; n >= s.cfg.Limits.HandlesPerSession {
+	var open, own, cell int
+	var principal string
+	s.read(func(v replica.View) {
+		principal, _ = v.SessionPrincipal(session)
+		open, own, cell = v.SessionHandles(session), v.PrincipalHandles(principal), v.Handles()
+	})
+	if n := open + r.handles[session]; n >= lim.HandlesPerSession {
 		return nil, wire.Errorf(wire.CodeTooMany, "session %d has %d open handles, the limit", session, n)
 	}
+	if n := own + r.principalHandles[principal]; n >= lim.HandlesPerPrincipal {
+		return nil, wire.Errorf(wire.CodeTooMany, "principal %q has %d open handles, the limit", principal, n)
+	}
+	if n := cell + r.cellHandles; n >= lim.Handles {
+		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d open handles, the limit", n)
+	}
 	r.handles[session]++
+	r.principalHandles[principal]++
+	r.cellHandles++
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.handles[session]--; r.handles[session] <= 0 {
 			delete(r.handles, session)
 		}
+		if r.principalHandles[principal]--; r.principalHandles[principal] <= 0 {
+			delete(r.principalHandles, principal)
+		}
+		r.cellHandles--
 	}, nil
 }

@@ -194,7 +194,7 @@ func New(cfg Config, cons Consensus, state State) *Server {
 	cfg.setDefaults()
 	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger, quota: quotaOf(cfg.Limits),
 		members:  newMembership(),
-		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}}}
+		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}, principalHandles: map[string]int{}}}
 	s := &Server{parts: p}
 	s.delays = newLockDelays(cfg.Clock, &s.wg, s.grantAfterDelay)
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Clock.Now}

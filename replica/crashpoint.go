@@ -71,7 +71,7 @@ var CrashPoints = []CrashPoint{CrashLogStore, CrashSnapshotPersist, CrashSnapsho
 var ErrBadCrashPoint = errors.New("replica: bad " + CrashPointEnv)
 
 // ErrNoFaultPoints is returned by Open when the environment arms a fault
-// (CrashPointEnv, DiskStallEnv) in a build without the faultpoints tag: a
+// (CrashPointEnv, DiskStallEnv, StartGateEnv) in a build without the faultpoints tag: a
 // release binary has no fault points, and a test must not wait for a
 // fault that cannot come.
 var ErrNoFaultPoints = errors.New("replica: this build has no fault points (build with -tags faultpoints)")
@@ -79,6 +79,16 @@ var ErrNoFaultPoints = errors.New("replica: this build has no fault points (buil
 // DiskStallEnv is the environment variable that arms the disk-stall fault
 // (faultpoints_on.go).
 const DiskStallEnv = "LOCKCELL_DISKSTALL"
+
+// StartGateEnv names a file whose absence holds a replica's start
+// (faultpoints_on.go): Open writes StartGateMarker and the path to stderr,
+// then waits before opening its store until the file exists, so a test
+// can act on a process that is provably still starting.
+const StartGateEnv = "LOCKCELL_START_GATE"
+
+// StartGateMarker opens the line a replica writes when it reaches the
+// start gate.
+const StartGateMarker = "LOCKCELL-START-GATE"
 
 // DiskStallArmed reports whether this process arms the disk-stall fault.
 func DiskStallArmed() bool { return diskStall != nil }

@@ -7,8 +7,8 @@ import (
 	"os"
 )
 
-// A release build: the crash points and the disk-stall fault
-// (faultpoints_on.go) are compiled out, so no environment variable can make
+// A release build: the crash points, the disk-stall fault and the start
+// gate (faultpoints_on.go) are compiled out, so no environment variable can make
 // a production replica kill itself or stall its log, and no signal handler
 // is installed. A fault armed in the environment is refused at Open
 // (ErrNoFaultPoints) rather than silently ignored.
@@ -18,7 +18,7 @@ import (
 const FaultPointsBuilt = false
 
 func init() {
-	for _, env := range []string{CrashPointEnv, DiskStallEnv} {
+	for _, env := range []string{CrashPointEnv, DiskStallEnv, StartGateEnv} {
 		if v := os.Getenv(env); v != "" {
 			armedErr = fmt.Errorf("%w: %s=%s", ErrNoFaultPoints, env, v)
 		}
@@ -34,3 +34,5 @@ type stallGate struct{}
 func (*stallGate) wait() {}
 
 func crashPoint(CrashPoint) {}
+
+func waitStartGate() {}

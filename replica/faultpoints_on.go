@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // The disk-stall fault (docs/testplan.md#stale-read-probe): a disk that
@@ -36,6 +37,26 @@ func init() {
 	armed, armedErr = parseCrashPoint(os.Getenv(CrashPointEnv))
 	if os.Getenv(DiskStallEnv) == "1" {
 		diskStall = newStallGate()
+	}
+	startGate = os.Getenv(StartGateEnv)
+}
+
+// startGate is the file whose absence holds Open (StartGateEnv), or "".
+var startGate string
+
+// waitStartGate holds a replica's start, before its store opens, until the
+// StartGateEnv file exists: a slow store open a test can end when it
+// wants. It polls, as the test creates the file from another process.
+func waitStartGate() {
+	if startGate == "" {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "%s waiting for %s before opening the store\n", StartGateMarker, startGate)
+	for {
+		if _, err := os.Stat(startGate); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -71,6 +71,7 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 		Flags: p.Flags, LockDelay: p.LockDelay, EventMask: p.EventMask}
 	f.handles[index] = h
 	s.handles[index] = true
+	f.principalHandles[s.Principal]++
 	f.addWatch(h)
 	n.openHandles++
 	return &Result{Handle: index, Created: created, Stat: n.stat()}
@@ -213,6 +214,9 @@ func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
 	f.dropWatch(h)
 	if s := f.sessions[h.Session]; s != nil {
 		delete(s.handles, h.ID)
+		if f.principalHandles[s.Principal]--; f.principalHandles[s.Principal] <= 0 {
+			delete(f.principalHandles, s.Principal)
+		}
 	}
 	n := f.nodes[h.Path]
 	if n == nil || n.Instance != h.Instance {

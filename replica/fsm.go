@@ -46,6 +46,10 @@ type FSM struct {
 	// members is the member table (members.go).
 	members memberTable
 
+	// principalHandles counts open handles per principal of their
+	// sessions (derived, as principals), for the master's handle caps.
+	principalHandles map[string]int
+
 	changes []Change // scratch, used under mu by apply
 
 	// aclParsed caches parsed ACL files by name. Readers fill it under
@@ -79,6 +83,7 @@ func (f *FSM) reset() {
 	f.nodes = map[string]*Node{root: {Path: root, Dir: true, children: map[string]bool{}}}
 	f.sessions = map[uint64]*Session{}
 	f.principals = map[string]int{}
+	f.principalHandles = map[string]int{}
 	f.usage = newUsage()
 	f.handles = map[uint64]*Handle{}
 	f.watch = map[string]*watchSet{}

@@ -372,6 +372,14 @@ func (v View) PrincipalSessions(principal string) int {
 	return f.principals[principal]
 }
 
+// PrincipalHandles counts the open handles of principal's sessions.
+func (v View) PrincipalHandles(principal string) int {
+	return v.f.principalHandles[principal]
+}
+
+// Handles counts the open handles in the cell.
+func (v View) Handles() int { return len(v.f.handles) }
+
 // SessionHandles counts the open handles of a session.
 func (v View) SessionHandles(session uint64) int {
 	f := v.f

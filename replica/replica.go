@@ -177,6 +177,7 @@ func Open(cfg Config) (*Replica, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
+	waitStartGate()
 	store, err := OpenStore(filepath.Join(cfg.Dir, "raft"), log)
 	if err != nil {
 		return nil, fmt.Errorf("replica %s: open store: %w", cfg.ID, err)

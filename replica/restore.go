@@ -51,9 +51,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.epoch, f.applied, f.lastIndex, f.cellKey = next.epoch, next.applied, next.lastIndex, next.cellKey
 	f.nodes, f.sessions, f.handles, f.watch = next.nodes, next.sessions, next.handles, next.watch
 	f.members = next.members
-	f.principals = map[string]int{}
+	f.principals, f.principalHandles = map[string]int{}, map[string]int{}
 	for _, s := range f.sessions {
 		f.principals[s.Principal]++
+		if len(s.handles) > 0 {
+			f.principalHandles[s.Principal] += len(s.handles)
+		}
 	}
 	f.usage = usageOf(f.nodes, f.Root())
 	// Parsed ACL files are derived from the state just replaced.

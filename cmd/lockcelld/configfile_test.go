@@ -115,18 +115,18 @@ func TestServeConfigFileKnowsEveryFlag(t *testing.T) {
 		if name == "config" {
 			continue
 		}
-		// A value each flag parses (the resulting configuration need
-		// not be valid: only the flag handling is under test).
+		// A value each flag parses and its range takes (the resulting
+		// configuration need not be valid: only the flag handling is
+		// under test).
 		val := "1"
 		switch f.(type) {
 		case *cli.StringFlag:
 			val = `"x"`
 		case *cli.BoolFlag:
 			val = "false"
-		case *cli.DurationFlag:
-			val = "1s"
-		case *cli.GenericFlag:
-			val = "1KiB"
+		}
+		if r, ok := cell.SettingRanges[name]; ok {
+			val = r.Unit.Format(r.Min)
 		}
 		lines = append(lines, name+": "+val)
 	}
@@ -195,5 +195,41 @@ func TestServeConfigFileProcess(t *testing.T) {
 	out, err := exec.Command(bin, "serve", "--config", bad).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `unknown setting "max-conns-par-ip"`) {
 		t.Fatalf("a misspelt key: %v\n%s", err, out)
+	}
+}
+
+// The binary refuses an out-of-range value, from its config file or its
+// command line, with exit status 2 and a message naming the key (and the
+// file's line) before it starts anything.
+func TestServeConfigFileOutOfRangeProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := fixtures.BuildLockcelld(t)
+	peer := fixtures.FreePeers(t, 1)[0]
+	base := "id: \"" + peer.ID + "\"\ndata: " + t.TempDir() + "\ncell: cfgcell\ninsecure: true\npeers: " +
+		cell.FormatPeers([]cell.Peer{peer}) + "\n"
+	for _, c := range []struct {
+		text string
+		args []string
+		want string // after the file's path, or the whole message without one
+	}{
+		{text: base + "lease: 1ns\n", want: ":6: lease: 1ns is below the minimum 1s"},
+		{text: base + "lease: 1000h\n", want: ":6: lease: 1000h is above the maximum 10m0s"},
+		{text: base + "\nmax-sessions: 0\n", want: ":7: max-sessions: 0 is below the minimum 1"},
+		{text: base + "max-handles-per-session: -5\n", want: ":6: max-handles-per-session: -5 is below the minimum 1"},
+		{text: base, args: []string{"--max-conns-per-ip", "0"}, want: "--max-conns-per-ip 0: below the minimum 1"},
+	} {
+		path := writeFile(t, c.text)
+		want := c.want
+		if strings.HasPrefix(want, ":") {
+			want = path + want
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, bin, append([]string{"serve", "--config", path}, c.args...)...).CombinedOutput()
+		cancel()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), want) {
+			t.Errorf("%q %v: %v, want exit status 2 and %q; output:\n%s", c.text, c.args, err, want, out)
+		}
 	}
 }

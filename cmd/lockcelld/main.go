@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -148,6 +149,9 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-cache-registrations", Value: sd.CacheRegistrations, Usage: "names the cell's sessions together may be registered as caching at the master"},
 		&cli.GenericFlag{Name: "max-event-bytes", Value: newByteSize(sd.EventBytes), Usage: "master memory of all sessions' queued, unacknowledged events together, e.g. 64MiB; a handle event over it becomes an overflow"},
 		&cli.GenericFlag{Name: "max-event-bytes-per-principal", Value: newByteSize(sd.EventBytesPerPrincipal), Usage: "the same for the sessions of one principal together (the admin too), e.g. 8MiB"},
+		&cli.IntFlag{Name: "max-backups", Value: sd.Backups, Usage: "backups the master builds or holds for paging at once, each a copy of the state (only the admin may take one)"},
+		&cli.IntFlag{Name: "max-handles-per-principal", Value: sd.HandlesPerPrincipal, Usage: "open handles of all sessions of one principal together (the admin too)"},
+		&cli.IntFlag{Name: "max-handles", Value: sd.Handles, Usage: "open handles in the cell"},
 	}
 }
 
@@ -167,7 +171,8 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
 		Nodes: c.Int("max-nodes"), ContentBytes: size("max-content-bytes"), NodesPerPrincipal: c.Int("max-nodes-per-principal"),
 		EventBytes: size("max-event-bytes"), EventBytesPerPrincipal: size("max-event-bytes-per-principal"),
-		CacheRegistrationsPerPrincipal: c.Int("max-cache-registrations-per-principal"), CacheRegistrations: c.Int("max-cache-registrations")}
+		CacheRegistrationsPerPrincipal: c.Int("max-cache-registrations-per-principal"), CacheRegistrations: c.Int("max-cache-registrations"),
+		Backups: c.Int("max-backups"), HandlesPerPrincipal: c.Int("max-handles-per-principal"), Handles: c.Int("max-handles")}
 	// The per-principal content share, and the admin's reserves: only a
 	// reserve set (here or in --config) is passed on, one left unset
 	// follows the quota it is part of.
@@ -277,8 +282,30 @@ func splitList(s string) []string {
 	return out
 }
 
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+// daemonSignals are the signals a running replica acts on, caught from the
+// first moment of a serve or dev command: a signal that comes while the
+// replica still starts (a `systemctl reload` during a slow store open)
+// must not meet Go's default action, which ends the process. SIGTERM and
+// SIGINT cancel stop; SIGHUP waits on hup (one kept, however many come)
+// until the command's loop can act on it, once the replica is up.
+type daemonSignals struct {
+	stop   context.Context
+	cancel context.CancelFunc
+	hup    chan os.Signal
+}
+
+// catchSignals starts catching the daemon's signals; release stops it.
+func catchSignals() *daemonSignals {
+	d := &daemonSignals{hup: make(chan os.Signal, 1)}
+	signal.Notify(d.hup, syscall.SIGHUP)
+	d.stop, d.cancel = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return d
+}
+
+// release gives the signals back to their default actions.
+func (d *daemonSignals) release() {
+	signal.Stop(d.hup)
+	d.cancel()
 }
 
 func devCommand() *cli.Command {
@@ -294,7 +321,10 @@ func devCommand() *cli.Command {
 			&cli.IntFlag{Name: "metrics-port", Value: 7201, Usage: "first Prometheus /metrics port (replica i on port+i); 0 turns metrics off"},
 			&cli.BoolFlag{Name: "tls", Usage: "mutual TLS on both ports, with a development CA and certificates under DATA/certs (created if missing)"},
 		}, append(timingFlags(), limitFlags()...)...),
+		Before: func(c *cli.Context) error { return checkSettings(c, "", nil) },
 		Action: func(c *cli.Context) error {
+			sig := catchSignals()
+			defer sig.release()
 			log := logger(c)
 			if !c.Bool("tls") {
 				var client, raft []string
@@ -313,16 +343,15 @@ func devCommand() *cli.Command {
 			}
 			var d *cell.Dev
 			if c.Bool("tls") {
-				d, err = startDevTLS(dcfg, limits(c), audit)
+				d, err = startDevTLS(dcfg, limits(c), sessionLimits(c), audit)
 			} else {
-				d, err = startDevWith(dcfg, limits(c), audit, nil)
+				d, err = startDevWith(dcfg, limits(c), sessionLimits(c), audit, nil)
 			}
 			if err != nil {
 				return err
 			}
 			defer d.Close()
-			ctx, cancel := signalContext()
-			defer cancel()
+			ctx := sig.stop
 			wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 			m, err := d.WaitForMaster(wctx)
 			wcancel()
@@ -341,9 +370,15 @@ func devCommand() *cli.Command {
 				fmt.Printf("mutual TLS on; to use the cell as %s:\n", certs.AdminUser)
 				fmt.Printf("export LOCKCELL_CERT=%s\nexport LOCKCELL_KEY=%s\nexport LOCKCELL_CA=%s\n", cf, kf, certs.CAFile(dir))
 			}
-			<-ctx.Done()
-			fmt.Println("lockcell dev cell: shutting down")
-			return d.Close()
+			for {
+				select {
+				case <-ctx.Done():
+					fmt.Println("lockcell dev cell: shutting down")
+					return d.Close()
+				case <-sig.hup:
+					log.Warn("SIGHUP: a dev cell has nothing to reload (its certificates are read at start)")
+				}
+			}
 		},
 	}
 }
@@ -366,7 +401,7 @@ func serveCommand() *cli.Command {
 			"the master promotes it:\n\n" +
 			"   lockcelld serve --id 6 --data ./r6 --listen 10.0.0.6:7001 --raft 10.0.0.6:7101 --cert ... --key ... --ca ca.crt \\\n" +
 			"      --join 10.0.0.1:7001,10.0.0.2:7001 --join-cert admin.crt --join-key admin.key",
-		Before: applyConfigFile,
+		Before: serveSettings,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "YAML file of this replica's settings: flag names without dashes as keys (flags given here override it)"},
 			&cli.StringFlag{Name: "id", Usage: "this replica's id (one of --peers); required, here or in --config"},
@@ -380,6 +415,8 @@ func serveCommand() *cli.Command {
 		}, append(append(append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...), joinFlags()...),
 			httpFlags()...)...),
 		Action: func(c *cli.Context) error {
+			sig := catchSignals() // before anything slow: see daemonSignals
+			defer sig.release()
 			cfg, reloader, err := serveSetup(c)
 			if err != nil {
 				return err
@@ -397,8 +434,7 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			fmt.Printf("lockcell replica %s of cell %q listening on %s\n", c.String("id"), c.String("cell"), s.ClientAddr())
-			ctx, cancel := signalContext()
-			defer cancel()
+			ctx, cancel := sig.stop, sig.cancel
 			var joined chan error // the join's outcome; nil (never ready) without --join
 			if jr != nil {
 				joined = make(chan error, 1)
@@ -410,10 +446,8 @@ func serveCommand() *cli.Command {
 				}()
 				defer func() { cancel(); <-joinDone }() // the join ends with ctx
 			}
-			// SIGHUP re-reads the certificate, key and CA files.
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
+			// SIGHUP re-reads the certificate, key and CA files; one that
+			// came while the replica started is acted on now.
 			for {
 				select {
 				case <-ctx.Done():
@@ -424,7 +458,7 @@ func serveCommand() *cli.Command {
 						s.Close()
 						return cli.Exit(err.Error(), 1)
 					}
-				case <-hup:
+				case <-sig.hup:
 					if reloader == nil {
 						cfg.Logger.Warn("SIGHUP: no certificates to reload (no TLS)")
 					} else if reloader.Reload() == nil {
@@ -527,18 +561,93 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 	return cfg, nil
 }
 
+// serveSettings applies the --config file, then checks every numeric
+// setting, from the file or not, against its range.
+func serveSettings(c *cli.Context) error {
+	fromFile, err := applyConfigFile(c)
+	if err != nil {
+		return err
+	}
+	return checkSettings(c, c.String("config"), fromFile)
+}
+
+// checkSettings checks every numeric flag of the command, however it was
+// set (the command line, the config file at path, which set the settings
+// fromFile, or the default), against cell.SettingRanges and
+// cell.SettingRelations, and refuses the first out of range as a usage
+// error naming where it was set: "FILE:LINE: key: value is below the
+// minimum ..." or "--key value: below the minimum ...".
+func checkSettings(c *cli.Context, path string, fromFile map[string]cell.Setting) error {
+	refuse := func(err error) error {
+		var re *cell.RangeError
+		if !errors.As(err, &re) {
+			return cli.Exit(err.Error(), 2)
+		}
+		if s, ok := fromFile[re.Key]; ok {
+			return cli.Exit(fmt.Sprintf("%s:%d: %s: %s is %s", path, s.Line, re.Key, s.Value, re.Reason()), 2)
+		}
+		return cli.Exit(fmt.Sprintf("--%s %s: %s", re.Key, re.Unit.Format(re.Value), re.Reason()), 2)
+	}
+	values := map[string]int64{}
+	for _, f := range c.Command.Flags {
+		name := f.Names()[0]
+		v, ok := numericValue(c, f)
+		if !ok {
+			continue
+		}
+		values[name] = v
+		if err := cell.CheckSetting(name, v); err != nil {
+			return refuse(err)
+		}
+	}
+	if _, ok := values["raft-heartbeat"]; ok {
+		// An election timeout or leader lease left unset follows the
+		// heartbeat timeout (raftTimings): check what the replica gets.
+		t := raftTimings(c)
+		values["raft-election"], values["raft-leader-lease"] = int64(t.ElectionTimeout), int64(t.LeaderLeaseTimeout)
+	}
+	if err := cell.CheckSettingRelations(values); err != nil {
+		return refuse(err)
+	}
+	return nil
+}
+
+// numericValue is the value of a numeric flag (a count, a duration or a
+// byte size), and false for any other flag.
+func numericValue(c *cli.Context, f cli.Flag) (int64, bool) {
+	name := f.Names()[0]
+	switch f.(type) {
+	case *cli.IntFlag:
+		return int64(c.Int(name)), true
+	case *cli.Int64Flag:
+		return c.Int64(name), true
+	case *cli.UintFlag:
+		return int64(c.Uint(name)), true
+	case *cli.Uint64Flag:
+		return int64(min(c.Uint64(name), math.MaxInt64)), true
+	case *cli.DurationFlag:
+		return int64(c.Duration(name)), true
+	case *cli.GenericFlag:
+		if b, ok := c.Generic(name).(*byteSize); ok {
+			return int64(*b), true
+		}
+	}
+	return 0, false
+}
+
 // applyConfigFile sets the flags the --config file names, except those
-// given on the command line or in the environment, which win. A key that
-// names no flag of the command (or a global one) is a usage error: a
-// mistyped setting must not be silently ignored.
-func applyConfigFile(c *cli.Context) error {
+// given on the command line or in the environment, which win, and returns
+// the settings it applied by key. A key that names no flag of the command
+// (or a global one) is a usage error: a mistyped setting must not be
+// silently ignored.
+func applyConfigFile(c *cli.Context) (map[string]cell.Setting, error) {
 	path := c.String("config")
 	if path == "" {
-		return nil
+		return nil, nil
 	}
 	settings, err := cell.ReadSettings(path)
 	if err != nil {
-		return cli.Exit(err.Error(), 2)
+		return nil, cli.Exit(err.Error(), 2)
 	}
 	known := map[string]bool{}
 	for _, fs := range [][]cli.Flag{c.Command.Flags, c.App.Flags} {
@@ -551,19 +660,21 @@ func applyConfigFile(c *cli.Context) error {
 	for _, n := range []string{"config", "help", "h", "version", "v"} {
 		delete(known, n)
 	}
+	applied := map[string]cell.Setting{}
 	for _, s := range settings {
 		if !known[s.Key] {
-			return cli.Exit(fmt.Sprintf("config file %s line %d: unknown setting %q (not a flag of lockcelld %s)",
+			return nil, cli.Exit(fmt.Sprintf("config file %s line %d: unknown setting %q (not a flag of lockcelld %s)",
 				path, s.Line, s.Key, c.Command.Name), 2)
 		}
 		if c.IsSet(s.Key) {
 			continue
 		}
 		if err := c.Set(s.Key, s.Value); err != nil {
-			return cli.Exit(fmt.Sprintf("config file %s line %d: %s: %v", path, s.Line, s.Key, err), 2)
+			return nil, cli.Exit(fmt.Sprintf("config file %s line %d: %s: %v", path, s.Line, s.Key, err), 2)
 		}
+		applied[s.Key] = s
 	}
-	return nil
+	return applied, nil
 }
 
 func certsCommand() *cli.Command {
@@ -598,7 +709,7 @@ func devCertDir(data string) string { return filepath.Join(data, "certs") }
 
 // startDevTLS starts a development cell with mutual TLS, creating the
 // development certificates under DATA/certs when missing.
-func startDevTLS(cfg cell.DevConfig, lim cell.ConnLimits, audit *slog.Logger) (*cell.Dev, error) {
+func startDevTLS(cfg cell.DevConfig, lim cell.ConnLimits, sl cell.SessionLimits, audit *slog.Logger) (*cell.Dev, error) {
 	dir := devCertDir(cfg.Dir)
 	var ids []string
 	for _, p := range cfg.Peers {
@@ -607,16 +718,16 @@ func startDevTLS(cfg cell.DevConfig, lim cell.ConnLimits, audit *slog.Logger) (*
 	if err := certs.WriteDevSet(dir, ids); err != nil {
 		return nil, err
 	}
-	return startDevWith(cfg, lim, audit, func(id string) (server, peer *tls.Config, err error) {
+	return startDevWith(cfg, lim, sl, audit, func(id string) (server, peer *tls.Config, err error) {
 		cf, kf := certs.ReplicaFiles(dir, id)
 		return certs.LoadReplicaConfigs(cf, kf, certs.CAFile(dir))
 	})
 }
 
-// startDevWith is cell.StartDev with connection limits, the audit stream
-// and, when tlsFor is set, each replica's TLS configurations
+// startDevWith is cell.StartDev with connection and session limits, the
+// audit stream and, when tlsFor is set, each replica's TLS configurations
 // (cell.DevConfig has none of them).
-func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, audit *slog.Logger, tlsFor func(id string) (server, peer *tls.Config, err error)) (*cell.Dev, error) {
+func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, sl cell.SessionLimits, audit *slog.Logger, tlsFor func(id string) (server, peer *tls.Config, err error)) (*cell.Dev, error) {
 	if cfg.Cell == "" {
 		cfg.Cell = "local"
 	}
@@ -625,7 +736,7 @@ func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, audit *slog.Logger, t
 		sc := cell.Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
 			LeaseTTL: cfg.LeaseTTL, MaxLeaseTTL: cfg.MaxLeaseTTL, KeepAliveTarget: cfg.KeepAliveTarget,
 			DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
-			Limits: lim, AuditLogger: audit}
+			Limits: lim, SessionLimits: sl, AuditLogger: audit}
 		if cfg.MetricsPort != 0 {
 			sc.MetricsAddr = "127.0.0.1:" + strconv.Itoa(cfg.MetricsPort+i)
 		}
