@@ -116,6 +116,29 @@ var SettingRanges = map[string]SettingRange{
 	// snapshot (replica.BenchmarkHandleCost).
 	"max-handles-per-principal": counts(1, 5_000_000),
 	"max-handles":               counts(1, 5_000_000),
+	// The admin's reserves must also stay below their quotas
+	// (master.Limits.Check); more than a tenth of the largest quota is
+	// no reserve but a second cell.
+	"max-content-bytes-per-principal": sizes(1, 1<<30),
+	"admin-reserve-nodes":             counts(1, 500_000),
+	"admin-reserve-content-bytes":     sizes(1, 100<<20),
+	// A registration costs the master about 70 bytes
+	// (master.BenchmarkCacheRegistrationCost).
+	"max-cache-registrations-per-principal": counts(1, 10_000_000),
+	"max-cache-registrations":               counts(1, 10_000_000),
+	// A queued event costs about 160 bytes of heap; a budget under one
+	// event's estimate would drop every event.
+	"max-event-bytes":               sizes(64<<10, 4<<30),
+	"max-event-bytes-per-principal": sizes(64<<10, 4<<30),
+
+	// The HTTP port (docs/limits.md, "The HTTP port"). Its connections
+	// are also held to an eighth of the file-descriptor limit at start.
+	"http-max-conns-per-ip":    counts(1, 1<<16),
+	"http-max-conns":           counts(1, 1<<20),
+	"http-read-header-timeout": durations(100*time.Millisecond, 5*time.Minute),
+	"http-read-timeout":        durations(100*time.Millisecond, 10*time.Minute),
+	"http-write-timeout":       durations(100*time.Millisecond, time.Hour),
+	"http-idle-timeout":        durations(100*time.Millisecond, time.Hour),
 
 	// dev's cell on loopback.
 	"port":         counts(1, math.MaxUint16),
