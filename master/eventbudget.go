@@ -138,7 +138,7 @@ func (ss *sessions) queueHandleEventLocked(id uint64, l *lease, ev wire.Event) b
 			ev.Seq = ss.nextEventLocked()
 			l.events = append(l.events, ev)
 			l.bytes += n
-			l.wakeLocked()
+			l.wakeForNoticeLocked()
 			return true
 		}
 	}
@@ -152,7 +152,7 @@ func (ss *sessions) queueHandleEventLocked(id uint64, l *lease, ev wire.Event) b
 		return false
 	}
 	ss.queueForcedLocked(id, l, overflowEvent(ev))
-	l.wakeLocked()
+	l.wakeForNoticeLocked()
 	return false
 }
 

@@ -66,7 +66,13 @@ func TestQueueOverflowIsSaid(t *testing.T) {
 		t.Fatalf("an ignoring session queued %d events ending with kind %d; want %d ending with an overflow",
 			len(evs), evs[len(evs)-1].Kind, maxPendingEventsIgnorer)
 	}
-	r := answered(t, keepAliveAsync(t, ss, clock, stop, 2, 0))
+	// Its notices do not cut its hold short (no reply per write to a
+	// session that takes none of them): the overflow goes with the reply
+	// at the hold's end.
+	ch := keepAliveAsync(t, ss, clock, stop, 2, 0)
+	parked(t, ch)
+	clock.Advance(testLease * 3 / 4)
+	r := answered(t, ch)
 	if r.err != nil || len(r.resp.Events) != maxPendingEventsIgnorer || r.resp.Events[len(r.resp.Events)-1].Kind != wire.EventOverflow {
 		t.Fatalf("the reply carrying the overflow: %d events, %v", len(r.resp.Events), r.err)
 	}

@@ -75,6 +75,43 @@ func (l *lease) signalAckLocked() {
 	l.ackCh = make(chan struct{})
 }
 
+// ignoring reports whether the session's last KeepAlive left events it had
+// been sent unacknowledged: it lost a reply, or it does not take its
+// events.
+func (l *lease) ignoring() bool { return l.ignored > 0 }
+
+// wakeForNoticeLocked wakes the session's parked KeepAlive for a handle
+// event (or the overflow standing for dropped ones), unless the session
+// ignores its events: each wake is a reply carrying its whole queue, so a
+// crowd of sessions that never acknowledge would otherwise make every
+// write cost a reply per session, again and again. An ignoring session
+// gets its notices when its hold ends; what a writer waits for (an
+// invalidation) and a fail-over notice still wake it at once. An honest
+// client that lost a reply is sent its events again on its next call,
+// acknowledges them, and is in good standing again.
+func (l *lease) wakeForNoticeLocked() {
+	if !l.ignoring() {
+		l.wakeLocked()
+	}
+}
+
+// urgentEvent reports whether an event must reach even a session that
+// ignores its events at once: an invalidation holds a write until it is
+// acknowledged or the lease runs out, a fail-over notice holds recovery.
+func urgentEvent(k uint8) bool { return k == wire.EventInvalidate || k == wire.EventMasterFailover }
+
+// undeliveredLocked reports whether the session has events queued that no
+// reply has carried yet; for a session that ignores its events, only
+// urgent ones count (wakeForNoticeLocked says why).
+func (l *lease) undeliveredLocked() bool {
+	for i := len(l.events) - 1; i >= 0 && l.events[i].Seq > l.delivered; i-- {
+		if !l.ignoring() || urgentEvent(l.events[i].Kind) {
+			return true
+		}
+	}
+	return false
+}
+
 // wakeLocked ends the hold of every KeepAlive of the session parked at
 // the master (an event is queued, or the session ended): each is answered
 // as at the end of its hold (parked.go).
@@ -536,7 +573,7 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 		// event queued: tell it (docs/spec.md#fail-over), so it flushes its cache.
 		ss.queueForcedLocked(a.session, l, wire.Event{Kind: wire.EventMasterFailover})
 	}
-	pending = redeliver || a.prompt || len(l.events) > 0 && l.events[len(l.events)-1].Seq > l.delivered
+	pending = redeliver || a.prompt || l.undeliveredLocked()
 	return l, holdUntil, pending, nil
 }
 

@@ -441,3 +441,56 @@ func TestKeepAliveWithinTheExpirySlackIsServed(t *testing.T) {
 		t.Fatalf("KeepAlive past the slack: %v; want SessionExpired", r.err)
 	}
 }
+
+// A session that leaves the events it was sent unacknowledged is not
+// answered early for handle events, which would make every write cost a
+// reply per such session; an invalidation still wakes it at once (a write
+// waits on it), and once it acknowledges, its notices wake it again.
+func TestIgnoringSessionIsNotWokenByNotices(t *testing.T) {
+	ss, clock, stop := newTestSessions(t)
+	ss.created(1, 0)
+	note := func(h uint64) []sessionEvent {
+		return []sessionEvent{{1, wire.Event{Kind: wire.EventContents, Path: "/ls/c/f", Handle: h}}}
+	}
+	ss.observe(note(1), nil)
+	first := answered(t, keepAliveAsync(t, ss, clock, stop, 1, 0))
+	if first.err != nil || len(first.resp.Events) != 1 {
+		t.Fatalf("first reply: %+v, %v", first.resp, first.err)
+	}
+	// Not acknowledged: sent again at once, once (a lost reply looks so).
+	if r := answered(t, keepAliveAsync(t, ss, clock, stop, 1, 0)); r.err != nil || len(r.resp.Events) != 1 {
+		t.Fatalf("the redelivery: %+v, %v", r.resp, r.err)
+	}
+	// Still not acknowledged: parked, and new notices leave it parked.
+	ch := keepAliveAsync(t, ss, clock, stop, 1, 0)
+	parked(t, ch)
+	for h := uint64(2); h < 20; h++ {
+		ss.observe(note(h), nil)
+	}
+	parked(t, ch)
+	// An invalidation wakes it.
+	if _, _, _, ok := ss.queueInvalidation(1, "/ls/c/g"); !ok {
+		t.Fatal("no live lease to queue an invalidation on")
+	}
+	r := answered(t, ch)
+	if r.err != nil || len(r.resp.Events) == 0 || r.resp.Events[len(r.resp.Events)-1].Kind != wire.EventInvalidate {
+		t.Fatalf("the reply to the invalidation: %+v, %v", r.resp, r.err)
+	}
+	// An arriving KeepAlive that still acknowledges nothing, with only
+	// new notices queued, parks too.
+	ss.observe(note(30), nil)
+	ch = keepAliveAsync(t, ss, clock, stop, 1, 0)
+	parked(t, ch)
+	clock.Advance(testLease * 3 / 4)
+	if r := answered(t, ch); r.err != nil || len(r.resp.Events) == 0 {
+		t.Fatalf("the reply at the hold's end: %+v, %v", r.resp, r.err)
+	}
+	// Acknowledging everything restores its standing: a notice wakes it.
+	last := ss.leases[1].events[len(ss.leases[1].events)-1].Seq
+	ch = keepAliveAsync(t, ss, clock, stop, 1, last)
+	parked(t, ch)
+	ss.observe(note(40), nil)
+	if r := answered(t, ch); r.err != nil || len(r.resp.Events) != 1 || r.resp.Events[0].Handle != 40 {
+		t.Fatalf("a notice to a session in good standing: %+v, %v", r.resp, r.err)
+	}
+}
