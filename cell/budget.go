@@ -517,6 +517,9 @@ type streamBytes struct {
 	// client sends anything more on the stream or closes or resets it
 	// (watchPeer): a parked call's end without a goroutine reading.
 	onPeer func()
+	// waits is the stream, once a handler has it (handling): the end of
+	// the connection ends its waits (end).
+	waits streamWaits
 
 	// The memory around the bytes (see "What a held byte costs"):
 	buffered int64 // bytes received that the handler has not read: in yamux's buffer
@@ -663,6 +666,17 @@ func (st *streamBytes) peerLocked(fire []func()) []func() {
 	return fire
 }
 
+// streamWaits is what end needs of a stream (a *yamux.Stream): a way to
+// end its reads and writes that wait.
+type streamWaits interface{ SetDeadline(time.Time) error }
+
+// handling records that a handler has st's stream s.
+func (c *connBudget) handling(st *streamBytes, s streamWaits) {
+	c.mu.Lock()
+	st.waits = s
+	c.mu.Unlock()
+}
+
 // accepted returns the record of the stream id yamux just handed to the
 // accept loop: the oldest pending one with that id. Records passed over
 // are of streams yamux refused (its backlog was full); the reset it sent
@@ -742,7 +756,15 @@ func (c *connBudget) finished(st *streamBytes, n int64) {
 }
 
 // end releases everything the connection holds; later charges and
-// releases are no-ops.
+// releases are no-ops. It also ends every read and write of a handled
+// stream that waits (a deadline in the past): yamux's Session.Close,
+// which calls it (budgetConn.Close) once it has closed its shutdown
+// channel, only then closes its streams one by one, and until it reaches
+// a stream a Read or Write waiting on it loops on the closed channel
+// without a pause (hashicorp/yamux v0.1.2). Hundreds of such loops on a
+// connection cut over its budget took a master's CPU for seconds, its
+// stream locks contended by the very loop that would close them; with a
+// deadline passed, each wait returns ErrTimeout at its next turn.
 func (c *connBudget) end() {
 	c.endOnce.Do(func() {
 		close(c.done)
@@ -756,13 +778,21 @@ func (c *connBudget) end() {
 			}
 		}
 		var fire []func()
+		var waits []streamWaits
 		for id, st := range c.streams {
 			fire = st.peerLocked(fire)
 			st.held, st.extra, st.gone = 0, 0, true
+			if st.waits != nil {
+				waits = append(waits, st.waits)
+			}
 			delete(c.streams, id)
 		}
 		c.pending = nil
 		c.mu.Unlock()
+		past := time.Unix(1, 0)
+		for _, s := range waits {
+			s.SetDeadline(past)
+		}
 		// Nothing more will come from the client: its watched streams
 		// (parked calls, kept streams) end as if it had closed them.
 		for _, f := range fire {

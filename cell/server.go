@@ -430,6 +430,7 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 			return
 		}
 		sb := cb.accepted(st.StreamID())
+		cb.handling(sb, st)
 		// Only this goroutine adds to inflight, so the connection's check
 		// and take are one step; takeStream takes the other levels'.
 		level := levelConn
