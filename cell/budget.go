@@ -44,7 +44,14 @@ import (
 // principal hold less than their shares may still read, into
 // BufferReserve, room beyond the cap that no one else may use; one whose
 // address or principal holds its share or more is not read and, holding
-// bytes it does not free for BufferStall, is closed as before. So:
+// bytes it does not free for BufferStall, is closed as before. An address
+// or principal that had a connection closed over a budget in the last
+// cutMemory BufferStalls has shown that it holds bytes it does not free:
+// it reads under the cap only, not into the reserve. Without that, the
+// holders that were cut redial holding nothing, look like newcomers, and
+// fill the reserve again before the next cut (measured: with sixteen
+// addresses churning so, the reserve stayed full and a small holder
+// waited up to 1.9 s).
 //
 //   - the bound is fixed: the process holds at most MaxBuffer +
 //     BufferReserve (plus one read per connection reading, as above),
@@ -56,8 +63,9 @@ import (
 //     room. The reserve can itself run out only while holders that were
 //     under their shares when they read have grown past them (the shares
 //     fall as holders join) and have not yet been closed, at most about
-//     BufferStall; then, as before fair shares, every connection that
-//     stalls holding bytes is closed, and one that holds nothing waits.
+//     BufferStall, and once closed they do not come back into it; while
+//     it is out, as before fair shares, every connection that stalls
+//     holding bytes is closed, and one that holds nothing waits.
 //     A parked KeepAlive holds none of its request (serveCall releases it
 //     once dispatched), so a connection carrying only sessions'
 //     KeepAlives is never closed by a budget and is read as soon as the
@@ -144,6 +152,10 @@ const budgetReadChunk = 32 << 10
 // an address or a principal has, however many hold bytes (at most a
 // sixteenth of the budget, for small budgets).
 const fairShareFloor = 1 << 20
+
+// cutMemory is how many BufferStalls an address or principal that had a
+// connection closed over a budget stays out of the reserve.
+const cutMemory = 10
 
 // yamux frame header: version, type, flags (2), stream id (4), length (4).
 const (
@@ -237,6 +249,12 @@ type budgets struct {
 	mu         sync.Mutex
 	ips        map[string]*holder
 	principals map[string]*holder
+	// cut are the addresses and principals ("ip " or "principal " and the
+	// name) that had a connection closed over a budget, and when (unix
+	// nanoseconds); entries older than cutMemory BufferStalls are dropped
+	// as new ones come, so it holds the cuts of that window at most.
+	cut     map[string]int64
+	cutNext int64 // when the oldest entry of cut may have aged out
 
 	over    [levelProcess + 1]atomic.Uint64 // connections closed, by level
 	slowed  atomic.Int64                    // nanoseconds reads waited on MaxIPRate
@@ -310,7 +328,7 @@ const budgetLogEvery = 10 * time.Second
 // newBudgets makes the budgets of limits l; byPrincipal says that
 // principals tell callers apart (the client port has TLS).
 func newBudgets(l ConnLimits, byPrincipal bool, log *slog.Logger) *budgets {
-	b := &budgets{limits: l, log: log, ips: map[string]*holder{}, principals: map[string]*holder{},
+	b := &budgets{limits: l, log: log, ips: map[string]*holder{}, principals: map[string]*holder{}, cut: map[string]int64{},
 		reserve: l.BufferReserve, floor: min(fairShareFloor, l.MaxBuffer/16), byPrincipal: byPrincipal}
 	b.in.max, b.out.max = l.MaxBuffer, l.MaxBuffer
 	return b
@@ -370,13 +388,52 @@ func (b *budgets) processIn(c *connBudget) budgetLevel {
 }
 
 // underShares reports whether c's address, and with byPrincipal its
-// principal, hold less than their fair shares of the request budget.
+// principal, hold less than their fair shares of the request budget, and
+// neither had a connection cut over a budget lately.
 func (b *budgets) underShares(c *connBudget) bool {
 	n := b.holders()
-	if !underShare(c.ip.in.held(), n.ips, b.in.max, b.floor) {
+	if !underShare(c.ip.in.held(), n.ips, b.in.max, b.floor) ||
+		b.byPrincipal && !underShare(c.pr.in.held(), n.principals, b.in.max, b.floor) {
 		return false
 	}
-	return !b.byPrincipal || underShare(c.pr.in.held(), n.principals, b.in.max, b.floor)
+	return !b.wasCut(c)
+}
+
+// wasCut reports whether c's address, or with byPrincipal its principal,
+// had a connection closed over a budget in the last cutMemory
+// BufferStalls.
+func (b *budgets) wasCut(c *connBudget) bool {
+	since := time.Now().UnixNano() - cutMemory*int64(b.limits.BufferStall)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if at, ok := b.cut["ip "+c.ipName]; ok && at > since {
+		return true
+	}
+	at, ok := b.cut["principal "+c.principal]
+	return b.byPrincipal && ok && at > since
+}
+
+// markCut remembers that c was closed over a budget.
+func (b *budgets) markCut(c *connBudget) {
+	now := time.Now().UnixNano()
+	window := cutMemory * int64(b.limits.BufferStall)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now >= b.cutNext {
+		// Drop what aged out; the next sweep is due when what is left
+		// may start to, so the sweeps cost no more than the entries.
+		oldest := now
+		for k, at := range b.cut {
+			if at <= now-window {
+				delete(b.cut, k)
+			} else {
+				oldest = min(oldest, at)
+			}
+		}
+		b.cutNext = oldest + window
+	}
+	b.cut["ip "+c.ipName] = now
+	b.cut["principal "+c.principal] = now
 }
 
 // underShare reports whether held is under the fair share of limit among
@@ -470,10 +527,12 @@ func takeBelow(n *atomic.Int64, max int) bool {
 	}
 }
 
-// closed counts and (at most once per budgetLogEvery) logs a connection
-// closed over its budget.
-func (b *budgets) closed(level budgetLevel, ip, what string) {
+// closed counts, remembers (markCut) and (at most once per
+// budgetLogEvery) logs a connection closed over its budget.
+func (b *budgets) closed(level budgetLevel, c *connBudget, what string) {
 	b.over[level].Add(1)
+	b.markCut(c)
+	ip := c.ipName
 	now := time.Now().UnixNano()
 	last := b.lastLog.Load()
 	if now-last < int64(budgetLogEvery) || !b.lastLog.CompareAndSwap(last, now) {
@@ -842,6 +901,14 @@ const budgetPoll = 5 * time.Millisecond
 // free nothing) until giveUp, if set, passes. It returns net.ErrClosed
 // once the connection ends.
 func (c *connBudget) await(full func() budgetLevel, own *atomic.Int64, what string, giveUp time.Time) error {
+	select {
+	case <-c.done:
+		// A reply begun after end would set its stream a deadline of its
+		// own, in place of the one end set, and could wait out a full
+		// window while the session closes (see end).
+		return net.ErrClosed
+	default:
+	}
 	if full() == levelNone {
 		return nil
 	}
@@ -867,7 +934,7 @@ func (c *connBudget) await(full func() budgetLevel, own *atomic.Int64, what stri
 			return fmt.Errorf("no room for a reply before its deadline: %w", errOverBudget)
 		}
 		if now.After(stall) {
-			c.b.closed(level, c.ipName, what)
+			c.b.closed(level, c, what)
 			return errOverBudget
 		}
 	}

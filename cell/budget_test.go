@@ -595,3 +595,50 @@ func TestBudgetStreamCountsAreExactUnderConcurrency(t *testing.T) {
 		})
 	}
 }
+
+// An address that had a connection closed over a budget does not read
+// into the reserve for cutMemory BufferStalls, though it holds nothing
+// now: cut holders that redial are not newcomers.
+func TestBudgetCutHoldersStayOutOfTheReserve(t *testing.T) {
+	const mib = 1 << 20
+	b := newBudgets(ConnLimits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: 2 * mib, BufferStall: 20 * time.Millisecond},
+		false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, bb := b.conn("192.0.2.1", "p"), b.conn("192.0.2.2", "p")
+	defer a.end()
+	defer bb.end()
+	var pa, pb muxParser
+	holdBytes(t, a, &pa, 1, 2*mib)
+	holdBytes(t, bb, &pb, 1, 2*mib)
+	// A third address holds 1 MiB it never frees: it waits at the process
+	// level once over its share, and is cut.
+	c := b.conn("192.0.2.3", "p")
+	var pc muxParser
+	holdBytes(t, c, &pc, 1, 3*mib/2)
+	before := time.Now() // the cut comes after
+	if err := c.await(c.fullIn, &c.in.used, "requests", time.Time{}); !errors.Is(err, errOverBudget) {
+		t.Fatalf("a stalled holder over its share: %v", err)
+	}
+	c.end()
+	// Redialled, it holds nothing, yet stays out of the reserve; another
+	// address holding nothing does not.
+	again, other := b.conn("192.0.2.3", "p"), b.conn("192.0.2.4", "p")
+	defer again.end()
+	defer other.end()
+	if got := fullNow(again); got != levelProcess {
+		t.Fatalf("a cut address, redialled: level %v, want process", got)
+	}
+	if got := fullNow(other); got != levelNone {
+		t.Fatalf("an address never cut: level %v, want none", got)
+	}
+	// It is forgotten after cutMemory BufferStalls.
+	deadline := time.Now().Add(10 * time.Second)
+	for fullNow(again) != levelNone {
+		if time.Now().After(deadline) {
+			t.Fatalf("a cut address still kept out of the reserve after %v", 10*time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if held := time.Since(before); held < cutMemory*b.limits.BufferStall {
+		t.Fatalf("a cut address was let back into the reserve after %v, before %v", held, cutMemory*b.limits.BufferStall)
+	}
+}
