@@ -194,7 +194,9 @@ type ConnLimits struct {
 	// them on one connection. A stream beyond a cap is answered
 	// wire.CodeTooMany and closed, unread. A stream costs memory while it
 	// is open, bytes or not (docs/limits.md has the figure), and these
-	// bound it.
+	// bound it. The defaults carry the session caps: a principal's 20,000
+	// sessions, or the cell's 100,000, each with a parked KeepAlive and a
+	// kept stream or two.
 	MaxStreamsPerIP        int
 	MaxStreamsPerPrincipal int
 	MaxStreams             int
@@ -212,7 +214,7 @@ var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, M
 	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second, StreamIdleTimeout: 30 * time.Second,
 	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second,
 	MaxIPRate: 8 << 20, BufferReserve: 16 << 20,
-	MaxStreamsPerIP: 32768, MaxStreamsPerPrincipal: 32768, MaxStreams: 131072}
+	MaxStreamsPerIP: 32768, MaxStreamsPerPrincipal: 65536, MaxStreams: 262144}
 
 func (l ConnLimits) withDefaults() ConnLimits {
 	d := DefaultConnLimits
