@@ -590,7 +590,8 @@ func (s *Server) callDone(c *streamCall) {
 // connection's frame reader wakes it when the next request's first bytes
 // arrive, or when the client closes or resets the stream, or when the
 // connection ends (watchPeer); a timer ends it after StreamIdleTimeout.
-// The stream still counts against MaxStreamsPerConn.
+// The stream still counts against the caps on streams (MaxStreamsPerConn
+// and its address's, principal's and the process's).
 func (s *Server) idle(c *streamCall) {
 	c.h = wire.Header{}
 	s.budget.kept.Add(1)
