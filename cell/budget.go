@@ -16,17 +16,64 @@ import (
 // Memory budgets of the client port.
 //
 // Every byte a client sends in a yamux data frame is charged, the moment it
-// comes off the socket, to its connection, the connection's remote IP and
-// the process (the request budget), together with the memory that holding
-// it costs beyond its own size (see "What a held byte costs"); every
-// encoded reply is charged the same way while it is being written (the
-// reply budget). A connection may read
-// from its socket only while all three request levels are below their caps;
-// one read is at most budgetReadChunk bytes, so a level exceeds its cap by at
-// most one read per connection reading at that level. A connection whose
-// reads wait and that frees none of its own bytes for BufferStall is
-// closed: it holds bytes that cannot turn into a served call (partial
-// frames whose rest is behind the bytes we refuse to read).
+// comes off the socket, to its connection, the connection's remote IP, its
+// principal and the process (the request budget), together with the
+// memory that holding it costs beyond its own size (see "What a held byte
+// costs"); every encoded reply is charged the same way while it is being
+// written (the reply budget). A connection may read from its socket only
+// while the connection, IP and process levels are below their caps (the
+// process level with the exception of fair shares, below; a principal has
+// no cap of its own, only a share); one read is at most budgetReadChunk
+// bytes, so a level exceeds its cap by at most one read per connection
+// reading at that level. A connection whose reads wait and that frees none
+// of its own bytes for BufferStall is closed: it holds bytes that cannot
+// turn into a served call (partial frames whose rest is behind the bytes
+// we refuse to read).
+//
+// Fair shares. The process level is shared by everyone: left to itself, a
+// few addresses each under its own cap (16 of them at 4 MiB each fill
+// 64 MiB) stop every connection from being read, those of callers that
+// hold nothing included, until the holders are closed for stalling, and
+// they redial at once. So the process level is full for a connection only
+// if it also holds its share. The fair share of an address is the process
+// cap divided by the addresses holding request bytes (the connection's own
+// counted in, if it holds none yet), and at least fairShareFloor; a
+// principal's is the same among principals (with TLS only: on a plain cell
+// every caller is one principal, and the addresses alone tell them apart).
+// Once the process holds MaxBuffer, a connection whose address and
+// principal hold less than their shares may still read, into
+// BufferReserve, room beyond the cap that no one else may use; one whose
+// address or principal holds its share or more is not read and, holding
+// bytes it does not free for BufferStall, is closed as before. An address
+// or principal that had a connection closed over a budget in the last
+// cutMemory BufferStalls has shown that it holds bytes it does not free:
+// it reads under the cap only, not into the reserve. Without that, the
+// holders that were cut redial holding nothing, look like newcomers, and
+// fill the reserve again before the next cut (measured: with sixteen
+// addresses churning so, the reserve stayed full and a small holder
+// waited up to 1.9 s).
+//
+//   - the bound is fixed: the process holds at most MaxBuffer +
+//     BufferReserve (plus one read per connection reading, as above),
+//     whatever the number of addresses;
+//   - the big holders wait and are closed, not the small: n addresses
+//     holding at least the cap together cannot all be under cap/n, so
+//     someone is over its share and the wait always names one;
+//   - a caller that holds little is read at once while the reserve has
+//     room. The reserve can itself run out only while holders that were
+//     under their shares when they read have grown past them (the shares
+//     fall as holders join) and have not yet been closed, at most about
+//     BufferStall, and once closed they do not come back into it; while
+//     it is out, as before fair shares, every connection that stalls
+//     holding bytes is closed, and one that holds nothing waits.
+//     A parked KeepAlive holds none of its request (serveCall releases it
+//     once dispatched), so a connection carrying only sessions'
+//     KeepAlives is never closed by a budget and is read as soon as the
+//     reserve has room.
+//
+// The number of holders is counted at most once per budgetPoll, and only
+// while the process level is full: a share is a policy over who waits,
+// not part of the bound, so a count a few milliseconds old does no harm.
 //
 // Why the count does not drift. yamux holds a stream's received bytes in
 // its receive buffer until the handler reads them; the handler holds them
@@ -82,9 +129,33 @@ import (
 // has yet to send, so a client that keeps at most half a connection's
 // budget unanswered (the client library does) stays under the cap.
 
+// Streams. Every stream a handler holds, from its acceptance to its end
+// (a call in flight, a parked KeepAlive or Acquire, a kept stream waiting
+// for its next call), is counted at its connection, its address, its
+// principal and the process, against MaxStreamsPerConn, MaxStreamsPerIP,
+// MaxStreamsPerPrincipal and MaxStreams. A stream costs memory whether it
+// carries bytes or not (yamux's stream, its channels and deadlines, our
+// record of it and its idle timer: BenchmarkKeptStreamMemory), so the
+// counts, not the byte budgets, bound it: the byte budgets are sized for
+// requests in transit, and a hundred thousand sessions each parking a
+// KeepAlive would fill them. takeStream checks and takes every level in
+// one step (compare-and-swap below each cap, given back if a later level
+// refuses), so no count ever passes its cap; an address's or principal's
+// record lives while any connection or stream holds it, so a stream that
+// outlives its connection is still counted where it was taken.
+
 // budgetReadChunk bounds one read from a client connection, and so how far
 // a read may take a budget past its cap.
 const budgetReadChunk = 32 << 10
+
+// fairShareFloor is the least fair share of the process's request budget
+// an address or a principal has, however many hold bytes (at most a
+// sixteenth of the budget, for small budgets).
+const fairShareFloor = 1 << 20
+
+// cutMemory is how many BufferStalls an address or principal that had a
+// connection closed over a budget stays out of the reserve.
+const cutMemory = 10
 
 // yamux frame header: version, type, flags (2), stream id (4), length (4).
 const (
@@ -96,14 +167,15 @@ const (
 	muxFlagRST    = 8
 )
 
-// budgetLevel is where a budget bound: the connection, its IP or the
-// process.
+// budgetLevel is where a budget or a count bound: the connection, its
+// IP, its principal or the process.
 type budgetLevel int
 
 const (
 	levelNone budgetLevel = iota
 	levelConn
 	levelIP
+	levelPrincipal
 	levelProcess
 )
 
@@ -113,6 +185,8 @@ func (l budgetLevel) String() string {
 		return "connection"
 	case levelIP:
 		return "ip"
+	case levelPrincipal:
+		return "principal"
 	case levelProcess:
 		return "process"
 	}
@@ -141,8 +215,9 @@ var errOverBudget = errors.New("over its memory budget")
 // open.
 var errStreamReused = errors.New("stream id reused")
 
-// budgets are the client port's memory budgets: the process-wide levels
-// and one pair per remote IP with connections.
+// budgets are the client port's memory budgets and stream counts: the
+// process-wide levels and one record per remote IP and per principal with
+// connections or streams.
 type budgets struct {
 	limits ConnLimits
 	log    *slog.Logger
@@ -152,9 +227,34 @@ type budgets struct {
 	// inHeldPeak is the most request bytes and the memory around them
 	// (byteCount.held) held process-wide.
 	inHeldPeak atomic.Int64
+	// reserve is BufferReserve: request room beyond in.max for
+	// connections under their fair shares.
+	reserve int64
+	// floor is the least fair share.
+	floor int64
+	// byPrincipal: principals tell callers apart (TLS), so a principal's
+	// share counts; on a plain cell every caller is one principal.
+	byPrincipal bool
+	shares      atomic.Pointer[shareCount] // the last count of holders
+	// reserveReads are reads admitted beyond in.max, under fair shares.
+	reserveReads atomic.Uint64
 
-	mu  sync.Mutex
-	ips map[string]*ipBudget
+	// streams open process-wide, kept streams among them waiting for
+	// their next call, and the most ever open.
+	streams, kept, streamsPeak atomic.Int64
+	// refusedStreams are streams refused at accept, by the level whose
+	// count was at its cap (connection, ip, principal, process).
+	refusedStreams [levelProcess + 1]atomic.Uint64
+
+	mu         sync.Mutex
+	ips        map[string]*holder
+	principals map[string]*holder
+	// cut are the addresses and principals ("ip " or "principal " and the
+	// name) that had a connection closed over a budget, and when (unix
+	// nanoseconds); entries older than cutMemory BufferStalls are dropped
+	// as new ones come, so it holds the cuts of that window at most.
+	cut     map[string]int64
+	cutNext int64 // when the oldest entry of cut may have aged out
 
 	over    [levelProcess + 1]atomic.Uint64 // connections closed, by level
 	slowed  atomic.Int64                    // nanoseconds reads waited on MaxIPRate
@@ -162,10 +262,23 @@ type budgets struct {
 	quiet   atomic.Uint64                   // closures not logged since
 }
 
-type ipBudget struct {
-	refs    int
+// holder is what one remote IP, or one principal, holds across its
+// connections: request bytes (in), reply bytes (out, IPs only), the read
+// rate (IPs only) and streams.
+type holder struct {
+	// refs are the connections and streams holding the record: it stays
+	// in its map until the last of them is gone.
+	refs    atomic.Int64
 	in, out byteCount
-	rate    rateBucket // bytes read per second
+	rate    rateBucket // bytes read per second (IPs)
+	streams atomic.Int64
+}
+
+// shareCount is how many addresses and principals held request bytes
+// when last counted (unix nanoseconds).
+type shareCount struct {
+	at              int64
+	ips, principals int
 }
 
 // rateBucket is a token bucket of bytes: it fills at rate bytes per
@@ -212,33 +325,214 @@ func (r *rateBucket) refill(now time.Time) {
 // budgetLogEvery is the most often a budget closure is logged.
 const budgetLogEvery = 10 * time.Second
 
-func newBudgets(l ConnLimits, log *slog.Logger) *budgets {
-	b := &budgets{limits: l, log: log, ips: map[string]*ipBudget{}}
+// newBudgets makes the budgets of limits l; byPrincipal says that
+// principals tell callers apart (the client port has TLS).
+func newBudgets(l ConnLimits, byPrincipal bool, log *slog.Logger) *budgets {
+	b := &budgets{limits: l, log: log, ips: map[string]*holder{}, principals: map[string]*holder{}, cut: map[string]int64{},
+		reserve: l.BufferReserve, floor: min(fairShareFloor, l.MaxBuffer/16), byPrincipal: byPrincipal}
 	b.in.max, b.out.max = l.MaxBuffer, l.MaxBuffer
 	return b
 }
 
-// conn starts the accounting of a new connection from ip.
-func (b *budgets) conn(ip string) *connBudget {
+// conn starts the accounting of a new connection from ip, of principal.
+func (b *budgets) conn(ip, principal string) *connBudget {
 	b.mu.Lock()
 	e := b.ips[ip]
 	if e == nil {
-		e = &ipBudget{}
+		e = &holder{}
 		e.in.max, e.out.max = b.limits.MaxIPBuffer, b.limits.MaxIPBuffer
 		e.rate.rate = float64(b.limits.MaxIPRate)
 		b.ips[ip] = e
 	}
-	e.refs++
+	e.refs.Add(1)
+	p := b.principals[principal]
+	if p == nil {
+		p = &holder{}
+		b.principals[principal] = p
+	}
+	p.refs.Add(1)
 	b.mu.Unlock()
-	c := &connBudget{b: b, ipName: ip, ip: e, streams: map[uint32]*streamBytes{}, done: make(chan struct{})}
+	c := &connBudget{b: b, ipName: ip, ip: e, principal: principal, pr: p, streams: map[uint32]*streamBytes{}, done: make(chan struct{})}
 	c.in.max, c.out.max = b.limits.MaxConnBuffer, b.limits.MaxConnBuffer
 	return c
 }
 
-// closed counts and (at most once per budgetLogEvery) logs a connection
-// closed over its budget.
-func (b *budgets) closed(level budgetLevel, ip, what string) {
+// unref drops one reference to the record of name in m (b.ips or
+// b.principals), removing it with the last. A reference is only ever
+// added while another is held (a stream's while its connection's is,
+// conn's under mu), so a record that reaches none is not revived.
+func (b *budgets) unref(m map[string]*holder, name string, e *holder) {
+	if e.refs.Add(-1) > 0 {
+		return
+	}
+	b.mu.Lock()
+	if e.refs.Load() == 0 && m[name] == e {
+		delete(m, name)
+	}
+	b.mu.Unlock()
+}
+
+// processIn is the process level for c's next read: levelNone while the
+// process holds less than its cap, or less than its cap and reserve and
+// c's address and principal hold less than their fair shares.
+func (b *budgets) processIn(c *connBudget) budgetLevel {
+	held := b.in.held()
+	if held < b.in.max {
+		return levelNone
+	}
+	if held < b.in.max+b.reserve && b.underShares(c) {
+		b.reserveReads.Add(1)
+		return levelNone
+	}
+	return levelProcess
+}
+
+// underShares reports whether c's address, and with byPrincipal its
+// principal, hold less than their fair shares of the request budget, and
+// neither had a connection cut over a budget lately.
+func (b *budgets) underShares(c *connBudget) bool {
+	n := b.holders()
+	if !underShare(c.ip.in.held(), n.ips, b.in.max, b.floor) ||
+		b.byPrincipal && !underShare(c.pr.in.held(), n.principals, b.in.max, b.floor) {
+		return false
+	}
+	return !b.wasCut(c)
+}
+
+// wasCut reports whether c's address, or with byPrincipal its principal,
+// had a connection closed over a budget in the last cutMemory
+// BufferStalls.
+func (b *budgets) wasCut(c *connBudget) bool {
+	since := time.Now().UnixNano() - cutMemory*int64(b.limits.BufferStall)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if at, ok := b.cut["ip "+c.ipName]; ok && at > since {
+		return true
+	}
+	at, ok := b.cut["principal "+c.principal]
+	return b.byPrincipal && ok && at > since
+}
+
+// markCut remembers that c was closed over a budget.
+func (b *budgets) markCut(c *connBudget) {
+	now := time.Now().UnixNano()
+	window := cutMemory * int64(b.limits.BufferStall)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now >= b.cutNext {
+		// Drop what aged out; the next sweep is due when what is left
+		// may start to, so the sweeps cost no more than the entries.
+		oldest := now
+		for k, at := range b.cut {
+			if at <= now-window {
+				delete(b.cut, k)
+			} else {
+				oldest = min(oldest, at)
+			}
+		}
+		b.cutNext = oldest + window
+	}
+	b.cut["ip "+c.ipName] = now
+	b.cut["principal "+c.principal] = now
+}
+
+// underShare reports whether held is under the fair share of limit among
+// holders (one more if held is nothing: the one asking is about to hold),
+// the share being at least floor.
+func underShare(held int64, holders int, limit, floor int64) bool {
+	n := int64(holders)
+	if held <= 0 {
+		n++
+	}
+	return held < max(limit/max(n, 1), floor)
+}
+
+// holders counts the addresses and principals holding request bytes, or
+// returns the count made less than budgetPoll ago.
+func (b *budgets) holders() *shareCount {
+	now := time.Now().UnixNano()
+	if s := b.shares.Load(); s != nil && now-s.at < int64(budgetPoll) {
+		return s
+	}
+	s := &shareCount{at: now}
+	b.mu.Lock()
+	for _, e := range b.ips {
+		if e.in.held() > 0 {
+			s.ips++
+		}
+	}
+	for _, e := range b.principals {
+		if e.in.held() > 0 {
+			s.principals++
+		}
+	}
+	b.mu.Unlock()
+	b.shares.Store(s)
+	return s
+}
+
+// takeStream counts a new stream of c at its address, its principal and
+// the process, or names the first level at its cap (and counts the
+// refusal there). Each count is taken by compare-and-swap below its cap
+// and given back if a later level refuses, so none ever passes its cap: a
+// stream racing for the last place may be refused a moment early, never
+// let past. The connection's own cap is the caller's (one goroutine
+// takes its streams). leaveStream gives a taken stream back.
+func (c *connBudget) takeStream() budgetLevel {
+	l := c.b.limits
+	level := levelNone
+	switch {
+	case !takeBelow(&c.ip.streams, l.MaxStreamsPerIP):
+		level = levelIP
+	case !takeBelow(&c.pr.streams, l.MaxStreamsPerPrincipal):
+		c.ip.streams.Add(-1)
+		level = levelPrincipal
+	case !takeBelow(&c.b.streams, l.MaxStreams):
+		c.ip.streams.Add(-1)
+		c.pr.streams.Add(-1)
+		level = levelProcess
+	}
+	if level != levelNone {
+		c.b.refusedStreams[level].Add(1)
+		return level
+	}
+	// The stream holds the records, so they outlive the connection as
+	// long as it does (the connection holds a reference now: none is
+	// revived).
+	c.ip.refs.Add(1)
+	c.pr.refs.Add(1)
+	raisePeak(&c.b.streamsPeak, c.b.streams.Load())
+	return levelNone
+}
+
+// leaveStream gives back a stream takeStream counted.
+func (c *connBudget) leaveStream() {
+	c.ip.streams.Add(-1)
+	c.pr.streams.Add(-1)
+	c.b.streams.Add(-1)
+	c.b.unref(c.b.ips, c.ipName, c.ip)
+	c.b.unref(c.b.principals, c.principal, c.pr)
+}
+
+// takeBelow adds one to n unless it is at max or more.
+func takeBelow(n *atomic.Int64, max int) bool {
+	for {
+		v := n.Load()
+		if v >= int64(max) {
+			return false
+		}
+		if n.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// closed counts, remembers (markCut) and (at most once per
+// budgetLogEvery) logs a connection closed over its budget.
+func (b *budgets) closed(level budgetLevel, c *connBudget, what string) {
 	b.over[level].Add(1)
+	b.markCut(c)
+	ip := c.ipName
 	now := time.Now().UnixNano()
 	last := b.lastLog.Load()
 	if now-last < int64(budgetLogEvery) || !b.lastLog.CompareAndSwap(last, now) {
@@ -252,12 +546,14 @@ func (b *budgets) closed(level budgetLevel, ip, what string) {
 // connBudget is one connection's share of the budgets and the per-stream
 // accounting of its bytes.
 type connBudget struct {
-	b       *budgets
-	ipName  string
-	ip      *ipBudget
-	in, out byteCount
-	done    chan struct{} // closed when the connection ends
-	endOnce sync.Once
+	b         *budgets
+	ipName    string
+	ip        *holder
+	principal string
+	pr        *holder
+	in, out   byteCount
+	done      chan struct{} // closed when the connection ends
+	endOnce   sync.Once
 
 	// outMu admits one reply at a time: a reply waits for room before it
 	// is encoded, so replies waiting hold no encoded bytes.
@@ -280,6 +576,9 @@ type streamBytes struct {
 	// client sends anything more on the stream or closes or resets it
 	// (watchPeer): a parked call's end without a goroutine reading.
 	onPeer func()
+	// waits is the stream, once a handler has it (handling): the end of
+	// the connection ends its waits (end).
+	waits streamWaits
 
 	// The memory around the bytes (see "What a held byte costs"):
 	buffered int64 // bytes received that the handler has not read: in yamux's buffer
@@ -331,6 +630,7 @@ func (c *connBudget) chargeIn(n int64) {
 	}
 	c.in.used.Add(n)
 	c.ip.in.used.Add(n)
+	c.pr.in.used.Add(n)
 	if v := c.b.in.used.Add(n); n > 0 {
 		raisePeak(&c.b.inPeak, v)
 		raisePeak(&c.b.inHeldPeak, v+c.b.in.extra.Load())
@@ -345,6 +645,7 @@ func (c *connBudget) chargeInExtra(n int64) {
 	}
 	c.in.extra.Add(n)
 	c.ip.in.extra.Add(n)
+	c.pr.in.extra.Add(n)
 	if v := c.b.in.extra.Add(n); n > 0 {
 		raisePeak(&c.b.inHeldPeak, v+c.b.in.used.Load())
 	}
@@ -422,6 +723,17 @@ func (st *streamBytes) peerLocked(fire []func()) []func() {
 		st.onPeer = nil
 	}
 	return fire
+}
+
+// streamWaits is what end needs of a stream (a *yamux.Stream): a way to
+// end its reads and writes that wait.
+type streamWaits interface{ SetDeadline(time.Time) error }
+
+// handling records that a handler has st's stream s.
+func (c *connBudget) handling(st *streamBytes, s streamWaits) {
+	c.mu.Lock()
+	st.waits = s
+	c.mu.Unlock()
 }
 
 // accepted returns the record of the stream id yamux just handed to the
@@ -503,13 +815,21 @@ func (c *connBudget) finished(st *streamBytes, n int64) {
 }
 
 // end releases everything the connection holds; later charges and
-// releases are no-ops.
+// releases are no-ops. It also ends every read and write of a handled
+// stream that waits (a deadline in the past): yamux's Session.Close,
+// which calls it (budgetConn.Close) once it has closed its shutdown
+// channel, only then closes its streams one by one, and until it reaches
+// a stream a Read or Write waiting on it loops on the closed channel
+// without a pause (hashicorp/yamux v0.1.2). Hundreds of such loops on a
+// connection cut over its budget took a master's CPU for seconds, its
+// stream locks contended by the very loop that would close them; with a
+// deadline passed, each wait returns ErrTimeout at its next turn.
 func (c *connBudget) end() {
 	c.endOnce.Do(func() {
 		close(c.done)
 		c.mu.Lock()
 		c.detached = true
-		for _, l := range [][3]*byteCount{{&c.in, &c.ip.in, &c.b.in}, {&c.out, &c.ip.out, &c.b.out}} {
+		for _, l := range [][]*byteCount{{&c.in, &c.ip.in, &c.pr.in, &c.b.in}, {&c.out, &c.ip.out, &c.b.out}} {
 			used, extra := l[0].used.Swap(0), l[0].extra.Swap(0)
 			for _, up := range l[1:] {
 				up.used.Add(-used)
@@ -517,28 +837,42 @@ func (c *connBudget) end() {
 			}
 		}
 		var fire []func()
+		var waits []streamWaits
 		for id, st := range c.streams {
 			fire = st.peerLocked(fire)
 			st.held, st.extra, st.gone = 0, 0, true
+			if st.waits != nil {
+				waits = append(waits, st.waits)
+			}
 			delete(c.streams, id)
 		}
 		c.pending = nil
 		c.mu.Unlock()
+		past := time.Unix(1, 0)
+		for _, s := range waits {
+			s.SetDeadline(past)
+		}
 		// Nothing more will come from the client: its watched streams
 		// (parked calls, kept streams) end as if it had closed them.
 		for _, f := range fire {
 			go f()
 		}
-		c.b.mu.Lock()
-		if c.ip.refs--; c.ip.refs == 0 {
-			delete(c.b.ips, c.ipName)
-		}
-		c.b.mu.Unlock()
+		c.b.unref(c.b.ips, c.ipName, c.ip)
+		c.b.unref(c.b.principals, c.principal, c.pr)
 	})
 }
 
-// fullIn names the first request level at or over its cap.
-func (c *connBudget) fullIn() budgetLevel { return firstFull(&c.in, &c.ip.in, &c.b.in) }
+// fullIn names the first request level at or over its cap, the process
+// level as processIn has it (fair shares).
+func (c *connBudget) fullIn() budgetLevel {
+	switch {
+	case c.in.held() >= c.in.max:
+		return levelConn
+	case c.ip.in.held() >= c.ip.in.max:
+		return levelIP
+	}
+	return c.b.processIn(c)
+}
 
 // fullOut names the first reply level at or over its cap.
 func (c *connBudget) fullOut() budgetLevel { return firstFull(&c.out, &c.ip.out, &c.b.out) }
@@ -567,6 +901,14 @@ const budgetPoll = 5 * time.Millisecond
 // free nothing) until giveUp, if set, passes. It returns net.ErrClosed
 // once the connection ends.
 func (c *connBudget) await(full func() budgetLevel, own *atomic.Int64, what string, giveUp time.Time) error {
+	select {
+	case <-c.done:
+		// A reply begun after end would set its stream a deadline of its
+		// own, in place of the one end set, and could wait out a full
+		// window while the session closes (see end).
+		return net.ErrClosed
+	default:
+	}
 	if full() == levelNone {
 		return nil
 	}
@@ -592,7 +934,7 @@ func (c *connBudget) await(full func() budgetLevel, own *atomic.Int64, what stri
 			return fmt.Errorf("no room for a reply before its deadline: %w", errOverBudget)
 		}
 		if now.After(stall) {
-			c.b.closed(level, c.ipName, what)
+			c.b.closed(level, c, what)
 			return errOverBudget
 		}
 	}
@@ -621,6 +963,7 @@ func (c *connBudget) paced() error {
 // watched for the resets yamux sends, which drop a stream.
 type budgetConn struct {
 	net.Conn
+	raw net.Conn // the TCP connection under Conn (under TLS, if any)
 	c   *connBudget
 	in  muxParser // yamux's receive goroutine only
 	out muxParser // yamux's send goroutine only
@@ -651,8 +994,23 @@ func (bc *budgetConn) Write(p []byte) (int, error) {
 	return bc.Conn.Write(p)
 }
 
+// Close ends the connection at once. yamux's Session.Close closes its
+// shutdown channel, then this connection, and only then closes its
+// streams; meanwhile every stream Read or Write waiting on the stream
+// loops back to its wait, which the closed channel ends at once (yamux
+// v0.1.2): a busy loop per waiting stream. So closing must not wait, and
+// a TLS connection's Close does: it sends close_notify, with a 5 s
+// deadline, to a client that may not be reading (a connection closed
+// over its budget typically is not). With hundreds of streams spinning
+// for 5 s on each of dozens of connections the process had no CPU left,
+// and a master missed its Raft heartbeats and lost its leadership.
+// Closing the TCP connection first makes the alert fail at once; a client
+// being cut learns of it from the connection's end.
 func (bc *budgetConn) Close() error {
 	bc.c.end()
+	if bc.raw != nil {
+		bc.raw.Close()
+	}
 	return bc.Conn.Close()
 }
 

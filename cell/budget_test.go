@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 )
@@ -20,7 +21,7 @@ func muxFrame(typ byte, flags uint16, id uint32, payload []byte, length uint32) 
 }
 
 func testBudgets(conn, ip, process int64) *budgets {
-	return newBudgets(ConnLimits{MaxConnBuffer: conn, MaxIPBuffer: ip, MaxBuffer: process, BufferStall: 50 * time.Millisecond},
+	return newBudgets(ConnLimits{MaxConnBuffer: conn, MaxIPBuffer: ip, MaxBuffer: process, BufferStall: 50 * time.Millisecond}, false,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
@@ -54,7 +55,7 @@ func wantHeld(t *testing.T, b *budgets, c *connBudget, want int64) {
 // steps the accounting promises, and never twice.
 func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 	b := testBudgets(1<<20, 2<<20, 4<<20)
-	c := b.conn("192.0.2.1")
+	c := b.conn("192.0.2.1", "p")
 	var p muxParser
 	data := make([]byte, 1000)
 	var in []byte
@@ -142,7 +143,7 @@ func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 // releases of its handlers change nothing.
 func TestBudgetConnectionEndReleasesEverything(t *testing.T) {
 	b := testBudgets(1<<20, 2<<20, 4<<20)
-	c1, c2 := b.conn("192.0.2.1"), b.conn("192.0.2.1")
+	c1, c2 := b.conn("192.0.2.1", "p"), b.conn("192.0.2.1", "p")
 	var p1, p2 muxParser
 	if err := feed(t, c1, &p1, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 600), 600)); err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func TestBudgetConnectionEndReleasesEverything(t *testing.T) {
 // nothing of its own waits for others.
 func TestBudgetAwait(t *testing.T) {
 	b := testBudgets(1000, 1500, 1<<20)
-	c1, c2 := b.conn("192.0.2.1"), b.conn("192.0.2.1")
+	c1, c2 := b.conn("192.0.2.1", "p"), b.conn("192.0.2.1", "p")
 	defer c1.end()
 	defer c2.end()
 	var p1 muxParser
@@ -209,7 +210,7 @@ func TestBudgetAwait(t *testing.T) {
 		t.Fatalf("ip refusals %d, want 1", b.over[levelIP].Load())
 	}
 	// c3 holds nothing: it waits, and ends when its connection does.
-	c3 := b.conn("192.0.2.1")
+	c3 := b.conn("192.0.2.1", "p")
 	done := make(chan error, 1)
 	go func() { done <- c3.await(c3.fullIn, &c3.in.used, "requests", time.Time{}) }()
 	select {
@@ -245,7 +246,7 @@ func TestParseBytes(t *testing.T) {
 // a 256 KiB one per iteration) read 4 KiB at a time, as yamux reads.
 func BenchmarkBudgetReceived(b *testing.B) {
 	bud := testBudgets(1<<40, 1<<40, 1<<40)
-	c := bud.conn("192.0.2.1")
+	c := bud.conn("192.0.2.1", "p")
 	var p, out muxParser
 	var calls [][]byte
 	for _, n := range []int{100, 256 << 10} {
@@ -330,7 +331,7 @@ func wantExtra(t *testing.T, b *budgets, c *connBudget, want int64) {
 // it goes with the stream or the connection.
 func TestBudgetChargesWhatHoldingBytesCosts(t *testing.T) {
 	b := testBudgets(3000, 1<<20, 1<<20)
-	c := b.conn("192.0.2.1")
+	c := b.conn("192.0.2.1", "p")
 	var p muxParser
 	data := make([]byte, 1000)
 	buf := func(l int64) int64 { return 2*l + yamuxReadSlack } // after one frame of l bytes
@@ -406,5 +407,238 @@ func TestBudgetChargesWhatHoldingBytesCosts(t *testing.T) {
 	c.end()
 	if b.in.held() != 0 || b.out.held() != 0 || len(b.ips) != 0 {
 		t.Fatalf("after the connection ended: requests %d, replies %d, %d addresses", b.in.held(), b.out.held(), len(b.ips))
+	}
+}
+
+// holdBytes makes stream id of c hold exactly n request bytes: received,
+// accepted and read out of yamux's buffer by its handler, not yet
+// dispatched (no memory counted around them).
+func holdBytes(t *testing.T, c *connBudget, p *muxParser, id uint32, n int) *streamBytes {
+	t.Helper()
+	if err := c.received(p, muxFrame(muxTypeData, muxFlagSYN, id, make([]byte, n), uint32(n))); err != nil {
+		t.Fatal(err)
+	}
+	st := c.accepted(id)
+	c.read(st, n)
+	return st
+}
+
+// fullNow is c.fullIn with the holders counted afresh (the count is
+// otherwise kept for budgetPoll).
+func fullNow(c *connBudget) budgetLevel {
+	c.b.shares.Store(nil)
+	return c.fullIn()
+}
+
+// Once the process budget is full, a connection whose address holds less
+// than its fair share (the budget over the addresses holding bytes, its
+// own counted in) is still read, into the reserve; one whose address holds
+// its share is not; and none is read past the budget and its reserve.
+func TestBudgetFairSharesReadSmallHoldersFromTheReserve(t *testing.T) {
+	const mib = 1 << 20
+	b := newBudgets(ConnLimits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: 2 * mib, BufferStall: 50 * time.Millisecond},
+		false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, bb, c := b.conn("192.0.2.1", "p"), b.conn("192.0.2.2", "p"), b.conn("192.0.2.3", "p")
+	d, e := b.conn("192.0.2.4", "p"), b.conn("192.0.2.5", "p")
+	defer func() {
+		for _, x := range []*connBudget{a, bb, c, d, e} {
+			x.end()
+		}
+	}()
+	var pa, pb, pc, pd muxParser
+	holdBytes(t, a, &pa, 1, 2*mib)
+	holdBytes(t, bb, &pb, 1, 2*mib)
+	// The process holds its 4 MiB, two addresses 2 MiB each: their share.
+	if got := fullNow(a); got != levelProcess {
+		t.Fatalf("an address holding its share of a full budget: level %v, want process", got)
+	}
+	// A third address holding nothing: its share is 4/3 MiB.
+	if got := fullNow(c); got != levelNone {
+		t.Fatalf("an address holding nothing beside a full budget: level %v, want none (the reserve)", got)
+	}
+	s := holdBytes(t, c, &pc, 1, mib)
+	if got := fullNow(c); got != levelNone {
+		t.Fatalf("1 MiB of a 4/3 MiB share: level %v, want none", got)
+	}
+	holdBytes(t, c, &pc, 3, mib/2)
+	if got := fullNow(c); got != levelProcess {
+		t.Fatalf("1.5 MiB of a 4/3 MiB share: level %v, want process", got)
+	}
+	// A fourth address (share 1 MiB) is read until the reserve is spent
+	// (6.1 MiB held, 4 + 2 allowed); then no one is, a newcomer holding
+	// nothing included.
+	if got := fullNow(d); got != levelNone {
+		t.Fatalf("a fourth address holding nothing: level %v, want none", got)
+	}
+	holdBytes(t, d, &pd, 1, 6*mib/10)
+	if got := fullNow(e); got != levelProcess {
+		t.Fatalf("past the budget and its reserve: level %v, want process", got)
+	}
+	if b.reserveReads.Load() != 3 {
+		t.Fatalf("%d reads counted from the reserve, want 3", b.reserveReads.Load())
+	}
+	// Released bytes make room for everyone again.
+	c.consumed(s, mib)
+	if got := fullNow(e); got != levelNone {
+		t.Fatalf("after a release, 5.1 MiB held: level %v, want none", got)
+	}
+	// The share has a floor: beside many holders an address may still
+	// hold fairShareFloor (here a sixteenth of the budget).
+	if !underShare(b.floor-1, 1000, 4*mib, b.floor) || underShare(b.floor, 1000, 4*mib, b.floor) {
+		t.Fatalf("the floor of %d bytes does not hold", b.floor)
+	}
+}
+
+// With principals told apart (TLS), a connection is read from the reserve
+// only if its principal too holds less than its share: one principal's
+// many addresses do not share the reserve among themselves.
+func TestBudgetFairSharesCountPrincipals(t *testing.T) {
+	const mib = 1 << 20
+	b := newBudgets(ConnLimits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: mib, BufferStall: 50 * time.Millisecond},
+		true, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a1, a2 := b.conn("192.0.2.1", "mallory"), b.conn("192.0.2.2", "mallory")
+	a3, v := b.conn("192.0.2.3", "mallory"), b.conn("192.0.2.9", "victim")
+	defer func() {
+		for _, x := range []*connBudget{a1, a2, a3, v} {
+			x.end()
+		}
+	}()
+	var p1, p2 muxParser
+	holdBytes(t, a1, &p1, 1, 2*mib)
+	holdBytes(t, a2, &p2, 1, 2*mib)
+	if got := fullNow(a3); got != levelProcess {
+		t.Fatalf("a new address of the principal holding the whole budget: level %v, want process", got)
+	}
+	if got := fullNow(v); got != levelNone {
+		t.Fatalf("another principal holding nothing: level %v, want none (the reserve)", got)
+	}
+	// Without TLS the principal is everyone's: addresses alone count.
+	b.byPrincipal = false
+	if got := fullNow(a3); got != levelNone {
+		t.Fatalf("a new address on a plain cell: level %v, want none", got)
+	}
+}
+
+// The stream counts are exact under concurrency: many connections of one
+// address and principal racing to open streams get exactly the cap, the
+// refusals are counted at the level that refused, and every count and
+// record is gone once the streams and connections are.
+func TestBudgetStreamCountsAreExactUnderConcurrency(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		perIP, perPrin, proc int
+		want                 budgetLevel
+	}{
+		{"ip", 100, 1000, 1000, levelIP},
+		{"principal", 1000, 100, 1000, levelPrincipal},
+		{"process", 1000, 1000, 100, levelProcess},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBudgets(ConnLimits{MaxStreamsPerIP: tc.perIP, MaxStreamsPerPrincipal: tc.perPrin, MaxStreams: tc.proc},
+				true, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			const conns, tries = 16, 50
+			var cs []*connBudget
+			for range conns {
+				cs = append(cs, b.conn("192.0.2.1", "p"))
+			}
+			results := make(chan budgetLevel, conns*tries)
+			var wg sync.WaitGroup
+			for _, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range tries {
+						results <- c.takeStream()
+					}
+				}()
+			}
+			wg.Wait()
+			close(results)
+			taken := 0
+			for l := range results {
+				switch l {
+				case levelNone:
+					taken++
+				case tc.want:
+				default:
+					t.Fatalf("a stream refused at level %v, want %v", l, tc.want)
+				}
+			}
+			if taken != 100 || b.streams.Load() != 100 || b.streamsPeak.Load() != 100 {
+				t.Fatalf("%d streams taken, %d counted, peak %d; the cap is 100", taken, b.streams.Load(), b.streamsPeak.Load())
+			}
+			if got := b.refusedStreams[tc.want].Load(); got != conns*tries-100 {
+				t.Fatalf("%d refusals counted at %v, want %d", got, tc.want, conns*tries-100)
+			}
+			// Connections end before their streams (a parked call
+			// outlives its connection): the records stay while a
+			// stream holds them, and go with the last.
+			for _, c := range cs {
+				c.end()
+			}
+			if len(b.ips) != 1 || len(b.principals) != 1 {
+				t.Fatalf("records of an address and a principal with streams left: %d, %d", len(b.ips), len(b.principals))
+			}
+			per := taken / conns
+			for i, c := range cs {
+				n := per
+				if i < taken%conns {
+					n++
+				}
+				for range n {
+					c.leaveStream()
+				}
+			}
+			if b.streams.Load() != 0 || len(b.ips) != 0 || len(b.principals) != 0 {
+				t.Fatalf("after every stream left: %d counted, %d address and %d principal records", b.streams.Load(), len(b.ips), len(b.principals))
+			}
+		})
+	}
+}
+
+// An address that had a connection closed over a budget does not read
+// into the reserve for cutMemory BufferStalls, though it holds nothing
+// now: cut holders that redial are not newcomers.
+func TestBudgetCutHoldersStayOutOfTheReserve(t *testing.T) {
+	const mib = 1 << 20
+	b := newBudgets(ConnLimits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: 2 * mib, BufferStall: 20 * time.Millisecond},
+		false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, bb := b.conn("192.0.2.1", "p"), b.conn("192.0.2.2", "p")
+	defer a.end()
+	defer bb.end()
+	var pa, pb muxParser
+	holdBytes(t, a, &pa, 1, 2*mib)
+	holdBytes(t, bb, &pb, 1, 2*mib)
+	// A third address holds 1 MiB it never frees: it waits at the process
+	// level once over its share, and is cut.
+	c := b.conn("192.0.2.3", "p")
+	var pc muxParser
+	holdBytes(t, c, &pc, 1, 3*mib/2)
+	before := time.Now() // the cut comes after
+	if err := c.await(c.fullIn, &c.in.used, "requests", time.Time{}); !errors.Is(err, errOverBudget) {
+		t.Fatalf("a stalled holder over its share: %v", err)
+	}
+	c.end()
+	// Redialled, it holds nothing, yet stays out of the reserve; another
+	// address holding nothing does not.
+	again, other := b.conn("192.0.2.3", "p"), b.conn("192.0.2.4", "p")
+	defer again.end()
+	defer other.end()
+	if got := fullNow(again); got != levelProcess {
+		t.Fatalf("a cut address, redialled: level %v, want process", got)
+	}
+	if got := fullNow(other); got != levelNone {
+		t.Fatalf("an address never cut: level %v, want none", got)
+	}
+	// It is forgotten after cutMemory BufferStalls.
+	deadline := time.Now().Add(10 * time.Second)
+	for fullNow(again) != levelNone {
+		if time.Now().After(deadline) {
+			t.Fatalf("a cut address still kept out of the reserve after %v", 10*time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if held := time.Since(before); held < cutMemory*b.limits.BufferStall {
+		t.Fatalf("a cut address was let back into the reserve after %v, before %v", held, cutMemory*b.limits.BufferStall)
 	}
 }

@@ -184,6 +184,30 @@ type ConnLimits struct {
 	// it keeps abandoning and replacing. A connection over it is not read
 	// for a while (TCP flow control slows the client); it is not closed.
 	MaxIPRate int64
+
+	// BufferReserve is request room beyond MaxBuffer that only a
+	// connection whose IP address (and, with TLS, principal) holds less
+	// than its fair share of MaxBuffer may read into (the share: MaxBuffer
+	// divided by the addresses, or principals, holding request bytes, at
+	// least 1 MiB). So the process budget filling up never stops a caller
+	// that holds little from being read; the big holders wait, and are
+	// closed if they free nothing for BufferStall. The process holds at
+	// most MaxBuffer+BufferReserve of requests.
+	BufferReserve int64
+	// MaxStreamsPerIP, MaxStreamsPerPrincipal and MaxStreams cap the
+	// streams open at once from one remote IP address, of one principal
+	// (every caller of a plain cell is one principal) and in the whole
+	// process: calls in flight, parked KeepAlives and Acquires, and kept
+	// streams waiting for their next call, as MaxStreamsPerConn counts
+	// them on one connection. A stream beyond a cap is answered
+	// wire.CodeTooMany and closed, unread. A stream costs memory while it
+	// is open, bytes or not (docs/limits.md has the figure), and these
+	// bound it. The defaults carry the session caps: a principal's 20,000
+	// sessions, or the cell's 100,000, each with a parked KeepAlive and a
+	// kept stream or two.
+	MaxStreamsPerIP        int
+	MaxStreamsPerPrincipal int
+	MaxStreams             int
 }
 
 // SessionLimits are the master's caps on sessions, handles and reads
@@ -197,7 +221,8 @@ var DefaultSessionLimits = master.DefaultLimits
 var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
 	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second, StreamIdleTimeout: 30 * time.Second,
 	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second,
-	MaxIPRate: 8 << 20}
+	MaxIPRate: 8 << 20, BufferReserve: 16 << 20,
+	MaxStreamsPerIP: 32768, MaxStreamsPerPrincipal: 65536, MaxStreams: 262144}
 
 func (l ConnLimits) withDefaults() ConnLimits {
 	d := DefaultConnLimits
@@ -233,6 +258,18 @@ func (l ConnLimits) withDefaults() ConnLimits {
 	}
 	if l.BufferStall <= 0 {
 		l.BufferStall = d.BufferStall
+	}
+	if l.BufferReserve <= 0 {
+		l.BufferReserve = d.BufferReserve
+	}
+	if l.MaxStreamsPerIP <= 0 {
+		l.MaxStreamsPerIP = d.MaxStreamsPerIP
+	}
+	if l.MaxStreamsPerPrincipal <= 0 {
+		l.MaxStreamsPerPrincipal = d.MaxStreamsPerPrincipal
+	}
+	if l.MaxStreams <= 0 {
+		l.MaxStreams = d.MaxStreams
 	}
 	return l
 }

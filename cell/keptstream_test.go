@@ -1,10 +1,17 @@
 package cell_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -201,4 +208,328 @@ func TestClientResendsOnStreamClosedForIdleness(t *testing.T) {
 	if d := dials.Load(); d != dialled {
 		t.Fatalf("the client dialled %d more times: a closed idle stream cost it its connection", d-dialled)
 	}
+}
+
+// tlsMuxFrom opens a yamux session to addr over mutual TLS as user, from
+// the local IP from.
+func tlsMuxFrom(t *testing.T, certs *fixtures.CertSet, user, from, addr string) *yamux.Session {
+	t.Helper()
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	conn, err := tls.DialWithDialer(d, "tcp", addr, certs.ClientTLS(t, user))
+	if err != nil {
+		t.Fatalf("dial %s as %s from %s: %v", addr, user, from, err)
+	}
+	if _, err := conn.Write([]byte{wire.RPCMultiplex}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	cfg.StreamOpenTimeout = 5 * time.Second
+	sess, err := yamux.Client(conn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+// openKept opens a stream on sess and runs CellStatus on it asking the
+// replica to keep it: the stream, kept if the answer is OK, and the code.
+func openKept(sess *yamux.Session) (*yamux.Stream, wire.Code, error) {
+	s, err := sess.OpenStream()
+	if err != nil {
+		return nil, 0, err
+	}
+	s.SetDeadline(time.Now().Add(hostileWait))
+	defer s.SetDeadline(time.Time{})
+	if err := wire.WriteMessage(s, &wire.Header{Method: wire.MethodCellStatus, KeepStream: true}, &wire.CellStatusRequest{}); err != nil {
+		return nil, 0, err
+	}
+	var st wire.Status
+	if err := wire.ReadMessage(s, &st); err != nil {
+		return nil, 0, err
+	}
+	if _, err := wire.ReadFrame(s); err != nil {
+		return nil, 0, err
+	}
+	return s, st.Code, nil
+}
+
+// keepManyStreams opens tries kept streams at once, spread over sessions, and
+// returns those the replica kept; every other one must be refused with
+// too many.
+func keepManyStreams(t *testing.T, sessions []*yamux.Session, tries int) []*yamux.Stream {
+	t.Helper()
+	var mu sync.Mutex
+	var kept []*yamux.Stream
+	errs := make(chan error, tries)
+	var wg sync.WaitGroup
+	for i := range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, code, err := openKept(sessions[i%len(sessions)])
+			switch {
+			case err != nil:
+				errs <- err
+			case code == wire.CodeOK:
+				mu.Lock()
+				kept = append(kept, s)
+				mu.Unlock()
+			case code != wire.CodeTooMany:
+				errs <- fmt.Errorf("a stream answered %v, want OK or too many", code)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return kept
+}
+
+// Kept streams are counted at their address, their principal and the
+// process, and each cap is exact under concurrency: streams racing past
+// it are refused with too many at exactly the cap, counted by the cap
+// that refused them, and the replica never holds more (so the memory they
+// cost is bounded by the caps); a stream's close gives its place back.
+func TestStreamCapsAreExactUnderConcurrency(t *testing.T) {
+	const perIP, perPrincipal, total = 30, 50, 80
+	certs := fixtures.TestCerts(t, "mallory", "trudy")
+	c := fixtures.NewCell(t, 1, fixtures.Options{TLS: certs, LeaseTTL: tlsLease, ConnLimits: cell.ConnLimits{
+		MaxStreamsPerIP: perIP, MaxStreamsPerPrincipal: perPrincipal, MaxStreams: total, StreamIdleTimeout: 10 * time.Minute}})
+	srv := c.Server(c.WaitForMaster(30 * time.Second))
+	addr := srv.ClientAddr()
+	base := srv.ConnStats()
+	mux := func(user, from string, n int) []*yamux.Session {
+		var out []*yamux.Session
+		for range n {
+			out = append(out, tlsMuxFrom(t, certs, user, from, addr))
+		}
+		return out
+	}
+	waitKept := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(hostileWait)
+		for {
+			st := srv.ConnStats()
+			if st.Streams == want && st.StreamsKept == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d streams open, %d kept; want %d of each", st.Streams, st.StreamsKept, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// One address, three connections: exactly its cap.
+	if kept := keepManyStreams(t, mux("mallory", "127.0.0.2", 3), 2*perIP); len(kept) != perIP {
+		t.Fatalf("%d kept streams from one address, the cap is %d", len(kept), perIP)
+	}
+	waitKept(perIP)
+	if n := srv.ConnStats().StreamsRefusedIP - base.StreamsRefusedIP; n != perIP {
+		t.Fatalf("%d streams refused at the address's cap, want %d", n, perIP)
+	}
+	// The same principal from another address: the principal's cap.
+	if kept := keepManyStreams(t, mux("mallory", "127.0.0.3", 2), 2*perIP); len(kept) != perPrincipal-perIP {
+		t.Fatalf("%d kept streams of the principal from a second address, want %d", len(kept), perPrincipal-perIP)
+	}
+	waitKept(perPrincipal)
+	if n := srv.ConnStats().StreamsRefusedPrincipal - base.StreamsRefusedPrincipal; n != 2*perIP-(perPrincipal-perIP) {
+		t.Fatalf("%d streams refused at the principal's cap, want %d", n, 2*perIP-(perPrincipal-perIP))
+	}
+	// Another principal from two more addresses: the process's cap.
+	other := append(mux("trudy", "127.0.0.4", 2), mux("trudy", "127.0.0.5", 2)...)
+	trudy := keepManyStreams(t, other, 2*perIP)
+	if len(trudy) != total-perPrincipal {
+		t.Fatalf("%d kept streams of a second principal, want %d (the process's cap)", len(trudy), total-perPrincipal)
+	}
+	waitKept(total)
+	st := srv.ConnStats()
+	refused := st.StreamsRefusedProcess - base.StreamsRefusedProcess + st.StreamsRefusedIP - base.StreamsRefusedIP - perIP
+	if refused != uint64(2*perIP-(total-perPrincipal)) || st.StreamsRefusedProcess == base.StreamsRefusedProcess {
+		t.Fatalf("%d streams refused at the process's (or an address's) cap, want %d: %+v", refused, 2*perIP-(total-perPrincipal), st)
+	}
+	if st.StreamsPeak != total {
+		t.Fatalf("the replica held %d streams at once, the cap is %d", st.StreamsPeak, total)
+	}
+	// A stream's close frees its place, for anyone.
+	trudy[0].Close()
+	deadline := time.Now().Add(hostileWait)
+	for {
+		_, code, err := openKept(other[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == wire.CodeOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a kept stream's close: %v", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Connections gone, nothing is counted.
+	for _, s := range other {
+		s.Close()
+	}
+	c.Close()
+	if st := srv.ConnStats(); st.Streams != 0 || st.StreamsKept != 0 {
+		t.Fatalf("after the cell closed: %d streams, %d kept", st.Streams, st.StreamsKept)
+	}
+}
+
+// rawKeeper opens kept streams on a client-port connection with
+// hand-written yamux frames, so that the client side holds nothing per
+// stream: a stream's whole cost is the replica's. It answers the
+// replica's pings and discards everything else it sends.
+type rawKeeper struct {
+	conn   net.Conn
+	mu     sync.Mutex // one frame at a time
+	nextID uint32
+	done   chan struct{}
+}
+
+func newRawKeeper(t testing.TB, addr string) *rawKeeper {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte{wire.RPCMultiplex}); err != nil {
+		t.Fatal(err)
+	}
+	k := &rawKeeper{conn: conn, nextID: 1, done: make(chan struct{})}
+	go k.drain()
+	t.Cleanup(func() {
+		conn.Close()
+		<-k.done
+	})
+	return k
+}
+
+// frame writes one yamux frame.
+func (k *rawKeeper) frame(typ byte, flags uint16, id, length uint32, payload []byte) error {
+	var h [12]byte
+	h[1] = typ
+	binary.BigEndian.PutUint16(h[2:4], flags)
+	binary.BigEndian.PutUint32(h[4:8], id)
+	binary.BigEndian.PutUint32(h[8:12], length)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, err := k.conn.Write(append(h[:], payload...))
+	return err
+}
+
+// drain reads what the replica sends until the connection ends: pings are
+// answered, the rest dropped.
+func (k *rawKeeper) drain() {
+	defer close(k.done)
+	r := bufio.NewReader(k.conn)
+	var h [12]byte
+	for {
+		if _, err := io.ReadFull(r, h[:]); err != nil {
+			return
+		}
+		typ, flags, length := h[1], binary.BigEndian.Uint16(h[2:4]), binary.BigEndian.Uint32(h[8:12])
+		switch {
+		case typ == 0: // data
+			if _, err := r.Discard(int(length)); err != nil {
+				return
+			}
+		case typ == 2 && flags&1 != 0: // ping: answer with its opaque value
+			// Not under keep's lock: keep may be blocked writing
+			// while the replica waits for the answer.
+			go k.frame(2, 2, 0, length, nil)
+		}
+	}
+}
+
+// keep opens n streams, each carrying a CellStatus that asks the replica
+// to keep it.
+func (k *rawKeeper) keep(n int) error {
+	var req bytes.Buffer
+	if err := wire.WriteMessage(&req, &wire.Header{Method: wire.MethodCellStatus, KeepStream: true}, &wire.CellStatusRequest{}); err != nil {
+		return err
+	}
+	for range n {
+		id := k.nextID
+		k.nextID += 2
+		if err := k.frame(1, 1, id, 0, nil); err != nil { // window update, SYN: open
+			return err
+		}
+		if err := k.frame(0, 0, id, uint32(req.Len()), req.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkKeptStreamMemory measures what a kept stream waiting for its
+// next call costs the replica: the heap it holds (live after a
+// collection) divided by the streams, reported as B/kept-stream. The
+// client side is hand-written frames, so the whole figure is the
+// replica's: yamux's stream (its channels, deadlines, header buffers,
+// its session's map entry) and ours (the call's record, its byte
+// account and idle timer).
+func BenchmarkKeptStreamMemory(b *testing.B) {
+	const perConn, conns = 8000, 4
+	c := fixtures.NewCell(b, 1, fixtures.Options{LeaseTTL: 12 * time.Second, ConnLimits: cell.ConnLimits{
+		MaxStreamsPerConn: perConn, MaxCallsPerSession: perConn, MaxStreamsPerIP: perConn * conns, MaxStreamsPerPrincipal: perConn * conns,
+		MaxStreams: perConn * conns, StreamIdleTimeout: 10 * time.Minute}})
+	srv := c.Server(c.WaitForMaster(30 * time.Second))
+	for b.Loop() {
+		b.StopTimer()
+		var keepers []*rawKeeper
+		for range conns {
+			keepers = append(keepers, newRawKeeper(b, srv.ClientAddr()))
+		}
+		before := liveHeap()
+		open := srv.ConnStats().StreamsKept
+		b.StartTimer()
+		// In steps below yamux's accept backlog (1,024 streams waiting
+		// to be accepted; it resets those beyond).
+		want := open
+		for _, k := range keepers {
+			for step := 0; step < perConn; step += 500 {
+				if err := k.keep(500); err != nil {
+					b.Fatal(err)
+				}
+				want += 500
+				deadline := time.Now().Add(time.Minute)
+				for srv.ConnStats().StreamsKept < want {
+					if time.Now().After(deadline) {
+						b.Fatalf("%d streams kept of %d: %+v", srv.ConnStats().StreamsKept, want, srv.ConnStats())
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		}
+		b.StopTimer()
+		after := liveHeap()
+		b.ReportMetric(float64(after-before)/float64(perConn*conns), "B/kept-stream")
+		for _, k := range keepers {
+			k.conn.Close()
+			<-k.done
+		}
+		deadline := time.Now().Add(time.Minute)
+		for srv.ConnStats().Streams != 0 {
+			if time.Now().After(deadline) {
+				b.Fatalf("streams left open: %+v", srv.ConnStats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.StartTimer()
+	}
+}
+
+// liveHeap is the heap left live after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }

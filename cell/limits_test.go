@@ -187,7 +187,7 @@ func closedWithin(sess *yamux.Session, d time.Duration) bool {
 }
 
 // waitReleased waits until the server holds no request or reply bytes
-// (call it once every client is closed: a parked KeepAlive holds its
+// (call it once every client is closed: a parked Acquire holds its
 // request): the accounting does not drift.
 func waitReleased(t *testing.T, srv *cell.Server) {
 	t.Helper()

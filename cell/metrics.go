@@ -169,6 +169,25 @@ func newMetrics(s *Server) *metrics {
 			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": l.String()}},
 			func() float64 { return float64(s.budget.over[l].Load()) }))
 	}
+	// Fair shares of the request budget and the caps on streams (budget.go).
+	m.reg.MustRegister(
+		gauge("lockcell_client_request_held_bytes",
+			"Request bytes the client port holds with the memory of the buffers that hold them: what the request budget (--max-buffer, then --buffer-reserve) counts.",
+			func() float64 { return float64(s.budget.in.held()) }),
+		counter("lockcell_client_reserve_reads_total",
+			"Reads from client connections admitted into --buffer-reserve, past a full request budget, because their address and principal held less than their fair shares.",
+			func() float64 { return float64(s.budget.reserveReads.Load()) }),
+		gauge("lockcell_client_streams", "Client streams open: calls in flight, parked calls and kept streams (--max-streams).",
+			func() float64 { return float64(s.budget.streams.Load()) }),
+		gauge("lockcell_client_streams_kept", "Kept client streams waiting for their next call (counted in lockcell_client_streams).",
+			func() float64 { return float64(s.budget.kept.Load()) }),
+	)
+	for _, l := range []budgetLevel{levelConn, levelIP, levelPrincipal, levelProcess} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_streams_refused_total",
+			Help:        "Client streams refused at accept (answered too many, unread), by the cap reached (connection, ip, principal, process).",
+			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": l.String()}},
+			func() float64 { return float64(s.budget.refusedStreams[l].Load()) }))
+	}
 	return m
 }
 

@@ -99,6 +99,13 @@ var SettingRanges = map[string]SettingRange{
 	"max-buffer":            sizes(minBuffer, 64<<30),
 	"max-ip-rate":           sizes(64<<10, 16<<30),
 	"buffer-stall":          durations(10*time.Millisecond, time.Minute),
+	// The reserve small holders read into when the process budget is
+	// full; streams cost about 1.3 KiB of the master's heap each, kept or
+	// parked (cell.BenchmarkKeptStreamMemory).
+	"buffer-reserve":            sizes(minBuffer, 16<<30),
+	"max-streams-per-ip":        counts(1, 1<<22),
+	"max-streams-per-principal": counts(1, 1<<22),
+	"max-streams":               counts(1, 1<<24),
 
 	// The master. A session costs about 5 KiB and a node about 500 bytes
 	// of memory (docs/operations.md, "Sizing"); every replica holds all

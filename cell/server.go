@@ -91,7 +91,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, log: cfg.Logger.With("replica", cfg.Self), rep: rep, ln: ln, ctx: ctx, cancel: cancel,
 		limits: cfg.Limits.withDefaults(), conns: map[*yamux.Session]struct{}{}, perIP: map[string]int{}}
-	s.budget = newBudgets(s.limits, s.log)
+	s.budget = newBudgets(s.limits, cfg.TLS != nil, s.log)
 	if cfg.TLS == nil {
 		s.log.Warn("no TLS: every caller is principal " + master.AnonymousPrincipal + ", the admin; do not expose this port")
 	} else if cfg.Admin == "" {
@@ -282,9 +282,19 @@ type ConnStats struct {
 	// TLS refused (no, foreign, expired or not-yet-valid certificate),
 	// too slow (HandshakeTimeout), or a wrong protocol byte.
 	FailedHandshakes uint64
-	// RefusedStreams are calls answered wire.CodeTooMany because their
-	// connection had MaxStreamsPerConn in flight.
+	// RefusedStreams are calls answered wire.CodeTooMany because a cap on
+	// streams (MaxStreamsPerConn, MaxStreamsPerIP, MaxStreamsPerPrincipal,
+	// MaxStreams) or MaxCallsPerSession was reached.
 	RefusedStreams uint64
+	// StreamsRefusedConn, StreamsRefusedIP, StreamsRefusedPrincipal and
+	// StreamsRefusedProcess are the streams refused at accept, unread, by
+	// the cap that was reached: the connection's, the address's, the
+	// principal's, the process's.
+	StreamsRefusedConn, StreamsRefusedIP, StreamsRefusedPrincipal, StreamsRefusedProcess uint64
+	// Streams are the streams open now (calls in flight, parked calls,
+	// kept streams), StreamsKept the kept streams among them waiting for
+	// their next call, StreamsPeak the most ever open at once.
+	Streams, StreamsKept, StreamsPeak int64
 	// IdleStreamsClosed are kept streams (wire.Header.KeepStream) the
 	// replica closed because no call came on them for StreamIdleTimeout.
 	IdleStreamsClosed uint64
@@ -306,6 +316,10 @@ type ConnStats struct {
 	// RateWait is the time connections' reads waited, added up, because
 	// their IP address read more than MaxIPRate.
 	RateWait time.Duration
+	// ReserveReads are reads admitted while the process held MaxBuffer of
+	// requests or more, into BufferReserve, because their address and
+	// principal held less than their fair shares.
+	ReserveReads uint64
 }
 
 // ConnStats reports what the client port has refused and the bytes it
@@ -317,7 +331,10 @@ func (s *Server) ConnStats() ConnStats {
 		OverBudgetConn: b.over[levelConn].Load(), OverBudgetIP: b.over[levelIP].Load(), OverBudgetProcess: b.over[levelProcess].Load(),
 		RequestBytes: b.in.used.Load(), RequestBytesPeak: b.inPeak.Load(), ReplyBytes: b.out.used.Load(),
 		RequestHeld: b.in.held(), RequestHeldPeak: b.inHeldPeak.Load(), ReplyHeld: b.out.held(),
-		RateWait: time.Duration(b.slowed.Load())}
+		RateWait: time.Duration(b.slowed.Load()), ReserveReads: b.reserveReads.Load(),
+		StreamsRefusedConn: b.refusedStreams[levelConn].Load(), StreamsRefusedIP: b.refusedStreams[levelIP].Load(),
+		StreamsRefusedPrincipal: b.refusedStreams[levelPrincipal].Load(), StreamsRefusedProcess: b.refusedStreams[levelProcess].Load(),
+		Streams: b.streams.Load(), StreamsKept: b.kept.Load(), StreamsPeak: b.streamsPeak.Load()}
 }
 
 func yamuxConfig() *yamux.Config {
@@ -373,12 +390,12 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		drop(raw, err)
 		return
 	}
-	cb := s.budget.conn(ip)
+	cb := s.budget.conn(ip, principal)
 	defer cb.end() // after the session has closed: nothing is read any more
 	// The budget sees yamux's writes as yamux makes them; the BatchConn
 	// below it puts each frame, and the frames queued meanwhile, in one
 	// write.
-	sess, err := yamux.Server(&budgetConn{Conn: wire.NewBatchConn(conn), c: cb}, yamuxConfig())
+	sess, err := yamux.Server(&budgetConn{Conn: wire.NewBatchConn(conn), raw: raw, c: cb}, yamuxConfig())
 	if err != nil {
 		conn.Close()
 		return
@@ -404,15 +421,27 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 	}()
 	calls := &sessionCalls{max: s.limits.MaxCallsPerSession, n: map[uint64]int{}}
 	var inflight atomic.Int64
-	leave := func() { inflight.Add(-1) }
+	leave := func() {
+		inflight.Add(-1)
+		cb.leaveStream()
+	}
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
 			return
 		}
 		sb := cb.accepted(st.StreamID())
-		if inflight.Load() >= int64(s.limits.MaxStreamsPerConn) {
-			s.refuseStream(st, cb, sb)
+		cb.handling(sb, st)
+		// Only this goroutine adds to inflight, so the connection's check
+		// and take are one step; takeStream takes the other levels'.
+		level := levelConn
+		if inflight.Load() < int64(s.limits.MaxStreamsPerConn) {
+			level = cb.takeStream()
+		} else {
+			s.budget.refusedStreams[levelConn].Add(1)
+		}
+		if level != levelNone {
+			s.refuseStream(st, cb, sb, level)
 			continue
 		}
 		inflight.Add(1)
@@ -440,18 +469,29 @@ func drop(raw net.Conn, err error) {
 	io.Copy(io.Discard, io.LimitReader(tcp, 64<<10))
 }
 
-// refuseStream answers a stream over its connection's cap with TooMany
+// refuseStream answers a stream over a cap on streams (level names which:
+// its connection's, address's, principal's or the process's) with TooMany
 // without reading its request. It runs in the connection's accept loop,
 // so a client that opens streams faster than it reads answers is slowed
 // to one refusal at a time; the write deadline keeps one that reads
 // nothing from stalling the loop for long. The reply is a few dozen bytes
 // written one at a time, so it is not charged to the reply budget; the
 // request bytes the stream holds stay charged until the client closes it.
-func (s *Server) refuseStream(st *yamux.Stream, cb *connBudget, sb *streamBytes) {
+func (s *Server) refuseStream(st *yamux.Stream, cb *connBudget, sb *streamBytes, level budgetLevel) {
 	s.stats.streams.Add(1)
+	var msg string
+	switch l := s.limits; level {
+	case levelIP:
+		msg = fmt.Sprintf("more than %d streams open from one address", l.MaxStreamsPerIP)
+	case levelPrincipal:
+		msg = fmt.Sprintf("more than %d streams open of one principal", l.MaxStreamsPerPrincipal)
+	case levelProcess:
+		msg = fmt.Sprintf("more than %d streams open on this replica", l.MaxStreams)
+	default:
+		msg = fmt.Sprintf("more than %d calls in flight on one connection", l.MaxStreamsPerConn)
+	}
 	st.SetWriteDeadline(time.Now().Add(time.Second))
-	wire.WriteMessage(st, &wire.Status{Code: wire.CodeTooMany,
-		Msg: fmt.Sprintf("more than %d calls in flight on one connection", s.limits.MaxStreamsPerConn)}, &wire.Empty{})
+	wire.WriteMessage(st, &wire.Status{Code: wire.CodeTooMany, Msg: msg}, &wire.Empty{})
 	st.Close()
 	cb.finished(sb, 0)
 }
@@ -551,13 +591,15 @@ func (s *Server) callDone(c *streamCall) {
 // connection's frame reader wakes it when the next request's first bytes
 // arrive, or when the client closes or resets the stream, or when the
 // connection ends (watchPeer); a timer ends it after StreamIdleTimeout.
-// The stream still counts against MaxStreamsPerConn.
+// The stream still counts against the caps on streams (MaxStreamsPerConn
+// and its address's, principal's and the process's).
 func (s *Server) idle(c *streamCall) {
 	c.h = wire.Header{}
+	s.budget.kept.Add(1)
 	c.state.Store(streamIdle)
 	if c.idleStop == nil {
 		c.idleStop = time.AfterFunc(s.limits.StreamIdleTimeout, func() {
-			if c.state.CompareAndSwap(streamIdle, streamBusy) {
+			if s.unidle(c) {
 				s.stats.idleStreams.Add(1)
 				s.endCall(c)
 			}
@@ -568,17 +610,28 @@ func (s *Server) idle(c *streamCall) {
 	if !c.cb.watchPeer(c.sb, func() { s.wake(c) }) {
 		// Not counted by the frame reader (so nothing would wake it):
 		// end it now rather than at its timer.
-		if c.state.CompareAndSwap(streamIdle, streamBusy) {
+		if s.unidle(c) {
 			c.idleStop.Stop()
 			s.endCall(c)
 		}
 	}
 }
 
+// unidle takes a kept stream out of its wait, for whichever of its next
+// request, its idle timer or its end comes first: it reports whether the
+// caller was first.
+func (s *Server) unidle(c *streamCall) bool {
+	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
+		return false
+	}
+	s.budget.kept.Add(-1)
+	return true
+}
+
 // wake runs the next call of a kept stream, in the goroutine watchPeer
 // started, unless its idle timer ended it first.
 func (s *Server) wake(c *streamCall) {
-	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
+	if !s.unidle(c) {
 		return
 	}
 	c.idleStop.Stop()
@@ -678,6 +731,12 @@ func (s *Server) serveCall(c *streamCall) {
 		// unread.
 		c.parkMu.Lock()
 		if !c.answered {
+			// The request is decoded, its frames garbage: a parked
+			// KeepAlive holds none of the request budget, so a
+			// connection that only carries KeepAlives never stalls on
+			// its bytes (budget.go, "Fair shares"). Under parkMu, so the
+			// release cannot land on the stream's next call.
+			cb.consumed(sb, in.n.Swap(0))
 			cb.watchPeer(sb, func() {
 				c.broken.Store(true)
 				cancel()

@@ -96,6 +96,10 @@ func TestLimitFlags(t *testing.T) {
 	if got.MaxIPRate != 2<<20 || got.MaxConnBuffer != 1<<20 || got.MaxIPBuffer != 3<<20 || got.MaxBuffer != 1<<30 || got.BufferStall.Seconds() != 2 || got.MaxCallsPerSession != 9 {
 		t.Fatalf("parsed %+v", got)
 	}
+	got = parse("--buffer-reserve", "5MiB", "--max-streams-per-ip", "11", "--max-streams-per-principal", "12", "--max-streams", "13")
+	if got.BufferReserve != 5<<20 || got.MaxStreamsPerIP != 11 || got.MaxStreamsPerPrincipal != 12 || got.MaxStreams != 13 {
+		t.Fatalf("parsed %+v", got)
+	}
 	app := &cli.App{Flags: limitFlags(), Action: func(*cli.Context) error { return nil }}
 	app.Writer, app.ErrWriter = flag.CommandLine.Output(), flag.CommandLine.Output()
 	if err := app.Run([]string{"lockcelld", "--max-conn-buffer", "16MB"}); err == nil {

@@ -132,6 +132,10 @@ func limitFlags() []cli.Flag {
 		&cli.GenericFlag{Name: "max-buffer", Value: newByteSize(d.MaxBuffer), Usage: "the same for the whole process"},
 		&cli.GenericFlag{Name: "max-ip-rate", Value: newByteSize(d.MaxIPRate), Usage: "bytes per second read from all client connections of one IP address together (a second's worth may come at once), e.g. 16MiB"},
 		&cli.DurationFlag{Name: "buffer-stall", Value: d.BufferStall, Usage: "how long a connection over a buffer budget may free nothing before it is closed"},
+		&cli.GenericFlag{Name: "buffer-reserve", Value: newByteSize(d.BufferReserve), Usage: "request bytes beyond --max-buffer that only connections whose IP address and principal hold less than their fair share of it may use, e.g. 16MiB"},
+		&cli.IntFlag{Name: "max-streams-per-ip", Value: d.MaxStreamsPerIP, Usage: "client streams open at once from one IP address (calls in flight, parked KeepAlives, kept streams)"},
+		&cli.IntFlag{Name: "max-streams-per-principal", Value: d.MaxStreamsPerPrincipal, Usage: "client streams open at once of one principal"},
+		&cli.IntFlag{Name: "max-streams", Value: d.MaxStreams, Usage: "client streams open at once in the whole process"},
 		&cli.IntFlag{Name: "max-sessions-per-principal", Value: sd.SessionsPerPrincipal, Usage: "live sessions of one principal"},
 		&cli.IntFlag{Name: "max-sessions", Value: sd.Sessions, Usage: "live sessions in the cell"},
 		&cli.IntFlag{Name: "max-sessions-per-conn", Value: sd.SessionsPerConn, Usage: "live sessions created over one client connection"},
@@ -198,7 +202,9 @@ func limits(c *cli.Context) cell.ConnLimits {
 	return cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
 		MaxCallsPerSession: c.Int("max-calls-per-session"), HandshakeTimeout: c.Duration("handshake-timeout"),
 		RequestTimeout: c.Duration("request-timeout"), StreamIdleTimeout: c.Duration("stream-idle-timeout"), MaxConnBuffer: size("max-conn-buffer"), MaxIPBuffer: size("max-ip-buffer"),
-		MaxBuffer: size("max-buffer"), BufferStall: c.Duration("buffer-stall"), MaxIPRate: size("max-ip-rate")}
+		MaxBuffer: size("max-buffer"), BufferStall: c.Duration("buffer-stall"), MaxIPRate: size("max-ip-rate"),
+		BufferReserve: size("buffer-reserve"), MaxStreamsPerIP: c.Int("max-streams-per-ip"),
+		MaxStreamsPerPrincipal: c.Int("max-streams-per-principal"), MaxStreams: c.Int("max-streams")}
 }
 
 // httpFlags are the HTTP port's limits (cell.HTTPLimits) and who sees

@@ -54,9 +54,13 @@ func BenchmarkSessions10k(b *testing.B) {
 	// count the same session for a moment, so a cap of exactly n could
 	// refuse the last few creations (master/limits.go).
 	room := n + n/10
+	// Every session parks a KeepAlive, a stream, from the one address
+	// and principal of the load generator, and may have a call beside it.
+	streams := strconv.Itoa(max(cell.DefaultConnLimits.MaxStreams, 2*room))
 	args := []string{
 		"--max-sessions", strconv.Itoa(max(lim.Sessions, room)),
 		"--max-sessions-per-principal", strconv.Itoa(max(lim.SessionsPerPrincipal, room)),
+		"--max-streams", streams, "--max-streams-per-ip", streams, "--max-streams-per-principal", streams,
 	}
 	maxLease := "off"
 	if v := os.Getenv("LOCKCELL_BENCH_MAX_LEASE"); v != "" {
