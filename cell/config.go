@@ -137,6 +137,16 @@ type ConnLimits struct {
 	// MaxConnsPerIP caps open connections from one remote IP address;
 	// more are closed as soon as they are accepted.
 	MaxConnsPerIP int
+	// MaxConns caps the replica's open client connections; more are
+	// closed as soon as they are accepted. All client ports of the
+	// process together also hold at most five eighths of its file
+	// descriptors (ClientFDShare): a default MaxConns is lowered to that
+	// share, and one set above it is refused (ErrFDReserve).
+	MaxConns int
+	// MaxConnsPerPrincipal caps the open connections of one principal
+	// (every caller of a plain cell is one); a connection over it is
+	// closed after its handshake, before any call is read.
+	MaxConnsPerPrincipal int
 	// MaxStreamsPerConn caps calls in flight (parked KeepAlives and
 	// Acquires included) and kept streams waiting for their next call on
 	// one connection; a stream beyond it is
@@ -218,7 +228,7 @@ type SessionLimits = master.Limits
 var DefaultSessionLimits = master.DefaultLimits
 
 // DefaultConnLimits are the client port's limits when none are set.
-var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
+var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxConns: 16384, MaxConnsPerPrincipal: 4096, MaxStreamsPerConn: 8192, MaxCallsPerSession: 256,
 	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second, StreamIdleTimeout: 30 * time.Second,
 	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second,
 	MaxIPRate: 8 << 20, BufferReserve: 16 << 20,
@@ -228,6 +238,15 @@ func (l ConnLimits) withDefaults() ConnLimits {
 	d := DefaultConnLimits
 	if l.MaxConnsPerIP <= 0 {
 		l.MaxConnsPerIP = d.MaxConnsPerIP
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = d.MaxConns
+		if share, _ := ClientFDShare(); share > 0 && share < l.MaxConns {
+			l.MaxConns = max(share, 1)
+		}
+	}
+	if l.MaxConnsPerPrincipal <= 0 {
+		l.MaxConnsPerPrincipal = d.MaxConnsPerPrincipal
 	}
 	if l.MaxStreamsPerConn <= 0 {
 		l.MaxStreamsPerConn = d.MaxStreamsPerConn
@@ -320,6 +339,10 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateHTTP(); err != nil {
 		return err
+	}
+	if share, limit := ClientFDShare(); share > 0 && c.Limits.MaxConns > share {
+		return fmt.Errorf("%w: the client port's MaxConns (--max-conns) is %d, and the file-descriptor limit %d leaves the client ports %d "+
+			"(five eighths); raise the limit (LimitNOFILE=, ulimit -n) or lower the cap", ErrFDReserve, c.Limits.MaxConns, limit, share)
 	}
 	if c.Transport != nil {
 		if c.PeerTLS != nil {

@@ -69,9 +69,10 @@ const httpFDDivisor = 8
 const httpLogEvery = 10 * time.Second
 
 // ErrFDReserve is the error (under errors.Is) of a configuration whose
-// HTTP connection cap exceeds the HTTP port's share of the process's file
-// descriptors: honoured, it could leave the client and Raft ports none.
-var ErrFDReserve = errors.New("cell: the HTTP port's connection cap exceeds its share of file descriptors")
+// HTTP or client connection cap exceeds that port's share of the process's
+// file descriptors: honoured, it could leave the other ports (Raft's above
+// all) none.
+var ErrFDReserve = errors.New("cell: a connection cap exceeds its port's share of file descriptors")
 
 // HTTPNames says who sees names (locks, principals, client names) on the
 // HTTP port's status page and /status.json.

@@ -188,6 +188,21 @@ func newMetrics(s *Server) *metrics {
 			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": l.String()}},
 			func() float64 { return float64(s.budget.refusedStreams[l].Load()) }))
 	}
+	// The client port's connections (connlimits.go).
+	m.reg.MustRegister(gauge("lockcell_client_connections", "Client connections this replica holds (--max-conns).",
+		func() float64 { return float64(s.openConns()) }))
+	for reason, read := range map[string]func(ConnStats) uint64{
+		"per_ip":        func(st ConnStats) uint64 { return st.RefusedPerIP },
+		"total":         func(st ConnStats) uint64 { return st.RefusedTotal },
+		"fd_share":      func(st ConnStats) uint64 { return st.RefusedFDShare },
+		"per_principal": func(st ConnStats) uint64 { return st.RefusedPerPrincipal },
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_connections_refused_total",
+			Help: "Client connections closed at once by the cap that was full: per_ip (--max-conns-per-ip), total (--max-conns), " +
+				"fd_share (the process's client ports at five eighths of its file descriptors), per_principal (--max-conns-per-principal, after the TLS handshake).",
+			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "reason": reason}},
+			func() float64 { return float64(read(s.ConnStats())) }))
+	}
 	return m
 }
 

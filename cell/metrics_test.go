@@ -54,7 +54,7 @@ func TestReplicaMetrics(t *testing.T) {
 		"lockcell_cache_bars_total", "lockcell_cache_hold_seconds_total",
 		"lockcell_event_queue_bytes", `lockcell_events_over_budget_total{cell="t",level="process"`, "lockcell_event_fanout_lost_total",
 
-		"lockcell_backups_in_flight", "lockcell_handles"} {
+		"lockcell_backups_in_flight", "lockcell_handles", "lockcell_client_connections", `lockcell_client_connections_refused_total{cell="t",reason="per_ip"`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q", want)
 		}

@@ -88,17 +88,19 @@ var SettingRanges = map[string]SettingRange{
 
 	// The client port. Counts bound goroutines and file descriptors;
 	// bytes bound memory.
-	"max-conns-per-ip":      counts(1, 1<<20),
-	"max-streams-per-conn":  counts(1, 1<<20),
-	"max-calls-per-session": counts(1, 1<<16),
-	"handshake-timeout":     durations(100*time.Millisecond, 5*time.Minute),
-	"request-timeout":       durations(100*time.Millisecond, 10*time.Minute),
-	"stream-idle-timeout":   durations(100*time.Millisecond, time.Hour),
-	"max-conn-buffer":       sizes(minBuffer, 1<<30),
-	"max-ip-buffer":         sizes(minBuffer, 16<<30),
-	"max-buffer":            sizes(minBuffer, 64<<30),
-	"max-ip-rate":           sizes(64<<10, 16<<30),
-	"buffer-stall":          durations(10*time.Millisecond, time.Minute),
+	"max-conns-per-ip":        counts(1, 1<<20),
+	"max-conns":               counts(1, 1<<22),
+	"max-conns-per-principal": counts(1, 1<<22),
+	"max-streams-per-conn":    counts(1, 1<<20),
+	"max-calls-per-session":   counts(1, 1<<16),
+	"handshake-timeout":       durations(100*time.Millisecond, 5*time.Minute),
+	"request-timeout":         durations(100*time.Millisecond, 10*time.Minute),
+	"stream-idle-timeout":     durations(100*time.Millisecond, time.Hour),
+	"max-conn-buffer":         sizes(minBuffer, 1<<30),
+	"max-ip-buffer":           sizes(minBuffer, 16<<30),
+	"max-buffer":              sizes(minBuffer, 64<<30),
+	"max-ip-rate":             sizes(64<<10, 16<<30),
+	"buffer-stall":            durations(10*time.Millisecond, time.Minute),
 	// The reserve small holders read into when the process budget is
 	// full; streams cost about 1.3 KiB of the master's heap each, kept or
 	// parked (cell.BenchmarkKeptStreamMemory).

@@ -36,10 +36,14 @@ type Server struct {
 	connsMu sync.Mutex
 	conns   map[*yamux.Session]struct{}
 	perIP   map[string]int // open connections by remote IP
-	closed  bool
-	connSeq atomic.Uint64 // connection ids for master.Caller.Conn
-	stats   connCounters
-	budget  *budgets // memory budgets of the client port (budget.go)
+	// open counts the connections admitted (connlimits.go), perPrincipal
+	// those whose handshake named each principal.
+	open         int
+	perPrincipal map[string]int
+	closed       bool
+	connSeq      atomic.Uint64 // connection ids for master.Caller.Conn
+	stats        connCounters
+	budget       *budgets // memory budgets of the client port (budget.go)
 
 	hashes *hashGate // rations CellStatus state hashes
 
@@ -90,7 +94,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, log: cfg.Logger.With("replica", cfg.Self), rep: rep, ln: ln, ctx: ctx, cancel: cancel,
-		limits: cfg.Limits.withDefaults(), conns: map[*yamux.Session]struct{}{}, perIP: map[string]int{}}
+		limits: cfg.Limits.withDefaults(), conns: map[*yamux.Session]struct{}{}, perIP: map[string]int{},
+		perPrincipal: map[string]int{}}
 	s.budget = newBudgets(s.limits, cfg.TLS != nil, s.log)
 	if cfg.TLS == nil {
 		s.log.Warn("no TLS: every caller is principal " + master.AnonymousPrincipal + ", the admin; do not expose this port")
@@ -228,9 +233,9 @@ func (s *Server) acceptLoop() {
 			continue
 		}
 		ip := remoteIP(conn)
-		if !s.admit(ip) {
-			s.stats.perIP.Add(1)
-			s.log.Debug("connection refused: too many from one address", "ip", ip, "max", s.limits.MaxConnsPerIP)
+		if r := s.admit(ip); r != connAdmitted {
+			s.countRefusal(r)
+			s.log.Debug("connection refused", "ip", ip, "why", r.String())
 			conn.Close()
 			continue
 		}
@@ -247,37 +252,26 @@ func remoteIP(c net.Conn) string {
 	return c.RemoteAddr().String()
 }
 
-// admit counts a new connection from ip, unless ip already holds
-// MaxConnsPerIP of them.
-func (s *Server) admit(ip string) bool {
-	s.connsMu.Lock()
-	defer s.connsMu.Unlock()
-	if s.perIP[ip] >= s.limits.MaxConnsPerIP {
-		return false
-	}
-	s.perIP[ip]++
-	return true
-}
-
-func (s *Server) release(ip string) {
-	s.connsMu.Lock()
-	defer s.connsMu.Unlock()
-	if s.perIP[ip]--; s.perIP[ip] <= 0 {
-		delete(s.perIP, ip)
-	}
-}
-
 // connCounters count what the client port refused, by reason.
 type connCounters struct {
 	perIP, handshake, streams atomic.Uint64
-	idleStreams               atomic.Uint64 // kept streams ended by their idle timeout
+	// connections refused over MaxConns, the file-descriptor share and
+	// MaxConnsPerPrincipal (connlimits.go)
+	connsTotal, connsFDShare, connsPrincipal atomic.Uint64
+	idleStreams                              atomic.Uint64 // kept streams ended by their idle timeout
 }
 
 // ConnStats counts what the client port refused since the server started.
 type ConnStats struct {
 	// RefusedPerIP are connections closed at once because their address
-	// held MaxConnsPerIP already.
-	RefusedPerIP uint64
+	// held MaxConnsPerIP already; RefusedTotal because the replica held
+	// MaxConns; RefusedFDShare because the process's client ports held
+	// their share of file descriptors (ClientFDShare); RefusedPerPrincipal
+	// closed after their handshake because the principal it named held
+	// MaxConnsPerPrincipal.
+	RefusedPerIP, RefusedTotal, RefusedFDShare, RefusedPerPrincipal uint64
+	// Conns are the client connections the replica holds now.
+	Conns int
 	// FailedHandshakes are connections dropped before their protocol byte:
 	// TLS refused (no, foreign, expired or not-yet-valid certificate),
 	// too slow (HandshakeTimeout), or a wrong protocol byte.
@@ -327,6 +321,8 @@ type ConnStats struct {
 func (s *Server) ConnStats() ConnStats {
 	b := s.budget
 	return ConnStats{RefusedPerIP: s.stats.perIP.Load(), FailedHandshakes: s.stats.handshake.Load(),
+		RefusedTotal: s.stats.connsTotal.Load(), RefusedFDShare: s.stats.connsFDShare.Load(),
+		RefusedPerPrincipal: s.stats.connsPrincipal.Load(), Conns: s.openConns(),
 		RefusedStreams: s.stats.streams.Load(), IdleStreamsClosed: s.stats.idleStreams.Load(),
 		OverBudgetConn: b.over[levelConn].Load(), OverBudgetIP: b.over[levelIP].Load(), OverBudgetProcess: b.over[levelProcess].Load(),
 		RequestBytes: b.in.used.Load(), RequestBytesPeak: b.inPeak.Load(), ReplyBytes: b.out.used.Load(),
@@ -390,6 +386,13 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		drop(raw, err)
 		return
 	}
+	if !s.admitPrincipal(principal) {
+		s.countRefusal(connRefusedPerPrincipal)
+		s.log.Debug("connection refused", "principal", principal, "why", connRefusedPerPrincipal.String())
+		conn.Close()
+		return
+	}
+	defer s.releasePrincipal(principal)
 	cb := s.budget.conn(ip, principal)
 	defer cb.end() // after the session has closed: nothing is read any more
 	// The budget sees yamux's writes as yamux makes them; the BatchConn

@@ -14,11 +14,15 @@ import (
 )
 
 // The HTTP port's flags reach the replica's configuration; left out, they
-// are cell.DefaultHTTPLimits and names for authenticated callers.
+// are cell.DefaultHTTPLimits and names for authenticated callers, but for
+// the connection cap, passed as 0 so that the replica may lower its
+// default to the port's share of file descriptors.
 func TestHTTPFlags(t *testing.T) {
 	cfg := serveConfigOf(t)
-	if cfg.HTTP != cell.DefaultHTTPLimits || cfg.HTTPNames != cell.HTTPNamesAuthenticated {
-		t.Errorf("defaults %+v, names %q; want %+v, %q", cfg.HTTP, cfg.HTTPNames, cell.DefaultHTTPLimits, cell.HTTPNamesAuthenticated)
+	d := cell.DefaultHTTPLimits
+	d.MaxConns = 0
+	if cfg.HTTP != d || cfg.HTTPNames != cell.HTTPNamesAuthenticated {
+		t.Errorf("defaults %+v, names %q; want %+v, %q", cfg.HTTP, cfg.HTTPNames, d, cell.HTTPNamesAuthenticated)
 	}
 	cfg = serveConfigOf(t, "--metrics", "127.0.0.1:0", "--http-max-conns-per-ip", "3", "--http-max-conns", "7",
 		"--http-read-header-timeout", "2s", "--http-read-timeout", "4s", "--http-write-timeout", "9s", "--http-idle-timeout", "11s",

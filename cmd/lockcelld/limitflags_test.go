@@ -77,7 +77,9 @@ func TestReadmeLimitsTableMatchesFlags(t *testing.T) {
 }
 
 // The limit flags parse into cell.ConnLimits, and their defaults are
-// cell.DefaultConnLimits.
+// cell.DefaultConnLimits, but for MaxConns, passed as 0 unless set so
+// that the replica may lower its default to the client ports' share of
+// file descriptors.
 func TestLimitFlags(t *testing.T) {
 	parse := func(args ...string) cell.ConnLimits {
 		t.Helper()
@@ -88,8 +90,10 @@ func TestLimitFlags(t *testing.T) {
 		}
 		return got
 	}
-	if got := parse(); got != cell.DefaultConnLimits {
-		t.Fatalf("defaults %+v, want %+v", got, cell.DefaultConnLimits)
+	d := cell.DefaultConnLimits
+	d.MaxConns = 0
+	if got := parse(); got != d {
+		t.Fatalf("defaults %+v, want %+v", got, d)
 	}
 	got := parse("--max-conn-buffer", "1MiB", "--max-ip-buffer", "3MiB", "--max-buffer", "1GiB", "--buffer-stall", "2s", "--max-calls-per-session", "9",
 		"--max-ip-rate", "2MiB")

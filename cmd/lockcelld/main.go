@@ -122,6 +122,8 @@ func limitFlags() []cli.Flag {
 	reserveNodes, reserveBytes := sd.Reserves()
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
+		&cli.IntFlag{Name: "max-conns", Value: d.MaxConns, Usage: "client connections this replica may hold (at most five eighths of the file-descriptor limit; the default is lowered to it)"},
+		&cli.IntFlag{Name: "max-conns-per-principal", Value: d.MaxConnsPerPrincipal, Usage: "client connections one principal may hold (closed after the TLS handshake)"},
 		&cli.IntFlag{Name: "max-streams-per-conn", Value: d.MaxStreamsPerConn, Usage: "calls in flight on one client connection (parked KeepAlives and kept streams included)"},
 		&cli.IntFlag{Name: "max-calls-per-session", Value: d.MaxCallsPerSession, Usage: "calls in flight of one session on a connection"},
 		&cli.DurationFlag{Name: "handshake-timeout", Value: d.HandshakeTimeout, Usage: "time for a new client connection's TLS handshake and protocol byte"},
@@ -199,7 +201,17 @@ func limits(c *cli.Context) cell.ConnLimits {
 		}
 		return 0
 	}
-	return cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
+	// A connection cap left unset is passed as 0, so that its default can
+	// be lowered to the port's share of file descriptors; one set above
+	// that share is refused (cell.ErrFDReserve).
+	setInt := func(name string) int {
+		if !c.IsSet(name) {
+			return 0
+		}
+		return c.Int(name)
+	}
+	return cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxConns: setInt("max-conns"),
+		MaxConnsPerPrincipal: c.Int("max-conns-per-principal"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
 		MaxCallsPerSession: c.Int("max-calls-per-session"), HandshakeTimeout: c.Duration("handshake-timeout"),
 		RequestTimeout: c.Duration("request-timeout"), StreamIdleTimeout: c.Duration("stream-idle-timeout"), MaxConnBuffer: size("max-conn-buffer"), MaxIPBuffer: size("max-ip-buffer"),
 		MaxBuffer: size("max-buffer"), BufferStall: c.Duration("buffer-stall"), MaxIPRate: size("max-ip-rate"),
@@ -225,7 +237,14 @@ func httpFlags() []cli.Flag {
 
 // httpLimits reads httpFlags.
 func httpLimits(c *cli.Context) (cell.HTTPLimits, cell.HTTPNames) {
-	return cell.HTTPLimits{MaxConnsPerIP: c.Int("http-max-conns-per-ip"), MaxConns: c.Int("http-max-conns"),
+	// An unset cap is passed as 0, which the default follows, lowered to
+	// the HTTP port's share of file descriptors where that is smaller;
+	// one set above the share is refused.
+	maxConns := 0
+	if c.IsSet("http-max-conns") {
+		maxConns = c.Int("http-max-conns")
+	}
+	return cell.HTTPLimits{MaxConnsPerIP: c.Int("http-max-conns-per-ip"), MaxConns: maxConns,
 		ReadHeaderTimeout: c.Duration("http-read-header-timeout"), ReadTimeout: c.Duration("http-read-timeout"),
 		WriteTimeout: c.Duration("http-write-timeout"), IdleTimeout: c.Duration("http-idle-timeout")}, cell.HTTPNames(c.String("http-names"))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -113,12 +114,18 @@ func TestFlagRanges(t *testing.T) {
 			continue // dev's only: TestDevFlagRanges
 		}
 		_, unsigned := numericFlags(t)[name].(*cli.Uint64Flag)
+		accepted := r.Max
+		if share, _ := cell.ClientFDShare(); name == "max-conns" && share > 0 && int64(share) < accepted {
+			// Also bounded by the process's file descriptors
+			// (TestClientConnCapOverFDShareIsRefused).
+			accepted = int64(share)
+		}
 		for _, c := range []struct {
 			v    int64
 			want string // "" for accepted
 		}{
 			{r.Min, ""},
-			{r.Max, ""},
+			{accepted, ""},
 			{r.Min - 1, "below the minimum " + r.Unit.Format(r.Min)},
 			{r.Max + 1, "above the maximum " + r.Unit.Format(r.Max)},
 		} {
@@ -217,5 +224,19 @@ func TestServeConfigFileRanges(t *testing.T) {
 	}
 	if err := serveRun(t, "--config", writeFile(t, "lease: 1ns\n"), "--lease", "5s"); err != nil {
 		t.Errorf("a bad file value the command line overrides: %v", err)
+	}
+}
+
+// A client connection cap above the client ports' share of file
+// descriptors is refused at start, naming the flag, the limit and the
+// share, with a usage error.
+func TestClientConnCapOverFDShareIsRefused(t *testing.T) {
+	share, _ := cell.ClientFDShare()
+	if share <= 0 || int64(share) >= cell.SettingRanges["max-conns"].Max {
+		t.Skipf("file-descriptor share %d: no cap in range lies above it", share)
+	}
+	err := serveRun(t, "--max-conns", strconv.Itoa(share+1))
+	if err == nil || !strings.Contains(err.Error(), "--max-conns") || !strings.Contains(err.Error(), "file-descriptor limit") {
+		t.Fatalf("--max-conns %d over the share %d: %v", share+1, share, err)
 	}
 }

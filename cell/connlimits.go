@@ -1,0 +1,166 @@
+package cell
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// The client port's connections. Each is a file descriptor, a goroutine,
+// a yamux session and its buffers, so each remote IP address, each
+// principal and the replica in all get a cap, and all client ports of the
+// process together (a development cell runs five) hold at most
+// clientFDNumerator/clientFDDenominator of its file descriptors: with the
+// HTTP ports' eighth (httpport.go) that leaves a quarter for the Raft
+// port, the store and the runtime, so that no number of client
+// connections can take the descriptors Raft needs to keep the master's
+// leadership (docs/limits.md, "File descriptors in reserve").
+//
+// Before the TLS handshake a caller is its address: the per-IP cap, the
+// replica's cap and the process's share are checked and taken in one step
+// at accept (admit, under connsMu; the share by compare-and-swap, given
+// back if a later check refuses), before any TLS work, and a connection
+// over one is closed at once. The principal is known only after the
+// handshake: its cap is checked and taken then (admitPrincipal), and a
+// connection over it is closed before its first stream is read.
+
+// clientFDNumerator / clientFDDenominator is the share of the process's
+// file descriptors all client ports may hold together.
+const (
+	clientFDNumerator   = 5
+	clientFDDenominator = 8
+)
+
+// ClientFDShare returns the most connections the client ports of this
+// process may hold together (five eighths of the soft RLIMIT_NOFILE) and
+// that limit; 0, 0 when the limit is unknown (no share is then enforced).
+func ClientFDShare() (share int, limit uint64) {
+	limit = fdLimit()
+	if limit == 0 {
+		return 0, 0
+	}
+	return int(min(limit/clientFDDenominator*clientFDNumerator, uint64(1<<30))), limit
+}
+
+// clientFDs counts the client connections of every Server of the process
+// against ClientFDShare.
+var clientFDs struct {
+	once sync.Once
+	max  int64 // 0: no share known
+	open atomic.Int64
+}
+
+func takeClientFD() bool {
+	clientFDs.once.Do(func() {
+		share, _ := ClientFDShare()
+		clientFDs.max = int64(share)
+	})
+	for {
+		n := clientFDs.open.Load()
+		if clientFDs.max > 0 && n >= clientFDs.max {
+			return false
+		}
+		if clientFDs.open.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func releaseClientFD() { clientFDs.open.Add(-1) }
+
+// Why a client connection was refused at accept or after its handshake.
+type connRefusal int
+
+const (
+	connAdmitted connRefusal = iota
+	connRefusedPerIP
+	connRefusedTotal
+	connRefusedFDShare
+	connRefusedPerPrincipal
+)
+
+func (r connRefusal) String() string {
+	switch r {
+	case connRefusedPerIP:
+		return "too many from one address"
+	case connRefusedTotal:
+		return "the replica holds its most connections"
+	case connRefusedFDShare:
+		return "the client ports hold their share of file descriptors"
+	case connRefusedPerPrincipal:
+		return "too many of one principal"
+	}
+	return "admitted"
+}
+
+// admit counts a new connection from ip against MaxConnsPerIP, MaxConns
+// and the process's share of file descriptors, all in one step, or says
+// which is full.
+func (s *Server) admit(ip string) connRefusal {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	switch {
+	case s.perIP[ip] >= s.limits.MaxConnsPerIP:
+		return connRefusedPerIP
+	case s.open >= s.limits.MaxConns:
+		return connRefusedTotal
+	case !takeClientFD():
+		return connRefusedFDShare
+	}
+	s.perIP[ip]++
+	s.open++
+	return connAdmitted
+}
+
+// release gives back what admit took.
+func (s *Server) release(ip string) {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	if s.perIP[ip]--; s.perIP[ip] <= 0 {
+		delete(s.perIP, ip)
+	}
+	s.open--
+	releaseClientFD()
+}
+
+// admitPrincipal counts a connection whose handshake named principal
+// against MaxConnsPerPrincipal, or reports false when the principal
+// holds that many already (a plain cell's callers are all one principal,
+// so there the cap is MaxConns's).
+func (s *Server) admitPrincipal(principal string) bool {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	if s.perPrincipal[principal] >= s.limits.MaxConnsPerPrincipal {
+		return false
+	}
+	s.perPrincipal[principal]++
+	return true
+}
+
+func (s *Server) releasePrincipal(principal string) {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	if s.perPrincipal[principal]--; s.perPrincipal[principal] <= 0 {
+		delete(s.perPrincipal, principal)
+	}
+}
+
+// countRefusal counts a refused connection by its reason.
+func (s *Server) countRefusal(r connRefusal) {
+	switch r {
+	case connRefusedPerIP:
+		s.stats.perIP.Add(1)
+	case connRefusedTotal:
+		s.stats.connsTotal.Add(1)
+	case connRefusedFDShare:
+		s.stats.connsFDShare.Add(1)
+	case connRefusedPerPrincipal:
+		s.stats.connsPrincipal.Add(1)
+	}
+}
+
+// openConns reports the client connections the replica holds now.
+func (s *Server) openConns() int {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	return s.open
+}
