@@ -42,6 +42,7 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 		}
 		if n.Ephemeral {
 			n.Owner = c.Session
+			f.ownEphemeral(n)
 		}
 		if dir {
 			n.children = map[string]bool{}
@@ -188,6 +189,7 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	}
 	n.Waiters, n.Holders = nil, nil
 	delete(f.nodes, n.Path)
+	f.disownEphemeral(n)
 	f.usage.remove(n)
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
 	f.note(Change{Kind: ChangeDeleted, Path: n.Path})
@@ -204,6 +206,41 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	if parent.Ephemeral && len(parent.children) == 0 && parent.openHandles == 0 {
 		f.removeNode(index, parent, now)
 	}
+}
+
+// ownEphemeral and disownEphemeral keep f.ephemerals, the ephemeral nodes
+// by owning session.
+func (f *FSM) ownEphemeral(n *Node) {
+	if !n.Ephemeral || n.Owner == 0 {
+		return
+	}
+	owned := f.ephemerals[n.Owner]
+	if owned == nil {
+		owned = map[string]bool{}
+		f.ephemerals[n.Owner] = owned
+	}
+	owned[n.Path] = true
+}
+
+func (f *FSM) disownEphemeral(n *Node) {
+	if owned := f.ephemerals[n.Owner]; n.Ephemeral && owned != nil {
+		delete(owned, n.Path)
+		if len(owned) == 0 {
+			delete(f.ephemerals, n.Owner)
+		}
+	}
+}
+
+// ownedEphemerals returns the ephemeral nodes session made that still
+// exist.
+func (f *FSM) ownedEphemerals(session uint64) []*Node {
+	var out []*Node
+	for p := range f.ephemerals[session] {
+		if n := f.nodes[p]; n != nil && n.Ephemeral && n.Owner == session {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // closeHandle releases what the handle holds and forgets it. failed says

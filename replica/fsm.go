@@ -49,6 +49,12 @@ type FSM struct {
 	// principalHandles counts open handles per principal of their
 	// sessions (derived, as principals), for the master's handle caps.
 	principalHandles map[string]int
+	// ephemerals indexes the ephemeral nodes by the session that made
+	// them (derived, rebuilt on restore), so that ending a session costs
+	// the apply goroutine what the session owns, not a pass over every
+	// node: a client making and dropping sessions must not make every
+	// replica walk the namespace.
+	ephemerals map[uint64]map[string]bool
 
 	changes []Change // scratch, used under mu by apply
 
@@ -84,6 +90,7 @@ func (f *FSM) reset() {
 	f.sessions = map[uint64]*Session{}
 	f.principals = map[string]int{}
 	f.principalHandles = map[string]int{}
+	f.ephemerals = map[uint64]map[string]bool{}
 	f.usage = newUsage()
 	f.handles = map[uint64]*Handle{}
 	f.watch = map[string]*watchSet{}

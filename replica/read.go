@@ -283,10 +283,8 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 			for id := range s.handles {
 				handlePath(id)
 			}
-			for p, n := range f.nodes {
-				if n.Ephemeral && n.Owner == s.ID {
-					addNode(p)
-				}
+			for _, n := range f.ownedEphemerals(s.ID) {
+				addNode(n.Path)
 			}
 		}
 	}

@@ -50,7 +50,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.epoch, f.applied, f.lastIndex, f.cellKey = next.epoch, next.applied, next.lastIndex, next.cellKey
 	f.nodes, f.sessions, f.handles, f.watch = next.nodes, next.sessions, next.handles, next.watch
-	f.members = next.members
+	f.members, f.ephemerals = next.members, next.ephemerals
 	f.principals, f.principalHandles = map[string]int{}, map[string]int{}
 	for _, s := range f.sessions {
 		f.principals[s.Principal]++
@@ -220,10 +220,11 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 		return bad("snapshot of cell %q restored into cell %q", img.Cell, f.cell)
 	}
 	next := &FSM{cell: f.cell, epoch: img.Epoch, applied: img.Applied, lastIndex: max(img.Applied, img.LastIndex), cellKey: img.Key,
-		nodes:    make(map[string]*Node, len(img.Nodes)),
-		sessions: make(map[uint64]*Session, len(img.Sessions)),
-		handles:  make(map[uint64]*Handle, len(img.Handles)),
-		watch:    map[string]*watchSet{},
+		nodes:      make(map[string]*Node, len(img.Nodes)),
+		sessions:   make(map[uint64]*Session, len(img.Sessions)),
+		handles:    make(map[uint64]*Handle, len(img.Handles)),
+		watch:      map[string]*watchSet{},
+		ephemerals: map[uint64]map[string]bool{},
 	}
 	root := next.Root()
 	for i, n := range img.Nodes {
@@ -255,6 +256,7 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 		}
 		p.children[baseOf(n.Path)] = n.Dir
 		p.addKid(baseOf(n.Path), n)
+		next.ownEphemeral(n)
 	}
 	for i, s := range img.Sessions {
 		switch {

@@ -63,12 +63,7 @@ func (f *FSM) closeSession(index uint64, c *Command, p *CloseSessionArgs) *Resul
 	}
 	// Ephemeral files die with their creating session even if others still
 	// hold them open; deepest first so ephemeral directories empty out.
-	var owned []*Node
-	for _, n := range f.nodes {
-		if n.Ephemeral && n.Owner == s.ID {
-			owned = append(owned, n)
-		}
-	}
+	owned := f.ownedEphemerals(s.ID)
 	sort.Slice(owned, func(i, j int) bool { return owned[i].Path > owned[j].Path })
 	for _, n := range owned {
 		if f.nodes[n.Path] == n && (!n.Dir || len(n.children) == 0) {
