@@ -51,6 +51,21 @@ type Header struct {
 	Length uint64 `msgpack:"l"`
 }
 
+// Prefix returns what a backup file holds before its snapshot: the magic,
+// the header's length and the header. A writer that encodes the snapshot
+// in place can put it in front without copying the snapshot (Encode does
+// copy it).
+func Prefix(h *Header) ([]byte, error) {
+	hb, err := msgpack.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encode backup header: %w", err)
+	}
+	out := make([]byte, 0, len(Magic)+4+len(hb))
+	out = append(out, Magic...)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(hb)))
+	return append(out, hb...), nil
+}
+
 // Encode lays out a backup file around snapshot bytes and returns it with
 // its trailing checksum.
 func Encode(h *Header, snap []byte) ([]byte, [32]byte, error) {

@@ -22,6 +22,9 @@ type backupStore struct {
 	mu       sync.Mutex
 	held     map[uint64]*heldBackup
 	building int // slots taken by backups not yet held (reserve)
+	// build lets one backup be built at a time: a build holds a copy of
+	// the state besides the file it makes, and two at once would hold two.
+	build sync.Mutex
 }
 
 type heldBackup struct {
@@ -97,7 +100,9 @@ func (c *call) startBackup(ctx context.Context) (uint64, error) {
 	if t, ok := c.cons.(termer); ok {
 		term = t.Term()
 	}
+	st.build.Lock()
 	b, err := c.state.Backup(term, c.cfg.Clock.Now())
+	st.build.Unlock()
 	if err != nil {
 		return 0, wire.Errorf(wire.CodeInternal, "backup: %v", err)
 	}

@@ -66,16 +66,32 @@ func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
 		Time: now.UnixNano(), Nodes: uint64(len(f.nodes)), Sessions: uint64(len(f.sessions))}
 	f.mu.RUnlock()
 	held := time.Since(start)
-	snap, err := encodeImage(img)
-	if err != nil {
+	// The snapshot is encoded into the file's own buffer, behind room for
+	// the prefix (written once its length is known), sized by the last
+	// backup: a backup then costs its file and the copy of the state, not
+	// a buffer grown by doubling and a second copy of the file besides.
+	room := backupfile.MaxHeader + len(backupfile.Magic) + 4
+	hint := int(f.backupHint.Load())
+	buf := bytes.NewBuffer(make([]byte, room, room+hint+hint/16+sha256.Size))
+	if err := encodeImage(buf, img); err != nil {
 		return nil, err
 	}
+	file := buf.Bytes()
+	snap := file[room:]
 	h.Length = uint64(len(snap))
-	b, sum, err := backupfile.Encode(&h, snap)
+	prefix, err := backupfile.Prefix(&h)
 	if err != nil {
 		return nil, err
 	}
-	return &Backup{Header: h, File: b, Checksum: sum, LockHeld: held}, nil
+	if len(prefix) > room { // cannot be: the header is at most MaxHeader
+		return nil, fmt.Errorf("replica: backup header of %d bytes", len(prefix))
+	}
+	file = file[room-len(prefix):]
+	copy(file, prefix)
+	sum := sha256.Sum256(file)
+	file = append(file, sum[:]...)
+	f.backupHint.Store(int64(len(snap)))
+	return &Backup{Header: h, File: file, Checksum: sum, LockHeld: held}, nil
 }
 
 // copyLocked copies the state into an unsorted image; f.mu is held.
@@ -119,20 +135,19 @@ func (f *FSM) copyLocked() *snapshotImage {
 // encodeImage sorts an image copied by copyLocked into the order
 // encodeLocked writes and encodes it as encodeLocked does, so the bytes
 // are those of a snapshot of the same state.
-func encodeImage(img *snapshotImage) ([]byte, error) {
+func encodeImage(buf *bytes.Buffer, img *snapshotImage) error {
 	slices.SortFunc(img.Nodes, func(a, b *Node) int { return strings.Compare(a.Path, b.Path) })
 	slices.SortFunc(img.Sessions, func(a, b *Session) int { return cmp.Compare(a.ID, b.ID) })
 	slices.SortFunc(img.Handles, func(a, b *Handle) int { return cmp.Compare(a.ID, b.ID) })
 	slices.SortFunc(img.Results, func(a, b sessionResult) int {
 		return cmp.Or(cmp.Compare(a.Session, b.Session), cmp.Compare(a.Seq, b.Seq))
 	})
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	enc := msgpack.NewEncoder(buf)
 	enc.SetSortMapKeys(true)
 	if err := enc.Encode(img); err != nil {
-		return nil, fmt.Errorf("replica: encode backup: %w", err)
+		return fmt.Errorf("replica: encode backup: %w", err)
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
 // BackupContents is a backup file read and checked by ReadBackup.

@@ -43,13 +43,14 @@ func TestSnapshotChunksKeepTheByteFormat(t *testing.T) {
 	h.f.mu.RLock()
 	img := h.f.copyLocked()
 	h.f.mu.RUnlock()
-	want, err := encodeImage(img)
-	if err != nil {
+	var contiguous bytes.Buffer
+	if err := encodeImage(&contiguous, img); err != nil {
 		t.Fatal(err)
 	}
+	want := contiguous.Bytes()
 	var plain bytes.Buffer
 	h.f.mu.RLock()
-	err = h.f.writeStateLocked(&plain)
+	err := h.f.writeStateLocked(&plain)
 	h.f.mu.RUnlock()
 	if err != nil {
 		t.Fatal(err)
