@@ -272,6 +272,9 @@ type holder struct {
 	in, out byteCount
 	rate    rateBucket // bytes read per second (IPs)
 	streams atomic.Int64
+	// kept are the streams among them kept idle for a next call
+	// (takeKept).
+	kept atomic.Int64
 }
 
 // shareCount is how many addresses and principals held request bytes
@@ -503,6 +506,37 @@ func (c *connBudget) takeStream() budgetLevel {
 	c.pr.refs.Add(1)
 	raisePeak(&c.b.streamsPeak, c.b.streams.Load())
 	return levelNone
+}
+
+// takeKept counts one more stream kept idle for its next call against
+// MaxKeptStreamsPerIP, MaxKeptStreamsPerPrincipal and MaxKeptStreams, in
+// one step (each level by compare-and-swap, undone if a later one is
+// full), or reports false: the stream is then closed instead of kept. A
+// kept stream needs no session and holds no request bytes, so it is the
+// cheapest thing to hoard; keeping one only saves its client a stream's
+// setup, so a stream over these caps loses nothing but that (the client
+// library sends its next call on a new stream).
+func (c *connBudget) takeKept() bool {
+	l := c.b.limits
+	switch {
+	case !takeBelow(&c.ip.kept, l.MaxKeptStreamsPerIP):
+		return false
+	case !takeBelow(&c.pr.kept, l.MaxKeptStreamsPerPrincipal):
+		c.ip.kept.Add(-1)
+		return false
+	case !takeBelow(&c.b.kept, l.MaxKeptStreams):
+		c.ip.kept.Add(-1)
+		c.pr.kept.Add(-1)
+		return false
+	}
+	return true
+}
+
+// leaveKept gives back what takeKept took.
+func (c *connBudget) leaveKept() {
+	c.ip.kept.Add(-1)
+	c.pr.kept.Add(-1)
+	c.b.kept.Add(-1)
 }
 
 // leaveStream gives back a stream takeStream counted.

@@ -218,6 +218,16 @@ type ConnLimits struct {
 	MaxStreamsPerIP        int
 	MaxStreamsPerPrincipal int
 	MaxStreams             int
+	// MaxKeptStreamsPerIP, MaxKeptStreamsPerPrincipal and MaxKeptStreams
+	// cap the streams kept idle for a next call (wire.Header.KeepStream)
+	// from one address, of one principal and in the process, within the
+	// stream caps above. A stream over one is closed after its call
+	// instead of kept: its client loses only the saving of a stream's
+	// setup. A kept stream needs no session and holds no request bytes,
+	// so without these caps it is the cheapest thing to hoard.
+	MaxKeptStreamsPerIP        int
+	MaxKeptStreamsPerPrincipal int
+	MaxKeptStreams             int
 }
 
 // SessionLimits are the master's caps on sessions, handles and reads
@@ -232,7 +242,8 @@ var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxConns: 16384, MaxConnsP
 	HandshakeTimeout: 5 * time.Second, RequestTimeout: 30 * time.Second, StreamIdleTimeout: 30 * time.Second,
 	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second,
 	MaxIPRate: 8 << 20, BufferReserve: 16 << 20,
-	MaxStreamsPerIP: 32768, MaxStreamsPerPrincipal: 65536, MaxStreams: 262144}
+	MaxStreamsPerIP: 32768, MaxStreamsPerPrincipal: 32768, MaxStreams: 262144,
+	MaxKeptStreamsPerIP: 4096, MaxKeptStreamsPerPrincipal: 8192, MaxKeptStreams: 65536}
 
 func (l ConnLimits) withDefaults() ConnLimits {
 	d := DefaultConnLimits
@@ -289,6 +300,15 @@ func (l ConnLimits) withDefaults() ConnLimits {
 	}
 	if l.MaxStreams <= 0 {
 		l.MaxStreams = d.MaxStreams
+	}
+	if l.MaxKeptStreamsPerIP <= 0 {
+		l.MaxKeptStreamsPerIP = d.MaxKeptStreamsPerIP
+	}
+	if l.MaxKeptStreamsPerPrincipal <= 0 {
+		l.MaxKeptStreamsPerPrincipal = d.MaxKeptStreamsPerPrincipal
+	}
+	if l.MaxKeptStreams <= 0 {
+		l.MaxKeptStreams = d.MaxKeptStreams
 	}
 	return l
 }

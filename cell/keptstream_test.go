@@ -533,3 +533,72 @@ func liveHeap() int64 {
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapAlloc)
 }
+
+// The caps on streams kept idle for a next call hold exactly under
+// concurrency at the address, the principal and the process: every call
+// is answered, the replica keeps exactly what each cap leaves and closes
+// the rest after their calls (counted), and a kept stream's close makes
+// room for exactly one more.
+func TestKeptStreamCapsCloseInsteadOfKeeping(t *testing.T) {
+	const perIP, perPrincipal, total, burst = 6, 10, 14, 12
+	certs := fixtures.TestCerts(t, "mallory", "trudy")
+	c := fixtures.NewCell(t, 1, fixtures.Options{TLS: certs, LeaseTTL: tlsLease, ConnLimits: cell.ConnLimits{
+		MaxKeptStreamsPerIP: perIP, MaxKeptStreamsPerPrincipal: perPrincipal, MaxKeptStreams: total,
+		StreamIdleTimeout: 10 * time.Minute}})
+	srv := c.Server(c.WaitForMaster(30 * time.Second))
+	addr := srv.ClientAddr()
+	base := srv.ConnStats()
+	mux := func(user, from string, n int) []*yamux.Session {
+		var out []*yamux.Session
+		for range n {
+			out = append(out, tlsMuxFrom(t, certs, user, from, addr))
+		}
+		return out
+	}
+	var streams []*yamux.Stream
+	wait := func(kept int64, refused uint64) {
+		t.Helper()
+		deadline := time.Now().Add(hostileWait)
+		for {
+			st := srv.ConnStats()
+			if st.StreamsKept == kept && st.KeptStreamsRefused-base.KeptStreamsRefused == refused {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d streams kept, %d closed over a cap; want %d and %d", st.StreamsKept,
+					st.KeptStreamsRefused-base.KeptStreamsRefused, kept, refused)
+			}
+			time.Sleep(10 * time.Millisecond) // polling with a deadline
+		}
+	}
+	// Every call is answered (no too many: the stream caps are far off).
+	streams = append(streams, keepManyStreams(t, mux("mallory", "127.0.0.2", 3), burst)...)
+	wait(perIP, burst-perIP)
+	streams = append(streams, keepManyStreams(t, mux("mallory", "127.0.0.3", 3), burst)...)
+	wait(perPrincipal, 2*burst-perPrincipal)
+	streams = append(streams, keepManyStreams(t, append(mux("trudy", "127.0.0.4", 2), mux("trudy", "127.0.0.5", 2)...), burst)...)
+	wait(total, 3*burst-total)
+	if len(streams) != 3*burst {
+		t.Fatalf("%d of %d calls answered OK", len(streams), 3*burst)
+	}
+	// The streams the replica did not keep are closed: a next call on one
+	// reads the stream's end. Those it kept answer the next call.
+	var open, ended int
+	for _, s := range streams {
+		s.SetDeadline(time.Now().Add(hostileWait))
+		err := wire.WriteMessage(s, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{})
+		var st wire.Status
+		if err == nil {
+			err = wire.ReadMessage(s, &st)
+		}
+		if err == nil && st.Code == wire.CodeOK {
+			open++
+		} else {
+			ended++
+		}
+		s.Close()
+	}
+	if open != total || ended != 3*burst-total {
+		t.Fatalf("%d streams carried a next call and %d were ended; want %d and %d", open, ended, total, 3*burst-total)
+	}
+}

@@ -181,6 +181,8 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return float64(s.budget.streams.Load()) }),
 		gauge("lockcell_client_streams_kept", "Kept client streams waiting for their next call (counted in lockcell_client_streams).",
 			func() float64 { return float64(s.budget.kept.Load()) }),
+		counter("lockcell_client_kept_streams_refused_total", "Client streams closed after their call instead of kept idle, over --max-kept-streams-per-ip, -per-principal or --max-kept-streams.",
+			func() float64 { return float64(s.stats.keptRefused.Load()) }),
 	)
 	for _, l := range []budgetLevel{levelConn, levelIP, levelPrincipal, levelProcess} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_streams_refused_total",

@@ -104,10 +104,13 @@ var SettingRanges = map[string]SettingRange{
 	// The reserve small holders read into when the process budget is
 	// full; streams cost about 1.3 KiB of the master's heap each, kept or
 	// parked (cell.BenchmarkKeptStreamMemory).
-	"buffer-reserve":            sizes(minBuffer, 16<<30),
-	"max-streams-per-ip":        counts(1, 1<<22),
-	"max-streams-per-principal": counts(1, 1<<22),
-	"max-streams":               counts(1, 1<<24),
+	"buffer-reserve":                 sizes(minBuffer, 16<<30),
+	"max-streams-per-ip":             counts(1, 1<<22),
+	"max-streams-per-principal":      counts(1, 1<<22),
+	"max-streams":                    counts(1, 1<<24),
+	"max-kept-streams-per-ip":        counts(1, 1<<22),
+	"max-kept-streams-per-principal": counts(1, 1<<22),
+	"max-kept-streams":               counts(1, 1<<24),
 
 	// The master. A session costs about 5 KiB and a node about 500 bytes
 	// of memory (docs/operations.md, "Sizing"); every replica holds all

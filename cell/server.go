@@ -259,6 +259,7 @@ type connCounters struct {
 	// MaxConnsPerPrincipal (connlimits.go)
 	connsTotal, connsFDShare, connsPrincipal atomic.Uint64
 	idleStreams                              atomic.Uint64 // kept streams ended by their idle timeout
+	keptRefused                              atomic.Uint64 // streams closed, not kept, over a cap on kept streams
 }
 
 // ConnStats counts what the client port refused since the server started.
@@ -290,8 +291,11 @@ type ConnStats struct {
 	// their next call, StreamsPeak the most ever open at once.
 	Streams, StreamsKept, StreamsPeak int64
 	// IdleStreamsClosed are kept streams (wire.Header.KeepStream) the
-	// replica closed because no call came on them for StreamIdleTimeout.
-	IdleStreamsClosed uint64
+	// replica closed because no call came on them for StreamIdleTimeout;
+	// KeptStreamsRefused those it closed after their call instead of
+	// keeping them, over MaxKeptStreamsPerIP, MaxKeptStreamsPerPrincipal
+	// or MaxKeptStreams.
+	IdleStreamsClosed, KeptStreamsRefused uint64
 	// OverBudgetConn, OverBudgetIP and OverBudgetProcess are connections
 	// closed because they held bytes over a memory budget (MaxConnBuffer,
 	// MaxIPBuffer, MaxBuffer: the level that bound) and freed none for
@@ -323,7 +327,7 @@ func (s *Server) ConnStats() ConnStats {
 	return ConnStats{RefusedPerIP: s.stats.perIP.Load(), FailedHandshakes: s.stats.handshake.Load(),
 		RefusedTotal: s.stats.connsTotal.Load(), RefusedFDShare: s.stats.connsFDShare.Load(),
 		RefusedPerPrincipal: s.stats.connsPrincipal.Load(), Conns: s.openConns(),
-		RefusedStreams: s.stats.streams.Load(), IdleStreamsClosed: s.stats.idleStreams.Load(),
+		RefusedStreams: s.stats.streams.Load(), IdleStreamsClosed: s.stats.idleStreams.Load(), KeptStreamsRefused: s.stats.keptRefused.Load(),
 		OverBudgetConn: b.over[levelConn].Load(), OverBudgetIP: b.over[levelIP].Load(), OverBudgetProcess: b.over[levelProcess].Load(),
 		RequestBytes: b.in.used.Load(), RequestBytesPeak: b.inPeak.Load(), ReplyBytes: b.out.used.Load(),
 		RequestHeld: b.in.held(), RequestHeldPeak: b.inHeldPeak.Load(), ReplyHeld: b.out.held(),
@@ -587,6 +591,11 @@ func (s *Server) callDone(c *streamCall) {
 		c.entered = false
 	}
 	c.cb.consumed(c.sb, c.in.n.Swap(0))
+	if !c.cb.takeKept() {
+		s.stats.keptRefused.Add(1)
+		s.endCall(c)
+		return
+	}
 	s.idle(c)
 }
 
@@ -598,7 +607,6 @@ func (s *Server) callDone(c *streamCall) {
 // and its address's, principal's and the process's).
 func (s *Server) idle(c *streamCall) {
 	c.h = wire.Header{}
-	s.budget.kept.Add(1)
 	c.state.Store(streamIdle)
 	if c.idleStop == nil {
 		c.idleStop = time.AfterFunc(s.limits.StreamIdleTimeout, func() {
@@ -627,7 +635,7 @@ func (s *Server) unidle(c *streamCall) bool {
 	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
 		return false
 	}
-	s.budget.kept.Add(-1)
+	c.cb.leaveKept()
 	return true
 }
 

@@ -138,6 +138,9 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-streams-per-ip", Value: d.MaxStreamsPerIP, Usage: "client streams open at once from one IP address (calls in flight, parked KeepAlives, kept streams)"},
 		&cli.IntFlag{Name: "max-streams-per-principal", Value: d.MaxStreamsPerPrincipal, Usage: "client streams open at once of one principal"},
 		&cli.IntFlag{Name: "max-streams", Value: d.MaxStreams, Usage: "client streams open at once in the whole process"},
+		&cli.IntFlag{Name: "max-kept-streams-per-ip", Value: d.MaxKeptStreamsPerIP, Usage: "client streams kept idle for a next call from one IP address (one over it is closed after its call)"},
+		&cli.IntFlag{Name: "max-kept-streams-per-principal", Value: d.MaxKeptStreamsPerPrincipal, Usage: "client streams kept idle for a next call of one principal"},
+		&cli.IntFlag{Name: "max-kept-streams", Value: d.MaxKeptStreams, Usage: "client streams kept idle for a next call in the whole process"},
 		&cli.IntFlag{Name: "max-sessions-per-principal", Value: sd.SessionsPerPrincipal, Usage: "live sessions of one principal"},
 		&cli.IntFlag{Name: "max-sessions", Value: sd.Sessions, Usage: "live sessions in the cell"},
 		&cli.IntFlag{Name: "max-sessions-per-conn", Value: sd.SessionsPerConn, Usage: "live sessions created over one client connection"},
@@ -216,7 +219,9 @@ func limits(c *cli.Context) cell.ConnLimits {
 		RequestTimeout: c.Duration("request-timeout"), StreamIdleTimeout: c.Duration("stream-idle-timeout"), MaxConnBuffer: size("max-conn-buffer"), MaxIPBuffer: size("max-ip-buffer"),
 		MaxBuffer: size("max-buffer"), BufferStall: c.Duration("buffer-stall"), MaxIPRate: size("max-ip-rate"),
 		BufferReserve: size("buffer-reserve"), MaxStreamsPerIP: c.Int("max-streams-per-ip"),
-		MaxStreamsPerPrincipal: c.Int("max-streams-per-principal"), MaxStreams: c.Int("max-streams")}
+		MaxStreamsPerPrincipal: c.Int("max-streams-per-principal"), MaxStreams: c.Int("max-streams"),
+		MaxKeptStreamsPerIP: c.Int("max-kept-streams-per-ip"), MaxKeptStreamsPerPrincipal: c.Int("max-kept-streams-per-principal"),
+		MaxKeptStreams: c.Int("max-kept-streams")}
 }
 
 // httpFlags are the HTTP port's limits (cell.HTTPLimits) and who sees
