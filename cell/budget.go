@@ -240,8 +240,9 @@ type budgets struct {
 	reserveReads atomic.Uint64
 
 	// streams open process-wide, kept streams among them waiting for
-	// their next call, and the most ever open.
-	streams, kept, streamsPeak atomic.Int64
+	// their next call, those lingering (closed by us, not yet by the
+	// client), and the most ever open.
+	streams, kept, lingering, streamsPeak atomic.Int64
 	// refusedStreams are streams refused at accept, by the level whose
 	// count was at its cap (connection, ip, principal, process).
 	refusedStreams [levelProcess + 1]atomic.Uint64
@@ -273,8 +274,9 @@ type holder struct {
 	rate    rateBucket // bytes read per second (IPs)
 	streams atomic.Int64
 	// kept are the streams among them kept idle for a next call
-	// (takeKept).
-	kept atomic.Int64
+	// (takeKept); lingering those our side has closed and the client has
+	// not (lingerLocked).
+	kept, lingering atomic.Int64
 }
 
 // shareCount is how many addresses and principals held request bytes
@@ -485,6 +487,10 @@ func (c *connBudget) takeStream() budgetLevel {
 	l := c.b.limits
 	level := levelNone
 	switch {
+	case l.MaxKeptStreamsPerIP > 0 && c.ip.lingering.Load() >= int64(l.MaxKeptStreamsPerIP):
+		level = levelIP
+	case l.MaxKeptStreamsPerPrincipal > 0 && c.pr.lingering.Load() >= int64(l.MaxKeptStreamsPerPrincipal):
+		level = levelPrincipal
 	case !takeBelow(&c.ip.streams, l.MaxStreamsPerIP):
 		level = levelIP
 	case !takeBelow(&c.pr.streams, l.MaxStreamsPerPrincipal):
@@ -606,6 +612,16 @@ type streamBytes struct {
 	local  bool  // our side is done with the stream
 	remote bool  // the client closed or reset it
 	gone   bool  // released and forgotten
+	// slot: the stream holds its place in the caps on streams (its
+	// address's, principal's and the process's: takeStream) until yamux
+	// drops it (forget, end), not only while its handler runs: a stream
+	// our side closed stays in yamux's session, with its memory, until
+	// the client closes its side too or StreamCloseTimeout resets it, and
+	// a client that never does must not get a new place for each.
+	slot bool
+	// lingering: our side has closed the stream and the client has not
+	// yet (it still holds its slot and yamux's memory for it).
+	lingering bool
 	// onPeer, if set, is called once (in a goroutine of its own) when the
 	// client sends anything more on the stream or closes or resets it
 	// (watchPeer): a parked call's end without a goroutine reading.
@@ -718,6 +734,53 @@ func (c *connBudget) forget(st *streamBytes) {
 	if c.streams[st.id] == st {
 		delete(c.streams, st.id)
 	}
+	c.unlingerLocked(st)
+	if st.slot {
+		st.slot = false
+		c.leaveStream()
+	}
+}
+
+// lingerLocked counts st as lingering: our side is done with it, the
+// client's is not, so yamux keeps it (and its place in the caps) until
+// the client closes it or StreamCloseTimeout resets it. An honest client
+// closes its side as soon as it reads the end of ours; one that does not
+// hoards streams the caps count, and when a new one comes takeStream
+// refuses it while its address or principal has as many lingering as it
+// may keep idle: so no client can hold a crowd of streams that yamux
+// then resets all at once and that it opens again all at once. mu held.
+func (c *connBudget) lingerLocked(st *streamBytes) {
+	if st.lingering || !st.slot || st.remote {
+		return
+	}
+	st.lingering = true
+	c.ip.lingering.Add(1)
+	c.pr.lingering.Add(1)
+	c.b.lingering.Add(1)
+}
+
+func (c *connBudget) unlingerLocked(st *streamBytes) {
+	if !st.lingering {
+		return
+	}
+	st.lingering = false
+	c.ip.lingering.Add(-1)
+	c.pr.lingering.Add(-1)
+	c.b.lingering.Add(-1)
+}
+
+// holdSlot makes st keep the place takeStream took for it until yamux
+// drops the stream (forget, end) rather than until its handler ends. It
+// reports false for a stream the budget does not follow (gone already):
+// its handler's end must give the place back (leaveStream).
+func (c *connBudget) holdSlot(st *streamBytes) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.gone || c.detached {
+		return false
+	}
+	st.slot = true
+	return true
 }
 
 // watchPeer has f called, once and in a goroutine of its own, when the
@@ -845,6 +908,8 @@ func (c *connBudget) finished(st *streamBytes, n int64) {
 	st.onPeer = nil // the call is over: nothing left to end
 	if st.remote {
 		c.forget(st)
+	} else {
+		c.lingerLocked(st)
 	}
 }
 
@@ -872,16 +937,31 @@ func (c *connBudget) end() {
 		}
 		var fire []func()
 		var waits []streamWaits
+		slots := 0
 		for id, st := range c.streams {
 			fire = st.peerLocked(fire)
+			c.unlingerLocked(st)
+			if st.slot {
+				st.slot = false
+				slots++
+			}
 			st.held, st.extra, st.gone = 0, 0, true
 			if st.waits != nil {
 				waits = append(waits, st.waits)
 			}
 			delete(c.streams, id)
 		}
+		for _, st := range c.pending {
+			if st.slot {
+				st.slot = false
+				slots++
+			}
+		}
 		c.pending = nil
 		c.mu.Unlock()
+		for range slots {
+			c.leaveStream()
+		}
 		past := time.Unix(1, 0)
 		for _, s := range waits {
 			s.SetDeadline(past)

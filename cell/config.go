@@ -224,7 +224,10 @@ type ConnLimits struct {
 	// stream caps above. A stream over one is closed after its call
 	// instead of kept: its client loses only the saving of a stream's
 	// setup. A kept stream needs no session and holds no request bytes,
-	// so without these caps it is the cheapest thing to hoard.
+	// so without these caps it is the cheapest thing to hoard. The same
+	// numbers bound the streams an address or principal leaves lingering
+	// (closed by the replica, not yet by the client): while it has as
+	// many, its new streams are answered wire.CodeTooMany.
 	MaxKeptStreamsPerIP        int
 	MaxKeptStreamsPerPrincipal int
 	MaxKeptStreams             int
@@ -243,7 +246,7 @@ var DefaultConnLimits = ConnLimits{MaxConnsPerIP: 64, MaxConns: 16384, MaxConnsP
 	MaxConnBuffer: 4 << 20, MaxIPBuffer: 16 << 20, MaxBuffer: 64 << 20, BufferStall: time.Second,
 	MaxIPRate: 8 << 20, BufferReserve: 16 << 20,
 	MaxStreamsPerIP: 32768, MaxStreamsPerPrincipal: 32768, MaxStreams: 262144,
-	MaxKeptStreamsPerIP: 4096, MaxKeptStreamsPerPrincipal: 8192, MaxKeptStreams: 65536}
+	MaxKeptStreamsPerIP: 4096, MaxKeptStreamsPerPrincipal: 4096, MaxKeptStreams: 65536}
 
 func (l ConnLimits) withDefaults() ConnLimits {
 	d := DefaultConnLimits

@@ -537,11 +537,15 @@ func liveHeap() int64 {
 // The caps on streams kept idle for a next call hold exactly under
 // concurrency at the address, the principal and the process: every call
 // is answered, the replica keeps exactly what each cap leaves and closes
-// the rest after their calls (counted), and a kept stream's close makes
-// room for exactly one more.
+// the rest after their calls (counted). A client that does not close its
+// side of the streams the replica closed has them counted as lingering,
+// and once its address has as many lingering as it may keep, its new
+// streams are refused.
 func TestKeptStreamCapsCloseInsteadOfKeeping(t *testing.T) {
-	const perIP, perPrincipal, total, burst = 6, 10, 14, 12
-	certs := fixtures.TestCerts(t, "mallory", "trudy")
+	// Bursts of 8: the streams a burst has ended linger until the test
+	// closes them, and stay under an address's kept cap meanwhile.
+	const perIP, perPrincipal, total, burst = 6, 10, 14, 8
+	certs := fixtures.TestCerts(t, "mallory", "trudy", "oscar")
 	c := fixtures.NewCell(t, 1, fixtures.Options{TLS: certs, LeaseTTL: tlsLease, ConnLimits: cell.ConnLimits{
 		MaxKeptStreamsPerIP: perIP, MaxKeptStreamsPerPrincipal: perPrincipal, MaxKeptStreams: total,
 		StreamIdleTimeout: 10 * time.Minute}})
@@ -555,7 +559,6 @@ func TestKeptStreamCapsCloseInsteadOfKeeping(t *testing.T) {
 		}
 		return out
 	}
-	var streams []*yamux.Stream
 	wait := func(kept int64, refused uint64) {
 		t.Helper()
 		deadline := time.Now().Add(hostileWait)
@@ -571,34 +574,112 @@ func TestKeptStreamCapsCloseInsteadOfKeeping(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // polling with a deadline
 		}
 	}
-	// Every call is answered (no too many: the stream caps are far off).
-	streams = append(streams, keepManyStreams(t, mux("mallory", "127.0.0.2", 3), burst)...)
-	wait(perIP, burst-perIP)
-	streams = append(streams, keepManyStreams(t, mux("mallory", "127.0.0.3", 3), burst)...)
-	wait(perPrincipal, 2*burst-perPrincipal)
-	streams = append(streams, keepManyStreams(t, append(mux("trudy", "127.0.0.4", 2), mux("trudy", "127.0.0.5", 2)...), burst)...)
-	wait(total, 3*burst-total)
-	if len(streams) != 3*burst {
-		t.Fatalf("%d of %d calls answered OK", len(streams), 3*burst)
+	// ended reports whether the replica closed s: a read sees its end
+	// rather than waiting.
+	ended := func(s *yamux.Stream) bool {
+		s.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		defer s.SetReadDeadline(time.Time{})
+		_, err := s.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF)
 	}
-	// The streams the replica did not keep are closed: a next call on one
-	// reads the stream's end. Those it kept answer the next call.
-	var open, ended int
-	for _, s := range streams {
+	// sort closes (our side too, as an honest client does) the streams
+	// the replica ended, and returns how many and the ones it kept.
+	sort := func(ss []*yamux.Stream) (kept []*yamux.Stream, gone int) {
+		t.Helper()
+		for _, s := range ss {
+			if ended(s) {
+				s.Close()
+				gone++
+			} else {
+				kept = append(kept, s)
+			}
+		}
+		return kept, gone
+	}
+	var kept []*yamux.Stream
+	// Every call is answered (no too many: the stream caps are far off).
+	for i, ph := range []struct {
+		sessions []*yamux.Session
+		kept     int64
+	}{
+		{mux("mallory", "127.0.0.2", 3), perIP},
+		{mux("mallory", "127.0.0.3", 3), perPrincipal},
+		{append(mux("trudy", "127.0.0.4", 2), mux("trudy", "127.0.0.5", 2)...), total},
+	} {
+		ss := keepManyStreams(t, ph.sessions, burst)
+		if len(ss) != burst {
+			t.Fatalf("phase %d: %d of %d calls answered OK", i, len(ss), burst)
+		}
+		wait(ph.kept, uint64((i+1)*burst)-uint64(ph.kept))
+		k, gone := sort(ss)
+		kept = append(kept, k...)
+		if int64(len(kept)) != ph.kept || gone != burst-len(k) {
+			t.Fatalf("phase %d: %d streams kept in all, %d of this burst ended; want %d kept", i, len(kept), gone, ph.kept)
+		}
+	}
+	// The kept ones carry a next call.
+	for _, s := range kept {
 		s.SetDeadline(time.Now().Add(hostileWait))
-		err := wire.WriteMessage(s, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{})
 		var st wire.Status
+		err := wire.WriteMessage(s, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{})
 		if err == nil {
 			err = wire.ReadMessage(s, &st)
 		}
-		if err == nil && st.Code == wire.CodeOK {
-			open++
-		} else {
-			ended++
+		if err != nil || st.Code != wire.CodeOK {
+			t.Fatalf("a kept stream's next call: %v %v", st.Code, err)
 		}
 		s.Close()
 	}
-	if open != total || ended != 3*burst-total {
-		t.Fatalf("%d streams carried a next call and %d were ended; want %d and %d", open, ended, total, 3*burst-total)
+	// A client that leaves the ended streams open: oscar's address keeps
+	// perIP streams (the process's kept streams are free again), and each
+	// stream after them is ended and lingers; with perIP lingering, its
+	// next stream is refused too many, and closing them lets it open
+	// streams again.
+	lingerWait := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(hostileWait)
+		for srv.ConnStats().StreamsLingering != want || srv.ConnStats().StreamsKept != perIP {
+			if time.Now().After(deadline) {
+				st := srv.ConnStats()
+				t.Fatalf("%d streams lingering, %d kept; want %d and %d", st.StreamsLingering, st.StreamsKept, want, perIP)
+			}
+			time.Sleep(10 * time.Millisecond) // polling with a deadline
+		}
+	}
+	osc := mux("oscar", "127.0.0.6", 2)
+	var mine, lingering []*yamux.Stream
+	for range perIP {
+		s, code, err := openKept(osc[0])
+		if err != nil || code != wire.CodeOK {
+			t.Fatalf("oscar's stream: %v %v", code, err)
+		}
+		mine = append(mine, s)
+	}
+	lingerWait(0)
+	for i := range perIP {
+		s, code, err := openKept(osc[1])
+		if err != nil || code != wire.CodeOK {
+			t.Fatalf("oscar's stream %d over the kept cap: %v %v", i, code, err)
+		}
+		lingering = append(lingering, s) // ended by the replica, not closed here
+		lingerWait(int64(i + 1))
+	}
+	if _, code, err := openKept(osc[0]); err != nil || code != wire.CodeTooMany {
+		t.Fatalf("a stream from an address with %d lingering: %v %v; want too many", perIP, code, err)
+	}
+	for _, s := range lingering {
+		if !ended(s) {
+			t.Fatal("a stream over the kept cap was not ended")
+		}
+		s.Close()
+	}
+	lingerWait(0)
+	s2, code, err := openKept(osc[1])
+	if err != nil || code != wire.CodeOK {
+		t.Fatalf("oscar's address after closing its lingering streams: %v %v", code, err)
+	}
+	s2.Close()
+	for _, s := range mine {
+		s.Close()
 	}
 }

@@ -290,6 +290,10 @@ type ConnStats struct {
 	// kept streams), StreamsKept the kept streams among them waiting for
 	// their next call, StreamsPeak the most ever open at once.
 	Streams, StreamsKept, StreamsPeak int64
+	// StreamsLingering are the streams the replica has closed and their
+	// clients not yet (counted against MaxKeptStreamsPerIP and
+	// MaxKeptStreamsPerPrincipal when a new stream comes).
+	StreamsLingering int64
 	// IdleStreamsClosed are kept streams (wire.Header.KeepStream) the
 	// replica closed because no call came on them for StreamIdleTimeout;
 	// KeptStreamsRefused those it closed after their call instead of
@@ -334,7 +338,8 @@ func (s *Server) ConnStats() ConnStats {
 		RateWait: time.Duration(b.slowed.Load()), ReserveReads: b.reserveReads.Load(),
 		StreamsRefusedConn: b.refusedStreams[levelConn].Load(), StreamsRefusedIP: b.refusedStreams[levelIP].Load(),
 		StreamsRefusedPrincipal: b.refusedStreams[levelPrincipal].Load(), StreamsRefusedProcess: b.refusedStreams[levelProcess].Load(),
-		Streams: b.streams.Load(), StreamsKept: b.kept.Load(), StreamsPeak: b.streamsPeak.Load()}
+		Streams: b.streams.Load(), StreamsKept: b.kept.Load(), StreamsPeak: b.streamsPeak.Load(),
+		StreamsLingering: b.lingering.Load()}
 }
 
 func yamuxConfig() *yamux.Config {
@@ -432,6 +437,7 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		inflight.Add(-1)
 		cb.leaveStream()
 	}
+	leaveConnOnly := func() { inflight.Add(-1) }
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
@@ -453,7 +459,13 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		}
 		inflight.Add(1)
 		s.wg.Add(1)
-		go s.serveStream(st, caller, calls, cb, sb, leave)
+		leaveThis := leave
+		if cb.holdSlot(sb) {
+			// The stream's place in the address's, principal's and
+			// process's caps goes when yamux drops it (connBudget.forget).
+			leaveThis = leaveConnOnly
+		}
+		go s.serveStream(st, caller, calls, cb, sb, leaveThis)
 	}
 }
 
