@@ -2,7 +2,10 @@ package master
 
 import (
 	"context"
+	"errors"
+	"io"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 
@@ -10,10 +13,11 @@ import (
 	"lockcell/replica"
 )
 
-// Backups in flight are held in the master's memory between pages. A
-// backup nobody asks a page of for backupIdle is dropped; at most
-// Limits.Backups are built or held at once, so an admin cannot make the
-// master hold many copies of the state.
+// Backups in flight are held between pages in unlinked temporary files
+// (replica.Backup), not in the master's memory. A backup nobody asks a
+// page of for backupIdle is dropped; at most Limits.Backups are built or
+// held at once, so an admin cannot make the master hold many copies of
+// the state, on disk or (while one is built) in memory.
 const backupIdle = time.Minute
 
 // backupStore holds the backups being paged out, and counts those being
@@ -57,16 +61,24 @@ func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.Backu
 		return nil, wire.Errorf(wire.CodeBadRequest,
 			"backup %d is not held by this master (finished, idle for %s, or the master changed): start the backup again", req.ID, backupIdle)
 	}
-	if req.Offset > uint64(len(b.File)) {
-		return nil, wire.Errorf(wire.CodeBadRequest, "offset %d is past the backup's %d bytes", req.Offset, len(b.File))
+	size := uint64(b.Size)
+	if req.Offset > size {
+		return nil, wire.Errorf(wire.CodeBadRequest, "offset %d is past the backup's %d bytes", req.Offset, size)
 	}
-	end := min(req.Offset+wire.BackupChunk, uint64(len(b.File)))
+	end := min(req.Offset+wire.BackupChunk, size)
+	chunk := make([]byte, end-req.Offset)
+	if _, err := b.ReadAt(chunk, int64(req.Offset)); err != nil && !errors.Is(err, io.EOF) {
+		if errors.Is(err, os.ErrClosed) { // dropped (idle) since get
+			return nil, wire.Errorf(wire.CodeBadRequest, "backup %d is no longer held: start the backup again", req.ID)
+		}
+		return nil, wire.Errorf(wire.CodeInternal, "backup %d: %v", req.ID, err)
+	}
 	h := b.Header
-	resp := &wire.BackupResponse{ID: req.ID, Offset: req.Offset, Chunk: b.File[req.Offset:end], Total: uint64(len(b.File)),
+	resp := &wire.BackupResponse{ID: req.ID, Offset: req.Offset, Chunk: chunk, Total: size,
 		Checksum: b.Checksum[:], Cell: h.Cell, Applied: h.Applied, Term: h.Term, Epoch: h.Epoch, Time: h.Time,
 		Nodes: h.Nodes, Sessions: h.Sessions}
-	if end == uint64(len(b.File)) {
-		st.drop(req.ID) // the reply still holds its bytes
+	if end == size {
+		st.drop(req.ID)
 	}
 	return resp, nil
 }
@@ -106,7 +118,7 @@ func (c *call) startBackup(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, wire.Errorf(wire.CodeInternal, "backup: %v", err)
 	}
-	c.log.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", len(b.File),
+	c.log.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", b.Size,
 		"lock_held", b.LockHeld)
 	held = true
 	return st.add(c.cfg.Clock, b), nil
@@ -177,6 +189,7 @@ func (st *backupStore) drop(id uint64) {
 	if h := st.held[id]; h != nil {
 		h.timer.Stop()
 		delete(st.held, id)
+		h.b.Close()
 	}
 }
 

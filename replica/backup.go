@@ -1,7 +1,7 @@
 package replica
 
 import (
-	"bytes"
+	"bufio"
 	"cmp"
 	"crypto/sha256"
 	"errors"
@@ -39,17 +39,54 @@ var ErrBadBackup = errors.New("replica: not a valid backup")
 // BackupHeader describes the snapshot a backup file holds.
 type BackupHeader = backupfile.Header
 
-// Backup is one backup file held in memory.
+// Backup is one backup file, held in an unlinked temporary file: on disk
+// (or in the page cache), not in the process's memory, so the backups a
+// master holds for paging cost it no heap however large the state, and
+// nothing is left behind if the process dies. Close frees it.
 type Backup struct {
 	Header BackupHeader
-	// File is the whole file, trailing checksum included.
-	File []byte
+	// Size is the whole file's length, trailing checksum included.
+	Size int64
 	// Checksum is the file's trailing SHA-256.
 	Checksum [32]byte
 	// LockHeld is how long the state machine's read lock was held (applies
-	// wait for it): the time to encode the state.
+	// wait for it): the time to copy the state.
 	LockHeld time.Duration
+
+	file  *os.File
+	start int64 // where the backup file begins in file
 }
+
+// ReadAt reads the backup file's bytes at off (io.ReaderAt).
+func (b *Backup) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("replica: backup read at %d", off)
+	}
+	if off >= b.Size {
+		return 0, io.EOF
+	}
+	n := len(p)
+	if rest := b.Size - off; int64(n) > rest {
+		n = int(rest)
+	}
+	got, err := b.file.ReadAt(p[:n], b.start+off)
+	if err == nil && got < len(p) {
+		err = io.EOF
+	}
+	return got, err
+}
+
+// Bytes reads the whole backup file into memory.
+func (b *Backup) Bytes() ([]byte, error) {
+	out := make([]byte, b.Size)
+	if _, err := b.ReadAt(out, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Close frees the backup's disk space. Reads after Close fail.
+func (b *Backup) Close() error { return b.file.Close() }
 
 // Backup encodes the whole state at its current applied index as a backup
 // file. Under the read lock (applies wait for it) it only copies the
@@ -58,6 +95,13 @@ type Backup struct {
 // snapshot of that state has) happen after the lock is released, so the
 // cell keeps applying while a large state is encoded. term and now go into
 // the header.
+//
+// The file is written to an unlinked temporary file in the backup
+// directory (SetBackupDir; the system's temporary directory if unset):
+// the snapshot first, behind room for the prefix, which is written once
+// the snapshot's length is known, then the checksum over both, read back
+// from the file. A backup then costs the heap only the copy of the state
+// while it is built.
 func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
 	start := time.Now()
 	f.mu.RLock()
@@ -66,32 +110,90 @@ func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
 		Time: now.UnixNano(), Nodes: uint64(len(f.nodes)), Sessions: uint64(len(f.sessions))}
 	f.mu.RUnlock()
 	held := time.Since(start)
-	// The snapshot is encoded into the file's own buffer, behind room for
-	// the prefix (written once its length is known), sized by the last
-	// backup: a backup then costs its file and the copy of the state, not
-	// a buffer grown by doubling and a second copy of the file besides.
-	room := backupfile.MaxHeader + len(backupfile.Magic) + 4
-	hint := int(f.backupHint.Load())
-	buf := bytes.NewBuffer(make([]byte, room, room+hint+hint/16+sha256.Size))
-	if err := encodeImage(buf, img); err != nil {
+	file, err := f.backupFile()
+	if err != nil {
 		return nil, err
 	}
-	file := buf.Bytes()
-	snap := file[room:]
-	h.Length = uint64(len(snap))
+	b, err := writeBackup(file, img, h)
+	if err != nil {
+		file.Close()
+		return nil, err
+	}
+	b.LockHeld = held
+	return b, nil
+}
+
+// SetBackupDir makes Backup write its temporary files in dir (created if
+// missing): a replica puts them beside its data, whose disk it sizes.
+func (f *FSM) SetBackupDir(dir string) { f.backupDir.Store(&dir) }
+
+// backupFile creates an unlinked temporary file for a backup.
+func (f *FSM) backupFile() (*os.File, error) {
+	dir := os.TempDir()
+	if d := f.backupDir.Load(); d != nil {
+		dir = *d
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("replica: backup directory: %w", err)
+		}
+	}
+	file, err := os.CreateTemp(dir, "backup-*")
+	if err != nil {
+		return nil, fmt.Errorf("replica: backup file: %w", err)
+	}
+	// Unlinked at once: the open file keeps its data until Close, and a
+	// crash leaves nothing to clean up.
+	if err := os.Remove(file.Name()); err != nil {
+		file.Close()
+		return nil, fmt.Errorf("replica: backup file: %w", err)
+	}
+	return file, nil
+}
+
+// writeBackup lays out img with header h in file and returns the backup.
+func writeBackup(file *os.File, img *snapshotImage, h BackupHeader) (*Backup, error) {
+	room := int64(backupfile.MaxHeader + len(backupfile.Magic) + 4)
+	w := bufio.NewWriterSize(io.NewOffsetWriter(file, room), 1<<20)
+	counted := &countingWriter{w: w}
+	if err := encodeImage(counted, img); err != nil {
+		return nil, err
+	}
+	if err := w.Flush(); err != nil {
+		return nil, fmt.Errorf("replica: write backup: %w", err)
+	}
+	h.Length = uint64(counted.n)
 	prefix, err := backupfile.Prefix(&h)
 	if err != nil {
 		return nil, err
 	}
-	if len(prefix) > room { // cannot be: the header is at most MaxHeader
+	if int64(len(prefix)) > room { // cannot be: the header is at most MaxHeader
 		return nil, fmt.Errorf("replica: backup header of %d bytes", len(prefix))
 	}
-	file = file[room-len(prefix):]
-	copy(file, prefix)
-	sum := sha256.Sum256(file)
-	file = append(file, sum[:]...)
-	f.backupHint.Store(int64(len(snap)))
-	return &Backup{Header: h, File: file, Checksum: sum, LockHeld: held}, nil
+	begin := room - int64(len(prefix))
+	if _, err := file.WriteAt(prefix, begin); err != nil {
+		return nil, fmt.Errorf("replica: write backup: %w", err)
+	}
+	sum := sha256.New()
+	if _, err := io.Copy(sum, io.NewSectionReader(file, begin, int64(len(prefix))+counted.n)); err != nil {
+		return nil, fmt.Errorf("replica: read backup back: %w", err)
+	}
+	b := &Backup{Header: h, file: file, start: begin, Size: int64(len(prefix)) + counted.n + sha256.Size}
+	sum.Sum(b.Checksum[:0])
+	if _, err := file.WriteAt(b.Checksum[:], room+counted.n); err != nil {
+		return nil, fmt.Errorf("replica: write backup: %w", err)
+	}
+	return b, nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // copyLocked copies the state into an unsorted image; f.mu is held.
@@ -135,7 +237,7 @@ func (f *FSM) copyLocked() *snapshotImage {
 // encodeImage sorts an image copied by copyLocked into the order
 // encodeLocked writes and encodes it as encodeLocked does, so the bytes
 // are those of a snapshot of the same state.
-func encodeImage(buf *bytes.Buffer, img *snapshotImage) error {
+func encodeImage(buf io.Writer, img *snapshotImage) error {
 	slices.SortFunc(img.Nodes, func(a, b *Node) int { return strings.Compare(a.Path, b.Path) })
 	slices.SortFunc(img.Sessions, func(a, b *Session) int { return cmp.Compare(a.ID, b.ID) })
 	slices.SortFunc(img.Handles, func(a, b *Handle) int { return cmp.Compare(a.ID, b.ID) })

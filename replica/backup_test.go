@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"lockcell/backupfile"
 	"os"
 	"path/filepath"
@@ -44,14 +45,15 @@ func TestBackupReadBackAndSeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	file := backupBytes(t, b)
 	hd := b.Header
 	if hd.Cell != fsmtCell || hd.Applied != h.idx || hd.Term != 3 || hd.Nodes != 5 || hd.Sessions != 2 || hd.Time != 100e9 {
 		t.Fatalf("header %+v (applied %d)", hd, h.idx)
 	}
-	if !bytes.Equal(b.File[len(b.File)-32:], b.Checksum[:]) {
+	if !bytes.Equal(file[len(file)-32:], b.Checksum[:]) {
 		t.Fatal("the file does not end with its checksum")
 	}
-	got, err := ReadBackup(bytes.NewReader(b.File))
+	got, err := ReadBackup(bytes.NewReader(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +130,9 @@ func TestReadBackupDetectsDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, at := range []int{0, 17, 25, len(b.File) / 2, len(b.File) - 40, len(b.File) - 1} {
-		bad := bytes.Clone(b.File)
+	file := backupBytes(t, b)
+	for _, at := range []int{0, 17, 25, len(file) / 2, len(file) - 40, len(file) - 1} {
+		bad := bytes.Clone(file)
 		bad[at] ^= 0x10
 		_, err := ReadBackup(bytes.NewReader(bad))
 		if !errors.Is(err, ErrBadBackup) {
@@ -139,13 +142,13 @@ func TestReadBackupDetectsDamage(t *testing.T) {
 			t.Fatalf("byte %d flipped: %v, want a checksum mismatch", at, err)
 		}
 	}
-	for _, n := range []int{0, 10, 30, len(b.File) / 2, len(b.File) - 32, len(b.File) - 1} {
-		_, err := ReadBackup(bytes.NewReader(b.File[:n]))
+	for _, n := range []int{0, 10, 30, len(file) / 2, len(file) - 32, len(file) - 1} {
+		_, err := ReadBackup(bytes.NewReader(file[:n]))
 		if !errors.Is(err, ErrBadBackup) || !strings.Contains(err.Error(), "truncated") {
-			t.Fatalf("cut at %d of %d: %v", n, len(b.File), err)
+			t.Fatalf("cut at %d of %d: %v", n, len(file), err)
 		}
 	}
-	if _, err := ReadBackup(bytes.NewReader(append(bytes.Clone(b.File), 0))); !errors.Is(err, ErrBadBackup) {
+	if _, err := ReadBackup(bytes.NewReader(append(bytes.Clone(file), 0))); !errors.Is(err, ErrBadBackup) {
 		t.Fatalf("a byte appended: %v", err)
 	}
 }
@@ -155,7 +158,8 @@ func TestSeedRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadBackup(bytes.NewReader(b.File))
+	file := backupBytes(t, b)
+	got, err := ReadBackup(bytes.NewReader(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +207,8 @@ func BenchmarkBackup100k(b *testing.B) {
 				b.Fatal(err)
 			}
 			held += bk.LockHeld
-			size = len(bk.File)
+			size = int(bk.Size)
+			bk.Close()
 			runs++
 		}
 		b.ReportMetric(float64(held.Microseconds())/1000/float64(runs), "lock-ms")
@@ -218,27 +223,33 @@ func BenchmarkBackup100k(b *testing.B) {
 	})
 }
 
-// A backup's file is built in place in a buffer sized by the last one:
-// the file of a second backup of the same state is the first's, byte for
-// byte, and both read back; a file laid out by backupfile.Encode around
-// the same snapshot is the same file.
-func TestBackupBuiltInPlaceIsTheSameFile(t *testing.T) {
+// A backup's file lives in an unlinked temporary file in the backup
+// directory: nothing is left there while it is held or after Close, two
+// backups of the same state are the same file byte for byte, both read
+// back, and the layout is backupfile.Encode's around the same snapshot.
+func TestBackupOnDiskIsTheSameFile(t *testing.T) {
 	f := backupFixture(t).f
+	dir := filepath.Join(t.TempDir(), "backups")
+	f.SetBackupDir(dir)
 	first, err := f.Backup(3, time.Unix(100, 0))
 	if err != nil {
 		t.Fatal(err)
-	}
-	if f.backupHint.Load() == 0 {
-		t.Fatal("the first backup left no size hint for the next")
 	}
 	second, err := f.Backup(3, time.Unix(100, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(first.File, second.File) || first.Checksum != second.Checksum {
-		t.Fatalf("two backups of one state differ: %d and %d bytes", len(first.File), len(second.File))
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Fatalf("the backup directory holds %d entries while backups are held (%v): they must be unlinked", len(left), err)
 	}
-	got, err := ReadBackup(bytes.NewReader(second.File))
+	one, two := backupBytes(t, first), backupBytes(t, second)
+	if !bytes.Equal(one, two) || first.Checksum != second.Checksum {
+		t.Fatalf("two backups of one state differ: %d and %d bytes", len(one), len(two))
+	}
+	if int64(len(two)) != second.Size || !bytes.Equal(two[len(two)-32:], second.Checksum[:]) {
+		t.Fatalf("the file has %d bytes ending %x; the backup says %d bytes, checksum %x", len(two), two[len(two)-32:], second.Size, second.Checksum)
+	}
+	got, err := ReadBackup(bytes.NewReader(two))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +257,37 @@ func TestBackupBuiltInPlaceIsTheSameFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(laid, second.File) || sum != second.Checksum {
-		t.Fatal("the file built in place differs from backupfile.Encode's layout of its snapshot")
+	if !bytes.Equal(laid, two) || sum != second.Checksum {
+		t.Fatal("the file built on disk differs from backupfile.Encode's layout of its snapshot")
 	}
+	// Pages as the master serves them: reads at offsets, the last one short.
+	page := make([]byte, 1000)
+	var paged []byte
+	for off := int64(0); off < second.Size; off += int64(len(page)) {
+		n, err := second.ReadAt(page, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		paged = append(paged, page[:n]...)
+	}
+	if !bytes.Equal(paged, two) {
+		t.Fatal("the file read in pages differs from the file read whole")
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.ReadAt(page, 0); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("a read after Close: %v, want os.ErrClosed", err)
+	}
+	second.Close()
+}
+
+// backupBytes reads b's whole file.
+func backupBytes(t testing.TB, b *Backup) []byte {
+	t.Helper()
+	out, err := b.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -55,9 +55,9 @@ type FSM struct {
 	// node: a client making and dropping sessions must not make every
 	// replica walk the namespace.
 	ephemerals map[uint64]map[string]bool
-	// backupHint is the last backup's snapshot size, to size the next
-	// one's buffer (Backup).
-	backupHint atomic.Int64
+	// backupDir is where Backup writes its temporary files (nil: the
+	// system's temporary directory).
+	backupDir atomic.Pointer[string]
 
 	changes []Change // scratch, used under mu by apply
 

@@ -61,7 +61,7 @@ func TestMemberTableAppliesAndSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := ReadBackup(bytes.NewReader(bk.File))
+	bc, err := ReadBackup(bytes.NewReader(backupBytes(t, bk)))
 	if err != nil {
 		t.Fatal(err)
 	}

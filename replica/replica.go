@@ -248,6 +248,15 @@ func Open(cfg Config) (*Replica, error) {
 	rc.NotifyCh = notify
 
 	fsm := NewFSM(cfg.Cell, log)
+	// Backups being paged out live in unlinked files here; a process
+	// that died between creating one and unlinking it left it behind.
+	backups := filepath.Join(cfg.Dir, "backups")
+	if err := os.RemoveAll(backups); err != nil {
+		store.Close()
+		trans.(io.Closer).Close()
+		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
+	}
+	fsm.SetBackupDir(backups)
 	has, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
 		store.Close()
