@@ -146,7 +146,7 @@ clean:
 #     frozen master, durability, at-most-once retries) with
 #     their long torture defaults (about 10-15 min in all);
 #  3. the hostile-client campaign (fixtures/hostile) with a minute per
-#     attack class and a directory of 100,000 children (about 20 min),
+#     attack class and a directory of 100,000 children (about 25 min),
 #     its own table (hostile-summary.txt) and a row per class (the
 #     memory class runs here only: in make test, cell's one-replica memory
 #     attack stands for it);
