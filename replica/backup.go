@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -127,6 +128,29 @@ func (f *FSM) Backup(term uint64, now time.Time) (*Backup, error) {
 // missing): a replica puts them beside its data, whose disk it sizes.
 func (f *FSM) SetBackupDir(dir string) { f.backupDir.Store(&dir) }
 
+// backupTempDir is the folder of a replica's data directory where backups
+// being paged out are written (and unlinked at once), and
+// backupTempPattern their names.
+const (
+	backupTempDir     = "backup-tmp"
+	backupTempPattern = "backup-*.tmp"
+)
+
+// removeBackupLeftovers removes the backup files a process that died
+// between creating and unlinking one left in dir, and nothing else.
+func removeBackupLeftovers(dir string) error {
+	left, err := filepath.Glob(filepath.Join(dir, backupTempPattern))
+	if err != nil {
+		return err
+	}
+	for _, name := range left {
+		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove a backup left behind: %w", err)
+		}
+	}
+	return nil
+}
+
 // backupFile creates an unlinked temporary file for a backup.
 func (f *FSM) backupFile() (*os.File, error) {
 	dir := os.TempDir()
@@ -136,7 +160,7 @@ func (f *FSM) backupFile() (*os.File, error) {
 			return nil, fmt.Errorf("replica: backup directory: %w", err)
 		}
 	}
-	file, err := os.CreateTemp(dir, "backup-*")
+	file, err := os.CreateTemp(dir, backupTempPattern)
 	if err != nil {
 		return nil, fmt.Errorf("replica: backup file: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"lockcell/backupfile"
 	"os"
 	"path/filepath"
@@ -290,4 +291,33 @@ func backupBytes(t testing.TB, b *Backup) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// A backup left behind by a process that died between creating its file
+// and unlinking it is removed when a replica opens; an operator's own
+// files beside it are kept.
+func TestBackupLeftoversRemovedOthersKept(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), backupTempDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(dir, "backup-123.tmp")
+	mine := filepath.Join(dir, "lockcell-2026-12-06.lcb")
+	for _, name := range []string{left, mine} {
+		if err := os.WriteFile(name, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := removeBackupLeftovers(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the leftover backup is still there: %v", err)
+	}
+	if _, err := os.Stat(mine); err != nil {
+		t.Fatalf("the operator's file was removed: %v", err)
+	}
+	if err := removeBackupLeftovers(filepath.Join(t.TempDir(), "missing")); err != nil {
+		t.Fatalf("a missing folder: %v", err)
+	}
 }

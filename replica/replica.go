@@ -250,8 +250,9 @@ func Open(cfg Config) (*Replica, error) {
 	fsm := NewFSM(cfg.Cell, log)
 	// Backups being paged out live in unlinked files here; a process
 	// that died between creating one and unlinking it left it behind.
-	backups := filepath.Join(cfg.Dir, "backups")
-	if err := os.RemoveAll(backups); err != nil {
+	// Only those are removed: an operator may keep other files nearby.
+	backups := filepath.Join(cfg.Dir, backupTempDir)
+	if err := removeBackupLeftovers(backups); err != nil {
 		store.Close()
 		trans.(io.Closer).Close()
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
