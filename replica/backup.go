@@ -77,15 +77,6 @@ func (b *Backup) ReadAt(p []byte, off int64) (int, error) {
 	return got, err
 }
 
-// Bytes reads the whole backup file into memory.
-func (b *Backup) Bytes() ([]byte, error) {
-	out := make([]byte, b.Size)
-	if _, err := b.ReadAt(out, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return out, nil
-}
-
 // Close frees the backup's disk space. Reads after Close fail.
 func (b *Backup) Close() error { return b.file.Close() }
 
