@@ -24,7 +24,7 @@ import (
 // mutual-TLS connections with certificates the test mints. Every principal
 // tries every call on every node, and the outcome is compared with an
 // independent reference authorizer written out here from docs/spec.md#acls
-// and DESIGN.md ("ACLs").
+// and docs/subsystems.md ("ACLs").
 
 // aclAudit records the cell's audit log lines.
 type aclAudit struct {

@@ -14,7 +14,7 @@ import (
 // The random half of docs/testplan.md#acl-matrix: random ACL files, random
 // ACL names and creators on random nodes, and random calls by random
 // principals, applied to the state machine and to a reference authorizer
-// written from docs/spec.md#acls and DESIGN.md (not the acl package). Every
+// written from docs/spec.md#acls and docs/subsystems.md (not the acl package). Every
 // outcome must match.
 
 var rapidPrincipals = []string{"admin", "p1", "p2", "p3"}

@@ -100,7 +100,7 @@ type Timings struct {
 // every tenth of it, and a leader that cannot reach a majority steps down
 // after the leader lease, 300 ms either way; with pre-vote (on) a lone
 // follower that misses heartbeats disturbs no one. No lock, lease or
-// lock-delay depends on it (DESIGN.md, Flow: fail-over). The election
+// lock-delay depends on it (docs/flows.md, "Flow: fail-over"). The election
 // timeout is how long a candidate waits before trying again (after a split
 // vote or a refused pre-vote); raft requires it at least the heartbeat
 // timeout, and the leader lease at most the heartbeat timeout.
