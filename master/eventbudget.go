@@ -166,6 +166,10 @@ func (ss *sessions) queueForcedLocked(id uint64, l *lease, ev wire.Event) uint64
 	l.events = append(l.events, ev)
 	l.bytes += n
 	l.forced += n
+	if ev.Kind == wire.EventOverflow {
+		l.overflowSeq = ev.Seq
+		ss.noteOverflowLocked(id, l)
+	}
 	return ev.Seq
 }
 

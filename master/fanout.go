@@ -34,7 +34,11 @@ import (
 //     never listed, and one on another incarnation of the name than the
 //     node the entry left is skipped, as Watchers skipped it. A handle
 //     closed before the worker reaches it, or whose session ended, gets
-//     nothing: its stream is closed at the client anyway.
+//     nothing: its stream is closed at the client anyway. A session whose
+//     queue holds an overflow event not yet sent is passed over whole, in
+//     O(1) whatever its handles (the index is grouped by session): it
+//     hears the overflow after this change and re-reads every handle
+//     (eventoverflow.go).
 //   - ACLs: a watcher hears of the node only if its principal may read it,
 //     and of a child only if it may see the child, as before; the node's
 //     ACL names are the entry's, the ACL files' contents those of the
@@ -79,6 +83,9 @@ type fanout struct {
 	s     *Server
 	epoch uint64
 	lost  *atomic.Uint64 // changes not kept, over every term
+	// listed counts the handles the worker has listed over the term: its
+	// work, which a session passed over whole does not add to.
+	listed atomic.Uint64
 
 	mu       sync.Mutex
 	backlog  []fanItem
@@ -232,6 +239,9 @@ type fanWork struct {
 	watchers []replica.Watcher
 	notes    []sessionEvent
 	may      map[string]bool // by principal: may hear of this change
+	told     map[uint64]bool // by session: told of an overflow
+	// skipFull and skipTold are the skips of WatchersAfter, made once.
+	skipFull, skipTold func(session uint64) bool
 }
 
 // deliver queues the handle events of one recorded change.
@@ -244,16 +254,25 @@ func (w *fanWork) deliver(f *fanout, it *fanItem, stop <-chan struct{}) {
 	if w.may == nil {
 		w.may = map[string]bool{}
 	}
+	if w.skipFull == nil {
+		// A session with an overflow on its way hears nothing more
+		// until it has it (eventoverflow.go).
+		w.skipFull = s.sess.overflowPending
+	}
 	clear(w.may)
 	child := it.c.Kind == replica.ChangeChildAdded || it.c.Kind == replica.ChangeChildRemoved
-	var after uint64
+	var after replica.WatchCursor
 	for more := true; more; {
 		if isClosed(stop) {
 			return
 		}
 		w.notes = w.notes[:0]
 		s.read(func(v replica.View) {
-			w.watchers, after, more = v.WatchersAfter(w.watchers[:0], it.c.Path, it.mask, after, it.site.LastHandle, fanoutPage)
+			w.watchers, after, more = v.WatchersAfter(w.watchers[:0], it.c.Path, it.mask, after, it.site.LastHandle, fanoutPage, w.skipFull)
+			f.listed.Add(uint64(len(w.watchers)))
+			var session uint64 // the watchers come by session: its principal is looked up once
+			var principal string
+			var live bool
 			for _, h := range w.watchers {
 				if it.site.Exists && h.Instance != it.site.Instance {
 					continue // a handle on an earlier incarnation hears nothing of a later one
@@ -261,8 +280,11 @@ func (w *fanWork) deliver(f *fanout, it *fanItem, stop <-chan struct{}) {
 				if it.c.Kind == replica.ChangeLockConflict && h.Handle == it.c.Handle {
 					continue // the requester knows
 				}
-				principal, ok := v.SessionPrincipal(h.Session)
-				if !ok {
+				if h.Session != session {
+					session = h.Session
+					principal, live = v.SessionPrincipal(session)
+				}
+				if !live {
 					continue // the session ended: it hears nothing more
 				}
 				may, known := w.may[principal]
@@ -295,21 +317,25 @@ func (w *fanWork) overflow(f *fanout, lost map[string]bool, all bool, stop <-cha
 		s.sess.overflowAll(f.epoch)
 		return
 	}
-	told := map[uint64]bool{}
+	if w.told == nil {
+		w.told = map[uint64]bool{}
+		w.skipTold = func(session uint64) bool { return w.told[session] }
+	}
+	clear(w.told)
 	for name := range lost {
-		var after uint64
+		var after replica.WatchCursor
 		for more := true; more; {
 			if isClosed(stop) {
 				return
 			}
 			w.notes = w.notes[:0]
 			s.read(func(v replica.View) {
-				w.watchers, after, more = v.WatchersAfter(w.watchers[:0], name, ^uint32(0), after, ^uint64(0), fanoutPage)
+				w.watchers, after, more = v.WatchersAfter(w.watchers[:0], name, ^uint32(0), after, ^uint64(0), fanoutPage, w.skipTold)
 				for _, h := range w.watchers {
-					if told[h.Session] {
+					if w.told[h.Session] {
 						continue
 					}
-					told[h.Session] = true
+					w.told[h.Session] = true
 					w.notes = append(w.notes, sessionEvent{h.Session, wire.Event{Kind: wire.EventOverflow, Path: name, Handle: h.Handle}})
 				}
 			})

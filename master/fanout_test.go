@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,4 +154,142 @@ func TestApplyDoesNoWorkForWatchers(t *testing.T) {
 	if g := got[late]; len(g) != 1 || g[0] != gen2 {
 		t.Fatalf("the handle opened between the writes heard %v; want only the second write (%d)", g, gen2)
 	}
+}
+
+// A session whose queue holds an overflow event not yet sent costs the
+// fan-out nothing per handle: the worker passes over it whole, lists none
+// of its handles and queues it nothing more, while a session beside it
+// hears every write. Once the session has acknowledged its events (the
+// overflow among them), it hears the next write on every handle again.
+func TestFanoutPassesOverOverflowingSessions(t *testing.T) {
+	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cons := &localConsensus{fsm: fsm}
+	m := newTestMasterOn(t, cons, fsm)
+	writer, wh := m.sessionWithFile(t)
+	watcher := func(handles int) (session uint64, ids []uint64) {
+		resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		session = resp.(*wire.CreateSessionResponse).Session
+		for j := range handles {
+			resp, err := m.call(session, uint64(j+1), wire.MethodOpen, &wire.OpenRequest{Path: "/ls/c/f", Flags: wire.OpenRead,
+				EventMask: wire.MaskContentsModified})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, resp.(*wire.OpenResponse).Handle)
+		}
+		return session, ids
+	}
+	const crowd, few = 250, 10
+	deaf, _ := watcher(crowd)
+	hearing, hearingIDs := watcher(few)
+	queued := func(session uint64) (n int, last wire.Event) {
+		m.sess.mu.Lock()
+		defer m.sess.mu.Unlock()
+		evs := m.sess.leases[session].events
+		if len(evs) > 0 {
+			last = evs[len(evs)-1]
+		}
+		return len(evs), last
+	}
+	contents := func(session uint64) map[uint64]int {
+		m.sess.mu.Lock()
+		defer m.sess.mu.Unlock()
+		out := map[uint64]int{}
+		for _, ev := range m.sess.leases[session].events {
+			if ev.Kind == wire.EventContents {
+				out[ev.Handle]++
+			}
+		}
+		return out
+	}
+	// Fill the deaf session's queue until it ends in an overflow.
+	for i := 0; !m.sess.overflowPending(deaf); i++ {
+		if i > maxPendingEvents/crowd+2 {
+			t.Fatalf("after %d writes of %d events each the session has no overflow queued", i, crowd)
+		}
+		writeAndWait(t, m, writer, wh, hearing, hearingIDs)
+	}
+	n0, last0 := queued(deaf)
+	if last0.Kind != wire.EventOverflow {
+		t.Fatalf("the deaf session's queue ends in %+v; want its overflow", last0)
+	}
+	before := m.currentFanout().listed.Load()
+	const more = 20
+	for range more {
+		writeAndWait(t, m, writer, wh, hearing, hearingIDs)
+	}
+	if got := m.currentFanout().listed.Load() - before; got != more*few {
+		t.Fatalf("the worker listed %d handles for %d writes; want only the hearing session's %d a write", got, more, few)
+	}
+	if n, last := queued(deaf); n != n0 || last.Seq != last0.Seq {
+		t.Fatalf("the deaf session's queue went from %d events (last %d) to %d (last %d); want it untouched", n0, last0.Seq, n, last.Seq)
+	}
+	// It acknowledges everything, the overflow with it: it hears again.
+	if _, err := m.call(deaf, 0, wire.MethodKeepAlive, &wire.KeepAliveRequest{AckEvent: last0.Seq, Prompt: true}); err != nil {
+		t.Fatal(err)
+	}
+	if m.sess.overflowPending(deaf) {
+		t.Fatal("an acknowledged overflow still passes the session over")
+	}
+	before = m.currentFanout().listed.Load()
+	writeAndWait(t, m, writer, wh, hearing, hearingIDs)
+	eventually(t, "the session that acknowledged hears the next write on every handle", func() bool {
+		return len(contents(deaf)) == crowd
+	})
+	if got := m.currentFanout().listed.Load() - before; got != crowd+few {
+		t.Fatalf("the worker listed %d handles for a write; want both sessions' %d", got, crowd+few)
+	}
+}
+
+// writeAndWait writes to the file once and waits until the fan-out is
+// done with the write: the hearing session has an event of it on every
+// handle. The hearing session then acknowledges all, so it never
+// overflows.
+func writeAndWait(t *testing.T, m *testMaster, writer, wh, hearing uint64, ids []uint64) {
+	t.Helper()
+	var gen uint64
+	if _, err := m.call(writer, 1_000_000+writeSeq.Add(1), wire.MethodSetContents, &wire.SetContentsRequest{Handle: wh, Contents: []byte(time.Now().String())}); err != nil {
+		t.Fatal(err)
+	}
+	m.read(func(v replica.View) {
+		hv, err := v.LookupHandle(writer, wh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = hv.Stat.ContentGen
+	})
+	var last uint64
+	eventually(t, "the hearing session hears the write on every handle", func() bool {
+		m.sess.mu.Lock()
+		defer m.sess.mu.Unlock()
+		heard := map[uint64]bool{}
+		for _, ev := range m.sess.leases[hearing].events {
+			if ev.Kind == wire.EventContents && ev.Pos != nil && ev.Pos.ContentGen == gen {
+				heard[ev.Handle] = true
+			}
+			last = ev.Seq
+		}
+		for _, id := range ids {
+			if !heard[id] {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := m.call(hearing, 0, wire.MethodKeepAlive, &wire.KeepAliveRequest{AckEvent: last, Prompt: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeSeq numbers writeAndWait's writes (their request ids).
+var writeSeq atomic.Uint64
+
+// currentFanout is the term's fan-out.
+func (m *testMaster) currentFanout() *fanout {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fan
 }

@@ -45,6 +45,11 @@ type lease struct {
 	bytes, forced int64
 	principal     string
 	owned         bool
+	// overflowSeq is the sequence of the newest overflow event queued;
+	// overflowing: the session is listed in sessions.overflowing
+	// (eventoverflow.go).
+	overflowSeq uint64
+	overflowing bool
 }
 
 // Bounds on a session's queue of unacknowledged events. Invalidations are
@@ -161,6 +166,12 @@ type sessions struct {
 	// (docs/spec.md#fail-over). pendingAck holds the sessions still to answer.
 	recovering bool
 	pendingAck map[uint64]bool
+	// overflowing lists the sessions whose queue holds an overflow event
+	// that no reply has carried and none acknowledged: the fan-out passes
+	// over them (eventoverflow.go). overflowMu is a leaf, taken under mu
+	// or under the state's read lock.
+	overflowMu  sync.Mutex
+	overflowing map[uint64]struct{}
 
 	// The stall watch (creditStallLocked): while the expiry loop waits
 	// for its tick, the master runs at least every watchEvery; lastRan is
@@ -214,7 +225,7 @@ func (a raftAuthority) stale() <-chan struct{} { return a.proof.staleSignal() }
 
 func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
 	return &sessions{clock: clock, ttl: ttl, maxTTL: ttl, target: DefaultKeepAliveTarget, auth: auth, stats: stats, log: log,
-		leases: map[uint64]*lease{}, byConn: map[uint64]int{},
+		leases: map[uint64]*lease{}, byConn: map[uint64]int{}, overflowing: map[uint64]struct{}{},
 		budget:     newEventBudget(DefaultLimits.EventBytes, DefaultLimits.EventBytesPerPrincipal),
 		watchEvery: expiryPeriod(ttl), connParked: map[uint64]*parkedCall{},
 		termCtx: context.Background(), kick: make(chan struct{}, 1)}
@@ -273,6 +284,7 @@ func (ss *sessions) start(epoch uint64, ids []uint64) bool {
 	ss.eventSeq = epoch << 40
 	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
 	ss.budget.reset()
+	ss.forgetOverflowsLocked()
 	ss.pendingAck = map[uint64]bool{}
 	end := ss.clock.Now().Add(ss.maxTTL)
 	for _, id := range ids {
@@ -306,6 +318,7 @@ func (ss *sessions) stop() {
 	ss.recovering, ss.pendingAck = false, nil
 	ss.leases, ss.byConn = map[uint64]*lease{}, map[uint64]int{}
 	ss.budget.reset()
+	ss.forgetOverflowsLocked()
 	ss.mu.Unlock()
 	answerAll(ps, errStopped)
 }
@@ -550,6 +563,7 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 	if a.ack > l.acked {
 		l.acked = a.ack
 		l.signalAckLocked()
+		ss.noteOverflowLocked(a.session, l)
 	}
 	redeliver := false
 	if a.ack < l.delivered {
@@ -601,6 +615,7 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 	events := replyEvents(l.events)
 	if n := len(events); n > 0 {
 		l.delivered = max(l.delivered, events[n-1].Seq)
+		ss.noteOverflowLocked(a.session, l)
 	}
 	return &wire.KeepAliveResponse{
 		Epoch:       a.epoch,
@@ -726,6 +741,8 @@ func (ss *sessions) dropLocked(id uint64, l *lease) {
 		}
 	}
 	ss.releaseEventsLocked(l)
+	l.overflowSeq = 0
+	ss.noteOverflowLocked(id, l)
 	delete(ss.leases, id)
 }
 

@@ -494,3 +494,63 @@ func TestIgnoringSessionIsNotWokenByNotices(t *testing.T) {
 		t.Fatalf("a notice to a session in good standing: %+v, %v", r.resp, r.err)
 	}
 }
+
+// The fan-out passes over a session exactly while its queue holds an
+// overflow event no reply has carried and it has not acknowledged: the
+// set it asks (overflowPending) follows an overflow queued, a reply
+// carrying it, an acknowledgement past it, the session's end and the
+// term's end.
+func TestOverflowPendingFollowsTheQueue(t *testing.T) {
+	ss, clock, stop := newTestSessions(t)
+	note := func(session, h uint64) []sessionEvent {
+		return []sessionEvent{{session, wire.Event{Kind: wire.EventContents, Path: "/ls/c/f", Handle: h}}}
+	}
+	ev := note(1, 1)[0].ev
+	ss.budgetEvents(1<<30, 3*eventBytes(&ev)) // room for three handle events a principal
+	ss.created(1, 0)
+	fill := func(session uint64) {
+		t.Helper()
+		for h := uint64(1); h <= 5; h++ {
+			ss.observe(note(session, h), nil)
+		}
+		if !ss.overflowPending(session) {
+			t.Fatalf("session %d: handle events dropped into an overflow, yet it is not passed over", session)
+		}
+	}
+	fill(1)
+	r := answered(t, keepAliveAsync(t, ss, clock, stop, 1, 0))
+	if r.err != nil || len(r.resp.Events) != 4 || r.resp.Events[3].Kind != wire.EventOverflow {
+		t.Fatalf("the reply: %+v, %v; want three events and the overflow", r.resp, r.err)
+	}
+	if ss.overflowPending(1) {
+		t.Fatal("a session sent its overflow is still passed over: the events after it would be lost")
+	}
+	// Unacknowledged, the budget is still full: the next event overflows
+	// again, and the session is passed over again.
+	ss.observe(note(1, 9), nil)
+	if !ss.overflowPending(1) {
+		t.Fatal("a second overflow, not yet sent, does not pass the session over")
+	}
+	ss.mu.Lock()
+	last := ss.leases[1].events[len(ss.leases[1].events)-1].Seq
+	ss.mu.Unlock()
+	ch := keepAliveAsync(t, ss, clock, stop, 1, last) // nothing left to send: it parks
+	if ss.overflowPending(1) {
+		t.Fatal("after acknowledging everything: still passed over")
+	}
+	clock.Advance(testLease * 3 / 4)
+	if r = answered(t, ch); r.err != nil {
+		t.Fatalf("the KeepAlive that acknowledged everything: %v", r.err)
+	}
+	fill(1)
+	ss.drop(1)
+	if ss.overflowPending(1) {
+		t.Fatal("a session that ended is still listed")
+	}
+	ss.created(2, 0)
+	fill(2)
+	ss.stop()
+	if ss.overflowPending(2) || len(ss.overflowing) != 0 {
+		t.Fatal("the term ended and sessions are still listed")
+	}
+}

@@ -7,69 +7,110 @@ import (
 )
 
 // watchSet is the index of the handles open on one name that asked for
-// events: their ids in ascending order with each one's event mask. A
-// handle's id is the command index of its Open, so a new handle's id is
-// above every id in the set and joins it by an append; a closed handle
-// leaves a hole (mask 0) until holes outnumber the live entries and the
-// set is compacted, so a close costs O(log n) amortised. The order lets
-// the master read the watchers of a name in pages of bounded size
-// (View.WatchersAfter), each under a read lock of its own, instead of
-// holding off applies for the whole list. Derived state: built as
-// entries apply, rebuilt on restore, never in a snapshot.
+// events, grouped by session: the sessions in ascending id, each with its
+// handles (handleWatch). The order lets the master read a name's watchers
+// in pages of bounded size (View.WatchersAfter), each under a read lock of
+// its own, instead of holding off applies for the whole list; the
+// grouping lets it pass over a session it has nothing to tell (one whose
+// queue already ends in an overflow) in O(1) instead of once per handle,
+// so a crowd of handles in sessions that never read their events costs a
+// write O(sessions), not O(handles). Derived state: built as entries
+// apply, rebuilt on restore, never in a snapshot.
 type watchSet struct {
+	sessions []uint64
+	groups   []*handleWatch // parallel to sessions; never empty
+	live     int            // handles, over every group
+}
+
+// handleWatch is one session's handles in a watchSet: their ids in
+// ascending order with each one's event mask and the instance of the node
+// it opened. A handle's id is the command index of its Open, so a new
+// handle's id is above every id in the group and joins it by an append; a
+// closed handle leaves a hole (mask 0) until holes outnumber the live
+// entries and the group is compacted, so a close costs O(log n) amortised.
+type handleWatch struct {
 	ids   []uint64
 	masks []uint32 // 0: a hole, the handle closed
+	inst  []uint64
 	live  int
 }
 
-// minWatchHoles is the number of holes below which a set is never
-// compacted, so a small set does not copy itself on every close.
+// minWatchHoles is the number of holes below which a group is never
+// compacted, so a small group does not copy itself on every close.
 const minWatchHoles = 64
 
-// add indexes handle id with its event mask (never 0).
-func (w *watchSet) add(id uint64, mask uint32) {
+// add indexes handle id with its event mask (never 0) and node instance,
+// and reports whether it was not indexed already.
+func (w *handleWatch) add(id uint64, mask uint32, inst uint64) bool {
 	if n := len(w.ids); n == 0 || w.ids[n-1] < id {
-		w.ids, w.masks = append(w.ids, id), append(w.masks, mask)
+		w.ids, w.masks, w.inst = append(w.ids, id), append(w.masks, mask), append(w.inst, inst)
 		w.live++
-		return
+		return true
 	}
 	// Out of order: only a restore from a snapshot whose handles are not
 	// sorted by id could get here.
 	i, found := slices.BinarySearch(w.ids, id)
 	if found {
-		if w.masks[i] == 0 {
+		added := w.masks[i] == 0
+		if added {
 			w.live++
 		}
-		w.masks[i] = mask
-		return
+		w.masks[i], w.inst[i] = mask, inst
+		return added
 	}
-	w.ids, w.masks = slices.Insert(w.ids, i, id), slices.Insert(w.masks, i, mask)
+	w.ids, w.masks, w.inst = slices.Insert(w.ids, i, id), slices.Insert(w.masks, i, mask), slices.Insert(w.inst, i, inst)
 	w.live++
+	return true
 }
 
-// remove forgets handle id.
-func (w *watchSet) remove(id uint64) {
+// remove forgets handle id and reports whether it was indexed.
+func (w *handleWatch) remove(id uint64) bool {
 	i, found := slices.BinarySearch(w.ids, id)
 	if !found || w.masks[i] == 0 {
-		return
+		return false
 	}
 	w.masks[i] = 0
 	w.live--
 	if holes := len(w.ids) - w.live; holes > minWatchHoles && holes > w.live {
 		w.compact()
 	}
+	return true
 }
 
 // compact drops the holes.
-func (w *watchSet) compact() {
+func (w *handleWatch) compact() {
 	n := 0
 	for i, m := range w.masks {
 		if m != 0 {
-			w.ids[n], w.masks[n] = w.ids[i], m
+			w.ids[n], w.masks[n], w.inst[n] = w.ids[i], m, w.inst[i]
 			n++
 		}
 	}
-	w.ids, w.masks = slices.Clip(w.ids[:n]), slices.Clip(w.masks[:n])
+	w.ids, w.masks, w.inst = slices.Clip(w.ids[:n]), slices.Clip(w.masks[:n]), slices.Clip(w.inst[:n])
+}
+
+// add indexes handle id of session.
+func (w *watchSet) add(session, id uint64, mask uint32, inst uint64) {
+	i, found := slices.BinarySearch(w.sessions, session)
+	if !found {
+		w.sessions, w.groups = slices.Insert(w.sessions, i, session), slices.Insert(w.groups, i, &handleWatch{})
+	}
+	if w.groups[i].add(id, mask, inst) {
+		w.live++
+	}
+}
+
+// remove forgets handle id of session; a session left with no handle
+// leaves the set.
+func (w *watchSet) remove(session, id uint64) {
+	i, found := slices.BinarySearch(w.sessions, session)
+	if !found || !w.groups[i].remove(id) {
+		return
+	}
+	w.live--
+	if w.groups[i].live == 0 {
+		w.sessions, w.groups = slices.Delete(w.sessions, i, i+1), slices.Delete(w.groups, i, i+1)
+	}
 }
 
 // addWatch indexes h under its name when it asked for events.
@@ -82,7 +123,7 @@ func (f *FSM) addWatch(h *Handle) {
 		w = &watchSet{}
 		f.watch[h.Path] = w
 	}
-	w.add(h.ID, h.EventMask)
+	w.add(h.Session, h.ID, h.EventMask, h.Instance)
 }
 
 // dropWatch forgets h, being closed, from the index.
@@ -91,7 +132,7 @@ func (f *FSM) dropWatch(h *Handle) {
 	if w == nil {
 		return
 	}
-	w.remove(h.ID)
+	w.remove(h.Session, h.ID)
 	if w.live == 0 {
 		delete(f.watch, h.Path)
 	}
@@ -107,9 +148,10 @@ type Watcher struct {
 }
 
 // Watchers lists the handles open on name whose event mask shares a bit
-// with mask, in handle order, leaving out those on an earlier incarnation
-// of the name than the node that has it now. It costs O(handles watching
-// name): the master reads them in pages instead (WatchersAfter).
+// with mask, by session and then handle, leaving out those on an earlier
+// incarnation of the name than the node that has it now. It costs
+// O(handles watching name): the master reads them in pages instead
+// (WatchersAfter).
 func (v View) Watchers(name string, mask uint32) []Watcher {
 	f := v.f
 	w := f.watch[name]
@@ -118,50 +160,76 @@ func (v View) Watchers(name string, mask uint32) []Watcher {
 	}
 	n := f.nodes[name]
 	var out []Watcher
-	for i, id := range w.ids {
-		if w.masks[i]&mask == 0 {
-			continue
-		}
-		if h := f.handles[id]; h != nil && (n == nil || n.Instance == h.Instance) {
-			out = append(out, Watcher{Session: h.Session, Handle: id, Mask: w.masks[i], Instance: h.Instance})
+	for gi, g := range w.groups {
+		for i, id := range g.ids {
+			if g.masks[i]&mask != 0 && (n == nil || n.Instance == g.inst[i]) {
+				out = append(out, Watcher{Session: w.sessions[gi], Handle: id, Mask: g.masks[i], Instance: g.inst[i]})
+			}
 		}
 	}
 	return out
 }
 
+// WatchCursor is where a reading of a name's watchers in pages stopped:
+// the last session and handle looked at. The zero cursor starts at the
+// beginning.
+type WatchCursor struct{ Session, Handle uint64 }
+
 // WatchersAfter appends to dst the handles open on name whose event mask
-// shares a bit with mask and whose id is in (after, through], in id
-// order, looking at no more than limit entries of the index. It returns
-// the extended dst, the id to pass as after for the next page, and
-// whether entries may be left. Every handle is listed whatever its node
-// instance (Watcher.Instance says it), so a caller can filter by the
-// instance the name had at an earlier index. A page costs
-// O(log n + limit), so a caller paging through a name's watchers holds
-// the read lock for a bounded time at each page.
-func (v View) WatchersAfter(dst []Watcher, name string, mask uint32, after, through uint64, limit int) ([]Watcher, uint64, bool) {
-	f := v.f
-	w := f.watch[name]
+// shares a bit with mask and whose id is at most through, after the
+// cursor, by session and then handle, looking at no more than limit
+// entries of the index. It returns the extended dst, the cursor to pass
+// for the next page, and whether entries may be left.
+//
+// skip, if not nil, is asked about each session as the page reaches it;
+// a session it reports is passed over whole, counting as one entry. It is
+// called under the state's read lock: it must not take a lock ordered
+// before the state's.
+//
+// Every handle is listed whatever its node instance (Watcher.Instance says
+// it), so a caller can filter by the instance the name had at an earlier
+// index. A page costs O(log n + limit), so a caller paging through a
+// name's watchers holds the read lock for a bounded time at each page.
+func (v View) WatchersAfter(dst []Watcher, name string, mask uint32, after WatchCursor, through uint64, limit int, skip func(session uint64) bool) ([]Watcher, WatchCursor, bool) {
+	w := v.f.watch[name]
 	if w == nil {
 		return dst, after, false
 	}
-	i, found := slices.BinarySearch(w.ids, after)
-	if found {
-		i++
-	}
-	for n := 0; i < len(w.ids); i, n = i+1, n+1 {
-		id := w.ids[i]
-		if id > through {
-			return dst, after, false
+	gi, resume := slices.BinarySearch(w.sessions, after.Session)
+	seen := 0
+	for ; gi < len(w.sessions); gi++ {
+		s, g := w.sessions[gi], w.groups[gi]
+		from := uint64(0)
+		if resume {
+			from, resume = after.Handle, false
 		}
-		if n == limit {
-			return dst, after, true
+		if from == 0 {
+			if seen == limit {
+				return dst, after, true
+			}
+			if skip != nil && skip(s) {
+				seen++
+				after = WatchCursor{s, ^uint64(0)}
+				continue
+			}
 		}
-		after = id
-		if w.masks[i]&mask == 0 {
-			continue
+		i, found := slices.BinarySearch(g.ids, from)
+		if found {
+			i++
 		}
-		if h := f.handles[id]; h != nil {
-			dst = append(dst, Watcher{Session: h.Session, Handle: id, Mask: w.masks[i], Instance: h.Instance})
+		for ; i < len(g.ids); i++ {
+			id := g.ids[i]
+			if id > through {
+				break
+			}
+			if seen == limit {
+				return dst, after, true
+			}
+			seen++
+			after = WatchCursor{s, id}
+			if g.masks[i]&mask != 0 {
+				dst = append(dst, Watcher{Session: s, Handle: id, Mask: g.masks[i], Instance: g.inst[i]})
+			}
 		}
 	}
 	return dst, after, false

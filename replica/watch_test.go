@@ -6,12 +6,14 @@ import (
 	"testing"
 )
 
-// The watch index lists a name's watchers in handle order, in pages of
-// bounded size that together list exactly what Watchers lists, whatever
-// handles closed in between; pages stop at the id bound (handles opened
-// later), a closed handle leaves the index for good, and the index
-// shrinks back as handles close. It is rebuilt the same by a restore.
-func TestWatchIndexPagesInHandleOrder(t *testing.T) {
+// The watch index lists a name's watchers by session and then handle, in
+// pages of bounded size that together list exactly what Watchers lists,
+// whatever handles closed in between; pages stop at the id bound (handles
+// opened later), a session the caller skips is passed over whole as one
+// entry of a page, a closed handle leaves the index for good, and the
+// index shrinks back as handles close. It is rebuilt the same by a
+// restore.
+func TestWatchIndexPagesBySession(t *testing.T) {
 	h := newFSMT(t)
 	const mask = 1
 	var sessions []uint64
@@ -37,36 +39,42 @@ func TestWatchIndexPagesInHandleOrder(t *testing.T) {
 		wantOK(t, "close", h.closeH(handles[i].s, handles[i].id))
 		closed[handles[i].id] = true
 	}
+	// The open ones, by session (sessions are in ascending id) and then
+	// handle.
 	var want []uint64
-	for _, o := range handles {
-		if !closed[o.id] {
-			want = append(want, o.id)
+	for _, s := range sessions {
+		for _, o := range handles {
+			if o.s == s && !closed[o.id] {
+				want = append(want, o.id)
+			}
 		}
 	}
 
-	paged := func(f *FSM, m uint32, limit int) []uint64 {
-		var got []uint64
-		var after uint64
-		for more, pages := true, 0; more; pages++ {
+	paged := func(f *FSM, m uint32, limit int, skip func(uint64) bool) (got []uint64, pages int) {
+		var after WatchCursor
+		for more := true; more; pages++ {
 			var ws []Watcher
 			_ = f.Read(func(v View) error {
-				ws, after, more = v.WatchersAfter(nil, fsmtPath("f"), m, after, through, limit)
+				ws, after, more = v.WatchersAfter(nil, fsmtPath("f"), m, after, through, limit, skip)
 				return nil
 			})
 			if len(ws) > limit {
 				t.Fatalf("a page of %d watchers; the limit is %d", len(ws), limit)
 			}
 			for _, w := range ws {
+				if f.handles[w.Handle] == nil || f.handles[w.Handle].Session != w.Session {
+					t.Fatalf("watcher %+v is not an open handle of its session", w)
+				}
 				got = append(got, w.Handle)
 			}
 			if pages > len(handles) {
 				t.Fatal("paging does not end")
 			}
 		}
-		return got
+		return got, pages
 	}
 	for _, limit := range []int{1, 7, 256, 10000} {
-		if got := paged(h.f, mask, limit); !slices.Equal(got, want) {
+		if got, _ := paged(h.f, mask, limit, nil); !slices.Equal(got, want) {
 			t.Fatalf("pages of %d: %d handles %v...; want the %d open ones opened by %d, in order", limit, len(got), got[:min(5, len(got))], len(want), through)
 		}
 	}
@@ -76,16 +84,46 @@ func TestWatchIndexPagesInHandleOrder(t *testing.T) {
 			want2 = append(want2, id)
 		}
 	}
-	if got := paged(h.f, 2, 10); !slices.Equal(got, want2) {
+	if got, _ := paged(h.f, 2, 10, nil); !slices.Equal(got, want2) {
 		t.Fatalf("by mask: %v; want %v", got, want2)
 	}
+
+	// Skipping: the skipped session's handles are not listed, and a
+	// skipped session is one entry of a page however many handles it has.
+	skipped := sessions[1]
+	var wantSkip []uint64
+	for _, id := range want {
+		if h.f.handles[id].Session != skipped {
+			wantSkip = append(wantSkip, id)
+		}
+	}
+	asked := map[uint64]int{}
+	got, _ := paged(h.f, mask, 5, func(s uint64) bool { asked[s]++; return s == skipped })
+	if !slices.Equal(got, wantSkip) {
+		t.Fatalf("skipping session %d: %v; want %v", skipped, got, wantSkip)
+	}
+	for _, s := range sessions {
+		if asked[s] != 1 {
+			t.Fatalf("session %d was asked about %d times in one reading; want once", s, asked[s])
+		}
+	}
+	if _, pages := paged(h.f, mask, 1, func(uint64) bool { return true }); pages != len(sessions) {
+		t.Fatalf("every session skipped: %d pages of one entry; want one page a session (%d)", pages, len(sessions))
+	}
+
 	all := h.f.Watchers(fsmtPath("f"), mask)
-	if len(all) != len(want)+1 || all[len(all)-1].Handle != late {
-		t.Fatalf("Watchers lists %d, last %+v; want %d ending with the later handle %d", len(all), all[len(all)-1], len(want)+1, late)
+	var withLate []uint64
+	for _, w := range all {
+		withLate = append(withLate, w.Handle)
+	}
+	if !slices.Contains(withLate, late) || len(all) != len(want)+1 {
+		t.Fatalf("Watchers lists %d; want %d with the later handle %d", len(all), len(want)+1, late)
 	}
 	w := h.f.watch[fsmtPath("f")]
-	if holes := len(w.ids) - w.live; holes > minWatchHoles && holes > w.live {
-		t.Fatalf("%d holes for %d live entries: never compacted", holes, w.live)
+	for i, g := range w.groups {
+		if holes := len(g.ids) - g.live; holes > minWatchHoles && holes > g.live {
+			t.Fatalf("session %d: %d holes for %d live entries: never compacted", w.sessions[i], holes, g.live)
+		}
 	}
 
 	b := fsmtSnapshotBytes(t, h.f)
@@ -93,7 +131,7 @@ func TestWatchIndexPagesInHandleOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := paged(g, mask, 13); !slices.Equal(got, want) {
+	if got, _ := paged(g, mask, 13, nil); !slices.Equal(got, want) {
 		t.Fatalf("after a restore: %v; want %v", got, want)
 	}
 
@@ -101,6 +139,9 @@ func TestWatchIndexPagesInHandleOrder(t *testing.T) {
 		if !closed[o.id] {
 			wantOK(t, "close", h.closeH(o.s, o.id))
 		}
+	}
+	if w := h.f.watch[fsmtPath("f")]; w == nil || !slices.Equal(w.sessions, sessions[:1]) {
+		t.Fatal("the index does not drop sessions left with no watching handle")
 	}
 	wantOK(t, "close", h.closeH(sessions[0], late))
 	if h.f.watch[fsmtPath("f")] != nil {
