@@ -172,3 +172,37 @@ func TestWatchSite(t *testing.T) {
 		t.Fatalf("site %+v with handle %d watching", site, r.Handle)
 	}
 }
+
+// BenchmarkWatchersOfACrowd reads, page by page as the master's fan-out
+// does, the watchers of a name that 160 sessions watch with 256 handles
+// each: every handle listed, or every session passed over whole (the
+// master's case for sessions whose queue already holds an overflow).
+func BenchmarkWatchersOfACrowd(b *testing.B) {
+	h := newFSMT(b)
+	const sessions, per = 160, 256
+	for range sessions {
+		s := h.session()
+		for range per {
+			if r := h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath("f"), Flags: fsmtRWC, EventMask: 1}}); r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		skip func(uint64) bool
+	}{{"every-handle", nil}, {"sessions-passed-over", func(uint64) bool { return true }}} {
+		b.Run(c.name, func(b *testing.B) {
+			var dst []Watcher
+			for b.Loop() {
+				var after WatchCursor
+				for more := true; more; {
+					_ = h.f.Read(func(v View) error {
+						dst, after, more = v.WatchersAfter(dst[:0], fsmtPath("f"), 1, after, ^uint64(0), 256, c.skip)
+						return nil
+					})
+				}
+			}
+		})
+	}
+}
