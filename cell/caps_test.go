@@ -158,3 +158,79 @@ func TestCellSessionCapIsExactUnderConcurrency(t *testing.T) {
 		t.Fatalf("the cell holds %d sessions; the cap is %d", n, perCell)
 	}
 }
+
+// Racing callers who together ask for exactly a cap all get in: a check
+// that finds the cap reached only because sessions or handles just
+// applied are still counted as reservations waits for those to be given
+// back instead of refusing early. One more caller is then refused.
+func TestCapsAdmitEveryCallerWhenDemandIsTheCap(t *testing.T) {
+	const perPrincipal, perSession = 60, 60
+	c := fixtures.NewCell(t, 3, fixtures.Options{SessionLimits: master.Limits{
+		SessionsPerPrincipal: perPrincipal, SessionsPerConn: perPrincipal, HandlesPerSession: perSession}})
+	ctx := ctxT(t, 2*time.Minute)
+	m := c.WaitForMaster(30 * time.Second)
+	addr := c.Addrs()[m]
+
+	// Three connections, each keeping four creates in flight, so that
+	// creates arrive while earlier ones are being applied and answered.
+	var made atomic.Int64
+	var wg sync.WaitGroup
+	for range 3 {
+		mux := dialRawMux(t, addr, nil)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range perPrincipal / 12 {
+					n, refused := createSessions(t, ctx, mux, 1)
+					if refused != 0 {
+						t.Errorf("a create racing below the cap of %d was refused", perPrincipal)
+					}
+					made.Add(n)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if made.Load() != perPrincipal {
+		t.Fatalf("%d racing creates made %d sessions", perPrincipal, made.Load())
+	}
+	if n, refused := createSessions(t, ctx, dialRawMux(t, addr, nil), 1); n != 0 || refused != 1 {
+		t.Fatalf("a create past the full cap: %d made, %d refused", n, refused)
+	}
+
+	c2 := fixtures.NewCell(t, 3, fixtures.Options{SessionLimits: master.Limits{HandlesPerSession: perSession}})
+	m2 := c2.WaitForMaster(30 * time.Second)
+	r := dialRawSession(t, ctx, c2.Addrs()[m2], nil)
+	open := func(i int) wire.Code {
+		var resp wire.OpenResponse
+		rr := &rawSession{t: t, mux: r.mux, session: r.session, epoch: r.epoch, seq: uint64(1000 + i)}
+		st, err := rr.try(ctx, wire.MethodOpen, &wire.OpenRequest{Path: c2.Name(fmt.Sprintf("f%d", i)),
+			Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate}, &resp)
+		if err != nil {
+			t.Errorf("open %d: %v", i, err)
+		}
+		return st.Code
+	}
+	var opened atomic.Int64
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < perSession; i += 6 {
+				if code := open(i); code == wire.CodeOK {
+					opened.Add(1)
+				} else {
+					t.Errorf("open %d of %d racing below the cap of %d: %v", i, perSession, perSession, code)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if opened.Load() != perSession {
+		t.Fatalf("%d racing opens opened %d handles", perSession, opened.Load())
+	}
+	if code := open(perSession); code != wire.CodeTooMany {
+		t.Fatalf("an open past the full cap: %v; want TooMany", code)
+	}
+}

@@ -189,6 +189,10 @@ func TestHTTPConnectionCaps(t *testing.T) {
 	if _, err := raw.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Fatalf("a silent connection: %v, want the replica's close", err)
 	}
+	// The replica counts a connection out once its handler has returned,
+	// just after the close we saw: wait for that before the scrape below
+	// counts the connections open.
+	pollUntil(t, 10*time.Second, "the silent connection freed", func() bool { return s.HTTPStats().Open == 0 })
 
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {

@@ -29,7 +29,7 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	if req.Flags&wire.OpenCreate == 0 && (req.Flags&(wire.OpenExcl|wire.OpenEphemeral) != 0 || len(req.Contents) > 0) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "%s: exclusive, ephemeral and initial contents need the create flag", req.Path)
 	}
-	unreserve, err := c.reserveHandle(c.h.Session)
+	unreserve, err := c.reserveHandle(ctx, c.h.Session)
 	if err != nil {
 		return nil, err
 	}

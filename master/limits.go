@@ -1,9 +1,11 @@
 package master
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"lockcell/cell/wire"
 	"lockcell/replica"
@@ -201,10 +203,17 @@ func (l Limits) Check() error {
 // apply, in which concurrent callers used to pass the same check and
 // overshoot the cap. A command admitted by a deposed master either
 // commits before its successor's epoch entry (and the successor counts it
-// in the state) or never, so the caps hold across fail-overs too. For a
-// moment after the apply a reservation and the state both count the same
-// session or handle: a caller racing at the cap may be refused early,
-// never let past it.
+// in the state) or never, so the caps hold across fail-overs too.
+//
+// For a moment after the apply a reservation and the state both count
+// the same session or handle, until its call gives the reservation back.
+// So a check that finds a cap reached while reservations it counted are
+// still out does not refuse at once: it waits for them to be given back
+// (settled) and checks again, and refuses only a cap reached with none of
+// its reservations out, or when the caller's context ends. Callers
+// racing for the last places therefore get exactly the cap, however many
+// of them there are, even as many as the cap: none is refused early, none
+// let past it. A caller at a cap that is simply full is refused at once.
 type reservations struct {
 	sess *sessions // counts the live sessions by connection
 
@@ -216,35 +225,112 @@ type reservations struct {
 
 	principalHandles map[string]int
 	cellHandles      int
+	// settled is closed, and replaced, whenever a reservation is given
+	// back: a check waiting for its counted reservations wakes on it;
+	// waiting counts those checks.
+	settled chan struct{}
+	waiting int
+}
+
+// settleLocked wakes the checks waiting for reservations to be given
+// back. r.mu is held.
+func (r *reservations) settleLocked() {
+	if r.settled != nil {
+		close(r.settled)
+	}
+	r.settled = make(chan struct{})
+}
+
+// maxSettleWait bounds how long a check waits for reservations to be
+// given back before its refusal stands: they are given back as their
+// commands commit, in milliseconds, unless Raft itself is stalled; and
+// callers that keep a cap busy with new reservations must not hold a
+// refusal off for ever. It bounds a wait for Raft, so it is on the real
+// clock, as the master's Raft timeouts are.
+const maxSettleWait = 2 * time.Second
+
+// admit runs check under r.mu until it admits (nil) or refuses with no
+// reservation it counted still out (out false), waiting between tries
+// for reservations to be given back; if ctx ends or maxSettleWait passes
+// first, the last refusal stands. take runs under r.mu with the
+// admission.
+func (r *reservations) admit(ctx context.Context, check func() (out bool, err error), take func()) error {
+	var expired <-chan time.Time
+	for {
+		r.mu.Lock()
+		out, err := check()
+		if err == nil {
+			take()
+			r.mu.Unlock()
+			return nil
+		}
+		if r.settled == nil {
+			r.settled = make(chan struct{})
+		}
+		settled := r.settled
+		if out {
+			r.waiting++
+		}
+		r.mu.Unlock()
+		if !out {
+			return err
+		}
+		if expired == nil {
+			t := time.NewTimer(maxSettleWait)
+			defer t.Stop()
+			expired = t.C
+		}
+		stop := false
+		select {
+		case <-settled:
+		case <-expired:
+			stop = true
+		case <-ctx.Done():
+			stop = true
+		}
+		r.mu.Lock()
+		r.waiting--
+		r.mu.Unlock()
+		if stop {
+			return err
+		}
+	}
 }
 
 // reserveSession admits one more session of caller against the
 // per-principal, per-cell and per-connection caps, or says which is
-// reached. The returned func gives the reservation back.
-func (s *parts) reserveSession(caller Caller) (func(), error) {
+// reached (reservations says when it waits first). The returned func
+// gives the reservation back.
+func (s *parts) reserveSession(ctx context.Context, caller Caller) (func(), error) {
 	r := &s.reserved
 	lim := s.cfg.Limits
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var own, sessions int
-	s.read(func(v replica.View) {
-		own = v.PrincipalSessions(caller.Principal)
-		_, sessions, _, _ = v.Counts()
-	})
-	if n := own + r.principal[caller.Principal]; n >= lim.SessionsPerPrincipal {
-		return nil, wire.Errorf(wire.CodeTooMany, "principal %q has %d live sessions, the limit", caller.Principal, n)
-	}
-	if sessions+r.cell >= lim.Sessions {
-		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d sessions, the limit", sessions+r.cell)
-	}
-	if caller.Conn != 0 {
-		if n := r.sess.connSessions(caller.Conn) + r.conn[caller.Conn]; n >= lim.SessionsPerConn {
-			return nil, wire.Errorf(wire.CodeTooMany, "%d live sessions were created over this connection, the limit", n)
+	check := func() (bool, error) {
+		var own, sessions int
+		s.read(func(v replica.View) {
+			own = v.PrincipalSessions(caller.Principal)
+			_, sessions, _, _ = v.Counts()
+		})
+		if n := own + r.principal[caller.Principal]; n >= lim.SessionsPerPrincipal {
+			return r.principal[caller.Principal] > 0, wire.Errorf(wire.CodeTooMany, "principal %q has %d live sessions, the limit", caller.Principal, n)
 		}
+		if sessions+r.cell >= lim.Sessions {
+			return r.cell > 0, wire.Errorf(wire.CodeTooMany, "the cell holds %d sessions, the limit", sessions+r.cell)
+		}
+		if caller.Conn != 0 {
+			if n := r.sess.connSessions(caller.Conn) + r.conn[caller.Conn]; n >= lim.SessionsPerConn {
+				return r.conn[caller.Conn] > 0, wire.Errorf(wire.CodeTooMany, "%d live sessions were created over this connection, the limit", n)
+			}
+		}
+		return false, nil
 	}
-	r.principal[caller.Principal]++
-	r.cell++
-	r.conn[caller.Conn]++
+	take := func() {
+		r.principal[caller.Principal]++
+		r.cell++
+		r.conn[caller.Conn]++
+	}
+	if err := r.admit(ctx, check, take); err != nil {
+		return nil, err
+	}
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -255,35 +341,42 @@ func (s *parts) reserveSession(caller Caller) (func(), error) {
 		if r.conn[caller.Conn]--; r.conn[caller.Conn] <= 0 {
 			delete(r.conn, caller.Conn)
 		}
+		r.settleLocked()
 	}, nil
 }
 
 // reserveHandle admits one more handle of session against the
 // per-session, per-principal (the session's principal) and per-cell caps,
-// or says which is reached.
-func (s *parts) reserveHandle(session uint64) (func(), error) {
+// or says which is reached (reservations says when it waits first).
+func (s *parts) reserveHandle(ctx context.Context, session uint64) (func(), error) {
 	r := &s.reserved
 	lim := s.cfg.Limits
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var open, own, cell int
 	var principal string
-	s.read(func(v replica.View) {
-		principal, _ = v.SessionPrincipal(session)
-		open, own, cell = v.SessionHandles(session), v.PrincipalHandles(principal), v.Handles()
-	})
-	if n := open + r.handles[session]; n >= lim.HandlesPerSession {
-		return nil, wire.Errorf(wire.CodeTooMany, "session %d has %d open handles, the limit", session, n)
+	check := func() (bool, error) {
+		var open, own, cell int
+		s.read(func(v replica.View) {
+			principal, _ = v.SessionPrincipal(session)
+			open, own, cell = v.SessionHandles(session), v.PrincipalHandles(principal), v.Handles()
+		})
+		if n := open + r.handles[session]; n >= lim.HandlesPerSession {
+			return r.handles[session] > 0, wire.Errorf(wire.CodeTooMany, "session %d has %d open handles, the limit", session, n)
+		}
+		if n := own + r.principalHandles[principal]; n >= lim.HandlesPerPrincipal {
+			return r.principalHandles[principal] > 0, wire.Errorf(wire.CodeTooMany, "principal %q has %d open handles, the limit", principal, n)
+		}
+		if n := cell + r.cellHandles; n >= lim.Handles {
+			return r.cellHandles > 0, wire.Errorf(wire.CodeTooMany, "the cell holds %d open handles, the limit", n)
+		}
+		return false, nil
 	}
-	if n := own + r.principalHandles[principal]; n >= lim.HandlesPerPrincipal {
-		return nil, wire.Errorf(wire.CodeTooMany, "principal %q has %d open handles, the limit", principal, n)
+	take := func() {
+		r.handles[session]++
+		r.principalHandles[principal]++
+		r.cellHandles++
 	}
-	if n := cell + r.cellHandles; n >= lim.Handles {
-		return nil, wire.Errorf(wire.CodeTooMany, "the cell holds %d open handles, the limit", n)
+	if err := r.admit(ctx, check, take); err != nil {
+		return nil, err
 	}
-	r.handles[session]++
-	r.principalHandles[principal]++
-	r.cellHandles++
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -294,5 +387,6 @@ func (s *parts) reserveHandle(session uint64) (func(), error) {
 			delete(r.principalHandles, principal)
 		}
 		r.cellHandles--
+		r.settleLocked()
 	}, nil
 }

@@ -839,7 +839,7 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 	if err := wire.CheckIdentity(req.Host, req.PID, req.Program); err != nil {
 		return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
 	}
-	unreserve, err := c.reserveSession(c.caller)
+	unreserve, err := c.reserveSession(ctx, c.caller)
 	if err != nil {
 		return nil, err
 	}
