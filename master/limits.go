@@ -225,20 +225,21 @@ type reservations struct {
 
 	principalHandles map[string]int
 	cellHandles      int
-	// settled is closed, and replaced, whenever a reservation is given
-	// back: a check waiting for its counted reservations wakes on it;
-	// waiting counts those checks.
+	// settled is closed whenever a reservation is given back while
+	// checks wait for their counted reservations (waiting counts them);
+	// they wake on it, and the next to wait makes a new one.
 	settled chan struct{}
 	waiting int
 }
 
 // settleLocked wakes the checks waiting for reservations to be given
-// back. r.mu is held.
+// back, if any (a release with none waiting allocates nothing). r.mu is
+// held.
 func (r *reservations) settleLocked() {
-	if r.settled != nil {
+	if r.waiting > 0 && r.settled != nil {
 		close(r.settled)
+		r.settled = nil // the next waiter makes a new one
 	}
-	r.settled = make(chan struct{})
 }
 
 // maxSettleWait bounds how long a check waits for reservations to be
@@ -264,17 +265,16 @@ func (r *reservations) admit(ctx context.Context, check func() (out bool, err er
 			r.mu.Unlock()
 			return nil
 		}
+		if !out {
+			r.mu.Unlock()
+			return err
+		}
 		if r.settled == nil {
 			r.settled = make(chan struct{})
 		}
 		settled := r.settled
-		if out {
-			r.waiting++
-		}
+		r.waiting++
 		r.mu.Unlock()
-		if !out {
-			return err
-		}
 		if expired == nil {
 			t := time.NewTimer(maxSettleWait)
 			defer t.Stop()
