@@ -154,12 +154,15 @@ func TestEventBudgetBoundsRawWatchers(t *testing.T) {
 			st, ev.kinds(), perPrincipal)
 	}
 
-	// eve's watchers fill what is left of the process's budget; bob's
-	// second handle, opened after them, then finds no room.
+	// eve's watchers fill what is left of the process's budget; a second
+	// session of bob's, made after them, then finds no room (the fan-out
+	// takes a change's watchers session by session, oldest first).
 	watchers("eve")
-	mustOpen(t, ctx, bob, name, client.Read, client.WithEvents(client.OnContentsModified))
+	bob2 := c.ClientWith(t, c.ClientConfigAs("bob"))
+	ev2 := collectEvents(bob2)
+	mustOpen(t, ctx, bob2, name, client.Read, client.WithEvents(client.OnContentsModified))
 	write("v2")
-	ev.waitFor(t, client.Overflow, 30*time.Second)
+	ev2.waitFor(t, client.Overflow, 30*time.Second)
 	st := m.EventStats()
 	if st.PeakBytes > total || st.QueuedBytes-st.ForcedBytes > total || st.OverProcess == 0 {
 		t.Fatalf("the master's queued events: %+v; want at most %d bytes of handle events, and drops over the process's budget", st, total)
