@@ -16,6 +16,12 @@ import (
 // so a crowd of handles in sessions that never read their events costs a
 // write O(sessions), not O(handles). Derived state: built as entries
 // apply, rebuilt on restore, never in a snapshot.
+//
+// The sessions are a sorted slice: a session's first watch on a name, or
+// its last close there, moves the entries after it, up to 16 bytes per
+// session watching the name (1.6 MB at the cell's 100,000-session cap,
+// tens of microseconds on the apply path). A map with an append-ordered
+// list would make both O(1).
 type watchSet struct {
 	sessions []uint64
 	groups   []*handleWatch // parallel to sessions; never empty
