@@ -202,27 +202,20 @@ func TestCapsAdmitEveryCallerWhenDemandIsTheCap(t *testing.T) {
 	c2 := fixtures.NewCell(t, 3, fixtures.Options{SessionLimits: master.Limits{HandlesPerSession: perSession}})
 	m2 := c2.WaitForMaster(30 * time.Second)
 	r := dialRawSession(t, ctx, c2.Addrs()[m2], nil)
-	open := func(i int) wire.Code {
-		var resp wire.OpenResponse
-		rr := &rawSession{t: t, mux: r.mux, session: r.session, epoch: r.epoch, seq: uint64(1000 + i)}
-		st, err := rr.try(ctx, wire.MethodOpen, &wire.OpenRequest{Path: c2.Name(fmt.Sprintf("f%d", i)),
-			Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate}, &resp)
-		if err != nil {
-			t.Errorf("open %d: %v", i, err)
-		}
-		return st.Code
-	}
+	name := c2.Name("f")
+	mustOpen(t, ctx, c2.Client(t), name, client.Read|client.Write|client.Create) // another session's handle
+	// Six openers, one open in flight each, as the sessions above.
 	var opened atomic.Int64
 	for w := range 6 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := w; i < perSession; i += 6 {
-				if code := open(i); code == wire.CodeOK {
-					opened.Add(1)
-				} else {
-					t.Errorf("open %d of %d racing below the cap of %d: %v", i, perSession, perSession, code)
+				handles, refused := openRacing(t, ctx, r, name, 1, uint64(1000+i))
+				if refused != 0 {
+					t.Errorf("open %d of %d racing below the cap of %d was refused", i, perSession, perSession)
 				}
+				opened.Add(int64(len(handles)))
 			}
 		}()
 	}
@@ -230,7 +223,7 @@ func TestCapsAdmitEveryCallerWhenDemandIsTheCap(t *testing.T) {
 	if opened.Load() != perSession {
 		t.Fatalf("%d racing opens opened %d handles", perSession, opened.Load())
 	}
-	if code := open(perSession); code != wire.CodeTooMany {
-		t.Fatalf("an open past the full cap: %v; want TooMany", code)
+	if handles, refused := openRacing(t, ctx, r, name, 1, 2000); len(handles) != 0 || refused != 1 {
+		t.Fatalf("an open past the full cap: %d opened, %d refused", len(handles), refused)
 	}
 }

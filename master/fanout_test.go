@@ -32,18 +32,9 @@ func TestApplyDoesNoWorkForWatchers(t *testing.T) {
 	type watch struct{ session, handle uint64 }
 	var watches []watch
 	for range sessions {
-		resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "w"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := resp.(*wire.CreateSessionResponse).Session
-		for j := range perSession {
-			resp, err := m.call(s, uint64(j+1), wire.MethodOpen, &wire.OpenRequest{Path: "/ls/c/f", Flags: wire.OpenRead,
-				EventMask: wire.MaskContentsModified})
-			if err != nil {
-				t.Fatal(err)
-			}
-			watches = append(watches, watch{s, resp.(*wire.OpenResponse).Handle})
+		s, ids := watchingSession(t, m, perSession)
+		for _, id := range ids {
+			watches = append(watches, watch{s, id})
 		}
 	}
 	// apply applies a command straight to the state, as Raft would once
@@ -166,25 +157,9 @@ func TestFanoutPassesOverOverflowingSessions(t *testing.T) {
 	cons := &localConsensus{fsm: fsm}
 	m := newTestMasterOn(t, cons, fsm)
 	writer, wh := m.sessionWithFile(t)
-	watcher := func(handles int) (session uint64, ids []uint64) {
-		resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "w"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		session = resp.(*wire.CreateSessionResponse).Session
-		for j := range handles {
-			resp, err := m.call(session, uint64(j+1), wire.MethodOpen, &wire.OpenRequest{Path: "/ls/c/f", Flags: wire.OpenRead,
-				EventMask: wire.MaskContentsModified})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, resp.(*wire.OpenResponse).Handle)
-		}
-		return session, ids
-	}
 	const crowd, few = 250, 10
-	deaf, _ := watcher(crowd)
-	hearing, hearingIDs := watcher(few)
+	deaf, _ := watchingSession(t, m, crowd)
+	hearing, hearingIDs := watchingSession(t, m, few)
 	queued := func(session uint64) (n int, last wire.Event) {
 		m.sess.mu.Lock()
 		defer m.sess.mu.Unlock()
@@ -242,6 +217,26 @@ func TestFanoutPassesOverOverflowingSessions(t *testing.T) {
 	if got := m.currentFanout().listed.Load() - before; got != crowd+few {
 		t.Fatalf("the worker listed %d handles for a write; want both sessions' %d", got, crowd+few)
 	}
+}
+
+// watchingSession creates a session with n handles on /ls/c/f asking for
+// content events, and returns it with the handles' ids.
+func watchingSession(t *testing.T, m *testMaster, n int) (session uint64, ids []uint64) {
+	t.Helper()
+	resp, err := m.call(0, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	session = resp.(*wire.CreateSessionResponse).Session
+	for j := range n {
+		resp, err := m.call(session, uint64(j+1), wire.MethodOpen, &wire.OpenRequest{Path: "/ls/c/f", Flags: wire.OpenRead,
+			EventMask: wire.MaskContentsModified})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, resp.(*wire.OpenResponse).Handle)
+	}
+	return session, ids
 }
 
 // writeAndWait writes to the file once and waits until the fan-out is
