@@ -1,7 +1,6 @@
 package cell
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +24,7 @@ func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	labels := prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self}
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockcell_calls_total",
-		Help: "Client calls answered, by method and result code.", ConstLabels: labels}, []string{"method", "code"})
+		Help: "Client calls answered, by method and result code (the code's machine name: ok, not_found, quota_exceeded, ...).", ConstLabels: labels}, []string{"method", "code"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lockcell_call_seconds",
 		Help:        "Time to answer a client call, by method (KeepAlives include the time parked).",
 		ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, []string{"method"})
@@ -210,7 +209,7 @@ func newMetrics(s *Server) *metrics {
 
 func (m *metrics) observe(method wire.Method, code wire.Code, took time.Duration) {
 	name := method.String()
-	m.calls.WithLabelValues(name, strconv.Itoa(int(code))).Inc()
+	m.calls.WithLabelValues(name, code.Name()).Inc()
 	m.duration.WithLabelValues(name).Observe(took.Seconds())
 }
 

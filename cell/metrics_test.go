@@ -47,7 +47,7 @@ func TestReplicaMetrics(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	text := string(body)
-	for _, want := range []string{`lockcell_calls_total{cell="t",code="0",method="Open",replica="` + m.ID() + `"} 1`,
+	for _, want := range []string{`lockcell_calls_total{cell="t",code="ok",method="Open",replica="` + m.ID() + `"} 1`,
 		`lockcell_master{cell="t",replica="` + m.ID() + `"} 1`, "lockcell_sessions", "lockcell_raft_commit_index", "lockcell_call_seconds_bucket",
 		"lockcell_invalidations_sent_total", "lockcell_invalidations_late_total", "lockcell_events_dropped_total",
 		"lockcell_cache_registrations", "lockcell_cache_registrations_peak", "lockcell_cache_registrations_refused_total",

@@ -57,6 +57,30 @@ var codeNames = map[Code]string{
 	CodeQuotaExceeded: "quota exceeded",
 }
 
+// machineNames are the codes' stable machine names: the "code" of the
+// CLI's JSON errors and the "code" label of the call metrics.
+var machineNames = map[Code]string{
+	CodeOK: "ok", CodeNotMaster: "not_master", CodeBadEpoch: "bad_epoch", CodeSessionExpired: "session_expired",
+	CodeNotFound: "not_found", CodeExists: "exists", CodePermission: "permission",
+	CodeGenerationMismatch: "generation_mismatch", CodeLockHeld: "lock_held", CodeNotHeld: "not_held",
+	CodeInvalidName: "invalid_name", CodeTooLarge: "too_large", CodeHandleInvalid: "handle_invalid",
+	CodeNotEmpty: "not_empty", CodeNotDir: "not_dir", CodeBadRequest: "bad_request",
+	CodeInternal: "internal", CodeLockDelay: "lock_delay", CodeDuplicate: "duplicate",
+	CodeUnavailable: "unavailable", CodeUnknownSession: "unknown_session", CodeTooMany: "too_many",
+	CodeCanceled: "canceled", CodeIsDir: "is_dir", CodeStaleSequencer: "stale_sequencer",
+	CodeBadSequencer: "bad_sequencer", CodeQuotaExceeded: "quota_exceeded",
+}
+
+// Name is the code's stable machine name, lower case with underscores
+// ("quota_exceeded"), for scripts and metric labels; "code_N" for a
+// code this build does not know (one a newer peer sent).
+func (c Code) Name() string {
+	if s, ok := machineNames[c]; ok {
+		return s
+	}
+	return fmt.Sprintf("code_%d", uint8(c))
+}
+
 // String names the code for people.
 func (c Code) String() string {
 	if s, ok := codeNames[c]; ok {

@@ -725,3 +725,28 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// Every code has a stable machine name of its own, so scripts and alert
+// rules can match it (a new code without one would print "code_N").
+func TestEveryCodeHasAMachineName(t *testing.T) {
+	seen := map[string]wire.Code{}
+	for c := wire.Code(0); c < 255; c++ {
+		if c.String() == fmt.Sprintf("code(%d)", c) {
+			continue
+		}
+		name := c.Name()
+		if name == fmt.Sprintf("code_%d", c) {
+			t.Errorf("code %d (%s) has no machine name", c, c)
+		}
+		if prev, dup := seen[name]; dup {
+			t.Errorf("codes %d and %d share the name %q", prev, c, name)
+		}
+		seen[name] = c
+	}
+	if got := wire.CodeQuotaExceeded.Name(); got != "quota_exceeded" {
+		t.Errorf("quota name %q", got)
+	}
+	if got := wire.Code(200).Name(); got != "code_200" {
+		t.Errorf("unknown code's name %q", got)
+	}
+}

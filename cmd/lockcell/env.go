@@ -225,19 +225,6 @@ func errText(err error) string {
 	return strings.TrimPrefix(err.Error(), "lockcell: ")
 }
 
-// codeNames are the stable machine names of error kinds in JSON output.
-var codeNames = map[wire.Code]string{
-	wire.CodeNotMaster: "not_master", wire.CodeBadEpoch: "bad_epoch", wire.CodeSessionExpired: "session_expired",
-	wire.CodeNotFound: "not_found", wire.CodeExists: "exists", wire.CodePermission: "permission",
-	wire.CodeGenerationMismatch: "generation_mismatch", wire.CodeLockHeld: "lock_held", wire.CodeNotHeld: "not_held",
-	wire.CodeInvalidName: "invalid_name", wire.CodeTooLarge: "too_large", wire.CodeHandleInvalid: "handle_invalid",
-	wire.CodeNotEmpty: "not_empty", wire.CodeNotDir: "not_dir", wire.CodeBadRequest: "bad_request",
-	wire.CodeInternal: "internal", wire.CodeLockDelay: "lock_delay", wire.CodeDuplicate: "duplicate",
-	wire.CodeUnavailable: "unavailable", wire.CodeUnknownSession: "unknown_session", wire.CodeTooMany: "too_many",
-	wire.CodeCanceled: "canceled", wire.CodeIsDir: "is_dir",
-	wire.CodeStaleSequencer: "stale_sequencer", wire.CodeBadSequencer: "bad_sequencer",
-}
-
 // errorCode is the machine name of err's kind.
 func errorCode(err error) string {
 	var we *wire.Error
@@ -251,9 +238,7 @@ func errorCode(err error) string {
 	case errors.Is(err, client.ErrClosed):
 		return "closed"
 	case errors.As(err, &we):
-		if s, ok := codeNames[we.Code]; ok {
-			return s
-		}
+		return we.Code.Name()
 	}
 	return "error"
 }
