@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -160,6 +161,10 @@ type Replica struct {
 	progress   *progress     // followers' progress as leader (progress.go)
 	addrs      *peerAddrs    // the built-in transport's address book, or nil
 	batcher    *batcher      // group commit of Apply (batch.go)
+	snaps      raft.SnapshotStore
+
+	diskMu sync.Mutex // guards disk (diskusage.go)
+	disk   DiskUsage
 }
 
 // Open starts a replica on its data folder, bootstrapping the cell when the
@@ -293,7 +298,7 @@ func Open(cfg Config) (*Replica, error) {
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
-	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port,
+	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port, snaps: snaps,
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, addrs: addrs}
 	rep.batcher = newBatcher(r, rep.done)
 	go rep.forwardLeadership()
