@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -117,6 +118,15 @@ func (c *call) startBackup(ctx context.Context) (uint64, error) {
 	st.build.Unlock()
 	if err != nil {
 		return 0, wire.Errorf(wire.CodeInternal, "backup: %v", err)
+	}
+	// A backup holds every node, ACL and the sequencer key: it is handed
+	// out only once the audit trail holds it (a Note entry), so every
+	// replica's trail says who took which.
+	note := &replica.NoteArgs{Op: "backup", Detail: fmt.Sprintf("state at index %d, %d nodes, %d sessions, %d bytes, checksum %x",
+		b.Header.Applied, b.Header.Nodes, b.Header.Sessions, b.Size, b.Checksum[:8])}
+	if _, err := c.apply(ctx, &replica.Command{Payload: note}); err != nil {
+		b.Close()
+		return 0, err
 	}
 	c.log.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", b.Size,
 		"lock_held", b.LockHeld)

@@ -242,7 +242,8 @@ func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.Repl
 	// The table first: once Raft lists the member, every replica can name
 	// its client address.
 	m := replica.MemberAddrs{ID: req.ID, ClientAddr: req.ClientAddr, RaftAddr: req.RaftAddr}
-	if _, err := c.cons.Apply(ctx, &replica.Command{Time: c.now(), Payload: &replica.MemberPutArgs{Members: []replica.MemberAddrs{m}}}); err != nil {
+	if _, err := c.cons.Apply(ctx, &replica.Command{Time: c.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
+		Payload: &replica.MemberPutArgs{Members: []replica.MemberAddrs{m}}}); err != nil {
 		return nil, err
 	}
 	if _, ok := cfg.Find(req.ID); !ok {
@@ -293,7 +294,7 @@ func (c *call) replicaRemove(ctx context.Context, ops membershipOps, req *wire.R
 		c.log.Info("member removed", "id", req.ID, "raft_addr", sv.RaftAddr, "voter", sv.Voter)
 	}
 	if _, known := c.memberTable()[req.ID]; known {
-		if _, err := c.cons.Apply(ctx, &replica.Command{Time: c.now(),
+		if _, err := c.cons.Apply(ctx, &replica.Command{Time: c.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
 			Payload: &replica.MemberRemoveArgs{Members: []replica.MemberAddrs{{ID: req.ID}}}}); err != nil {
 			return nil, err
 		}

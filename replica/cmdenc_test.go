@@ -21,7 +21,7 @@ func TestCommandEncodingMatchesReflection(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for ct := CmdEpoch; ct <= CmdBatch; ct++ {
+	for ct := CmdEpoch; ct <= CmdNote; ct++ {
 		for range 1000 {
 			var c Command
 			fillCommand(rng, reflect.ValueOf(&c).Elem())

@@ -35,6 +35,7 @@ const (
 	CmdMemberRemove  CmdType = 16 // a member leaves the member table
 	CmdBreakLock     CmdType = 17 // the admin frees a lock from every holder (breaklock.go)
 	CmdBatch         CmdType = 18 // commands applied in order, each as its own entry would be (batch.go)
+	CmdNote          CmdType = 19 // the admin's mutation outside the state machine (a backup) enters the audit trail (audit.go)
 )
 
 func (t CmdType) String() string {
@@ -75,6 +76,8 @@ func (t CmdType) String() string {
 		return "BreakLock"
 	case CmdBatch:
 		return "Batch"
+	case CmdNote:
+		return "Note"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

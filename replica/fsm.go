@@ -35,6 +35,8 @@ type FSM struct {
 	lastIndex uint64
 	cellKey   []byte
 	observer  Observer
+	// auditor receives the audit trail's records (audit.go), or is nil.
+	auditor Auditor
 	// watch indexes handles that asked for events by name (watch.go).
 	watch map[string]*watchSet
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
@@ -127,12 +129,16 @@ func (f *FSM) Apply(l *raft.Log) any {
 		res = f.applyDedup(f.nextIndex(l.Index), cmd)
 	}
 	f.applied = l.Index
+	auditor := f.auditor
 	obs := f.observer
 	var changes []Change
 	if obs != nil && len(f.changes) > 0 {
 		changes = append([]Change(nil), f.changes...)
 	}
 	f.mu.Unlock()
+	if auditor != nil {
+		auditor.Flush() // a failed write is the trail's to report (it stops and says so)
+	}
 	if changes != nil {
 		obs(l.Index, changes)
 	}
@@ -151,15 +157,29 @@ const maxDedupPerSession = 4096
 // (bounded per session) until the client acknowledges it. Commands with no
 // request id (the master's own) always apply.
 func (f *FSM) applyDedup(index uint64, c *Command) *Result {
+	var subject auditSubject
+	if f.auditor != nil {
+		subject = f.auditSubjectOf(c)
+	}
+	r, fresh := f.applyOnce(index, c)
+	if fresh && subject.op != "" {
+		f.auditApplied(index, c, subject, r)
+	}
+	return r
+}
+
+// applyOnce is applyDedup without the audit record: fresh says the
+// result is this application's own, not a retry's first result.
+func (f *FSM) applyOnce(index uint64, c *Command) (r *Result, fresh bool) {
 	if c.Session == 0 || c.Seq == 0 {
 		if err := f.checkFence(c); err != nil {
-			return &Result{Err: err}
+			return &Result{Err: err}, true
 		}
-		return f.apply(index, c)
+		return f.apply(index, c), true
 	}
 	s := f.sessions[c.Session]
 	if s == nil {
-		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
+		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}, true
 	}
 	if c.Ack > s.AckSeq {
 		for q := range s.Results {
@@ -170,12 +190,11 @@ func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 		s.AckSeq = c.Ack
 	}
 	if c.Seq <= s.AckSeq {
-		return &Result{Err: errf(KindDuplicate, "request %d of session %d already completed", c.Seq, c.Session)}
+		return &Result{Err: errf(KindDuplicate, "request %d of session %d already completed", c.Seq, c.Session)}, false
 	}
 	if r, ok := s.Results[c.Seq]; ok && !bugNoDedup {
-		return r
+		return r, false
 	}
-	var r *Result
 	if err := f.checkFence(c); err != nil {
 		r = &Result{Err: err}
 	} else {
@@ -195,7 +214,7 @@ func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 		}
 		s.Results[c.Seq] = r
 	}
-	return r
+	return r, true
 }
 
 // apply dispatches c to the apply function of its command family. An
@@ -234,6 +253,8 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return f.applyMembers(p)
 	case *BreakLockArgs:
 		return f.breakLock(index, c, p)
+	case *NoteArgs:
+		return f.applyNote(c, p)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d (payload %T) at index %d", c.Type, c.Payload, index))
 }

@@ -230,6 +230,8 @@ func newPayload(t CmdType) Payload {
 		return &BreakLockArgs{}
 	case CmdBatch:
 		return &BatchArgs{}
+	case CmdNote:
+		return &NoteArgs{}
 	}
 	return nil
 }

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"lockcell/audit"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -50,6 +52,9 @@ type Config struct {
 	Peers []Peer
 	// Timings of elections, heartbeats and snapshots.
 	Timings Timings
+	// Audit sizes the audit trail's files in Dir/audit (zero: the
+	// defaults of package audit).
+	Audit audit.Options
 	// Logger receives the replica's and raft's logs.
 	Logger *slog.Logger
 	// Transport overrides the TCP transport (tests inject faults here).
@@ -162,6 +167,7 @@ type Replica struct {
 	addrs      *peerAddrs    // the built-in transport's address book, or nil
 	batcher    *batcher      // group commit of Apply (batch.go)
 	snaps      raft.SnapshotStore
+	trail      *audit.Trail // the audit trail the FSM appends to (audit.go)
 
 	diskMu sync.Mutex // guards disk (diskusage.go)
 	disk   DiskUsage
@@ -263,8 +269,16 @@ func Open(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
 	fsm.SetBackupDir(backups)
+	trail, err := audit.Open(filepath.Join(cfg.Dir, "audit"), cfg.Audit)
+	if err != nil {
+		store.Close()
+		trans.(io.Closer).Close()
+		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
+	}
+	fsm.SetAuditor(trail) // before raft restores and replays: the trail skips what it holds
 	has, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
+		trail.Close()
 		store.Close()
 		trans.(io.Closer).Close()
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
@@ -278,6 +292,7 @@ func Open(cfg Config) (*Replica, error) {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
 		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+			trail.Close()
 			store.Close()
 			closeTransport(trans)
 			return nil, fmt.Errorf("replica %s: bootstrap: %w", cfg.ID, err)
@@ -288,6 +303,7 @@ func Open(cfg Config) (*Replica, error) {
 	if err != nil {
 		store.Close()
 		closeTransport(trans)
+		trail.Close()
 		return nil, fmt.Errorf("replica %s: start raft: %w", cfg.ID, err)
 	}
 	if addrs != nil {
@@ -298,7 +314,7 @@ func Open(cfg Config) (*Replica, error) {
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
-	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port, snaps: snaps,
+	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port, snaps: snaps, trail: trail,
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, addrs: addrs}
 	rep.batcher = newBatcher(r, rep.done)
 	go rep.forwardLeadership()
@@ -493,8 +509,15 @@ func (r *Replica) Close() error {
 	if cerr := r.store.Close(); err == nil {
 		err = cerr
 	}
+	if cerr := r.trail.Close(); err == nil {
+		err = cerr // raft has stopped applying: the trail is whole
+	}
 	return err
 }
+
+// Audit is the replica's audit trail (package audit): every mutation
+// this replica applied, in index order, as every replica holds it.
+func (r *Replica) Audit() *audit.Trail { return r.trail }
 
 // newHCLogger adapts slog for raft's hclog: raft's lines go to the slog
 // logger at their level, so operators get one structured log stream.

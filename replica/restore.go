@@ -49,6 +49,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.epoch, f.applied, f.lastIndex, f.cellKey = next.epoch, next.applied, next.lastIndex, next.cellKey
+	if f.auditor != nil {
+		// The entries the snapshot covers are never applied here: their
+		// records are another replica's to serve, unless this one has
+		// them already (the restart of a replica that wrote them).
+		f.auditor.Gap(max(f.lastIndex, f.applied))
+	}
 	f.nodes, f.sessions, f.handles, f.watch = next.nodes, next.sessions, next.handles, next.watch
 	f.members, f.ephemerals = next.members, next.ephemerals
 	f.principals, f.principalHandles = map[string]int{}, map[string]int{}

@@ -64,6 +64,9 @@ type fsmSnapshot struct{ data *chunkBuffer }
 // into fixed-size chunks (chunkBuffer): the snapshot costs its own size
 // once, never a contiguous buffer grown by doubling.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.syncAudit(); err != nil {
+		return nil, err
+	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var buf chunkBuffer

@@ -26,15 +26,15 @@ BEGIN {
   n = split("" \
     "fixtures: *\n" \
     "deploy: -\n" \
-    "cmd/lockcelld: cell master replica backupfile acl =sequencer cache client buildinfo\n" \
+    "cmd/lockcelld: cell master replica backupfile acl audit =sequencer cache client buildinfo\n" \
     "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench\n" \
     "cmd/lockcell-kv: client cache cell/wire backupfile sequencer\n" \
     "cell/wire/bound: -\n" \
     "cell/wire: -\n" \
     "cell/certs: acl\n" \
-    "cell: master replica backupfile acl =sequencer buildinfo\n" \
-    "master: cell/wire replica backupfile acl =sequencer\n" \
-    "replica: cell/wire/bound backupfile acl\n" \
+    "cell: master replica backupfile acl audit =sequencer buildinfo\n" \
+    "master: cell/wire replica backupfile acl audit =sequencer\n" \
+    "replica: cell/wire/bound backupfile acl audit\n" \
     "client: cell/wire backupfile cache\n" \
     "sequencer/kv: =sequencer client cell/wire backupfile cache\n" \
     "sequencer/httpfence: =sequencer client cell/wire backupfile cache\n" \
@@ -44,6 +44,7 @@ BEGIN {
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \
     "acl: -\n" \
+    "audit: -\n" \
     "buildinfo: -", rule, "\n")
   for (i = 1; i <= n; i++) {
     split(rule[i], kv, ": ")
@@ -51,7 +52,7 @@ BEGIN {
   }
   # Packages that serve clients or resource servers never carry the
   # server side third-party stores with them.
-  nostore = "client cache sequencer acl backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck bench"
+  nostore = "client cache sequencer acl audit backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck bench"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }

@@ -1,0 +1,92 @@
+// Package audit is the cell's audit trail on one replica's disk: the
+// record format and the segment files a replica appends them to and
+// serves them from.
+//
+// The trail is derived from the replicated log, not written beside it:
+// every replica's state machine emits one Record for each mutation it
+// applies, numbered by the command's index and stamped with the
+// proposing master's clock, so every replica writes the same records in
+// the same order and any replica can serve the stream, whichever master
+// handled the calls. Nothing of the trail travels in the Raft log but
+// what the commands carry anyway (the caller's principal, its session);
+// the write path pays one buffered append per command, flushed once per
+// Raft entry.
+//
+// A replica that installs a snapshot from the master misses the records
+// of the entries the snapshot covers: it writes a gap record saying
+// which, and another replica holds them. A replica that restarts replays
+// the entries after its last snapshot; records it already has are
+// skipped (by index), so nothing is written twice.
+//
+// The package is a leaf: it knows files and records, not the state
+// machine.
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
+
+// Record is one audited mutation, as stored (one JSON object a line) and
+// as served. Its fields are a stable format: new ones may be added,
+// none renamed.
+type Record struct {
+	// Index is the command index of the mutation: unique and increasing
+	// along the trail, the same on every replica.
+	Index uint64 `json:"index"`
+	// Time is the proposing master's clock when it proposed the command,
+	// RFC 3339 in UTC.
+	Time string `json:"time"`
+	// Op names what was done: create_session, close_session,
+	// expire_session, create, open, write, delete, acquire, release,
+	// grant, break_lock, set_acl, member_put, member_remove, epoch,
+	// backup; gap for records this replica never saw.
+	Op string `json:"op"`
+	// Principal is the authenticated caller (empty for the master's own
+	// commands: lock-delay hand-offs, expiries, epochs); Admin says it
+	// is the cell's admin.
+	Principal string `json:"principal,omitempty"`
+	Admin     bool   `json:"admin,omitempty"`
+	// Session is the caller's session; Client, Host, PID and Program
+	// are the identity it declared when it was created.
+	Session uint64 `json:"session,omitempty"`
+	Client  string `json:"client,omitempty"`
+	Host    string `json:"host,omitempty"`
+	PID     int64  `json:"pid,omitempty"`
+	Program string `json:"program,omitempty"`
+	// Name is the node the mutation is about, when there is one.
+	Name string `json:"name,omitempty"`
+	// Detail says more in a few words: a lock's mode, the ACL names set,
+	// a generation, a member id, a gap's extent.
+	Detail string `json:"detail,omitempty"`
+	// Result is "ok" or the error's kind ("permission", "not_found",
+	// "generation_mismatch", ...), with Error its message.
+	Result string `json:"result"`
+	Error  string `json:"error,omitempty"`
+}
+
+// OpGap is the Op of a record that stands for records this replica never
+// saw: Detail names the indexes, up to and including Index.
+const OpGap = "gap"
+
+// TimeOf formats a command's Unix-nanosecond time as Record.Time.
+func TimeOf(unixNano int64) string {
+	return time.Unix(0, unixNano).UTC().Format(time.RFC3339Nano)
+}
+
+// appendLine appends r's JSON line (with its newline) to dst.
+func appendLine(dst []byte, r *Record) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		// A Record has only strings, numbers and booleans: it always
+		// encodes. Keep the index so the trail stays ordered.
+		return append(dst, `{"index":0,"op":"unencodable","result":"internal"}`+"\n"...)
+	}
+	return append(dst, b.Bytes()...)
+}
+
+// jsonUnmarshal decodes a stored line (a seam for the reader's filter).
+var jsonUnmarshal = json.Unmarshal
