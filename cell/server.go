@@ -775,7 +775,7 @@ func (s *Server) serveCall(c *streamCall) {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	var stopWatching func()
-	if h.Method == wire.MethodAcquire {
+	if h.Method == wire.MethodAcquire || h.Method == wire.MethodAuditRead { // calls that may wait long
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
@@ -799,9 +799,12 @@ func (s *Server) serveCall(c *streamCall) {
 	}
 	var resp any
 	var epoch uint64
-	if h.Method == wire.MethodCellStatus {
+	switch h.Method {
+	case wire.MethodCellStatus:
 		resp, err = s.cellStatus(ctx, c.caller, body)
-	} else {
+	case wire.MethodAuditRead:
+		resp, err = s.auditRead(ctx, c.caller, body)
+	default:
 		resp, epoch, err = s.master.Dispatch(ctx, c.caller, h, body)
 	}
 	cancel()
