@@ -66,6 +66,10 @@ type Config struct {
 	// permission denial and ACL change, at Info) instead of Logger, so
 	// that they are kept whatever level Logger keeps (master.Config.Audit).
 	AuditLogger *slog.Logger
+	// AuditRetainBytes bounds the replica's audit trail on disk (the
+	// records of every mutation, in DATA/audit): past it the oldest
+	// segments are deleted. 0: audit.DefaultRetainBytes.
+	AuditRetainBytes int64
 	// MetricsAddr, when set, is the replica's HTTP port for operators:
 	// Prometheus metrics at /metrics, /healthz, /readyz and a status page
 	// at / (with /status.json). With TLS it speaks TLS with the client

@@ -32,6 +32,8 @@ type DevConfig struct {
 	// MetricsPort, when non-zero, serves replica i's metrics on
 	// 127.0.0.1:MetricsPort+i.
 	MetricsPort int
+	// AuditRetainBytes as in Config.
+	AuditRetainBytes int64
 }
 
 // Dev is a running development cell.
@@ -62,7 +64,7 @@ func StartDev(cfg DevConfig) (*Dev, error) {
 		}
 		s, err := New(Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
 			LeaseTTL: cfg.LeaseTTL, MaxLeaseTTL: cfg.MaxLeaseTTL, KeepAliveTarget: cfg.KeepAliveTarget, DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
-			MetricsAddr: metrics, Insecure: true})
+			MetricsAddr: metrics, Insecure: true, AuditRetainBytes: cfg.AuditRetainBytes})
 		if err != nil {
 			d.Close()
 			return nil, fmt.Errorf("start replica %s: %w", p.ID, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/yamux"
 
+	"lockcell/audit"
 	"lockcell/cell/certs"
 	"lockcell/cell/wire"
 	"lockcell/master"
@@ -78,7 +79,8 @@ func New(cfg Config) (*Server, error) {
 		peers = append(peers, replica.Peer{ID: p.ID, RaftAddr: p.RaftAddr})
 	}
 	rcfg := replica.Config{ID: cfg.Self, Cell: cfg.Cell, Dir: cfg.Dir, RaftAddr: self.RaftAddr,
-		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger, Transport: cfg.Transport, Join: cfg.Join}
+		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger, Transport: cfg.Transport, Join: cfg.Join,
+		Audit: audit.Options{RetainBytes: cfg.AuditRetainBytes}}
 	if cfg.PeerTLS != nil {
 		// Only replica certificates of the cell's CA speak Raft
 		// (docs/spec.md#the-raft-port).

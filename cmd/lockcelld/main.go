@@ -17,11 +17,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"lockcell/audit"
 	"lockcell/buildinfo"
 	"lockcell/cell"
 	"lockcell/cell/certs"
@@ -42,7 +44,9 @@ func main() {
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "debug, info, warn or error", EnvVars: []string{"LOCKCELL_LOG_LEVEL"}},
 			&cli.BoolFlag{Name: "log-json", Usage: "structured JSON logs"},
 			&cli.StringFlag{Name: "audit-log", Value: "stderr", EnvVars: []string{"LOCKCELL_AUDIT_LOG"},
-				Usage: "where audit lines (permission denials, ACL changes) go, whatever --log-level says: stderr, stdout, a file (appended) or off"},
+				Usage: "where this replica's audit lines (permission denials, ACL changes it served as master) go, whatever --log-level says: stderr, stdout, a file (appended; SIGHUP reopens it, for rotation) or off"},
+			&cli.GenericFlag{Name: "audit-retain", Value: newByteSize(audit.DefaultRetainBytes), EnvVars: []string{"LOCKCELL_AUDIT_RETAIN"},
+				Usage: "disk the replica's audit trail (every mutation of the cell, in DATA/audit, served by lockcell audit) may fill before its oldest records are deleted, e.g. 1GiB"},
 		},
 		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand()},
 	}
@@ -64,14 +68,45 @@ func logger(c *cli.Context) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
 
+// auditFiles are the --audit-log files this process opened: SIGHUP
+// reopens them (reopenAuditLogs), for log rotation.
+var auditFiles struct {
+	sync.Mutex
+	open []*cell.AuditFile
+}
+
 // auditLogger opens the --audit-log stream; it stays open for the life of
-// the process.
+// the process, and SIGHUP reopens its file.
 func auditLogger(c *cli.Context) (*slog.Logger, error) {
-	l, _, err := cell.OpenAuditLog(c.String("audit-log"), c.Bool("log-json"))
+	l, f, err := cell.OpenAuditLog(c.String("audit-log"), c.Bool("log-json"))
 	if err != nil {
 		return nil, cli.Exit(err.Error(), 2)
 	}
+	auditFiles.Lock()
+	auditFiles.open = append(auditFiles.open, f)
+	auditFiles.Unlock()
 	return l, nil
+}
+
+// auditRetain is --audit-retain.
+func auditRetain(c *cli.Context) int64 {
+	if b, ok := c.Generic("audit-retain").(*byteSize); ok {
+		return int64(*b)
+	}
+	return 0
+}
+
+// reopenAuditLogs reopens the --audit-log file (SIGHUP), saying so.
+func reopenAuditLogs(log *slog.Logger) {
+	auditFiles.Lock()
+	defer auditFiles.Unlock()
+	for _, f := range auditFiles.open {
+		if err := f.Reopen(); err != nil {
+			log.Error("SIGHUP: the audit log could not be reopened; lines go on to the old file", "err", err)
+		} else if f.Path() != "" {
+			log.Info("SIGHUP: audit log reopened", "path", f.Path())
+		}
+	}
 }
 
 func timingFlags() []cli.Flag {
@@ -366,7 +401,7 @@ func devCommand() *cli.Command {
 			dcfg := cell.DevConfig{Cell: c.String("cell"), Dir: c.String("data"),
 				Peers:    cell.LoopbackPeers(c.Int("replicas"), c.Int("port"), c.Int("raft-port")),
 				LeaseTTL: c.Duration("lease"), MaxLeaseTTL: c.Duration("max-lease"), KeepAliveTarget: c.Int("keepalive-target"), DefaultLockDelay: c.Duration("lock-delay"), Logger: log,
-				MetricsPort: c.Int("metrics-port")}
+				MetricsPort: c.Int("metrics-port"), AuditRetainBytes: auditRetain(c)}
 			audit, err := auditLogger(c)
 			if err != nil {
 				return err
@@ -406,7 +441,8 @@ func devCommand() *cli.Command {
 					fmt.Println("lockcell dev cell: shutting down")
 					return d.Close()
 				case <-sig.hup:
-					log.Warn("SIGHUP: a dev cell has nothing to reload (its certificates are read at start)")
+					reopenAuditLogs(log)
+					log.Info("SIGHUP: a dev cell has no certificates to reload (they are read at start)")
 				}
 			}
 		},
@@ -489,6 +525,7 @@ func serveCommand() *cli.Command {
 						return cli.Exit(err.Error(), 1)
 					}
 				case <-sig.hup:
+					reopenAuditLogs(cfg.Logger)
 					if reloader == nil {
 						cfg.Logger.Warn("SIGHUP: no certificates to reload (no TLS)")
 					} else if reloader.Reload() == nil {
@@ -581,6 +618,7 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 	if cfg.AuditLogger, err = auditLogger(c); err != nil {
 		return cell.Config{}, err
 	}
+	cfg.AuditRetainBytes = auditRetain(c)
 	if c.Bool("insecure-bind-any") && !c.Bool("insecure") {
 		return cell.Config{}, cli.Exit("--insecure-bind-any goes with --insecure only", 2)
 	}
