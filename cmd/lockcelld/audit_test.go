@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,144 @@ func TestServeAuditLinesAtDefaultLevel(t *testing.T) {
 				t.Errorf("replica %d logged an Info line at the default level: %s", i, l)
 			}
 		}
+	}
+}
+
+// readTrail reads replica addr's whole audit trail, page by page.
+func readTrail(t *testing.T, cfg client.Config, addr string) []client.AuditRecord {
+	t.Helper()
+	var out []client.AuditRecord
+	q := client.AuditQuery{Since: 1, Max: 7} // small pages: paging is part of what is checked
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		page, err := client.ReadAudit(ctx, cfg, addr, q)
+		cancel()
+		if err != nil {
+			t.Fatalf("audit trail of %s: %v", addr, err)
+		}
+		out = append(out, page.Records...)
+		if len(page.Records) == 0 || page.Next > page.Last {
+			return out
+		}
+		q.Since = page.Next
+	}
+}
+
+// The audit trail is the cell's, not a master's: mutations made before
+// and after the master is killed are on every replica's trail, in one
+// order, each once, with the new master's epoch between them, also on
+// the killed replica once it is back (it replays what it had and skips
+// it). Any replica serves it, to the admin only.
+func TestAuditTrailAcrossFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs three processes")
+	}
+	bin := fixtures.BuildLockcelld(t)
+	set := fixtures.TestCerts(t, "alice")
+	pc := fixtures.NewProcCellWith(t, bin, "trail", 3, 4*time.Second, fixtures.ProcOptions{TLS: set})
+	mi := pc.MasterIndex(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	admin, err := client.Dial(ctx, pc.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	acfg := pc.ClientConfig()
+	acfg.TLS = set.ClientTLS(t, "alice")
+	alice, err := client.Dial(ctx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+
+	write := func(i int) {
+		t.Helper()
+		h, err := admin.Open(ctx, pc.Name(fmt.Sprintf("w-%d", i)), client.Read|client.Write|client.Create)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.SetContents(ctx, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+	}
+	for i := range 10 {
+		write(i)
+	}
+	pc.Kill(mi)
+	pc.MasterIndex(60 * time.Second)
+	for i := 10; i < 20; i++ {
+		write(i) // through the fail-over: the client finds the new master
+	}
+	pc.Start(mi)
+
+	if _, err := client.ReadAudit(ctx, acfg, pc.Addrs()[0], client.AuditQuery{}); !errors.Is(err, client.ErrPermission) {
+		t.Fatalf("alice reads the audit trail: %v, want ErrPermission", err)
+	}
+	cfg := pc.ClientConfig()
+	trails := make([][]client.AuditRecord, pc.N())
+	deadline := time.Now().Add(60 * time.Second)
+	for i := range pc.N() {
+		for { // the restarted replica catches up
+			trails[i] = readTrail(t, cfg, pc.Addrs()[i])
+			if n := len(trails[i]); n > 0 && trails[i][n-1].Name == pc.Name("w-19") && trails[i][n-1].Op == "write" ||
+				time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	key := func(r client.AuditRecord) string {
+		return fmt.Sprintf("%d %s %s %s %s", r.Index, r.Op, r.Principal, r.Name, r.Result)
+	}
+	for i, trail := range trails {
+		creates, writes, epochs, aliceSessions := map[string]int{}, map[string]int{}, 0, 0
+		var prev uint64
+		epochAt := -1
+		for j, r := range trail {
+			if r.Index <= prev {
+				t.Fatalf("replica %d: record %d (%s) after %d: the trail must be in index order, each once", i, r.Index, key(r), prev)
+			}
+			prev = r.Index
+			if i > 0 && (j >= len(trails[0]) || key(trails[0][j]) != key(r)) {
+				t.Fatalf("replica %d's record %d is %q, replica 0's differs: every replica holds the same trail", i, j, key(r))
+			}
+			switch {
+			case r.Op == "gap":
+				t.Fatalf("replica %d: gap record %s (no snapshot was installed)", i, r.Detail)
+			case r.Op == "create" && r.Result == "ok":
+				creates[r.Name]++
+			case r.Op == "write" && r.Result == "ok":
+				writes[r.Name]++
+				if r.Principal != "admin" || r.Session == 0 || r.Program == "" {
+					t.Fatalf("replica %d: write record %+v: want the admin's principal, session and declared program", i, r)
+				}
+			case r.Op == "epoch":
+				epochs++
+				if r.Detail == "master epoch 2" {
+					epochAt = j
+				}
+			case r.Op == "create_session" && r.Principal == "alice":
+				aliceSessions++
+			}
+		}
+		for w := range 20 {
+			n := pc.Name(fmt.Sprintf("w-%d", w))
+			if creates[n] != 1 || writes[n] != 1 {
+				t.Fatalf("replica %d: %s created %d and written %d times in the trail; want once each", i, n, creates[n], writes[n])
+			}
+		}
+		if epochs != 2 || epochAt < 0 || aliceSessions != 1 {
+			t.Fatalf("replica %d: %d epoch records (epoch 2 at %d), %d sessions of alice; want 2, one after the kill, and 1", i, epochs, epochAt, aliceSessions)
+		}
+		for j, r := range trail {
+			if r.Name == pc.Name("w-9") && r.Op == "write" && j > epochAt || r.Name == pc.Name("w-10") && r.Op == "create" && j < epochAt {
+				t.Fatalf("replica %d: %s at %d, new epoch at %d: the trail's order is the cell's", i, key(r), j, epochAt)
+			}
+		}
+	}
+	if len(trails[mi]) != len(trails[0]) {
+		t.Fatalf("the restarted replica holds %d records, the others %d", len(trails[mi]), len(trails[0]))
 	}
 }
