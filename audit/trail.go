@@ -23,6 +23,11 @@ const (
 	// flushAt is the buffered bytes past which Append writes at once,
 	// without waiting for the entry's end.
 	flushAt = 256 << 10
+	// flushEvery bounds how long an appended record waits in memory
+	// before it is written (readers of the trail and a snapshot write
+	// at once), so that a tool tailing the files sees it soon, while
+	// the apply path pays a write for many records, not one each.
+	flushEvery = 100 * time.Millisecond
 	// tailRead is how much of the newest segment Open reads to find the
 	// last record: far more than the longest line (names are at most
 	// 1 KiB, messages a few hundred bytes).
@@ -68,10 +73,13 @@ type Trail struct {
 	mu      sync.Mutex
 	f       *os.File // the newest segment, opened for appending
 	segs    []segment
-	buf     []byte // whole lines appended and not yet written
-	last    uint64 // the highest index appended (written or buffered)
-	written uint64 // the highest index written to the file
-	changed chan struct{}
+	buf     []byte        // whole lines appended and not yet written
+	last    uint64        // the highest index appended (written or buffered)
+	written uint64        // the highest index written to the file
+	changed chan struct{} // closed when a record is appended while waiting > 0
+	waiting int
+	timer   *time.Timer // the pending flush of buf, or nil
+	closed  bool
 	err     error // the first write error: the trail stops there and says so
 }
 
@@ -196,7 +204,8 @@ func (t *Trail) Last() uint64 {
 
 // Append adds r to the trail, unless the trail already holds its index
 // (a replay after restart): records are kept once, in index order. It
-// buffers; Flush writes.
+// encodes r before it returns (the caller may reuse it) and buffers;
+// the trail writes within flushEvery, or at once past flushAt.
 func (t *Trail) Append(r *Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -208,9 +217,24 @@ func (t *Trail) Append(r *Record) {
 	}
 	t.buf = appendLine(t.buf, r)
 	t.last = r.Index
-	if len(t.buf) >= flushAt {
+	switch {
+	case len(t.buf) >= flushAt:
 		t.flushLocked()
+	case t.timer == nil && !t.closed:
+		t.timer = time.AfterFunc(flushEvery, t.flushLater)
 	}
+	if t.waiting > 0 {
+		close(t.changed)
+		t.changed, t.waiting = make(chan struct{}), 0
+	}
+}
+
+// flushLater is the timed flush Append schedules.
+func (t *Trail) flushLater() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.timer = nil
+	t.flushLocked()
 }
 
 // Gap records that this replica never saw the records up to and
@@ -261,8 +285,6 @@ func (t *Trail) flushLocked() error {
 	}
 	t.buf = t.buf[:0]
 	t.written = t.last
-	close(t.changed)
-	t.changed = make(chan struct{})
 	return nil
 }
 
@@ -297,6 +319,15 @@ func (t *Trail) Close() error {
 	err := t.Sync()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.closed = true
+	if t.timer != nil {
+		t.timer.Stop()
+		t.timer = nil
+	}
+	if t.waiting > 0 {
+		close(t.changed)
+		t.changed, t.waiting = make(chan struct{}), 0
+	}
 	if cerr := t.f.Close(); err == nil {
 		err = cerr
 	}
@@ -478,16 +509,17 @@ func (q Query) keeps(line []byte) bool {
 	return true
 }
 
-// Wait returns when the trail has written a record past after, or when
-// ctx ends (with its error).
+// Wait returns when the trail holds a record past after (Read then
+// returns it), or when ctx ends (with its error).
 func (t *Trail) Wait(ctx context.Context, after uint64) error {
 	for {
 		t.mu.Lock()
-		if t.written > after || t.err != nil {
+		if t.last > after || t.err != nil {
 			err := t.err
 			t.mu.Unlock()
 			return err
 		}
+		t.waiting++
 		ch := t.changed
 		t.mu.Unlock()
 		select {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"lockcell/audit"
+
 	"github.com/hashicorp/raft"
 )
 
@@ -29,17 +31,33 @@ func BenchmarkFSMApply(b *testing.B) {
 			b.Fatal(r.Err)
 		}
 	}
-	b.Run("SetContents", func(b *testing.B) {
-		h, s, handle := setup(b)
-		seq := h.seq[s]
-		contents := make([]byte, 100)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for range b.N {
-			seq++
-			apply(b, h, &Command{Time: h.now, Session: s, Seq: seq, Ack: seq - 1, Payload: &SetContentsArgs{Handle: handle, Contents: contents}})
+	for _, trail := range []bool{false, true} {
+		name := "SetContents"
+		if trail {
+			// With the audit trail a replica keeps (package audit): one
+			// record buffered a command, written once an entry.
+			name += "/audited"
 		}
-	})
+		b.Run(name, func(b *testing.B) {
+			h, s, handle := setup(b)
+			if trail {
+				tr, err := audit.Open(b.TempDir(), audit.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tr.Close()
+				h.f.SetAuditor(tr)
+			}
+			seq := h.seq[s]
+			contents := make([]byte, 100)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				seq++
+				apply(b, h, &Command{Time: h.now, Session: s, Seq: seq, Ack: seq - 1, Principal: "admin", Admin: true, Payload: &SetContentsArgs{Handle: handle, Contents: contents}})
+			}
+		})
+	}
 	b.Run("AcquireRelease", func(b *testing.B) {
 		h, s, handle := setup(b)
 		seq := h.seq[s]

@@ -16,12 +16,12 @@ import (
 // answers from its first result was already recorded and is not again.
 
 // Auditor receives the audit records of applied commands. *audit.Trail is
-// one; Append and Gap are called with the state machine's lock held, so
-// they only buffer, and Flush once per entry after it is released.
+// one. Append and Gap are called with the state machine's lock held, so
+// they must only buffer (the trail writes on its own, soon after); Sync
+// before a snapshot.
 type Auditor interface {
 	Append(*audit.Record)
 	Gap(through uint64)
-	Flush() error
 	Sync() error
 }
 
@@ -110,7 +110,8 @@ func (f *FSM) auditApplied(index uint64, c *Command, s auditSubject, r *Result) 
 	if s.op == "" {
 		return
 	}
-	rec := &audit.Record{Index: index, Time: audit.TimeOf(c.Time), Op: s.op, Principal: c.Principal, Admin: c.Admin,
+	rec := &f.auditRecord // the trail encodes it before Append returns
+	*rec = audit.Record{Index: index, Time: audit.TimeOf(c.Time), Op: s.op, Principal: c.Principal, Admin: c.Admin,
 		Session: c.Session, Name: s.name, Result: "ok"}
 	if id := s.sess; id != nil {
 		rec.Client, rec.Host, rec.PID, rec.Program = id.Client, id.Host, id.PID, id.Program

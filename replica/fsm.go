@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"lockcell/audit"
+
 	"github.com/hashicorp/raft"
 )
 
@@ -35,8 +37,10 @@ type FSM struct {
 	lastIndex uint64
 	cellKey   []byte
 	observer  Observer
-	// auditor receives the audit trail's records (audit.go), or is nil.
-	auditor Auditor
+	// auditor receives the audit trail's records (audit.go), or is nil;
+	// auditRecord is the one record being handed to it.
+	auditor     Auditor
+	auditRecord audit.Record
 	// watch indexes handles that asked for events by name (watch.go).
 	watch map[string]*watchSet
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
@@ -129,16 +133,12 @@ func (f *FSM) Apply(l *raft.Log) any {
 		res = f.applyDedup(f.nextIndex(l.Index), cmd)
 	}
 	f.applied = l.Index
-	auditor := f.auditor
 	obs := f.observer
 	var changes []Change
 	if obs != nil && len(f.changes) > 0 {
 		changes = append([]Change(nil), f.changes...)
 	}
 	f.mu.Unlock()
-	if auditor != nil {
-		auditor.Flush() // a failed write is the trail's to report (it stops and says so)
-	}
 	if changes != nil {
 		obs(l.Index, changes)
 	}
