@@ -159,8 +159,7 @@ func TestServeAuditLinesAtDefaultLevel(t *testing.T) {
 }
 
 // readTrail reads replica addr's whole audit trail, page by page.
-func readTrail(t *testing.T, cfg client.Config, addr string) []client.AuditRecord {
-	t.Helper()
+func readTrail(cfg client.Config, addr string) ([]client.AuditRecord, error) {
 	var out []client.AuditRecord
 	q := client.AuditQuery{Since: 1, Max: 7} // small pages: paging is part of what is checked
 	for {
@@ -168,11 +167,11 @@ func readTrail(t *testing.T, cfg client.Config, addr string) []client.AuditRecor
 		page, err := client.ReadAudit(ctx, cfg, addr, q)
 		cancel()
 		if err != nil {
-			t.Fatalf("audit trail of %s: %v", addr, err)
+			return nil, err
 		}
 		out = append(out, page.Records...)
 		if len(page.Records) == 0 || page.Next > page.Last {
-			return out
+			return out, nil
 		}
 		q.Since = page.Next
 	}
@@ -227,18 +226,21 @@ func TestAuditTrailAcrossFailover(t *testing.T) {
 	}
 	pc.Start(mi)
 
-	if _, err := client.ReadAudit(ctx, acfg, pc.Addrs()[0], client.AuditQuery{}); !errors.Is(err, client.ErrPermission) {
+	if _, err := client.ReadAudit(ctx, acfg, pc.Addrs()[(mi+1)%pc.N()], client.AuditQuery{}); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("alice reads the audit trail: %v, want ErrPermission", err)
 	}
 	cfg := pc.ClientConfig()
 	trails := make([][]client.AuditRecord, pc.N())
 	deadline := time.Now().Add(60 * time.Second)
 	for i := range pc.N() {
-		for { // the restarted replica catches up
-			trails[i] = readTrail(t, cfg, pc.Addrs()[i])
-			if n := len(trails[i]); n > 0 && trails[i][n-1].Name == pc.Name("w-19") && trails[i][n-1].Op == "write" ||
-				time.Now().After(deadline) {
+		for { // the restarted replica starts and catches up
+			trail, err := readTrail(cfg, pc.Addrs()[i])
+			trails[i] = trail
+			if n := len(trail); err == nil && n > 0 && trail[n-1].Name == pc.Name("w-19") && trail[n-1].Op == "write" {
 				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d's trail ends with %v (err %v), not the last write", i, trail[max(len(trail)-1, 0):], err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
