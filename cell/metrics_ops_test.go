@@ -63,7 +63,8 @@ func sample(text, name string, want ...string) (float64, bool) {
 // value: the quotas with their limits and how full they are, the disk and
 // the newest snapshot, the membership, the build, and, on the master only,
 // each follower's lag and last contact (a stopped follower falls behind by
-// the writes it misses, and its contact ages) and the round trips to it.
+// the writes it misses, and its contact ages) and the round trips to it,
+// for the members of the configuration only.
 func TestOperatorMetrics(t *testing.T) {
 	peers := fixtures.FreePeers(t, 3)
 	ports := fixtures.FreePorts(t, 3)
@@ -181,6 +182,20 @@ func TestOperatorMetrics(t *testing.T) {
 		contact, _ := sample(text, "lockcell_follower_last_contact_seconds", `member="`+gone.ID()+`"`)
 		liveLag, _ := sample(text, "lockcell_follower_lag_entries", `member="`+live.ID()+`"`)
 		return lag >= writes && contact >= 1 && !math.IsInf(contact, 1) && liveLag == 0
+	})
+
+	// Removed from the cell, the follower leaves the membership counts
+	// and every series labelled with it: the member label holds the
+	// configuration's members only.
+	if _, err := cl.RemoveReplica(ctx, gone.ID()); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 20*time.Second, "the removed member's series gone", func() bool {
+		text = scrape(t, nil, "http", m.MetricsAddr())
+		voters, _ := sample(text, "lockcell_voters")
+		members, _ := sample(text, "lockcell_members")
+		_, liveOK := sample(text, "lockcell_follower_lag_entries", `member="`+live.ID()+`"`)
+		return voters == 2 && members == 2 && liveOK && !strings.Contains(text, `member="`+gone.ID()+`"`)
 	})
 }
 
