@@ -15,7 +15,7 @@ TESTTAGS  ?= faultpoints
 
 .PHONY: all build run certs test bench bench-cell race vet depcheck fmt clean
 .PHONY: torture
-.PHONY: fuzz-short netns-deps browser-deps postgres-deps
+.PHONY: fuzz-short netns-deps browser-deps postgres-deps prometheus-deps
 
 all: build
 
@@ -39,7 +39,7 @@ certs: build
 # campaign runs last and alone:
 # it compares a victim's rate and latency under attack with its rate alone,
 # which other packages' tests running beside it would blur.
-test: vet depcheck fuzz-short netns-deps browser-deps postgres-deps
+test: vet depcheck fuzz-short netns-deps browser-deps postgres-deps prometheus-deps
 	$(GO) test $(TESTFLAGS) -tags '$(TESTTAGS)' ./cell/ ./fixtures/chaos/ ./fixtures/safety/ \
 	  $$($(GO) list $(PKGS) | grep -v -e '/fixtures/hostile$$' -e '/cell$$' -e '/fixtures/chaos$$' -e '/fixtures/safety$$')
 	$(GO) test $(TESTFLAGS) -tags '$(TESTTAGS)' ./fixtures/hostile/
@@ -73,6 +73,25 @@ postgres-deps:
 	  { echo "make: installing postgresql (apt-get) for TestPostgresConditionalWrite"; \
 	    apt-get install -y -qq postgresql >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq postgresql >/dev/null; }; }; } || \
 	  echo "make: PostgreSQL unavailable: TestPostgresConditionalWrite will skip"
+
+# The alert rules test (deploy TestAlertRulesPromtool) runs promtool, from
+# Debian's prometheus package. As root with apt-get it is installed here;
+# elsewhere the test says why it skips. The package would start a
+# Prometheus server and enable it at boot: a policy-rc.d (kept if one
+# exists) stops the start, and the service is disabled afterwards, so
+# nothing is left running or set to run.
+prometheus-deps:
+	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { echo "make: installing prometheus (apt-get, for promtool) for TestAlertRulesPromtool"; \
+	    pol=/usr/sbin/policy-rc.d; own=; [ -e $$pol ] || { printf '#!/bin/sh\nexit 101\n' > $$pol && chmod 755 $$pol && own=1; }; \
+	    { apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+	      { apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; }; st=$$?; \
+	    [ -z "$$own" ] || rm -f $$pol; \
+	    if [ -d /run/systemd/system ]; then systemctl disable --now prometheus.service >/dev/null 2>&1; \
+	    else deb-systemd-helper disable prometheus.service >/dev/null 2>&1; update-rc.d prometheus disable >/dev/null 2>&1; \
+	      [ ! -x /etc/init.d/prometheus ] || /etc/init.d/prometheus stop >/dev/null 2>&1; fi; \
+	    [ $$st -eq 0 ] && command -v promtool >/dev/null 2>&1; }; } || \
+	  echo "make: promtool unavailable: TestAlertRulesPromtool will skip"
 
 # Short fuzzing (docs/testplan.md#fuzzing): each target for FUZZTIME, one
 # target per run (as -fuzz requires), from one fuzz-instrumented test binary

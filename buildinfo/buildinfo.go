@@ -1,5 +1,6 @@
 // Package buildinfo reports what a lockcell binary knows of its own build
-// (module version, VCS commit, Go version) for both binaries' --version.
+// (module version, VCS commit, Go version) for both binaries' --version
+// and the replicas' lockcell_build_info metric.
 // It is a leaf: the CLI may use it without reaching server packages.
 package buildinfo
 

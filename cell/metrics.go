@@ -135,6 +135,7 @@ func newMetrics(s *Server) *metrics {
 			func() replica.HistogramSnapshot { return s.rep.Stats().Apply }),
 	)
 	m.reg.MustRegister(newQuotaCollector(s, labels))
+	m.reg.MustRegister(opsCollectors(s, labels)...)
 	for level, read := range map[string]func(master.EventStats) uint64{
 		"principal": func(st master.EventStats) uint64 { return st.OverPrincipal },
 		"process":   func(st master.EventStats) uint64 { return st.OverProcess },
@@ -234,17 +235,38 @@ func (h histogramFunc) Collect(ch chan<- prometheus.Metric) {
 // quotaCollector exposes what the namespace quotas count, from one
 // replica.QuotaStats a scrape: the cell's totals, the largest counts of
 // one principal (the admin, which no per-principal quota holds, left
-// out), and the refusals by quota. Counts per principal would be a label
-// per principal, unbounded, so only the largest is shown: the one nearest
-// its share.
+// out), and the refusals by quota; with the cell's two quotas and how
+// full each is. Counts per principal would be a label per principal,
+// unbounded, so only the largest is shown: the one nearest its share.
 type quotaCollector struct {
 	read                                        func() replica.QuotaStats
 	contentBytes, maxNodes, maxContent, refused *prometheus.Desc
+	// The cell's quotas as this replica's master enforces them (the
+	// configured ones, or their defaults).
+	nodesQuota                      int
+	contentBytesQuota               int64
+	nodesLimit, contentLimit, ratio *prometheus.Desc
 }
 
 func newQuotaCollector(s *Server, labels prometheus.Labels) quotaCollector {
 	admin := s.cfg.admin()
+	nodes, content := s.cfg.SessionLimits.Nodes, s.cfg.SessionLimits.ContentBytes
+	if nodes <= 0 {
+		nodes = DefaultSessionLimits.Nodes
+	}
+	if content <= 0 {
+		content = DefaultSessionLimits.ContentBytes
+	}
 	return quotaCollector{
+		nodesQuota: nodes, contentBytesQuota: content,
+		nodesLimit: prometheus.NewDesc("lockcell_nodes_limit",
+			"The cell's node quota (--max-nodes), the admin's reserve included: files and directories below the root.", nil, labels),
+		contentLimit: prometheus.NewDesc("lockcell_content_bytes_limit",
+			"The cell's content quota (--max-content-bytes), the admin's reserve included.", nil, labels),
+		ratio: prometheus.NewDesc("lockcell_quota_used_ratio",
+			"How full a cell-wide quota is, 0 to 1: nodes below the root over --max-nodes, or content bytes over --max-content-bytes. "+
+				"Principals other than the admin are refused when they would fill the admin's reserve, a little before 1.",
+			[]string{"quota"}, labels),
 		read: func() replica.QuotaStats { return s.rep.FSM().QuotaStats(admin) },
 		contentBytes: prometheus.NewDesc("lockcell_content_bytes",
 			"Bytes of all files' contents in the namespace (the content quota's count).", nil, labels),
@@ -263,6 +285,9 @@ func (q quotaCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- q.maxNodes
 	ch <- q.maxContent
 	ch <- q.refused
+	ch <- q.nodesLimit
+	ch <- q.contentLimit
+	ch <- q.ratio
 }
 
 func (q quotaCollector) Collect(ch chan<- prometheus.Metric) {
@@ -270,6 +295,10 @@ func (q quotaCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(q.contentBytes, prometheus.GaugeValue, float64(st.ContentBytes))
 	ch <- prometheus.MustNewConstMetric(q.maxNodes, prometheus.GaugeValue, float64(st.MaxPrincipalNodes))
 	ch <- prometheus.MustNewConstMetric(q.maxContent, prometheus.GaugeValue, float64(st.MaxPrincipalContentBytes))
+	ch <- prometheus.MustNewConstMetric(q.nodesLimit, prometheus.GaugeValue, float64(q.nodesQuota))
+	ch <- prometheus.MustNewConstMetric(q.contentLimit, prometheus.GaugeValue, float64(q.contentBytesQuota))
+	ch <- prometheus.MustNewConstMetric(q.ratio, prometheus.GaugeValue, float64(st.Nodes)/float64(q.nodesQuota), "nodes")
+	ch <- prometheus.MustNewConstMetric(q.ratio, prometheus.GaugeValue, float64(st.ContentBytes)/float64(q.contentBytesQuota), "content_bytes")
 	for r, n := range st.Refusals {
 		ch <- prometheus.MustNewConstMetric(q.refused, prometheus.CounterValue, float64(n), replica.QuotaReason(r).String())
 	}

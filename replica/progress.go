@@ -34,24 +34,58 @@ type PeerProgress struct {
 	LastLog uint64
 }
 
-// progress records PeerProgress by server id.
+// progress records PeerProgress by server id, and the round trips of
+// the AppendEntries this replica sent each follower as leader.
 type progress struct {
 	mu    sync.Mutex
 	peers map[raft.ServerID]PeerProgress
+	rtt   map[raft.ServerID]*peerRTT
 	now   func() time.Time
 }
 
 func newProgress() *progress {
-	return &progress{peers: map[raft.ServerID]PeerProgress{}, now: time.Now}
+	return &progress{peers: map[raft.ServerID]PeerProgress{}, rtt: map[raft.ServerID]*peerRTT{}, now: time.Now}
 }
 
-// appended records the answer to an AppendEntries sent in term.
-func (p *progress) appended(id raft.ServerID, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
+// peerRTT is one follower's round trips. It is made once per member and
+// then only counted into (Histogram is lock-free), so a heartbeat costs
+// no allocation.
+type peerRTT struct {
+	heartbeat, append Histogram
+}
+
+// PeerRTT is the round trips of the AppendEntries this replica sent one
+// follower while it led, answered ones only, since the follower became
+// known to it (a member removed and added again starts over).
+type PeerRTT struct {
+	// Heartbeat times the AppendEntries that carried no entries
+	// (heartbeats and probes): the network both ways and the follower's
+	// handling, no disk write.
+	Heartbeat HistogramSnapshot
+	// Append times those that carried entries: the follower stores and
+	// fsyncs them before it answers, so this adds its disk to the
+	// network.
+	Append HistogramSnapshot
+}
+
+// appended records the answer to an AppendEntries sent in term, which
+// took took from sending to the answer.
+func (p *progress) appended(id raft.ServerID, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, took time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.rtt[id]
+	if h == nil {
+		h = &peerRTT{}
+		p.rtt[id] = h
+	}
+	if len(args.Entries) == 0 {
+		h.heartbeat.Observe(took)
+	} else {
+		h.append.Observe(took)
+	}
 	if resp.Term > args.Term {
 		return // the follower knows a newer leader: nothing to credit
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	pp := p.peers[id]
 	if pp.Term != args.Term {
 		pp = PeerProgress{Term: args.Term}
@@ -95,6 +129,7 @@ func (p *progress) forget(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.peers, raft.ServerID(id))
+	delete(p.rtt, raft.ServerID(id))
 }
 
 // snapshot returns the records of term.
@@ -106,6 +141,17 @@ func (p *progress) snapshot(term uint64) map[string]PeerProgress {
 		if pp.Term == term {
 			out[string(id)] = pp
 		}
+	}
+	return out
+}
+
+// rttSnapshot reads every follower's round trips.
+func (p *progress) rttSnapshot() map[string]PeerRTT {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]PeerRTT, len(p.rtt))
+	for id, h := range p.rtt {
+		out[string(id)] = PeerRTT{Heartbeat: h.heartbeat.Snapshot(), Append: h.append.Snapshot()}
 	}
 	return out
 }
@@ -135,11 +181,14 @@ func track(t raft.Transport, p *progress) raft.Transport {
 	return &base
 }
 
-// AppendEntries sends the RPC and records the answer.
+// AppendEntries sends the RPC and records the answer and its round trip
+// (two clock reads: raft's replication calls this synchronously, one RPC
+// at a time per follower, so the time is the RPC's own).
 func (t *tracked) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	start := time.Now()
 	err := t.Transport.AppendEntries(id, target, args, resp)
 	if err == nil {
-		t.p.appended(id, args, resp)
+		t.p.appended(id, args, resp, time.Since(start))
 	}
 	return err
 }
@@ -177,4 +226,12 @@ func (t *trackedPreVote) RequestPreVote(id raft.ServerID, target raft.ServerAddr
 // on raft's loops.
 func (r *Replica) Progress() map[string]PeerProgress {
 	return r.progress.snapshot(r.raft.CurrentTerm())
+}
+
+// PeerRTT returns the AppendEntries round trips this replica measured to
+// each follower while it led, by server id: members it never led are
+// absent, and a removed member's are dropped. Unlike Progress it keeps
+// the figures across terms, so they only grow (Prometheus histograms).
+func (r *Replica) PeerRTT() map[string]PeerRTT {
+	return r.progress.rttSnapshot()
 }
