@@ -195,6 +195,32 @@ func indexOf(line []byte) (uint64, bool) {
 	return v, err == nil
 }
 
+// Stats describe the trail for operators.
+type Stats struct {
+	// Bytes on disk in all segments, and the segments' count.
+	Bytes    int64
+	Segments int
+	// Last is the highest index held.
+	Last uint64
+	// Err is the write error that stopped the trail, or nil: records
+	// applied after it are missing from this replica's trail.
+	Err error
+}
+
+// Stats reports the trail's size and health.
+func (t *Trail) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := Stats{Segments: len(t.segs), Last: t.last, Err: t.err}
+	if t.closed {
+		st.Err = nil // closed on purpose, not failed
+	}
+	for _, s := range t.segs {
+		st.Bytes += s.size
+	}
+	return st
+}
+
 // Last is the highest index the trail holds (written or buffered).
 func (t *Trail) Last() uint64 {
 	t.mu.Lock()

@@ -29,7 +29,43 @@ func opsCollectors(s *Server, labels prometheus.Labels) []prometheus.Collector {
 		newMembershipCollector(s, labels),
 		newBuildInfoCollector(labels),
 		newCertCollector(s, labels),
+		newAuditTrailCollector(s, labels),
 	}
+}
+
+// auditTrailCollector exposes the audit trail's size and health
+// (audit.Trail.Stats).
+type auditTrailCollector struct {
+	rep                 *replica.Replica
+	bytes, last, failed *prometheus.Desc
+}
+
+func newAuditTrailCollector(s *Server, labels prometheus.Labels) auditTrailCollector {
+	return auditTrailCollector{rep: s.rep,
+		bytes: prometheus.NewDesc("lockcell_audit_trail_bytes",
+			"Bytes of this replica's audit trail on disk (DATA/audit; the oldest records go past --audit-retain).", nil, labels),
+		last: prometheus.NewDesc("lockcell_audit_trail_last_index",
+			"The command index of the newest record in this replica's audit trail.", nil, labels),
+		failed: prometheus.NewDesc("lockcell_audit_trail_failed",
+			"1 when this replica's audit trail stopped at a write error (its records from then on are missing here; other replicas hold them), else 0.", nil, labels),
+	}
+}
+
+func (a auditTrailCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- a.bytes
+	ch <- a.last
+	ch <- a.failed
+}
+
+func (a auditTrailCollector) Collect(ch chan<- prometheus.Metric) {
+	st := a.rep.Audit().Stats()
+	failed := 0.0
+	if st.Err != nil {
+		failed = 1
+	}
+	ch <- prometheus.MustNewConstMetric(a.bytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(a.last, prometheus.GaugeValue, float64(st.Last))
+	ch <- prometheus.MustNewConstMetric(a.failed, prometheus.GaugeValue, failed)
 }
 
 // diskCollector exposes replica.DiskUsage.
