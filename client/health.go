@@ -261,6 +261,9 @@ func judgeMember(m ReplicaStatus, answers []StatusAnswer, used []bool, ms *CellS
 		h.Problems = append(h.Problems, "does not answer: "+h.Error)
 	}
 	if ms == nil {
+		// Without the master's answer, answering is all that can be
+		// judged (the verdict is unavailable anyway).
+		h.Healthy = len(h.Problems) == 0
 		return h
 	}
 	// The master's view of the member.

@@ -229,7 +229,7 @@ func (e *env) printStatus(rows []statusRow, masterID, masterAddr string) error {
 			}
 			role := "down"
 			if r.NotMember {
-				role = "down, not a member"
+				role = "down (not a member)"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\t\t\t%s\n", id, r.Addr, role, r.Error)
 			continue
@@ -240,7 +240,7 @@ func (e *env) printStatus(rows []statusRow, masterID, masterAddr string) error {
 		}
 		role := strings.ToLower(st.State)
 		if r.NotMember {
-			role += ", not a member"
+			role += " (not a member)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", st.Self, r.Addr, role, mark,
 			st.Epoch, st.Term, st.CommitIndex, st.AppliedIndex, st.Sessions, st.Nodes)
