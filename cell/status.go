@@ -14,7 +14,8 @@ import (
 const DefaultStateHashInterval = time.Second
 
 // cellStatus answers CellStatus. The plain status is cheap (counters and
-// Raft's view) and open to any caller, as a health probe is. The state
+// Raft's view) and open to any caller, as a health probe is; the health
+// detail is the admin's and the monitoring role's (statusDetail). The state
 // hash is not: it encodes the whole replicated state while holding off the
 // replica's applies (at 100,000 nodes, tens of milliseconds and tens of
 // MiB), so it is the admin's alone, rate-limited by hashGate, and the
