@@ -46,7 +46,8 @@ func healthCommand(e *env) *cli.Command {
 			"/ls/<cell>/acl/monitor (one principal a line, as every ACL file).\n\n" +
 			"Exit codes: 0 healthy; 3 degraded (a voter is down, unreachable, not heard from or lagging, and a " +
 			"quorum of voters is healthy); 4 unavailable (no master known or answering, or fewer healthy voters " +
-			"than a quorum); 1 other errors (e.g. permission: the caller has neither role); 2 usage.\n\n" +
+			"than a quorum); 1 other errors (e.g. permission: the caller has neither role; or the cell refused " +
+			"the caller's certificate); 2 usage.\n\n" +
 			"With --json prints one document: {\"cell\", \"verdict\": \"healthy|degraded|unavailable\", \"master\": " +
 			"{\"id\", \"addr\", \"term\"} or null, \"quorum\": {\"voters\", \"needed\", \"healthy_voters\", \"kept\"}, " +
 			"\"replicas\": [{\"id\", \"addr\", \"member\", \"voter\", \"master\", \"reachable\", \"role\", \"term\", " +
@@ -73,9 +74,14 @@ func healthCommand(e *env) *cli.Command {
 			rows := e.queryStatusBy(client.QueryStatusDetail)
 			answers := make([]client.StatusAnswer, len(rows))
 			for i, r := range rows {
-				if errors.Is(r.err, client.ErrPermission) {
+				// The caller's own problems are not the cell's: exit 1,
+				// not a verdict a probe would page on.
+				switch {
+				case errors.Is(r.err, client.ErrPermission):
 					return &opError{op: "health", err: r.err,
 						hint: "use the admin's --cert and --key, or have the admin list your principal in acl/monitor"}
+				case errors.Is(r.err, client.ErrCertificateRefused):
+					return &opError{op: "health", err: r.err}
 				}
 				answers[i] = client.StatusAnswer{Addr: r.Addr, Status: r.Status, Err: r.err}
 				if r.err != nil {

@@ -87,6 +87,13 @@ func TestBinaryHealth(t *testing.T) {
 	if res.code != exitError || !strings.Contains(res.stderr, "permission") || !strings.Contains(res.stderr, "/ls/h/acl/monitor") {
 		t.Fatalf("alice's health: exit %d, stderr %q; want a permission error naming /ls/h/acl/monitor", res.code, res.stderr)
 	}
+	// A certificate the cell refuses is the caller's problem, not the
+	// cell's: exit 1, not a verdict.
+	oc, ok := fixtures.TestCerts(t, "mon").UserFiles(t, "mon")
+	res = runBin(append([]string{"--cert", oc, "--key", ok, "--ca", set.CAFile()}, base...), "health")
+	if res.code != exitError || !strings.Contains(res.stderr, "refused") {
+		t.Fatalf("health with a certificate of another CA: exit %d, stderr %q; want exit 1, refused", res.code, res.stderr)
+	}
 	for _, args := range [][]string{{"mkdir", "acl"}, {"put", "acl/monitor", "mon\n"}} {
 		if res := runBin(admin, args...); res.code != exitOK {
 			t.Fatalf("admin %q: exit %d, stderr %q", args, res.code, res.stderr)
