@@ -112,6 +112,13 @@ func TestBinaryHealth(t *testing.T) {
 	if res := runBin(mon, "status"); res.code != exitOK || !strings.Contains(res.stdout, stray+"  down (not a member)") {
 		t.Fatalf("status does not mark the stray address: exit %d\n%s", res.code, res.stdout)
 	}
+	// The monitoring role lists the members, and changes none.
+	if res := runBin(mon, "replica", "list"); res.code != exitOK || !strings.Contains(res.stdout, "5 members, 5 voters") {
+		t.Fatalf("mon's replica list: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	if res := runBin(mon, "--json", "replica", "remove", pc.Peers()[0].ID); res.code != exitError || !strings.Contains(res.stderr, `"code":"permission"`) {
+		t.Fatalf("mon's replica remove: exit %d, stderr %q; want a permission error", res.code, res.stderr)
+	}
 	if res := runBin(mon, "health", "--max-contact", "0s"); res.code != exitUsage {
 		t.Fatalf("--max-contact 0s: exit %d, stderr %q", res.code, res.stderr)
 	}
