@@ -14,7 +14,8 @@ import (
 const DefaultStateHashInterval = time.Second
 
 // cellStatus answers CellStatus. The plain status is cheap (counters and
-// Raft's view) and open to any caller, as a health probe is. The state
+// Raft's view) and open to any caller, as a health probe is; the health
+// detail is the admin's and the monitoring role's (statusDetail). The state
 // hash is not: it encodes the whole replicated state while holding off the
 // replica's applies (at 100,000 nodes, tens of milliseconds and tens of
 // MiB), so it is the admin's alone, rate-limited by hashGate, and the
@@ -34,6 +35,11 @@ func (s *Server) cellStatus(ctx context.Context, caller master.Caller, body []by
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Sessions: uint64(sessions), Nodes: uint64(nodes),
 		Master: s.leaderHint()}
 	out.Replicas = s.members()
+	if req.Detail {
+		if err := s.statusDetail(caller, out); err != nil {
+			return nil, err
+		}
+	}
 	if !req.StateHash {
 		return out, nil
 	}
@@ -50,6 +56,43 @@ func (s *Server) cellStatus(ctx context.Context, caller master.Caller, body []by
 	}
 	out.StateHash, out.HashIndex = sum[:], idx
 	return out, nil
+}
+
+// statusDetail adds the health detail to out, for the admin and the
+// monitoring role only (master/monitor.go): this replica's disk usage
+// and, on the Raft leader, each member's health, last contact and match
+// index as the leader sees them. The plain status stays open to every
+// caller (clients find the master with it); the detail describes the
+// machines behind the cell, which an ordinary client has no need of.
+func (s *Server) statusDetail(caller master.Caller, out *wire.CellStatusResponse) error {
+	if !s.master.MayMonitor(caller.Principal) {
+		return s.master.MonitorDenied(caller.Principal, "ask for the replicas' health detail")
+	}
+	du := s.rep.DiskUsage()
+	out.Detail = true
+	out.Disk = &wire.DiskUsage{DataBytes: du.DataBytes, LogStoreBytes: du.LogStoreBytes, SnapshotsBytes: du.SnapshotsBytes,
+		LastSnapshotBytes: du.LastSnapshot, LastSnapshotIndex: du.LastSnapshotIdx,
+		AgeMillis: max(time.Since(du.Measured).Milliseconds(), 0)}
+	if out.State != "Leader" {
+		return nil // only the leader hears from every member
+	}
+	list, err := s.master.ListMembers()
+	if err != nil {
+		return nil // the plain status and the disk figures still stand
+	}
+	byID := make(map[string]wire.ReplicaStatus, len(list.Replicas))
+	for _, rs := range list.Replicas {
+		byID[rs.ID] = rs
+	}
+	for i, rs := range out.Replicas {
+		if l, ok := byID[rs.ID]; ok {
+			out.Replicas[i].Healthy, out.Replicas[i].LastContactMillis, out.Replicas[i].MatchIndex = l.Healthy, l.LastContactMillis, l.MatchIndex
+			if out.Replicas[i].Suffrage == "" {
+				out.Replicas[i].Suffrage = l.Suffrage
+			}
+		}
+	}
+	return nil
 }
 
 // stateHasher is what hashGate needs of the state machine.

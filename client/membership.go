@@ -133,7 +133,8 @@ func checkMember(id, clientAddr, raftAddr string) error {
 
 func replicaStatusOf(r wire.ReplicaStatus) ReplicaStatus {
 	return ReplicaStatus{ID: r.ID, ClientAddr: r.ClientAddr, RaftAddr: r.RaftAddr, Master: r.Master,
-		Suffrage: r.Suffrage, Healthy: r.Healthy, LastContact: time.Duration(r.LastContactMillis) * time.Millisecond}
+		Suffrage: r.Suffrage, Healthy: r.Healthy, LastContact: time.Duration(r.LastContactMillis) * time.Millisecond,
+		MatchIndex: r.MatchIndex}
 }
 
 // clientAddrs returns the members' client addresses (the known ones).

@@ -22,6 +22,10 @@ type ReplicaStatus struct {
 	// few heartbeats, and how long ago it last did (0 for the master).
 	Healthy     bool          `json:"healthy,omitempty"`
 	LastContact time.Duration `json:"last_contact_ns,omitempty"`
+	// MatchIndex (from the master only, as Healthy) is the highest log
+	// index the master knows the member holds; 0 for the master and for
+	// a member not heard from in this term.
+	MatchIndex uint64 `json:"match_index,omitempty"`
 }
 
 // CellStatus is one replica's view of the cell.
@@ -37,6 +41,11 @@ type CellStatus struct {
 	Sessions     uint64          `json:"sessions"`
 	Nodes        uint64          `json:"nodes"`
 	Replicas     []ReplicaStatus `json:"replicas"`
+	// Detail says the health detail was given (QueryStatusDetail): Disk
+	// is set and, when the answering replica is the master, Replicas
+	// carry Healthy, LastContact and MatchIndex.
+	Detail bool       `json:"detail,omitempty"`
+	Disk   *DiskUsage `json:"disk,omitempty"`
 }
 
 // QueryStatus asks the replica at addr, master or not, for its view of the
@@ -50,16 +59,28 @@ func QueryStatus(ctx context.Context, addr string) (*CellStatus, error) {
 // Dialer, TLS and DialTimeout): a cell with TLS answers nothing else. Only
 // those fields of cfg are used.
 func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus, error) {
-	resp, err := cellStatus(ctx, cfg, addr, false)
+	resp, err := cellStatus(ctx, cfg, addr, &wire.CellStatusRequest{})
 	if err != nil {
 		return nil, err
 	}
+	return cellStatusOf(resp), nil
+}
+
+func cellStatusOf(resp *wire.CellStatusResponse) *CellStatus {
 	out := &CellStatus{Cell: resp.Cell, Self: resp.Self, State: resp.State, Master: resp.Master, Epoch: resp.Epoch,
 		Term: resp.Term, CommitIndex: resp.CommitIndex, AppliedIndex: resp.AppliedIndex, Sessions: resp.Sessions, Nodes: resp.Nodes}
 	for _, r := range resp.Replicas {
 		out.Replicas = append(out.Replicas, replicaStatusOf(r))
 	}
-	return out, nil
+	if resp.Detail {
+		out.Detail = true
+	}
+	if d := resp.Disk; d != nil {
+		out.Disk = &DiskUsage{DataBytes: d.DataBytes, LogStoreBytes: d.LogStoreBytes, SnapshotsBytes: d.SnapshotsBytes,
+			LastSnapshotBytes: d.LastSnapshotBytes, LastSnapshotIndex: d.LastSnapshotIndex,
+			Age: time.Duration(d.AgeMillis) * time.Millisecond}
+	}
+	return out
 }
 
 // StateHash asks the replica at addr for the index of its last applied
@@ -73,14 +94,14 @@ func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus,
 // current is served again), and this call accepts that the master pauses
 // the cell's writes for it.
 func StateHash(ctx context.Context, cfg Config, addr string) (uint64, []byte, error) {
-	resp, err := cellStatus(ctx, cfg, addr, true)
+	resp, err := cellStatus(ctx, cfg, addr, &wire.CellStatusRequest{StateHash: true, AllowMaster: true})
 	if err != nil {
 		return 0, nil, err
 	}
 	return resp.HashIndex, resp.StateHash, nil
 }
 
-func cellStatus(ctx context.Context, cfg Config, addr string, hash bool) (*wire.CellStatusResponse, error) {
+func cellStatus(ctx context.Context, cfg Config, addr string, req *wire.CellStatusRequest) (*wire.CellStatusResponse, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 2 * time.Second
 	}
@@ -90,7 +111,7 @@ func cellStatus(ctx context.Context, cfg Config, addr string, hash bool) (*wire.
 	}
 	defer cn.close()
 	var resp wire.CellStatusResponse
-	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, &wire.CellStatusRequest{StateHash: hash, AllowMaster: hash}, &resp)
+	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, req, &resp)
 	if err == nil {
 		err = st.Err()
 	}

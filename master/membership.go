@@ -94,11 +94,15 @@ func (s *parts) lockMembers(ctx context.Context, stop <-chan struct{}) error {
 func (s *parts) unlockMembers() { <-s.members.sem }
 
 // membershipAdmit admits a membership call (ReplicaAdd, ReplicaRemove,
-// ReplicaList; session-less) before its body is read: the admin's alone,
-// on a replica that can change its membership.
+// ReplicaList; session-less) before its body is read: changes are the
+// admin's alone; the read-only ReplicaList is also open to the monitoring
+// role (monitor.go). Only on a replica that can change its membership.
 func (c *call) membershipAdmit() error {
-	if !c.isAdmin() {
-		return wire.Errorf(wire.CodePermission, "only the cell admin may list or change the replicas (%s is not)", c.caller.Principal)
+	switch {
+	case c.h.Method == wire.MethodReplicaList && !c.mayMonitor(c.caller.Principal):
+		return c.monitorDenied(c.caller.Principal, "list the replicas")
+	case c.h.Method != wire.MethodReplicaList && !c.isAdmin():
+		return wire.Errorf(wire.CodePermission, "only the cell admin may change the replicas (%s is not)", c.caller.Principal)
 	}
 	_, err := c.ops()
 	return err
@@ -434,6 +438,7 @@ func (s *parts) listMembers(ops membershipOps) (*wire.ReplicaListResponse, error
 		rs.Healthy = s.healthy(ops, sv.ID, prog, now, within)
 		if pp, ok := prog[sv.ID]; ok && !rs.Master && !pp.LastContact.IsZero() {
 			rs.LastContactMillis = max(now.Sub(pp.LastContact).Milliseconds(), 1)
+			rs.MatchIndex = pp.Match
 		}
 		out.Replicas = append(out.Replicas, rs)
 	}

@@ -17,6 +17,13 @@ import (
 // ACLDirName is the directory, under the cell root, that holds ACL files.
 const ACLDirName = "acl"
 
+// MonitorACLName is the ACL file, in ACLDirName, that grants the
+// monitoring role: the principals it lists may read the cell's health
+// detail (CellStatus with Detail: disk usage, lag, last contact) and list
+// the members, as the admin may, and change nothing. Like every ACL file
+// it fails closed: missing or unparsable, it grants nobody.
+const MonitorACLName = "monitor"
+
 // ACLNames are the three ACL file names a SetACL command gives a node.
 type ACLNames struct {
 	Read      string `msgpack:"r,omitempty"`
@@ -57,6 +64,15 @@ func (s aclSource) Lookup(name string) (acl.List, bool) {
 	}
 	f.aclParsed[name] = parsedACL{instance: n.Instance, gen: n.ContentGen, list: l, ok: err == nil}
 	return l, err == nil
+}
+
+// ListedIn reports whether the ACL file aclName (a base name in
+// ACLDirName) grants principal: it exists, parses, and lists principal or
+// the wildcard. A missing or broken file grants nobody; the admin is not
+// implied (the caller decides what the admin may).
+func (v View) ListedIn(aclName, principal string) bool {
+	l, ok := aclSource{v.f}.Lookup(aclName)
+	return ok && l.Contains(principal)
 }
 
 // parsedACL is one cached parse of an ACL file.

@@ -199,6 +199,7 @@ func fzSamples() []any {
 		&wire.AcquireRequest{Handle: 9, Mode: wire.LockExclusive, Wait: true},
 		&wire.CancelAcquireRequest{Handle: 9, WaitSeq: 5},
 		&wire.CellStatusRequest{},
+		&wire.CellStatusRequest{Detail: true},
 		&wire.CheckSequencerRequest{Sequencer: []byte{1, 0, 0}},
 		&wire.ListSessionsRequest{},
 		&wire.SetACLRequest{Handle: 9, Read: "readers", Write: "writers", ChangeACL: "admins"},
@@ -219,6 +220,11 @@ func fzSamples() []any {
 		&wire.AcquireResponse{LockGen: 8, Sequencer: []byte{1, 2, 3}},
 		&wire.CellStatusResponse{Cell: "c", Self: "1", State: "Leader", Master: "m", Epoch: 1, Term: 2, CommitIndex: 3,
 			AppliedIndex: 4, Sessions: 5, Nodes: 6, Replicas: []wire.ReplicaStatus{{ID: "1", ClientAddr: "a", RaftAddr: "b", Master: true}}},
+		&wire.CellStatusResponse{Cell: "c", Self: "1", State: "Leader", Master: "m", Epoch: 1, Term: 2, CommitIndex: 3,
+			AppliedIndex: 4, Replicas: []wire.ReplicaStatus{{ID: "2", ClientAddr: "a", RaftAddr: "b", Suffrage: wire.SuffrageVoter,
+				Healthy: true, LastContactMillis: 12, MatchIndex: 3}}, Detail: true,
+			Disk: &wire.DiskUsage{DataBytes: 1 << 30, LogStoreBytes: 1 << 29, SnapshotsBytes: 1 << 20, LastSnapshotBytes: 1 << 19,
+				LastSnapshotIndex: 2, AgeMillis: 4999}},
 		&wire.ListSessionsResponse{Sessions: []wire.SessionInfo{{ID: 1, Client: "c", Principal: "p", Created: 5, LeaseMillis: 6,
 			Handles: 7, Locks: []string{"/ls/c/a"}, Host: "h", PID: 8, Program: "prog"}}, Total: 1},
 		&wire.BackupRequest{ID: 3, Offset: 1 << 19},
@@ -554,7 +560,7 @@ func FuzzRoundTrip(f *testing.F) {
 			}
 			entries = append(entries, wire.DirEntry{Name: s1 + s3, Dir: bit(i)})
 			replicas = append(replicas, wire.ReplicaStatus{ID: s1, ClientAddr: s2, RaftAddr: s3, Master: bit(i), Suffrage: s3,
-				Healthy: bit(i + 1), LastContactMillis: i1})
+				Healthy: bit(i + 1), LastContactMillis: i1, MatchIndex: u2})
 			st.Holders = append(st.Holders, wire.LockHolder{Session: u2 + uint64(i), Principal: s3, Host: s1, PID: i1, Program: s2, Since: -i1})
 			st.Waiters = append(st.Waiters, wire.LockWaiter{Session: u1 + uint64(i), Principal: s2, Mode: uint8(i), Host: s3, PID: -i1, Program: s1, Since: i1})
 			sessions = append(sessions, wire.SessionInfo{ID: u1, Client: s1, Principal: s2, Created: i1, LeaseMillis: -i1,
@@ -570,7 +576,7 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.SetContentsRequest{Handle: u1, Contents: b1, IfGeneration: u2, HasIfGeneration: bit(4), Sequencer: b2},
 			&wire.AcquireRequest{Handle: u1, Mode: uint8(u32), Wait: bit(5)},
 			&wire.CancelAcquireRequest{Handle: u1, WaitSeq: u2},
-			&wire.CellStatusRequest{},
+			&wire.CellStatusRequest{StateHash: bit(1), AllowMaster: bit(2), Detail: bit(3)},
 			&wire.CheckSequencerRequest{Sequencer: b1},
 			&wire.ListSessionsRequest{},
 			&wire.SetACLRequest{Handle: u1, Read: s1, Write: s2, ChangeACL: s3},
@@ -586,7 +592,8 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ReadDirResponse{Entries: entries, Cacheable: bit(3)},
 			&wire.AcquireResponse{LockGen: u1, Sequencer: b1},
 			&wire.CellStatusResponse{Cell: s1, Self: s2, State: s3, Master: s1, Epoch: u1, Term: u2, CommitIndex: u3,
-				AppliedIndex: u1, Sessions: u2, Nodes: u3, Replicas: replicas},
+				AppliedIndex: u1, Sessions: u2, Nodes: u3, Replicas: replicas, Detail: bit(4),
+				Disk: &wire.DiskUsage{DataBytes: i1, LogStoreBytes: -i1, SnapshotsBytes: i1 ^ 1, LastSnapshotBytes: i1, LastSnapshotIndex: u3, AgeMillis: i1}},
 			&wire.ListSessionsResponse{Sessions: sessions, Total: u1},
 			&wire.BackupRequest{ID: u1, Offset: u2},
 			&wire.BackupResponse{ID: u1, Offset: u2, Chunk: b1, Total: u3, Checksum: b2, Cell: s1, Applied: u1, Term: u2,

@@ -459,9 +459,17 @@ type CancelAcquireRequest struct {
 // one per interval (CodeTooMany otherwise), and the serving master
 // declines (CodeUnavailable) unless AllowMaster says the admin accepts
 // pausing its writes.
+//
+// Detail asks for the health detail as well (CellStatusResponse.Detail):
+// the answering replica's disk usage and, from the master, each member's
+// match index and last contact. Only the cell's admin and the principals
+// listed in the monitor ACL file (/ls/<cell>/acl/monitor) may ask;
+// anyone else gets CodePermission. A replica that predates it ignores the
+// flag and answers without Detail.
 type CellStatusRequest struct {
 	StateHash   bool `msgpack:"h,omitempty"`
 	AllowMaster bool `msgpack:"am,omitempty"`
+	Detail      bool `msgpack:"dt,omitempty"`
 }
 
 // ReplicaStatus describes one replica as the answering replica sees it.
@@ -479,6 +487,26 @@ type ReplicaStatus struct {
 	// LastContactMillis (from the master only) is how long ago the master
 	// last heard from the member; 0 for the master itself.
 	LastContactMillis int64 `msgpack:"lc,omitempty"`
+	// MatchIndex (from the master only: ReplicaList, and CellStatus with
+	// Detail) is the highest log index the master knows the member holds
+	// as its own; 0 for the master itself and for a member not heard
+	// from in this term.
+	MatchIndex uint64 `msgpack:"mi,omitempty"`
+}
+
+// DiskUsage is what one replica keeps on disk, in bytes, measured at most
+// every few seconds (a probe never costs a walk of the data folder each
+// time): the whole data folder, the Raft log store within it, the
+// snapshots it retains, and the newest snapshot's size and the log index
+// it covers (0 when it has none).
+type DiskUsage struct {
+	DataBytes         int64  `msgpack:"d"`
+	LogStoreBytes     int64  `msgpack:"l"`
+	SnapshotsBytes    int64  `msgpack:"s"`
+	LastSnapshotBytes int64  `msgpack:"lb,omitempty"`
+	LastSnapshotIndex uint64 `msgpack:"li,omitempty"`
+	// AgeMillis is how long ago the figures were measured.
+	AgeMillis int64 `msgpack:"a,omitempty"`
 }
 
 // CellStatusResponse describes the cell from the answering replica.
@@ -498,6 +526,12 @@ type CellStatusResponse struct {
 	// entry HashIndex.
 	StateHash []byte `msgpack:"sh,omitempty"`
 	HashIndex uint64 `msgpack:"hi,omitempty"`
+	// Detail says the health detail was given (asked for with
+	// CellStatusRequest.Detail, by a caller allowed it): Disk is this
+	// replica's disk usage, and when it is the Raft leader its Replicas
+	// carry Healthy, LastContactMillis and MatchIndex.
+	Detail bool       `msgpack:"dt,omitempty"`
+	Disk   *DiskUsage `msgpack:"du,omitempty"`
 }
 
 // ListSessionsRequest asks the master for its live sessions.

@@ -2,12 +2,12 @@
 // (put, cat, stat, ls, mkdir, touch, rm) on the cell's namespace, watch
 // (print a node's events), lock (hold a lock while a command runs), seq
 // (inspect and check sequencers), status (every replica's view of the
-// cell) and replica (list, add and remove the cell's members)
-// (docs/spec.md#cli).
+// cell), health (a verdict for probes) and replica (list, add and remove
+// the cell's members) (docs/spec.md#cli).
 //
 // Exit codes: 0 ok, 1 error (the cell or the client refused or failed; the
 // message names the operation and the path), 2 usage error; lock exits with
-// its command's status. With --json every verb prints one JSON document on
+// its command's status; health exits 3 (degraded) or 4 (unavailable). With --json every verb prints one JSON document on
 // stdout (lock prints nothing: stdout is its command's; watch prints one
 // JSON object per line), and errors are printed as {"error": "...",
 // "code": "..."} on stderr.
@@ -121,7 +121,8 @@ func newApp(e *env) *cli.App {
 			"\"--\" (lockcell ls /ls/local --json works); \"--\" ends them, so an argument that " +
 			"looks like an option can follow it.\n\n" +
 			"Exit codes: 0 ok, 1 error, 2 usage error; lock exits with its command's status, " +
-			"75 when --timeout ends its wait for the lock, or 69 when it stopped its command because the lock may be lost.\n\n" +
+			"75 when --timeout ends its wait for the lock, or 69 when it stopped its command because the lock may be lost; " +
+			"health exits 3 when the cell is degraded and 4 when it is unavailable.\n\n" +
 			"Examples:\n" +
 			"   lockcell put svc/config 'mode=on'\n" +
 			"   lockcell touch svc/ready\n" +
@@ -149,7 +150,7 @@ func newApp(e *env) *cli.App {
 		},
 		Commands: []*cli.Command{
 			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e), sessionsCommand(e), shellCommand(e),
-			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e), aclCommand(e), backupCommand(e), replicaCommand(e),
+			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e), healthCommand(e), aclCommand(e), backupCommand(e), replicaCommand(e),
 			whoCommand(e), selfcheckCommand(e), breakCommand(e), locksCommand(e),
 			requestReleaseCommand(e), benchCommand(e), auditCommand(e),
 		},

@@ -20,10 +20,11 @@ const replicaPoll = 250 * time.Millisecond
 func replicaCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:      "replica",
-		Usage:     "list the cell's members, add one or remove one (admin only)",
+		Usage:     "list the cell's members (admin or monitor), add one or remove one (admin only)",
 		ArgsUsage: "list|add|remove",
 		Description: "Membership changes go through the master, which changes the cell's Raft configuration. " +
-			"Only the cell's admin may list or change the members. To replace a dead machine: start the " +
+			"Only the cell's admin may change the members; the admin and the principals listed in the ACL file " +
+			"/ls/<cell>/acl/monitor (the monitoring role) may list them. To replace a dead machine: start the " +
 			"new replica at its new address, add it, then remove the dead one (see docs/operations.md).\n\n" +
 			"Example: lockcell replica list",
 		Subcommands: []*cli.Command{replicaListCommand(e), replicaAddCommand(e), replicaRemoveCommand(e)},
@@ -199,7 +200,8 @@ func membershipFail(op, id string, err error) *opError {
 	hint := ""
 	switch {
 	case errors.Is(err, client.ErrPermission):
-		hint = "only the cell's admin may list or change members: use the admin's --cert and --key"
+		hint = "only the cell's admin may change members, and only the admin or a principal listed in the ACL file acl/" +
+			"monitor may list them: use such a --cert and --key"
 	case errors.Is(err, client.ErrNoMaster):
 		hint = "membership changes need a master, and so a quorum of voters"
 	}

@@ -28,10 +28,11 @@ func statusCommand(e *env) *cli.Command {
 		Description: "Asks every replica in --replicas (at once, up to " + statusTimeout.String() + " each; " +
 			"no session is opened), then every member their answers name that --replicas lacks, for its view of the cell and prints a table: replica id, client " +
 			"address, role, master marker (* for the master, - for the others), epoch, term, commit index, applied index, sessions and " +
-			"nodes. A replica that does not answer is shown as down, with the error. The first line " +
-			"names the cell and its master.\n\n" +
+			"nodes. A replica that does not answer is shown as down, with the error. A replica, or an address in --replicas, " +
+			"that is not in the master's configuration (a removed replica, or one never added) is marked \"not a member\". " +
+			"The first line names the cell and its master. For a verdict a probe can act on, see `lockcell health`.\n\n" +
 			"Exits 0 when a master is known, 1 when no replica knows one (\"no quorum\"). With --json " +
-			"prints a list of {\"addr\", \"up\", \"is_master\", \"error\", \"status\"}, one per replica.\n\n" +
+			"prints a list of {\"addr\", \"up\", \"is_master\", \"not_member\", \"error\", \"status\"}, one per replica.\n\n" +
 			"Example: lockcell --json status | jq '.[] | select(.is_master) | .addr'",
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 0, 0); err != nil {
@@ -42,6 +43,7 @@ func statusCommand(e *env) *cli.Command {
 			for i := range rows {
 				rows[i].IsMaster = masterID != "" && rows[i].Status != nil && rows[i].Status.Self == masterID
 			}
+			markNonMembers(rows, masterID)
 			var err error
 			if e.json {
 				err = e.printJSON(rows)
@@ -65,20 +67,30 @@ func statusCommand(e *env) *cli.Command {
 
 // statusRow is one replica in status's output.
 type statusRow struct {
-	Addr     string             `json:"addr"`
-	Up       bool               `json:"up"`
-	IsMaster bool               `json:"is_master"`
-	Error    string             `json:"error,omitempty"`
-	Status   *client.CellStatus `json:"status,omitempty"`
+	Addr     string `json:"addr"`
+	Up       bool   `json:"up"`
+	IsMaster bool   `json:"is_master"`
+	// NotMember: the replica answering at Addr (or, when none answers,
+	// the address) is not in the master's configuration.
+	NotMember bool               `json:"not_member,omitempty"`
+	Error     string             `json:"error,omitempty"`
+	Status    *client.CellStatus `json:"status,omitempty"`
 
-	refused bool // nothing listens at Addr
+	refused bool  // nothing listens at Addr
+	err     error // why Status is nil
 }
+
+// statusQuery asks the replica at addr for its status.
+type statusQuery func(ctx context.Context, cfg client.Config, addr string) (*client.CellStatus, error)
 
 // queryStatus asks every replica in --replicas at once, then every member
 // the answers name that --replicas lacks (a replica that joined after the
 // flags were written), so the table shows the cell as it is.
-func (e *env) queryStatus() []statusRow {
-	rows := e.queryAddrs(e.replicas)
+func (e *env) queryStatus() []statusRow { return e.queryStatusBy(client.QueryStatusWith) }
+
+// queryStatusBy is queryStatus asking each replica with query.
+func (e *env) queryStatusBy(query statusQuery) []statusRow {
+	rows := e.queryAddrs(e.replicas, query)
 	answered := map[string]bool{} // by id: --replicas may spell an address another way
 	for _, r := range rows {
 		if r.Status != nil {
@@ -96,11 +108,11 @@ func (e *env) queryStatus() []statusRow {
 			}
 		}
 	}
-	return append(rows, e.queryAddrs(more)...)
+	return append(rows, e.queryAddrs(more, query)...)
 }
 
 // queryAddrs asks the replicas at addrs at once.
-func (e *env) queryAddrs(addrs []string) []statusRow {
+func (e *env) queryAddrs(addrs []string, query statusQuery) []statusRow {
 	rows := make([]statusRow, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
@@ -110,15 +122,16 @@ func (e *env) queryAddrs(addrs []string) []statusRow {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(e.ctx, min(e.timeout, statusTimeout))
 			defer cancel()
-			st, err := client.QueryStatusWith(ctx, client.Config{TLS: e.tls}, addr)
+			st, err := query(ctx, client.Config{TLS: e.tls}, addr)
 			switch {
 			case err != nil:
 				msg := errText(err)
 				msg = strings.TrimPrefix(msg, "status of "+addr+": ")
-				rows[i].Error = msg
+				rows[i].Error, rows[i].err = msg, err
 				rows[i].refused = errors.Is(err, syscall.ECONNREFUSED)
 			case st.Cell != e.cell:
 				rows[i].Error = fmt.Sprintf("serves cell %q, not %q", st.Cell, e.cell)
+				rows[i].err = errors.New(rows[i].Error)
 			default:
 				rows[i].Up, rows[i].Status = true, st
 			}
@@ -147,6 +160,41 @@ func pickMaster(rows []statusRow) (id, addr string) {
 		}
 	}
 	return "", best.Master
+}
+
+// markNonMembers marks the rows whose replica is not a member: not in the
+// configuration of the master's own answer (or, when the master did not
+// answer, of the answer that names it with the highest term). An
+// answering replica is judged by its id, a silent one by its address.
+// Nothing is marked when no answer names a master: no configuration is
+// current enough to judge by.
+func markNonMembers(rows []statusRow, masterID string) {
+	var view *client.CellStatus
+	for _, r := range rows {
+		st := r.Status
+		switch {
+		case st == nil || st.Master == "":
+		case masterID != "" && st.Self == masterID:
+			view = st
+		case view == nil || view.Self != masterID && st.Term > view.Term:
+			view = st
+		}
+	}
+	if view == nil {
+		return
+	}
+	ids, addrs := map[string]bool{}, map[string]bool{}
+	for _, rep := range view.Replicas {
+		ids[rep.ID] = true
+		addrs[rep.ClientAddr] = true
+	}
+	for i, r := range rows {
+		if r.Status != nil {
+			rows[i].NotMember = !ids[r.Status.Self]
+		} else {
+			rows[i].NotMember = !addrs[r.Addr]
+		}
+	}
 }
 
 // printStatus prints status's table.
@@ -179,14 +227,22 @@ func (e *env) printStatus(rows []statusRow, masterID, masterAddr string) error {
 			if id == "" {
 				id = "?"
 			}
-			fmt.Fprintf(tw, "%s\t%s\tdown\t\t\t\t\t\t\t\t%s\n", id, r.Addr, r.Error)
+			role := "down"
+			if r.NotMember {
+				role = "down (not a member)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\t\t\t%s\n", id, r.Addr, role, r.Error)
 			continue
 		}
 		mark := "-"
 		if r.IsMaster {
 			mark = "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", st.Self, r.Addr, strings.ToLower(st.State), mark,
+		role := strings.ToLower(st.State)
+		if r.NotMember {
+			role += " (not a member)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", st.Self, r.Addr, role, mark,
 			st.Epoch, st.Term, st.CommitIndex, st.AppliedIndex, st.Sessions, st.Nodes)
 	}
 	return tw.Flush()
