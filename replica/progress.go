@@ -39,6 +39,10 @@ type progress struct {
 	mu    sync.Mutex
 	peers map[raft.ServerID]PeerProgress
 	now   func() time.Time
+	// onContact, if set, hears of every answered AppendEntries or
+	// InstallSnapshot (outside mu): the raft log adapter ends a peer's
+	// run of failure lines with it.
+	onContact func(id, addr string)
 }
 
 func newProgress() *progress {
@@ -87,6 +91,13 @@ func (p *progress) installed(id raft.ServerID, args *raft.InstallSnapshotRequest
 	pp.Match = max(pp.Match, args.LastLogIndex)
 	pp.LastLog = max(pp.LastLog, args.LastLogIndex)
 	p.peers[id] = pp
+}
+
+// contacted tells onContact that id, at target, answered.
+func (p *progress) contacted(id raft.ServerID, target raft.ServerAddress) {
+	if p.onContact != nil {
+		p.onContact(string(id), string(target))
+	}
 }
 
 // forget drops what was learnt of id: a member removed, or added again
@@ -140,6 +151,7 @@ func (t *tracked) AppendEntries(id raft.ServerID, target raft.ServerAddress, arg
 	err := t.Transport.AppendEntries(id, target, args, resp)
 	if err == nil {
 		t.p.appended(id, args, resp)
+		t.p.contacted(id, target)
 	}
 	return err
 }
@@ -149,6 +161,7 @@ func (t *tracked) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, a
 	err := t.Transport.InstallSnapshot(id, target, args, resp, data)
 	if err == nil {
 		t.p.installed(id, args, resp)
+		t.p.contacted(id, target)
 	}
 	return err
 }
