@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"lockcell/cell/wire"
 	"lockcell/client"
 )
 
@@ -23,7 +25,10 @@ func backupCommand(e *env) *cli.Command {
 		Description: "Streams one point-in-time snapshot of the cell from the master into FILE: every node with its " +
 			"stat and contents, the ACL files and the cell's sequencer key, at an index the master confirmed as " +
 			"leader while the cell keeps serving. The file ends with a SHA-256 of its bytes, checked as it arrives; " +
-			"it is written to FILE.partial and renamed to FILE only when complete and synced. Only the cell's " +
+			"it is written to FILE.partial and renamed to FILE only when complete and synced. An existing FILE is " +
+			"refused (exit 1, JSON code \"exists\") unless --force replaces it. The summary's sha256 is that of the " +
+			"whole file as written, as `sha256sum FILE` prints it (--json: \"sha256\"; \"checksum\" is the one the " +
+			"file ends with, of the bytes before it). Only the cell's " +
 			"admin may take a backup. On a terminal a progress bar shows on stderr. Without --timeout the backup " +
 			"runs as long as it takes.\n\n" +
 			"--verify FILE reads the file back without contacting the cell: it checks the header, every length, the " +
@@ -32,6 +37,7 @@ func backupCommand(e *env) *cli.Command {
 			"Examples:\n   lockcell backup /var/backups/lockcell-$(date +%F).lcb\n   lockcell backup --verify /var/backups/lockcell-2026-01-01.lcb",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "verify", Usage: "check FILE instead of writing one"},
+			&cli.BoolFlag{Name: "force", Usage: "replace FILE if it exists"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 1, 1); err != nil {
@@ -41,7 +47,7 @@ func backupCommand(e *env) *cli.Command {
 			if c.Bool("verify") {
 				return e.verifyBackup(path)
 			}
-			return e.backup(c, path)
+			return e.backup(c, path, c.Bool("force"))
 		},
 	}
 }
@@ -60,7 +66,7 @@ func (e *env) verifyBackup(path string) error {
 		return e.printJSON(backupSummary{File: path, BackupInfo: info, Verified: true})
 	}
 	fmt.Fprintf(e.stdout, "%s: ok: cell %s, index %d, %d nodes, %d sessions, taken %s, %d bytes, sha256 %s\n",
-		path, info.Cell, info.Index, info.Nodes, info.Sessions, info.Time.Format(time.RFC3339), info.Bytes, info.Checksum)
+		path, info.Cell, info.Index, info.Nodes, info.Sessions, info.Time.Format(time.RFC3339), info.Bytes, info.SHA256)
 	return nil
 }
 
@@ -71,7 +77,12 @@ type backupSummary struct {
 	Verified bool `json:"verified,omitempty"`
 }
 
-func (e *env) backup(c *cli.Context, path string) error {
+func (e *env) backup(c *cli.Context, path string, force bool) error {
+	// Refused before the cell is asked: a backup of a large cell takes a
+	// while, and the file may be the last good backup.
+	if _, err := os.Lstat(path); err == nil && !force {
+		return fail("backup", path, errExists(path))
+	}
 	if !e.timeoutSet {
 		// A large cell takes as long as it takes; --timeout bounds it
 		// only when given.
@@ -109,7 +120,7 @@ func (e *env) backup(c *cli.Context, path string) error {
 	if err := f.Close(); err != nil {
 		return fail("backup", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := place(tmp, path, force); err != nil {
 		return fail("backup", path, err)
 	}
 	ok = true
@@ -121,8 +132,30 @@ func (e *env) backup(c *cli.Context, path string) error {
 		return e.printJSON(backupSummary{File: path, BackupInfo: info})
 	}
 	fmt.Fprintf(e.stdout, "%s: cell %s, index %d, %d nodes, %d bytes, sha256 %s\n",
-		path, info.Cell, info.Index, info.Nodes, info.Bytes, info.Checksum)
+		path, info.Cell, info.Index, info.Nodes, info.Bytes, info.SHA256)
 	return nil
+}
+
+// errExists refuses to replace path.
+func errExists(path string) error {
+	return wire.Errorf(wire.CodeExists, "%s exists: give --force to replace it, or another name", path)
+}
+
+// place moves the complete backup tmp to path: with force replacing
+// whatever is there, otherwise only if path still does not exist (a
+// hard link fails on an existing name, so a file that appeared during
+// the backup is not overwritten either).
+func place(tmp, path string, force bool) error {
+	if force {
+		return os.Rename(tmp, path)
+	}
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return errExists(path)
+		}
+		return err
+	}
+	return os.Remove(tmp)
 }
 
 // asReader returns w as a reader when it is one (an *os.File), for
