@@ -29,8 +29,8 @@ type LeadershipTransfer struct {
 // new master serves: it answered a membership call, so it runs its term
 // and admits calls. Only the cell's admin may ask (ErrPermission). The
 // master refuses, changing nothing: a member it does not know
-// (ErrNotFound), a non-voter or itself (ErrBadRequest), a voter it has not
-// heard from lately or, for "", no other healthy voter (ErrUnavailable).
+// (ErrNotFound); a non-voter, itself, a voter it has not heard from lately
+// or, for "", no other healthy voter (ErrBadRequest).
 // ctx bounds the whole wait; a transfer may still complete after ctx
 // ends.
 func (c *Client) TransferLeadership(ctx context.Context, id string) (LeadershipTransfer, error) {

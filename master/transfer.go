@@ -2,12 +2,10 @@ package master
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"lockcell/cell/wire"
-	"lockcell/replica"
 )
 
 // Leadership transfer on the admin's request: the master hands Raft
@@ -67,9 +65,10 @@ func (c *call) clientAddrOf(id string) string {
 }
 
 // transferLeadership refuses a target that could not take over (not a
-// member, not a voter, this master itself, or not heard from lately) with
-// a typed error before anything changes, then hands over and waits until
-// this replica has heard of its successor.
+// member: NotFound; not a voter, this master itself, or not heard from
+// lately: BadRequest) before anything changes, then hands over (without
+// an ID, to the healthy voter with the highest proven log index) and waits
+// until this replica has heard of its successor.
 func (c *call) transferLeadership(ctx context.Context, ops membershipOps, req *wire.ReplicaTransferLeadershipRequest) (*wire.ReplicaTransferLeadershipResponse, error) {
 	if req.ID != "" {
 		if err := validMemberID(req.ID); err != nil {
@@ -94,34 +93,37 @@ func (c *call) transferLeadership(ctx context.Context, ops membershipOps, req *w
 			return nil, wire.Errorf(wire.CodeBadRequest,
 				"replica %s is a non-voter: it cannot lead until the master promotes it (once it has caught up)", req.ID)
 		case !c.healthy(ops, req.ID, prog, now, within):
-			return nil, wire.Errorf(wire.CodeUnavailable,
+			// BadRequest, not Unavailable: the client would retry an
+			// Unavailable until its timeout, for a member that is down.
+			return nil, wire.Errorf(wire.CodeBadRequest,
 				"replica %s has not been heard from within %v: it could not take over; bring it back or name another voter", req.ID, within)
 		}
-	} else {
-		others := 0
+	}
+	target := req.ID
+	if target == "" {
+		// The most up-to-date voter the master heard from lately, chosen
+		// here rather than by raft, whose pick may be a voter that is down.
+		var best uint64
 		for _, sv := range cfg.Servers {
-			if sv.Voter && sv.ID != self && c.healthy(ops, sv.ID, prog, now, within) {
-				others++
+			if !sv.Voter || sv.ID == self || !c.healthy(ops, sv.ID, prog, now, within) {
+				continue
+			}
+			if m := prog[sv.ID].Match; target == "" || m > best || m == best && sv.ID < target {
+				target, best = sv.ID, m
 			}
 		}
-		if others == 0 {
-			return nil, wire.Errorf(wire.CodeUnavailable, "no other healthy voter to hand leadership to")
+		if target == "" {
+			return nil, wire.Errorf(wire.CodeBadRequest, "no other healthy voter to hand leadership to")
 		}
 	}
 
-	var to string
-	if req.ID == "" {
-		to, err = ops.TransferLeadership(ctx)
-	} else {
-		to, err = c.transferTo(ctx, ops, req.ID)
-	}
+	to, err := c.transferTo(ctx, ops, target)
 	if err != nil {
-		if errors.Is(err, replica.ErrNotLeading) {
-			return nil, wire.ErrNotMaster
-		}
-		return nil, wire.Errorf(wire.CodeUnavailable, "leadership transfer from %s: %v", self, err)
+		// Unavailable: the client retries, and a retry that finds the
+		// hand-over done after all is answered so (handedOver).
+		return nil, wire.Errorf(wire.CodeUnavailable, "leadership transfer from %s to %s: %v", self, target, err)
 	}
-	c.log.Info("leadership handed over on the admin's request", "from", self, "to", to, "asked_for", req.ID)
+	c.log.Info("leadership handed over on the admin's request", "from", self, "to", to, "asked_for", target)
 	return &wire.ReplicaTransferLeadershipResponse{From: self, To: to, ToClientAddr: c.clientAddrOf(to)}, nil
 }
 
