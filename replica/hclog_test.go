@@ -217,3 +217,31 @@ func TestRaftLogRoutineEventsAtInfo(t *testing.T) {
 		}
 	}
 }
+
+// TestRaftLogAdapterConcurrent: raft logs from many goroutines while the
+// transport reports answers from others; under -race nothing races and
+// every failure line is either logged or counted.
+func TestRaftLogAdapterConcurrent(t *testing.T) {
+	rec := &recordHandler{}
+	h, w := newRaftLogger(slog.New(rec))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				h.Error("failed to heartbeat to", "peer", fmt.Sprintf("10.0.0.%d:7101", g), "error", errors.New("refused"))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				w.contacted(fmt.Sprint(g), fmt.Sprintf("10.0.0.%d:7101", g))
+			}
+		}()
+	}
+	wg.Wait()
+	if len(rec.take()) == 0 {
+		t.Fatal("nothing logged")
+	}
+}
