@@ -92,13 +92,13 @@ func (r *CertReloader) Reload() error {
 	st, _, err := r.read()
 	if err != nil {
 		r.log.Error("certificate reload failed; keeping the current certificate", "cert", r.certFile, "err", err,
-			"serial", r.Leaf().SerialNumber.String())
+			"serial", certs.SerialText(r.Leaf().SerialNumber))
 		return err
 	}
 	old := r.Leaf()
 	r.cur.Store(st)
-	r.log.Info("certificate reloaded", "cert", r.certFile, "serial", st.pair.Leaf.SerialNumber.String(),
-		"previous_serial", old.SerialNumber.String(), "not_after", st.pair.Leaf.NotAfter.Format(time.RFC3339))
+	r.log.Info("certificate reloaded", "cert", r.certFile, "serial", certs.SerialText(st.pair.Leaf.SerialNumber),
+		"previous_serial", certs.SerialText(old.SerialNumber), "not_after", st.pair.Leaf.NotAfter.Format(time.RFC3339))
 	return nil
 }
 
@@ -107,6 +107,9 @@ func (r *CertReloader) Leaf() *x509.Certificate { return r.cur.Load().pair.Leaf 
 
 // Serial is Leaf's serial number.
 func (r *CertReloader) Serial() *big.Int { return r.Leaf().SerialNumber }
+
+// SerialText is Leaf's serial number as openssl shows it (certs.SerialText).
+func (r *CertReloader) SerialText() string { return certs.SerialText(r.Leaf().SerialNumber) }
 
 func (r *CertReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return r.cur.Load().pair, nil

@@ -29,5 +29,5 @@ func (s *Server) handOver() {
 			"err", err)
 		return
 	}
-	s.log.Warn("shutting down: leadership handed over", "new_leader", id, "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("shutting down: leadership handed over", "new_leader", id, "took", time.Since(start).Round(time.Millisecond))
 }

@@ -31,8 +31,13 @@ type BackupInfo struct {
 	// Bytes is the file's length; SnapshotBytes the state's part of it.
 	Bytes         uint64 `json:"bytes"`
 	SnapshotBytes uint64 `json:"snapshot_bytes,omitempty"`
-	// Checksum is the hex SHA-256 the file ends with.
+	// Checksum is the hex SHA-256 the file ends with: that of every
+	// byte before it.
 	Checksum string `json:"checksum"`
+	// SHA256 is the hex SHA-256 of the whole file as written, its last
+	// 32 bytes included: what `sha256sum FILE` prints, to check a copy
+	// with the usual tools.
+	SHA256 string `json:"sha256"`
 }
 
 // ErrBadBackup means a backup file (or a backup's stream) is not intact:
@@ -57,6 +62,7 @@ func (c *Client) Backup(ctx context.Context, w io.Writer, progress func(done, to
 	}
 	first := resp
 	hash := sha256.New()
+	whole := sha256.New() // every byte written, as sha256sum sees the file
 	var done uint64
 	for {
 		if resp.ID != first.ID || resp.Offset != done || resp.Total != first.Total || !bytes.Equal(resp.Checksum, first.Checksum) {
@@ -73,6 +79,7 @@ func (c *Client) Backup(ctx context.Context, w io.Writer, progress func(done, to
 		if _, err := w.Write(resp.Chunk); err != nil {
 			return nil, opErr("backup", "", err)
 		}
+		whole.Write(resp.Chunk)
 		done += uint64(len(resp.Chunk))
 		if progress != nil {
 			progress(done, resp.Total)
@@ -90,7 +97,7 @@ func (c *Client) Backup(ctx context.Context, w io.Writer, progress func(done, to
 	}
 	info := &BackupInfo{Cell: first.Cell, Index: first.Applied, Term: first.Term, Epoch: first.Epoch,
 		Time: time.Unix(0, first.Time).UTC(), Nodes: first.Nodes, Sessions: first.Sessions, Bytes: first.Total,
-		Checksum: hex.EncodeToString(first.Checksum)}
+		Checksum: hex.EncodeToString(first.Checksum), SHA256: hex.EncodeToString(whole.Sum(nil))}
 	return info, nil
 }
 
@@ -107,7 +114,8 @@ const maxBackupState = 1 << 30
 // --dry-run` further checks the state's own rules (parents exist, locks
 // name open handles) as a replica restoring it would.
 func VerifyBackup(r io.Reader) (*BackupInfo, error) {
-	f, err := backupfile.Read(r, maxBackupState, ErrBadBackup)
+	whole := sha256.New()
+	f, err := backupfile.Read(io.TeeReader(r, whole), maxBackupState, ErrBadBackup)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +125,7 @@ func VerifyBackup(r io.Reader) (*BackupInfo, error) {
 	}
 	return &BackupInfo{Cell: h.Cell, Index: h.Applied, Term: h.Term, Epoch: h.Epoch, Time: time.Unix(0, h.Time).UTC(),
 		Nodes: h.Nodes, Sessions: h.Sessions, Bytes: f.Size,
-		SnapshotBytes: h.Length, Checksum: hex.EncodeToString(f.Checksum[:])}, nil
+		SnapshotBytes: h.Length, Checksum: hex.EncodeToString(f.Checksum[:]), SHA256: hex.EncodeToString(whole.Sum(nil))}, nil
 }
 
 // decodeState decodes snapshot bytes in full, as generic values, and

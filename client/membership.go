@@ -107,7 +107,7 @@ func (c *Client) membership(ctx context.Context, op string, m wire.Method, req a
 // (an operator replacing a dead machine may have none to spare).
 func sessionless(m wire.Method) bool {
 	switch m {
-	case wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList:
+	case wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList, wire.MethodReplicaTransferLeadership:
 		return true
 	}
 	return false

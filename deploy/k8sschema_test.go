@@ -95,8 +95,9 @@ type (
 			WhenUnsatisfiable string      `yaml:"whenUnsatisfiable"`
 			LabelSelector     k8sSelector `yaml:"labelSelector"`
 		} `yaml:"topologySpreadConstraints"`
-		Containers []k8sContainer `yaml:"containers"`
-		Volumes    []struct {
+		RestartPolicy string         `yaml:"restartPolicy"`
+		Containers    []k8sContainer `yaml:"containers"`
+		Volumes       []struct {
 			Name      string `yaml:"name"`
 			ConfigMap *struct {
 				Name string `yaml:"name"`
@@ -105,6 +106,10 @@ type (
 				SecretName  string `yaml:"secretName"`
 				DefaultMode *int32 `yaml:"defaultMode"`
 			} `yaml:"secret"`
+			PersistentVolumeClaim *struct {
+				ClaimName string `yaml:"claimName"`
+				ReadOnly  bool   `yaml:"readOnly"`
+			} `yaml:"persistentVolumeClaim"`
 		} `yaml:"volumes"`
 	}
 	k8sProbe struct {
@@ -122,6 +127,7 @@ type (
 		Name            string   `yaml:"name"`
 		Image           string   `yaml:"image"`
 		ImagePullPolicy string   `yaml:"imagePullPolicy"`
+		Command         []string `yaml:"command"`
 		Args            []string `yaml:"args"`
 		Env             []struct {
 			Name      string `yaml:"name"`
@@ -163,6 +169,33 @@ type (
 			Port       int32  `yaml:"port"`
 			TargetPort string `yaml:"targetPort"`
 		} `yaml:"ports"`
+	}
+	// batch/v1 CronJob, and the PersistentVolumeClaim its job writes to.
+	k8sCronJobSpec struct {
+		Schedule                   string  `yaml:"schedule"`
+		TimeZone                   *string `yaml:"timeZone"`
+		ConcurrencyPolicy          string  `yaml:"concurrencyPolicy"`
+		StartingDeadlineSeconds    *int64  `yaml:"startingDeadlineSeconds"`
+		Suspend                    *bool   `yaml:"suspend"`
+		SuccessfulJobsHistoryLimit *int32  `yaml:"successfulJobsHistoryLimit"`
+		FailedJobsHistoryLimit     *int32  `yaml:"failedJobsHistoryLimit"`
+		JobTemplate                struct {
+			Metadata k8sMeta `yaml:"metadata"`
+			Spec     struct {
+				BackoffLimit            *int32 `yaml:"backoffLimit"`
+				ActiveDeadlineSeconds   *int64 `yaml:"activeDeadlineSeconds"`
+				TTLSecondsAfterFinished *int32 `yaml:"ttlSecondsAfterFinished"`
+				Template                struct {
+					Metadata k8sMeta    `yaml:"metadata"`
+					Spec     k8sPodSpec `yaml:"spec"`
+				} `yaml:"template"`
+			} `yaml:"spec"`
+		} `yaml:"jobTemplate"`
+	}
+	k8sPVCSpec struct {
+		AccessModes      []string     `yaml:"accessModes"`
+		StorageClassName *string      `yaml:"storageClassName"`
+		Resources        k8sResources `yaml:"resources"`
 	}
 	k8sPDBSpec struct {
 		MaxUnavailable int32       `yaml:"maxUnavailable"`
@@ -235,6 +268,10 @@ func checkManifest(path string, src []byte) []string {
 			spec = &k8sServiceSpec{}
 		case "PodDisruptionBudget":
 			spec = &k8sPDBSpec{}
+		case "CronJob":
+			spec = &k8sCronJobSpec{}
+		case "PersistentVolumeClaim":
+			spec = &k8sPVCSpec{}
 		case "NetworkPolicy":
 			spec = &k8sNetworkPolicySpec{}
 		case "ConfigMap", "Namespace":

@@ -50,6 +50,9 @@ func (c *call) checkRead(v replica.View, handle uint64) error {
 // setACL replaces the three ACL names of the handle's node. It needs the
 // change-ACL permission, which the state machine checks.
 func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatResponse, error) {
+	if err := c.checkACLPatterns(req); err != nil {
+		return nil, err
+	}
 	for _, name := range []string{req.Read, req.Write, req.ChangeACL} {
 		if name == "" {
 			continue
@@ -57,6 +60,9 @@ func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatR
 		if err := wire.ValidateName(c.cfg.Cell, "/ls/"+c.cfg.Cell+"/"+replica.ACLDirName+"/"+name); err != nil {
 			return nil, wire.Errorf(wire.CodeInvalidName, "ACL file name %q: %v", name, err)
 		}
+	}
+	if err := c.checkACLNames(req); err != nil {
+		return nil, err
 	}
 	res, err := c.apply(ctx, &replica.Command{Payload: &replica.SetACLArgs{Handle: req.Handle,
 		ACL: &replica.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}}})

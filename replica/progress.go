@@ -41,6 +41,10 @@ type progress struct {
 	peers map[raft.ServerID]PeerProgress
 	rtt   map[raft.ServerID]*peerRTT
 	now   func() time.Time
+	// onContact, if set, hears of every answered AppendEntries or
+	// InstallSnapshot (outside mu): the raft log adapter ends a peer's
+	// run of failure lines with it.
+	onContact func(id, addr string)
 }
 
 func newProgress() *progress {
@@ -123,6 +127,13 @@ func (p *progress) installed(id raft.ServerID, args *raft.InstallSnapshotRequest
 	p.peers[id] = pp
 }
 
+// contacted tells onContact that id, at target, answered.
+func (p *progress) contacted(id raft.ServerID, target raft.ServerAddress) {
+	if p.onContact != nil {
+		p.onContact(string(id), string(target))
+	}
+}
+
 // forget drops what was learnt of id: a member removed, or added again
 // (perhaps on an empty disk), proves nothing by its old answers.
 func (p *progress) forget(id string) {
@@ -189,6 +200,7 @@ func (t *tracked) AppendEntries(id raft.ServerID, target raft.ServerAddress, arg
 	err := t.Transport.AppendEntries(id, target, args, resp)
 	if err == nil {
 		t.p.appended(id, args, resp, time.Since(start))
+		t.p.contacted(id, target)
 	}
 	return err
 }
@@ -198,6 +210,7 @@ func (t *tracked) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, a
 	err := t.Transport.InstallSnapshot(id, target, args, resp, data)
 	if err == nil {
 		t.p.installed(id, args, resp)
+		t.p.contacted(id, target)
 	}
 	return err
 }

@@ -6,7 +6,6 @@
 package replica
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,14 +15,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"lockcell/audit"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -193,7 +190,7 @@ func Open(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica %s: open store: %w", cfg.ID, err)
 	}
-	hlog := newHCLogger(log)
+	hlog, hw := newRaftLogger(log)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog)
 	if err != nil {
 		store.Close()
@@ -232,6 +229,7 @@ func Open(cfg Config) (*Replica, error) {
 		}
 	}
 	prog := newProgress()
+	prog.onContact = hw.contacted // a failing peer answering again ends its run of failure lines
 	trans = track(trans, prog)
 
 	rc := raft.DefaultConfig()
@@ -518,37 +516,3 @@ func (r *Replica) Close() error {
 // Audit is the replica's audit trail (package audit): every mutation
 // this replica applied, in index order, as every replica holds it.
 func (r *Replica) Audit() *audit.Trail { return r.trail }
-
-// newHCLogger adapts slog for raft's hclog: raft's lines go to the slog
-// logger at their level, so operators get one structured log stream.
-func newHCLogger(l *slog.Logger) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.Info,
-		Output: &hclogWriter{l: l},
-	})
-}
-
-type hclogWriter struct{ l *slog.Logger }
-
-// Write receives one formatted hclog line: "<time> [LEVEL] raft: msg: k=v".
-func (w *hclogWriter) Write(p []byte) (int, error) {
-	sc := bufio.NewScanner(strings.NewReader(string(p)))
-	for sc.Scan() {
-		line := sc.Text()
-		level := slog.LevelInfo
-		switch {
-		case strings.Contains(line, "[ERROR]"):
-			level = slog.LevelError
-		case strings.Contains(line, "[WARN]"):
-			level = slog.LevelWarn
-		case strings.Contains(line, "[DEBUG]"), strings.Contains(line, "[TRACE]"):
-			level = slog.LevelDebug
-		}
-		if i := strings.Index(line, "] "); i >= 0 {
-			line = strings.TrimSpace(line[i+2:])
-		}
-		w.l.Log(context.Background(), level, line)
-	}
-	return len(p), nil
-}

@@ -92,6 +92,8 @@ var fzTypes = []fzType{
 	{"ListLocksResponse", func() any { return new(wire.ListLocksResponse) }},
 	{"RequestReleaseRequest", func() any { return new(wire.RequestReleaseRequest) }},
 	{"RequestReleaseResponse", func() any { return new(wire.RequestReleaseResponse) }},
+	{"ReplicaTransferLeadershipRequest", func() any { return new(wire.ReplicaTransferLeadershipRequest) }},
+	{"ReplicaTransferLeadershipResponse", func() any { return new(wire.ReplicaTransferLeadershipResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -172,6 +174,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.ListLocksRequest)
 	case wire.MethodRequestRelease:
 		return new(wire.RequestReleaseRequest)
+	case wire.MethodReplicaTransferLeadership:
+		return new(wire.ReplicaTransferLeadershipRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -245,6 +249,8 @@ func fzSamples() []any {
 			Truncated: true},
 		&wire.RequestReleaseRequest{Handle: 9, Reason: "the nightly job needs it"},
 		&wire.RequestReleaseResponse{Asked: 2},
+		&wire.ReplicaTransferLeadershipRequest{ID: "3", From: "1"},
+		&wire.ReplicaTransferLeadershipResponse{From: "1", To: "3", ToClientAddr: "10.0.0.3:7001"},
 	}
 }
 
@@ -610,6 +616,8 @@ func FuzzRoundTrip(f *testing.F) {
 				WaiterCount: ^u32, LockDelayUntil: i1}}[:len(events)%2], Truncated: bit(1)},
 			&wire.RequestReleaseRequest{Handle: u1, Reason: s1},
 			&wire.RequestReleaseResponse{Asked: u32},
+			&wire.ReplicaTransferLeadershipRequest{ID: s1, From: s2},
+			&wire.ReplicaTransferLeadershipResponse{From: s1, To: s2, ToClientAddr: s3},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))

@@ -46,7 +46,11 @@ func aclCommand(e *env) *cli.Command {
 					&cli.StringFlag{Name: "write", Usage: "ACL file `NAME` whose principals may write and lock"},
 					&cli.StringFlag{Name: "admin", Usage: "ACL file `NAME` whose principals may change these ACL names"},
 				},
-				Description: "Needs the change-ACL permission on the node. With --json prints the new names." +
+				Description: "Needs the change-ACL permission on the node. Each value names a file in " +
+					"/ls/<cell>/acl/, which must exist (the cell refuses a missing one, which would deny everyone " +
+					"but the admin: create it first); \"\" restores the default. A value is a file, not a " +
+					"principal: to let everyone in, name a file holding the line * " +
+					"(lockcell put /ls/<cell>/acl/everyone '*'). With --json prints the new names." +
 					"\n\nExample: lockcell acl set /ls/local/jobs --read staff --write ops --admin ops",
 				Action: func(c *cli.Context) error {
 					if c.NArg() < 1 {

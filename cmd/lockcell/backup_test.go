@@ -36,6 +36,7 @@ func TestBackupVerb(t *testing.T) {
 		Nodes    uint64 `json:"nodes"`
 		Bytes    int64  `json:"bytes"`
 		Checksum string `json:"checksum"`
+		SHA256   string `json:"sha256"`
 	}
 	file2 := filepath.Join(dir, "t2.lcb")
 	if err := json.Unmarshal([]byte(r.ok("backup", "--json", file2).stdout), &sum); err != nil {
@@ -45,7 +46,7 @@ func TestBackupVerb(t *testing.T) {
 	if err != nil || sum.File != file2 || sum.Cell != "t" || sum.Nodes != 3 || sum.Bytes != fi.Size() || len(sum.Checksum) != 64 || sum.Index == 0 {
 		t.Fatalf("backup --json %+v; file %v %v", sum, fi, err)
 	}
-	if out := r.ok("backup", "--verify", file2).stdout; !strings.Contains(out, ": ok: cell t, index ") || !strings.Contains(out, sum.Checksum) {
+	if out := r.ok("backup", "--verify", file2).stdout; !strings.Contains(out, ": ok: cell t, index ") || !strings.Contains(out, "sha256 "+sum.SHA256) {
 		t.Fatalf("verify printed %q", out)
 	}
 	junk := filepath.Join(dir, "junk")

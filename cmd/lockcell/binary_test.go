@@ -50,7 +50,7 @@ func TestBinary(t *testing.T) {
 	for _, verb := range [][]string{
 		{"put", "bin/v", "x"}, {"cat", "bin/v"}, {"stat", "bin/v"}, {"ls", "bin"}, {"ls", "-l", "bin"},
 		{"mkdir", "-p", "bin/d1/d2"}, {"touch", "bin/t"}, {"status"}, {"sessions"}, {"seq", "show", seq},
-		{"acl", "set", "bin/v", "--read", "ops", "--admin", ""}, {"acl", "get", "bin/v"},
+		{"put", "/ls/t/acl/ops", "alice"}, {"acl", "set", "bin/v", "--read", "ops", "--admin", ""}, {"acl", "get", "bin/v"},
 		{"rm", "bin/t"},
 	} {
 		human := runBin("", flags, verb...)
@@ -90,6 +90,9 @@ func TestBinary(t *testing.T) {
 	want(runBin("", flags, "cat", "bad//name"), exitError, "invalid name", "cat bad//name")
 	want(runBin("", flags, "put"), exitUsage, "want exactly", "put")
 	want(runBin("", flags, "acl", "set", "bin/v"), exitUsage, "at least one", "acl set without flags")
+	// A file named that is deleted later denies all but the admin; acl
+	// get says so.
+	want(runBin("", flags, "rm", "/ls/t/acl/ops"), exitOK, "", "rm acl/ops")
 	res = runBin("", flags, "acl", "get", "bin/v")
 	if res.code != exitOK || !strings.Contains(res.stdout, "read        ops (missing") || !strings.Contains(res.stdout, "change-acl  (default") {
 		t.Fatalf("acl get: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
@@ -101,6 +104,7 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("shell: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
 	// acl get|set take names relative to the shell's folder too.
+	want(runBin("", flags, "put", "/ls/t/acl/ops", "alice"), exitOK, "", "put acl/ops")
 	res = runBin("cd sh\nacl set f --read ops\nacl get f\n", flags, "shell")
 	if res.code != exitOK || !strings.Contains(res.stdout, "read        ops") {
 		t.Fatalf("shell acl: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,9 @@ type env struct {
 	// tls is the mutual TLS configuration from --cert, --key and --ca
 	// (nil: plain TCP).
 	tls *tls.Config
+	// connectTo sends connections to other addresses than the cell names
+	// (--connect-to); nil dials the names.
+	connectTo []client.ConnectTo
 	// certFiles are the --cert, --key and --ca files (empty without TLS):
 	// the shell passes them on to its lines.
 	certFiles [3]string
@@ -77,6 +81,13 @@ func (e *env) setup(c *cli.Context) error {
 	if e.timeout <= 0 {
 		return usageErrorf(c, "--timeout must be positive, got %v", e.timeout)
 	}
+	if v := c.String("connect-to"); v != "" {
+		rules, err := client.ParseConnectTo(v)
+		if err != nil {
+			return usageErrorf(c, "--connect-to: %v", err)
+		}
+		e.connectTo = rules
+	}
 	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
 	switch {
 	case cert != "" && key != "" && ca != "":
@@ -108,12 +119,21 @@ func (e *env) client() (*client.Client, error) {
 	}
 	cl, err := client.Dial(e.ctx, client.Config{Cell: e.cell, Replicas: e.replicas, ClientName: "lockcell-cli",
 		RetryTimeout: retry, DialTimeout: min(e.timeout, 2*time.Second), GracePeriod: e.grace, Logger: log,
-		TLS: e.tls})
+		TLS: e.tls, Dialer: e.dialer()})
 	if err != nil {
 		return nil, err
 	}
 	e.cl = cl
 	return cl, nil
+}
+
+// dialer is the client's TCP dialer: nil (the default) unless
+// --connect-to gave rules.
+func (e *env) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if len(e.connectTo) == 0 {
+		return nil
+	}
+	return client.ConnectToDialer(e.connectTo, nil)
 }
 
 // close ends the session (releasing anything this run held) and the

@@ -147,6 +147,8 @@ func newApp(e *env) *cli.App {
 				Usage: "your certificate (PEM) for a cell with mutual TLS; its name is your principal"},
 			&cli.StringFlag{Name: "key", EnvVars: []string{"LOCKCELL_KEY"}, Usage: "your certificate's private key (PEM)"},
 			&cli.StringFlag{Name: "ca", EnvVars: []string{"LOCKCELL_CA"}, Usage: "the cell's CA certificate (PEM)"},
+			&cli.StringFlag{Name: "connect-to", EnvVars: []string{"LOCKCELL_CONNECT_TO"},
+				Usage: "dial replicas elsewhere than the cell names them, as curl's --connect-to: HOST:PORT:TOHOST:TOPORT[,...], an empty part matching any (or keeping the original); e.g. ::127.0.0.1: reaches a compose cell's replicas by their ports published on the host"},
 		},
 		Commands: []*cli.Command{
 			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e), sessionsCommand(e), shellCommand(e),

@@ -20,19 +20,20 @@ const replicaPoll = 250 * time.Millisecond
 func replicaCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:      "replica",
-		Usage:     "list the cell's members (admin or monitor), add one or remove one (admin only)",
-		ArgsUsage: "list|add|remove",
+		Usage:     "list the cell's members (admin or monitor); add or remove one, or move the master (admin only)",
+		ArgsUsage: "list|add|remove|transfer-leadership",
 		Description: "Membership changes go through the master, which changes the cell's Raft configuration. " +
 			"Only the cell's admin may change the members; the admin and the principals listed in the ACL file " +
 			"/ls/<cell>/acl/monitor (the monitoring role) may list them. To replace a dead machine: start the " +
 			"new replica at its new address, add it, then remove the dead one (see docs/operations.md).\n\n" +
 			"Example: lockcell replica list",
-		Subcommands: []*cli.Command{replicaListCommand(e), replicaAddCommand(e), replicaRemoveCommand(e)},
+		Subcommands: []*cli.Command{replicaListCommand(e), replicaAddCommand(e), replicaRemoveCommand(e),
+			replicaTransferCommand(e)},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
-				return usageErrorf(c, "unknown replica command %q (want list, add or remove)", c.Args().First())
+				return usageErrorf(c, "unknown replica command %q (want list, add, remove or transfer-leadership)", c.Args().First())
 			}
-			return usageErrorf(c, "no replica command given (want list, add or remove)")
+			return usageErrorf(c, "no replica command given (want list, add, remove or transfer-leadership)")
 		},
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -36,7 +38,9 @@ func watchCommand(e *env) *cli.Command {
 			"--json a first {\"kind\": \"watching\"} line on stdout).\n\n" +
 			"Runs until Ctrl-C (exit 0), until NAME is deleted (exit 0 after printing handle-invalid), " +
 			"until the session expires (exit 1) or, with --count N, until N node events were printed " +
-			"(exit 0; overflow and reannounce are not counted). --timeout bounds only opening NAME. " +
+			"(exit 0; overflow and reannounce are not counted). --timeout D, when given, bounds the whole " +
+			"watch: it ends D after the command started with exit 75 (JSON code \"timeout\"), having printed " +
+			"what arrived until then; without it the default timeout bounds only opening NAME. " +
 			"With --json prints one JSON object per line: {\"time\", \"kind\", \"path\", \"child\", " +
 			"\"epoch\", \"instance\", \"content_generation\", \"lock_generation\", \"missed\"}.\n\n" +
 			"Example: lockcell watch --count 1 svc/config && lockcell cat svc/config",
@@ -95,10 +99,26 @@ func (e *env) watch(c *cli.Context) error {
 		h, err := cl.Open(e.ctx, name, client.Read, client.WithEvents(allEvents))
 		openc <- opened{h, err}
 	}()
+	// --timeout, when given, bounds the whole watch (README: the deadline
+	// of the whole command); the default bounds only the open, since a
+	// watch normally runs until Ctrl-C.
+	var deadline <-chan struct{}
+	if e.timeoutSet {
+		deadline = e.ctx.Done()
+	}
+	seen := 0
+	timedOut := func() error {
+		return &exitStatus{code: exitTimeout, kind: "timeout",
+			err: fmt.Errorf("watch %s: --timeout %v ended the watch after %d event(s)", name, e.timeout, seen)}
+	}
 	var h *client.Handle
 	select {
 	case o := <-openc:
 		if o.err != nil {
+			if e.timeoutSet && errors.Is(o.err, context.DeadlineExceeded) {
+				return &exitStatus{code: exitTimeout, kind: "timeout",
+					err: fmt.Errorf("watch %s: --timeout %v ended before the cell opened it: %w", name, e.timeout, o.err)}
+			}
 			return fail("watch", name, o.err)
 		}
 		h = o.h
@@ -123,12 +143,13 @@ func (e *env) watch(c *cli.Context) error {
 	// carries Reannounce; the session's stream gives the session events
 	// (its copies of the node events are skipped).
 	nodeEvents := h.Events()
-	seen := 0
 	for {
 		var ev client.Event
 		select {
 		case <-sigc:
 			return nil
+		case <-deadline:
+			return timedOut()
 		case ev2, ok := <-nodeEvents:
 			if !ok {
 				// The session ended: its own stream says how (Expired,

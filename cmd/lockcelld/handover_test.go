@@ -22,6 +22,9 @@ func TestServeCleanShutdownHandsMastershipOver(t *testing.T) {
 	}
 	const timeout = 6 * time.Second
 	bin := fixtures.BuildLockcelld(t)
+	// A clean hand-over is routine, logged at INFO: the default level
+	// (warn) would not show it.
+	t.Setenv(fixtures.EnvProcLog, "info")
 	pc := fixtures.NewProcCellWith(t, bin, "handover", 3, 20*time.Second, fixtures.ProcOptions{
 		ExtraArgs: []string{"--raft-heartbeat", timeout.String(), "--raft-election", timeout.String(), "--raft-leader-lease", "500ms"}})
 	mi := pc.MasterIndex(90 * time.Second)
@@ -74,7 +77,7 @@ func TestServeCleanShutdownHandsMastershipOver(t *testing.T) {
 	if took > timeout/2 {
 		t.Errorf("a new master served only %v after the old one was stopped cleanly; want well within the %v heartbeat timeout (no election wait)", took, timeout)
 	}
-	if log := pc.Log(mi); !strings.Contains(log, "leadership handed over") || !strings.Contains(log, "new_leader="+peers[newMaster].ID) {
+	if log := pc.Log(mi); !strings.Contains(log, "level=INFO msg=\"shutting down: leadership handed over\"") || !strings.Contains(log, "new_leader="+peers[newMaster].ID) {
 		t.Errorf("the stopped master's log does not name the new leader %s:\n%s", peers[newMaster].ID, log)
 	}
 	// The client's session lives on: its handle works at the new master.

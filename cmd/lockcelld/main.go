@@ -529,7 +529,7 @@ func serveCommand() *cli.Command {
 					if reloader == nil {
 						cfg.Logger.Warn("SIGHUP: no certificates to reload (no TLS)")
 					} else if reloader.Reload() == nil {
-						fmt.Printf("lockcell replica %s: certificate reloaded (serial %s)\n", c.String("id"), reloader.Serial())
+						fmt.Printf("lockcell replica %s: certificate reloaded (serial %s)\n", c.String("id"), reloader.SerialText())
 					}
 				}
 			}
@@ -767,6 +767,25 @@ func certsCommand() *cli.Command {
 			}
 			fmt.Printf("certificates in %s: CA ca.crt; replicas %s; users %s\n", set.Dir,
 				strings.Join(set.Replicas, ","), strings.Join(append([]string{certs.AdminUser}, set.Users...), ","))
+			// Each certificate's serial as openssl shows it, to match
+			// against logs (certificate reload) and revocation records.
+			files := []string{certs.CAFile(set.Dir)}
+			for _, id := range set.Replicas {
+				f, _ := certs.ReplicaFiles(set.Dir, id)
+				files = append(files, f)
+			}
+			for _, u := range append([]string{certs.AdminUser}, set.Users...) {
+				f, _ := certs.UserFiles(set.Dir, u)
+				files = append(files, f)
+			}
+			for _, f := range files {
+				sum, err := certs.Summarize(f)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("  %s  CN=%s  serial=%s  not_after=%s\n", filepath.Base(f), sum.Subject, sum.Serial,
+					sum.NotAfter.UTC().Format(time.RFC3339))
+			}
 			return nil
 		},
 	}

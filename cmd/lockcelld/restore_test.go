@@ -201,6 +201,7 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 		Nodes    uint64 `json:"nodes"`
 		Bytes    uint64 `json:"bytes"`
 		Checksum string `json:"checksum"`
+		SHA256   string `json:"sha256"`
 	}
 	if err := json.Unmarshal([]byte(out), &sum); err != nil {
 		t.Fatalf("backup --json: %v: %q", err, out)
@@ -212,7 +213,7 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 	}
 
 	// --verify: the file is intact; a flipped byte and a cut are caught.
-	if code, out, errs := as("admin", "backup", "--verify", file); code != 0 || !strings.Contains(out, sum.Checksum) {
+	if code, out, errs := as("admin", "backup", "--verify", file); code != 0 || !strings.Contains(out, "sha256 "+sum.SHA256) {
 		t.Fatalf("verify: exit %d %q %q", code, out, errs)
 	}
 	raw, _ := os.ReadFile(file)

@@ -82,6 +82,10 @@ func TestSighupDuringStartIsQueuedNotFatal(t *testing.T) {
 		t.Errorf("%d reloads for two SIGHUPs during start, want one:\n%s", n, pc.Log(0))
 	}
 	waitSerial(t, "client port", addr, set.ClientTLS(t, "admin"), fresh.Leaf.SerialNumber)
+	// The reload names the new serial as openssl shows it.
+	if want := "certificate reloaded (serial " + certs.SerialText(fresh.Leaf.SerialNumber) + ")"; !strings.Contains(pc.Log(0), want) {
+		t.Errorf("the reload line does not say %q:\n%s", want, pc.Log(0))
+	}
 	pc.MasterIndex(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

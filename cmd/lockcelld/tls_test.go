@@ -50,6 +50,31 @@ func TestCertsCommand(t *testing.T) {
 	if !slices.Contains(leaf.DNSNames, "db.example") || !slices.ContainsFunc(leaf.IPAddresses, net.ParseIP("10.9.8.7").Equal) {
 		t.Fatalf("replica certificate names %v %v, want db.example and 10.9.8.7", leaf.DNSNames, leaf.IPAddresses)
 	}
+	// One line per certificate with its serial as openssl shows it:
+	// colon-separated upper-case hex, which without the colons is what
+	// `openssl x509 -serial` prints.
+	for _, f := range []string{"ca.crt", "replica-3.crt", "admin.crt", "bob.crt"} {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		blk, _ := pem.Decode(b)
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hexBytes []string
+		for _, x := range c.SerialNumber.Bytes() {
+			hexBytes = append(hexBytes, fmt.Sprintf("%02X", x))
+		}
+		want := "  " + f + "  CN=" + c.Subject.CommonName + "  serial=" + strings.Join(hexBytes, ":") + "  "
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("lockcelld certs does not print %q:\n%s", want, out)
+		}
+		if openssl, err := exec.LookPath("openssl"); err == nil {
+			o, err := exec.Command(openssl, "x509", "-noout", "-serial", "-in", filepath.Join(dir, f)).Output()
+			if err != nil || strings.TrimSpace(string(o)) != "serial="+strings.Join(hexBytes, "") {
+				t.Fatalf("openssl x509 -serial %s: %q (%v), lockcelld certs printed %s", f, o, err, strings.Join(hexBytes, ":"))
+			}
+		}
+	}
 	// Bad flags are usage errors.
 	cmd := exec.Command(bin, "serve", "--id", "1", "--data", t.TempDir(), "--peers", "1=127.0.0.1:1/127.0.0.1:2",
 		"--cert", filepath.Join(dir, "replica-1.crt"))
