@@ -94,6 +94,8 @@ var fzTypes = []fzType{
 	{"RequestReleaseResponse", func() any { return new(wire.RequestReleaseResponse) }},
 	{"ReplicaTransferLeadershipRequest", func() any { return new(wire.ReplicaTransferLeadershipRequest) }},
 	{"ReplicaTransferLeadershipResponse", func() any { return new(wire.ReplicaTransferLeadershipResponse) }},
+	{"AuditReadRequest", func() any { return new(wire.AuditReadRequest) }},
+	{"AuditReadResponse", func() any { return new(wire.AuditReadResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -176,6 +178,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.RequestReleaseRequest)
 	case wire.MethodReplicaTransferLeadership:
 		return new(wire.ReplicaTransferLeadershipRequest)
+	case wire.MethodAuditRead:
+		return new(wire.AuditReadRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -251,6 +255,8 @@ func fzSamples() []any {
 		&wire.RequestReleaseResponse{Asked: 2},
 		&wire.ReplicaTransferLeadershipRequest{ID: "3", From: "1"},
 		&wire.ReplicaTransferLeadershipResponse{From: "1", To: "3", ToClientAddr: "10.0.0.3:7001"},
+		&wire.AuditReadRequest{Since: 12, SinceTime: 1_700_000_000_000_000_000, Prefix: "/ls/c/svc", Max: 100, WaitMillis: 20000},
+		&wire.AuditReadResponse{Records: [][]byte{[]byte(`{"index":12,"op":"write","result":"ok"}`)}, Next: 13, Oldest: 1, Last: 40, Replica: "2"},
 	}
 }
 
@@ -618,6 +624,8 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.RequestReleaseResponse{Asked: u32},
 			&wire.ReplicaTransferLeadershipRequest{ID: s1, From: s2},
 			&wire.ReplicaTransferLeadershipResponse{From: s1, To: s2, ToClientAddr: s3},
+			&wire.AuditReadRequest{Since: u1, SinceTime: i1, Prefix: s1, Max: u32, WaitMillis: -i1},
+			&wire.AuditReadResponse{Records: [][]byte{b1, b2}[:n%3], Next: u1, Oldest: u2, Last: u3, Replica: s2},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))
