@@ -907,7 +907,8 @@ func replyEvents(evs []wire.Event) []wire.Event {
 }
 
 func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(), Payload: &replica.CloseSessionArgs{}})
+	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(),
+		Principal: c.caller.Principal, Admin: c.isAdmin(), Payload: &replica.CloseSessionArgs{}})
 	if err != nil {
 		return nil, err
 	}

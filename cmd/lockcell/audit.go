@@ -32,7 +32,7 @@ func auditCommand(e *env) *cli.Command {
 			"the result (ok or the error's code). With PREFIX, only records about that name or names below it (and gap " +
 			"records). Only the cell's admin may read it.\n\n" +
 			"--since takes an index (1234), a time (RFC 3339) or a duration back from now (10m). --follow keeps " +
-			"printing records as they are applied until interrupted (or until --timeout, when given), moving to another " +
+			"printing records as they are applied until interrupted (exit 0) or until --timeout, when given (exit 75), moving to another " +
 			"replica if the one it reads stops answering, without losing or repeating a record. A \"gap\" record " +
 			"says the replica does not hold some records (it installed a snapshot); read them from another " +
 			"replica with --replica.\n\n" +
@@ -78,19 +78,29 @@ func (e *env) audit(c *cli.Context) error {
 	}
 	follow := c.Bool("follow")
 	ctx := e.ctx
+	var timeoutCtx context.Context // the follow's --timeout, when given
 	if follow {
-		// A follow ends at Ctrl-C (exit 0), or at --timeout when given.
+		// A follow ends at Ctrl-C or SIGTERM (exit 0), or at --timeout
+		// when given (exit 75, as watch and lock).
 		base := c.Context
 		var stop context.CancelFunc
 		if e.timeoutSet {
 			base, stop = context.WithTimeout(base, e.timeout)
 			defer stop()
+			timeoutCtx = base
 		}
 		ctx, stop = signal.NotifyContext(base, syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
 	}
-	cfg := client.Config{TLS: e.tls, DialTimeout: min(e.timeout, 2*time.Second)}
 	printed := 0
+	followEnd := func() error {
+		if timeoutCtx != nil && timeoutCtx.Err() != nil {
+			return &exitStatus{code: exitTimeout, kind: "timeout",
+				err: fmt.Errorf("audit: --timeout %v ended the follow after %d record(s)", e.timeout, printed)}
+		}
+		return nil
+	}
+	cfg := client.Config{TLS: e.tls, DialTimeout: min(e.timeout, 2*time.Second)}
 	at := 0 // the replica read now, by index in addrs
 	var lastErr error
 	for tries := 0; ; {
@@ -101,7 +111,7 @@ func (e *env) audit(c *cli.Context) error {
 		page, err := client.ReadAudit(ctx, cfg, addrs[at], read)
 		if err != nil {
 			if follow && ctx.Err() != nil {
-				return nil // interrupted, or --timeout: a follow's normal end
+				return followEnd()
 			}
 			if refusedByCell(err) || ctx.Err() != nil {
 				return fail("audit", q.Prefix, err)
@@ -116,7 +126,7 @@ func (e *env) audit(c *cli.Context) error {
 				tries = 0
 				select { // every replica is down: try them again shortly
 				case <-ctx.Done():
-					return nil
+					return followEnd()
 				case <-time.After(time.Second):
 				}
 			}
@@ -137,7 +147,7 @@ func (e *env) audit(c *cli.Context) error {
 			return nil
 		}
 		if follow && ctx.Err() != nil {
-			return nil
+			return followEnd()
 		}
 	}
 }
