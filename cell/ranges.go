@@ -124,6 +124,9 @@ var SettingRanges = map[string]SettingRange{
 	"max-content-bytes":          sizes(1, 1<<30),
 	"max-nodes-per-principal":    counts(1, 5_000_000),
 	"max-backups":                counts(1, 16), // each a copy of the whole state
+	// The audit trail keeps at least its newest 16 MiB segment whatever
+	// this says; more than 1 TiB is a typo.
+	"audit-retain": sizes(1<<20, 1<<40),
 	// A handle costs every replica about 165 bytes of heap and 68 of
 	// snapshot (replica.BenchmarkHandleCost).
 	"max-handles-per-principal": counts(1, 5_000_000),

@@ -45,8 +45,6 @@ func main() {
 			&cli.BoolFlag{Name: "log-json", Usage: "structured JSON logs"},
 			&cli.StringFlag{Name: "audit-log", Value: "stderr", EnvVars: []string{"LOCKCELL_AUDIT_LOG"},
 				Usage: "where this replica's audit lines (permission denials, ACL changes it served as master) go, whatever --log-level says: stderr, stdout, a file (appended; SIGHUP reopens it, for rotation) or off"},
-			&cli.GenericFlag{Name: "audit-retain", Value: newByteSize(audit.DefaultRetainBytes), EnvVars: []string{"LOCKCELL_AUDIT_RETAIN"},
-				Usage: "disk the replica's audit trail (every mutation of the cell, in DATA/audit, served by lockcell audit) may fill before its oldest records are deleted, e.g. 1GiB"},
 		},
 		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand()},
 	}
@@ -156,6 +154,8 @@ func limitFlags() []cli.Flag {
 	d, sd := cell.DefaultConnLimits, cell.DefaultSessionLimits
 	reserveNodes, reserveBytes := sd.Reserves()
 	return []cli.Flag{
+		&cli.GenericFlag{Name: "audit-retain", Value: newByteSize(audit.DefaultRetainBytes),
+			Usage: "disk each replica's audit trail (every mutation of the cell, in DATA/audit, served by lockcell audit) may fill before its oldest records are deleted, e.g. 1GiB"},
 		&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
 		&cli.IntFlag{Name: "max-conns", Value: d.MaxConns, Usage: "client connections this replica may hold (at most five eighths of the file-descriptor limit; the default is lowered to it)"},
 		&cli.IntFlag{Name: "max-conns-per-principal", Value: d.MaxConnsPerPrincipal, Usage: "client connections one principal may hold (closed after the TLS handshake)"},
@@ -823,7 +823,7 @@ func startDevWith(cfg cell.DevConfig, lim cell.ConnLimits, sl cell.SessionLimits
 		sc := cell.Config{Cell: cfg.Cell, Self: p.ID, Peers: cfg.Peers, Dir: filepath.Join(cfg.Dir, "replica-"+p.ID),
 			LeaseTTL: cfg.LeaseTTL, MaxLeaseTTL: cfg.MaxLeaseTTL, KeepAliveTarget: cfg.KeepAliveTarget,
 			DefaultLockDelay: cfg.DefaultLockDelay, Timings: cfg.Timings, Logger: cfg.Logger,
-			Limits: lim, SessionLimits: sl, AuditLogger: audit}
+			Limits: lim, SessionLimits: sl, AuditLogger: audit, AuditRetainBytes: cfg.AuditRetainBytes}
 		if cfg.MetricsPort != 0 {
 			sc.MetricsAddr = "127.0.0.1:" + strconv.Itoa(cfg.MetricsPort+i)
 		}

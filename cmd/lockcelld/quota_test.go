@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,5 +161,70 @@ func TestServeCacheRegistrationFlags(t *testing.T) {
 	got = serveConfigOf(t, "--max-cache-registrations", "70", "--max-cache-registrations-per-principal", "9").SessionLimits
 	if got.CacheRegistrations != 70 || got.CacheRegistrationsPerPrincipal != 9 {
 		t.Errorf("caps %+v, want 70 in all and 9 per principal", got)
+	}
+}
+
+// A quota flag dev accepts is enforced by the dev cell, plain as it is:
+// with --max-content-bytes 1000 a 40,000-byte file is refused, and with
+// --max-nodes 5 the sixth node, each with the quota's machine code; the
+// replicas keep their audit trails in their data folders.
+func TestDevEnforcesQuotaFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the dev cell")
+	}
+	bin := fixtures.BuildLockcelld(t)
+	data := t.TempDir()
+	port := freeRun(t, 6)
+	cmd := exec.Command(bin, "dev", "--data", data, "--replicas", "3", "--port", fmt.Sprint(port),
+		"--raft-port", fmt.Sprint(port+3), "--metrics-port", "0", "--lease", "8s",
+		"--max-content-bytes", "1000", "--max-nodes", "5", "--audit-retain", "1MiB")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	})
+	var addrs []string
+	for i := range 3 {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", port+i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var cl *client.Client
+	for { // until the dev cell listens: a cell refusing every connection is reported at once
+		var err error
+		cl, err = client.Dial(ctx, client.Config{Cell: "local", Replicas: addrs, RetryTimeout: 30 * time.Second, Logger: fixtures.Logger()})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, client.ErrAllRefused) || ctx.Err() != nil {
+			t.Fatalf("%v; the dev cell said:\n%s", err, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer cl.Close()
+	_, err := cl.Open(ctx, "/ls/local/big", client.Read|client.Write|client.Create, client.WithContents(make([]byte, 40000)))
+	if !errors.Is(err, client.ErrQuotaExceeded) {
+		t.Fatalf("a 40,000-byte file on a 1,000-byte cell: %v, want ErrQuotaExceeded", err)
+	}
+	for i := range 5 { // the root does not count
+		h, err := cl.Open(ctx, fmt.Sprintf("/ls/local/n%d", i), client.Read|client.Write|client.Create)
+		if err != nil {
+			t.Fatalf("node %d of 5: %v", i+1, err)
+		}
+		h.Close()
+	}
+	if _, err := cl.Open(ctx, "/ls/local/n5", client.Read|client.Write|client.Create); !errors.Is(err, client.ErrQuotaExceeded) {
+		t.Fatalf("the sixth node on a 5-node cell: %v, want ErrQuotaExceeded", err)
+	}
+	for _, id := range []string{"1", "2", "3"} {
+		if m, _ := filepath.Glob(filepath.Join(data, "replica-"+id, "audit", "audit-*.jsonl")); len(m) == 0 {
+			t.Errorf("replica %s keeps no audit trail", id)
+		}
 	}
 }
