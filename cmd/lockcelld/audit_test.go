@@ -12,6 +12,24 @@ import (
 	"lockcell/fixtures"
 )
 
+// adminAndAlice dials pc as the admin and as alice, closing both when
+// the test ends; acfg is alice's configuration.
+func adminAndAlice(ctx context.Context, t *testing.T, pc *fixtures.ProcCell, set *fixtures.CertSet) (admin, alice *client.Client, acfg client.Config) {
+	t.Helper()
+	admin, err := client.Dial(ctx, pc.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	acfg = pc.ClientConfig()
+	acfg.TLS = set.ClientTLS(t, "alice")
+	if alice, err = client.Dial(ctx, acfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alice.Close() })
+	return admin, alice, acfg
+}
+
 // auditLines returns the audit lines the replicas wrote to stderr so far.
 func auditLines(pc *fixtures.ProcCell) []string {
 	var out []string
@@ -38,18 +56,7 @@ func TestServeAuditLinesAtDefaultLevel(t *testing.T) {
 	pc.MasterIndex(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	admin, err := client.Dial(ctx, pc.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	acfg := pc.ClientConfig()
-	acfg.TLS = set.ClientTLS(t, "alice")
-	alice, err := client.Dial(ctx, acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer alice.Close()
+	admin, alice, _ := adminAndAlice(ctx, t, pc, set)
 
 	for _, n := range []struct {
 		name string
@@ -192,18 +199,7 @@ func TestAuditTrailAcrossFailover(t *testing.T) {
 	mi := pc.MasterIndex(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	admin, err := client.Dial(ctx, pc.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	acfg := pc.ClientConfig()
-	acfg.TLS = set.ClientTLS(t, "alice")
-	alice, err := client.Dial(ctx, acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer alice.Close()
+	admin, _, acfg := adminAndAlice(ctx, t, pc, set) // alice's session is in the trail
 
 	write := func(i int) {
 		t.Helper()
