@@ -92,6 +92,8 @@ var fzTypes = []fzType{
 	{"ListLocksResponse", func() any { return new(wire.ListLocksResponse) }},
 	{"RequestReleaseRequest", func() any { return new(wire.RequestReleaseRequest) }},
 	{"RequestReleaseResponse", func() any { return new(wire.RequestReleaseResponse) }},
+	{"QuotaUsageRequest", func() any { return new(wire.QuotaUsageRequest) }},
+	{"QuotaUsageResponse", func() any { return new(wire.QuotaUsageResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -172,6 +174,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.ListLocksRequest)
 	case wire.MethodRequestRelease:
 		return new(wire.RequestReleaseRequest)
+	case wire.MethodQuotaUsage:
+		return new(wire.QuotaUsageRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -245,6 +249,12 @@ func fzSamples() []any {
 			Truncated: true},
 		&wire.RequestReleaseRequest{Handle: 9, Reason: "the nightly job needs it"},
 		&wire.RequestReleaseResponse{Asked: 2},
+		&wire.QuotaUsageRequest{Principal: "alice"},
+		&wire.QuotaUsageResponse{Principal: "alice", Admin: true, Limits: []wire.QuotaLimit{
+			{Name: wire.QuotaNodesPerPrincipal, Used: 3, Max: 100000, Exempt: true},
+			{Name: wire.QuotaContentBytes, Used: 1 << 20, Max: 512 << 20, Reserve: 4 << 20, Bytes: true}},
+			TopByNodes:        []wire.PrincipalUsage{{Principal: "bob", Nodes: 9, ContentBytes: 10}},
+			TopByContentBytes: []wire.PrincipalUsage{{Principal: "carol", Nodes: 1, ContentBytes: 1 << 30}}},
 	}
 }
 
@@ -610,6 +620,10 @@ func FuzzRoundTrip(f *testing.F) {
 				WaiterCount: ^u32, LockDelayUntil: i1}}[:len(events)%2], Truncated: bit(1)},
 			&wire.RequestReleaseRequest{Handle: u1, Reason: s1},
 			&wire.RequestReleaseResponse{Asked: u32},
+			&wire.QuotaUsageRequest{Principal: s1},
+			&wire.QuotaUsageResponse{Principal: s1, Admin: bit(0), Limits: []wire.QuotaLimit{{Name: s2, Used: i1, Max: -i1, Reserve: i1 ^ 1,
+				Bytes: bit(1), Exempt: bit(2)}}[:n%2], TopByNodes: []wire.PrincipalUsage{{Principal: s3, Nodes: i1, ContentBytes: -i1}}[:n%2],
+				TopByContentBytes: []wire.PrincipalUsage{{Principal: s2, Nodes: -i1, ContentBytes: i1}}[:(n/2)%2]},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))
