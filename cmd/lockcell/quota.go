@@ -106,7 +106,7 @@ func quotaNote(l client.QuotaLimit, admin bool) string {
 	case l.Full:
 		return "FULL"
 	case l.Reserve > 0:
-		return "the last " + quotaAmount(l.Reserve, l.Bytes) + " kept for the admin"
+		return "the last " + quotaAmount(l.Reserve, l.Bytes) + " are kept for the admin"
 	}
 	return ""
 }
