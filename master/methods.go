@@ -94,6 +94,7 @@ var routes = map[wire.Method]route{
 	wire.MethodBreakLock:      {serve: decoded((*call).breakLock)},
 	wire.MethodListLocks:      {serve: decoded((*call).listLocks), rationed: true},
 	wire.MethodRequestRelease: {serve: decoded((*call).requestRelease), rationed: true},
+	wire.MethodQuotaUsage:     {serve: decoded((*call).quotaUsage), rationed: true},
 
 	wire.MethodReplicaAdd:    {serve: decoded((*call).replicaAddCall), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},
 	wire.MethodReplicaRemove: {serve: decoded((*call).replicaRemoveCall), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},

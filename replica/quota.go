@@ -249,3 +249,64 @@ func (f *FSM) QuotaStats(exclude string) QuotaStats {
 	}
 	return st
 }
+
+// Usage returns what the namespace holds, as the quotas count it.
+func (v View) Usage() Usage {
+	return Usage{Nodes: v.f.nodeCount(), ContentBytes: v.f.usage.bytes}
+}
+
+// PrincipalUsage returns what the existing nodes principal created hold:
+// what its per-principal node and content quotas count.
+func (v View) PrincipalUsage(principal string) Usage {
+	o := v.f.usage.byCreator[principal]
+	return Usage{Nodes: o.nodes, ContentBytes: o.bytes}
+}
+
+// CreatorUsage is what the existing nodes one principal created hold.
+type CreatorUsage struct {
+	Principal string
+	Usage
+}
+
+// TopCreators returns the k principals whose existing nodes are the most
+// numerous, and the k whose files hold the most content bytes, most
+// first (ties by name); nodes with no recorded creator are left out. It
+// walks the principals that created nodes, one step each, not the nodes:
+// for the admin's occasional look, not for every request.
+func (v View) TopCreators(k int) (byNodes, byBytes []CreatorUsage) {
+	if k <= 0 {
+		return nil, nil
+	}
+	nodesFirst := func(a, b CreatorUsage) bool {
+		return a.Nodes > b.Nodes || a.Nodes == b.Nodes && a.Principal < b.Principal
+	}
+	bytesFirst := func(a, b CreatorUsage) bool {
+		return a.ContentBytes > b.ContentBytes || a.ContentBytes == b.ContentBytes && a.Principal < b.Principal
+	}
+	for p, o := range v.f.usage.byCreator {
+		if p == "" {
+			continue
+		}
+		cu := CreatorUsage{Principal: p, Usage: Usage{Nodes: o.nodes, ContentBytes: o.bytes}}
+		byNodes = keepTop(byNodes, cu, k, nodesFirst)
+		byBytes = keepTop(byBytes, cu, k, bytesFirst)
+	}
+	return byNodes, byBytes
+}
+
+// keepTop inserts x into top, ordered by first and at most k long, and
+// returns it: k steps at most, so choosing k of n costs n·k, not a sort.
+func keepTop(top []CreatorUsage, x CreatorUsage, k int, first func(a, b CreatorUsage) bool) []CreatorUsage {
+	if len(top) == k && !first(x, top[k-1]) {
+		return top
+	}
+	if len(top) < k {
+		top = append(top, x)
+	} else {
+		top[k-1] = x
+	}
+	for i := len(top) - 1; i > 0 && first(top[i], top[i-1]); i-- {
+		top[i], top[i-1] = top[i-1], top[i]
+	}
+	return top
+}

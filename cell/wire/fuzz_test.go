@@ -96,6 +96,8 @@ var fzTypes = []fzType{
 	{"ReplicaTransferLeadershipResponse", func() any { return new(wire.ReplicaTransferLeadershipResponse) }},
 	{"AuditReadRequest", func() any { return new(wire.AuditReadRequest) }},
 	{"AuditReadResponse", func() any { return new(wire.AuditReadResponse) }},
+	{"QuotaUsageRequest", func() any { return new(wire.QuotaUsageRequest) }},
+	{"QuotaUsageResponse", func() any { return new(wire.QuotaUsageResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -180,6 +182,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.ReplicaTransferLeadershipRequest)
 	case wire.MethodAuditRead:
 		return new(wire.AuditReadRequest)
+	case wire.MethodQuotaUsage:
+		return new(wire.QuotaUsageRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -257,6 +261,12 @@ func fzSamples() []any {
 		&wire.ReplicaTransferLeadershipResponse{From: "1", To: "3", ToClientAddr: "10.0.0.3:7001"},
 		&wire.AuditReadRequest{Since: 12, SinceTime: 1_700_000_000_000_000_000, Prefix: "/ls/c/svc", Max: 100, WaitMillis: 20000},
 		&wire.AuditReadResponse{Records: [][]byte{[]byte(`{"index":12,"op":"write","result":"ok"}`)}, Next: 13, Oldest: 1, Last: 40, Replica: "2"},
+		&wire.QuotaUsageRequest{Principal: "alice"},
+		&wire.QuotaUsageResponse{Principal: "alice", Admin: true, Limits: []wire.QuotaLimit{
+			{Name: wire.QuotaNodesPerPrincipal, Used: 3, Max: 100000, Exempt: true},
+			{Name: wire.QuotaContentBytes, Used: 1 << 20, Max: 512 << 20, Reserve: 4 << 20, Bytes: true}},
+			TopByNodes:        []wire.PrincipalUsage{{Principal: "bob", Nodes: 9, ContentBytes: 10}},
+			TopByContentBytes: []wire.PrincipalUsage{{Principal: "carol", Nodes: 1, ContentBytes: 1 << 30}}},
 	}
 }
 
@@ -626,6 +636,10 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ReplicaTransferLeadershipResponse{From: s1, To: s2, ToClientAddr: s3},
 			&wire.AuditReadRequest{Since: u1, SinceTime: i1, Prefix: s1, Max: u32, WaitMillis: -i1},
 			&wire.AuditReadResponse{Records: [][]byte{b1, b2}[:n%3], Next: u1, Oldest: u2, Last: u3, Replica: s2},
+			&wire.QuotaUsageRequest{Principal: s1},
+			&wire.QuotaUsageResponse{Principal: s1, Admin: bit(0), Limits: []wire.QuotaLimit{{Name: s2, Used: i1, Max: -i1, Reserve: i1 ^ 1,
+				Bytes: bit(1), Exempt: bit(2)}}[:n%2], TopByNodes: []wire.PrincipalUsage{{Principal: s3, Nodes: i1, ContentBytes: -i1}}[:n%2],
+				TopByContentBytes: []wire.PrincipalUsage{{Principal: s2, Nodes: -i1, ContentBytes: i1}}[:(n/2)%2]},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))
