@@ -44,15 +44,20 @@ test: vet depcheck fuzz-short netns-deps browser-deps postgres-deps prometheus-d
 	  $$($(GO) list $(PKGS) | grep -v -e '/fixtures/hostile$$' -e '/cell$$' -e '/fixtures/chaos$$' -e '/fixtures/safety$$')
 	$(GO) test $(TESTFLAGS) -tags '$(TESTTAGS)' ./fixtures/hostile/
 
-# The network-namespace chaos test (fixtures/chaos TestNetns: partitions as
-# nftables drops in a private namespace) needs the nft command. As root
-# with apt-get (these machines, CI) it is installed here; elsewhere
-# TestNetns says why it skips.
+# The network-namespace tests of fixtures/chaos: TestNetns (partitions as
+# nftables drops in a private namespace) needs the nft command;
+# TestNetnsDelay (the operator's tools on a loopback with delay) needs tc
+# (iproute2) for netem, or iptables for a netfilter queue where the kernel
+# has no netem. As root with apt-get (these machines, CI) each missing one
+# is installed here; elsewhere the tests say why they skip.
 netns-deps:
-	@command -v nft >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-	  { echo "make: installing nftables (apt-get) for TestNetns"; \
-	    apt-get install -y -qq nftables >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq nftables >/dev/null; }; }; } || \
-	  echo "make: nft unavailable: TestNetns will skip"
+	@for dep in nft:nftables tc:iproute2 iptables:iptables; do \
+	  cmd=$${dep%%:*}; pkg=$${dep#*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    { echo "make: installing $$pkg (apt-get) for the network-namespace tests"; \
+	      apt-get install -y -qq $$pkg >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq $$pkg >/dev/null; }; }; } || \
+	    echo "make: $$cmd unavailable: the network-namespace tests that need it will skip"; \
+	done
 
 # The status page test (cell TestStatusPageInBrowser) renders the page in
 # headless Chromium and checks a screenshot. As root with apt-get it is
