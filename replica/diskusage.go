@@ -46,7 +46,10 @@ func (r *Replica) DiskUsage() DiskUsage {
 	return u
 }
 
-// dirBytes sums the sizes of the regular files under dir.
+// dirBytes sums what the regular files under dir take on disk: blocks
+// allocated where the system says (badger preallocates its value log and
+// memtables as sparse files of hundreds of MiB, which a new replica's
+// apparent sizes would count), the apparent size elsewhere.
 func dirBytes(dir string) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
@@ -55,7 +58,7 @@ func dirBytes(dir string) int64 {
 		}
 		if d.Type().IsRegular() {
 			if info, err := d.Info(); err == nil {
-				n += info.Size()
+				n += onDisk(info)
 			}
 		}
 		return nil
