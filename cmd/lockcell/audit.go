@@ -100,7 +100,7 @@ func (e *env) audit(c *cli.Context) error {
 		}
 		return nil
 	}
-	cfg := client.Config{TLS: e.tls, DialTimeout: min(e.timeout, 2*time.Second)}
+	cfg := client.Config{TLS: e.tls, Dialer: e.dialer(), DialTimeout: min(e.timeout, 2*time.Second)}
 	at := 0 // the replica read now, by index in addrs
 	var lastErr error
 	for tries := 0; ; {

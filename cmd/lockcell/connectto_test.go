@@ -13,7 +13,8 @@ import (
 // cannot reach the cell; with a rule sending every host to 127.0.0.1 on
 // the same port (as compose publishes them) it works, following the
 // master's redirects through the same rule; LOCKCELL_CONNECT_TO does the
-// same, and a malformed rule is a usage error.
+// same (status, health and audit, which dial each replica themselves,
+// included), and a malformed rule is a usage error.
 func TestConnectToReachesReplicasByOtherAddresses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
@@ -42,6 +43,12 @@ func TestConnectToReachesReplicasByOtherAddresses(t *testing.T) {
 	}
 	if res := run([]string{"LOCKCELL_CONNECT_TO=::127.0.0.1:"}, "cat", "f"); res.code != exitOK || res.stdout != "v" {
 		t.Fatalf("cat with LOCKCELL_CONNECT_TO: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	// The verbs that ask replicas one by one follow the rule too.
+	for _, verb := range [][]string{{"status"}, {"health"}, {"audit", "--limit", "1"}} {
+		if res := run(nil, append([]string{"--connect-to", "::127.0.0.1:"}, verb...)...); res.code != exitOK {
+			t.Fatalf("%s with --connect-to: exit %d, stdout %q, stderr %q", verb[0], res.code, res.stdout, res.stderr)
+		}
 	}
 	if res := run(nil, "--connect-to", "a:b:c", "cat", "f"); res.code != exitUsage || !strings.Contains(res.stderr, "--connect-to") {
 		t.Fatalf("a malformed rule: exit %d, stderr %q", res.code, res.stderr)

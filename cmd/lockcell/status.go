@@ -122,7 +122,7 @@ func (e *env) queryAddrs(addrs []string, query statusQuery) []statusRow {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(e.ctx, min(e.timeout, statusTimeout))
 			defer cancel()
-			st, err := query(ctx, client.Config{TLS: e.tls}, addr)
+			st, err := query(ctx, client.Config{TLS: e.tls, Dialer: e.dialer()}, addr)
 			switch {
 			case err != nil:
 				msg := errText(err)
