@@ -123,7 +123,8 @@ func (f *FSM) auditApplied(index uint64, c *Command, s auditSubject, r *Result) 
 		rec.Result, rec.Error = r.Err.Kind.Name(), r.Err.Msg
 	}
 	rec.Detail = auditDetail(c, r)
-	if p, ok := c.Payload.(*CreateSessionArgs); ok {
+	if p, ok := c.Payload.(*CreateSessionArgs); ok && r.Err == nil {
+		// Only an accepted identity: a refused one may be oversized.
 		rec.Session = r.Session
 		rec.Client, rec.Host, rec.PID, rec.Program = c.Client, p.Host, p.PID, p.Program
 	}
