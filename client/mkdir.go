@@ -12,8 +12,8 @@ import (
 // The Open is tried first, so when the parents exist it costs nothing
 // more. A parent that cannot be created fails the Open with MkdirAll's
 // error: an *OpError whose Op is "mkdir" and whose Path is that parent.
-// Without Create the Open fails with
-// ErrBadRequest: only a create needs parents.
+// Without Create the Open fails with ErrBadRequest: only a create needs
+// parents.
 func WithParents() OpenOption {
 	return func(o *openOptions) { o.parents = true }
 }

@@ -436,7 +436,8 @@ func (l *locker) open(cl *client.Client, opts []client.OpenOption) (*client.Hand
 	h, err := cl.Open(l.e.ctx, l.name, open, append(opts, client.WithParents())...)
 	var oe *client.OpError
 	if errors.Is(err, client.ErrExists) && errors.As(err, &oe) && oe.Path == l.name {
-		// Create without Excl fails only on a node of the other kind.
+		// Create without Excl fails only on a node of the other kind (a
+		// parent's failure is MkdirAll's, naming the parent).
 		return nil, &opError{op: "lock", path: l.name, err: wire.Errorf(wire.CodeIsDir, "%s is a directory", l.name),
 			hint: "lock takes a file's lock: name a file, such as " + l.name + "/lock"}
 	}
