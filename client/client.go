@@ -16,6 +16,13 @@
 // a reader that falls behind gets an Overflow event telling it to re-read,
 // and a fail-over the session survives re-announces every such handle's
 // node (Reannounce). Client.Observe streams an election's leader changes.
+//
+// Client.MkdirAll creates a directory and its missing parents, and Open
+// WithParents does the same for the node it creates; both take an
+// existing directory, also one another client creates at the same moment,
+// as success. Handle.GetSequencer returns a Sequencer: the cell-signed
+// bytes resource servers check (package sequencer), whose methods read
+// the lock's name, mode, generation and cell without a call.
 package client
 
 import (

@@ -11,7 +11,6 @@ import (
 	"lockcell/cell"
 	"lockcell/client"
 	"lockcell/fixtures"
-	"lockcell/sequencer"
 )
 
 // exampleCell starts a one-replica cell named "example" in this process on
@@ -86,8 +85,7 @@ func ExampleDial() {
 		fmt.Println("sequencer:", err)
 		return
 	}
-	s, _ := sequencer.Parse(seq)
-	fmt.Println("sequencer for", s.Path, s.Mode)
+	fmt.Println("sequencer for", seq.Path(), seq.Mode()) // its fields, with no call
 
 	if err := h.Release(ctx); err != nil {
 		fmt.Println("release:", err)

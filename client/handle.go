@@ -60,6 +60,7 @@ type OpenOption func(*openOptions)
 type openOptions struct {
 	req     wire.OpenRequest
 	noCache bool
+	parents bool // WithParents
 }
 
 // WithContents sets the initial contents of a file that Open creates.
@@ -234,7 +235,7 @@ func (h *Handle) request() *wire.HandleRequest {
 }
 
 // Open opens the node at name with the given mode. With Create it creates
-// a missing node; its parent directory must exist.
+// a missing node; its parent directory must exist, unless WithParents.
 //
 // Without Create, a name that does not exist for the session's principal
 // (missing, or a node it may neither read nor write) fails with
@@ -251,13 +252,30 @@ func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...O
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if !o.parents {
+		return c.open(ctx, name, &o)
+	}
+	if mode&Create == 0 {
+		return nil, opErr("open", name, wire.Errorf(wire.CodeBadRequest, "WithParents needs Create"))
+	}
+	h, err := c.open(ctx, name, &o)
+	if err != nil {
+		if err = c.openParents(ctx, name, err); err == nil {
+			h, err = c.open(ctx, name, &o)
+		}
+	}
+	return h, err
+}
+
+// open is Open once its options are gathered.
+func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle, error) {
 	req := o.req
 	// A cached absence answers at once (negcache.go).
-	mkey, mayMiss := c.missingKey(name, &o)
+	mkey, mayMiss := c.missingKey(name, o)
 	if _, ok := c.cacheGet(mkey, mayMiss); ok {
 		return nil, missingErr(name)
 	}
-	usePool := c.cache != nil && poolable(&o)
+	usePool := c.cache != nil && poolable(o)
 	key := poolKey{name: name, flags: req.Flags, lockDelay: req.LockDelayMillis}
 	if usePool {
 		if p, ok := c.takePooled(key); ok {

@@ -2,21 +2,84 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 
 	"lockcell/cell/wire"
+	"lockcell/sequencer"
 )
 
-// GetSequencer returns a sequencer for the lock this handle holds: an
-// opaque, cell-signed byte string naming the lock, its mode and its lock
-// generation, to pass to resource servers (see package sequencer). It
-// fails with ErrNotHeld when the handle holds no lock.
+// Sequencer is a lock's sequencer as the cell signed it: the bytes to
+// pass to resource servers (package sequencer), with accessors that read
+// the fields they carry, without a call, for logs and for fencing a
+// resource by generation directly (a SQL row's generation column, say).
+//
+// A Sequencer is a []byte, so it goes unchanged wherever a sequencer's
+// bytes go: SetSequencer, IfSequencer, CheckSequencer, sequencer.Guard,
+// sequencer.EncodeText. The accessors trust the bytes to be a sequencer,
+// as GetSequencer's always are; for bytes from elsewhere (a header, an
+// environment variable), Fields reports a malformed one, for which the
+// accessors return zero values. Only the cell can tell a forged one
+// (CheckSequencer).
+type Sequencer []byte
+
+// Fields decodes the sequencer's fields; the error wraps
+// sequencer.ErrMalformed when the bytes are not a sequencer.
+func (s Sequencer) Fields() (sequencer.Sequencer, error) { return sequencer.Parse(s) }
+
+func (s Sequencer) fields() sequencer.Sequencer {
+	f, _ := sequencer.Parse(s)
+	return f
+}
+
+// Path is the name of the lock's file.
+func (s Sequencer) Path() string { return s.fields().Path }
+
+// Mode is the mode the lock was held in when the sequencer was issued.
+func (s Sequencer) Mode() LockMode { return LockMode(s.fields().Mode) }
+
+// Generation is the lock generation the sequencer was issued at: it grows
+// each time the lock goes from free to held, so a larger one is a later
+// holder, and a resource that keeps the largest it has seen per lock
+// can refuse any older holder's writes.
+func (s Sequencer) Generation() uint64 { return s.fields().Generation }
+
+// Cell is the name of the cell that issued the sequencer.
+func (s Sequencer) Cell() string { return s.fields().Cell }
+
+// String renders the fields for people, for instance
+// "/ls/local/jobs exclusive generation 42 (cell local)".
+func (s Sequencer) String() string {
+	f, err := s.Fields()
+	if err != nil {
+		return fmt.Sprintf("malformed sequencer (%d bytes)", len(s))
+	}
+	return f.String()
+}
+
+// LogValue logs the sequencer as its fields (path, mode, generation,
+// cell), not as bytes: slog.Any("sequencer", seq).
+func (s Sequencer) LogValue() slog.Value {
+	f, err := s.Fields()
+	if err != nil {
+		return slog.StringValue(s.String())
+	}
+	return slog.GroupValue(slog.String("path", f.Path), slog.String("mode", f.Mode.String()),
+		slog.Uint64("generation", f.Generation), slog.String("cell", f.Cell))
+}
+
+// GetSequencer returns a sequencer for the lock this handle holds: a
+// cell-signed byte string naming the lock, its mode and its lock
+// generation, to pass to resource servers (see package sequencer), whose
+// fields its methods read. It fails with ErrNotHeld when the handle holds
+// no lock.
 //
 // While the handle's LockContext lives, it returns the sequencer the
 // master sent with the grant, without a call: the same bytes the master
 // would sign for that grant. Like any sequencer it may be stale by the
 // time it is used (the lock broken or lost since); the resource server's
 // check is what fences, not this call.
-func (h *Handle) GetSequencer(ctx context.Context) ([]byte, error) {
+func (h *Handle) GetSequencer(ctx context.Context) (Sequencer, error) {
 	if err := h.check(); err != nil {
 		return nil, opErr("sequencer", h.path, err)
 	}

@@ -35,11 +35,11 @@ BEGIN {
     "cell: master replica backupfile acl audit =sequencer buildinfo\n" \
     "master: cell/wire replica backupfile acl audit =sequencer\n" \
     "replica: cell/wire/bound backupfile acl audit\n" \
-    "client: cell/wire backupfile cache\n" \
+    "client: cell/wire backupfile cache =sequencer\n" \
     "sequencer/kv: =sequencer client cell/wire backupfile cache\n" \
     "sequencer/httpfence: =sequencer client cell/wire backupfile cache\n" \
-    "selfcheck: client cell/wire backupfile cache\n" \
-    "bench: client cell/wire backupfile cache\n" \
+    "selfcheck: client cell/wire backupfile cache =sequencer\n" \
+    "bench: client cell/wire backupfile cache =sequencer\n" \
     "sequencer: -\n" \
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \

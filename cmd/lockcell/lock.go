@@ -255,9 +255,7 @@ func (e *env) lock(c *cli.Context) error {
 		return err
 	}
 	if e.verbose {
-		if s, err := sequencer.Parse(l.seq); err == nil {
-			l.warnf("holding %s (%s, lock generation %d)", name, s.Mode, s.Generation)
-		}
+		l.warnf("holding %s (%s, lock generation %d)", name, l.seq.Mode(), l.seq.Generation())
 	}
 
 	cmd.Env = append(os.Environ(), seqEnv+"="+sequencer.EncodeText(l.seq), lockEnv+"="+name)
@@ -342,7 +340,7 @@ type locker struct {
 	name      string
 	ephemeral bool // --ephemeral: delete the file when done, if nobody waits
 	h         *client.Handle
-	seq       []byte
+	seq       client.Sequencer
 	// waiting: the lock's node is open and the wait for the lock has
 	// begun (set by acquire, read once acquire has returned).
 	waiting bool
@@ -434,17 +432,12 @@ func (l *locker) acquire(mode client.LockMode, try bool, opts []client.OpenOptio
 // open opens the lock's file, creating it and its missing parents as put
 // does; a directory is refused with a message that says so.
 func (l *locker) open(cl *client.Client, opts []client.OpenOption) (*client.Handle, error) {
-	e, ctx := l.e, l.e.ctx
 	const open = client.Read | client.Write | client.Create
-	h, err := cl.Open(ctx, l.name, open, opts...)
-	if errors.Is(err, client.ErrNotFound) {
-		// With Create, not-found can only mean a missing parent.
-		if err = e.mkdirAll(wire.Parent(l.name)); err == nil {
-			h, err = cl.Open(ctx, l.name, open, opts...)
-		}
-	}
-	if errors.Is(err, client.ErrExists) {
-		// Create without Excl fails only on a node of the other kind.
+	h, err := cl.Open(l.e.ctx, l.name, open, append(opts, client.WithParents())...)
+	var oe *client.OpError
+	if errors.Is(err, client.ErrExists) && errors.As(err, &oe) && oe.Path == l.name {
+		// Create without Excl fails only on a node of the other kind (a
+		// parent's failure is MkdirAll's, naming the parent).
 		return nil, &opError{op: "lock", path: l.name, err: wire.Errorf(wire.CodeIsDir, "%s is a directory", l.name),
 			hint: "lock takes a file's lock: name a file, such as " + l.name + "/lock"}
 	}

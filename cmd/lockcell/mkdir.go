@@ -1,11 +1,8 @@
 package main
 
 import (
-	"errors"
-
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 )
 
@@ -78,25 +75,11 @@ func (e *env) mkdir(name string) error {
 	return nil
 }
 
-// mkdirAll is mkdir -p: it creates name and its missing ancestors. It
-// tries name first and climbs only on not-found, so existing trees cost
-// one call.
+// mkdirAll is mkdir -p: it creates name and its missing ancestors.
 func (e *env) mkdirAll(name string) error {
 	cl, err := e.client()
 	if err != nil {
 		return err
 	}
-	const mode = client.Read | client.Create | client.Directory
-	h, err := cl.Open(e.ctx, name, mode)
-	if errors.Is(err, client.ErrNotFound) && name != e.root() {
-		if err := e.mkdirAll(wire.Parent(name)); err != nil {
-			return err
-		}
-		h, err = cl.Open(e.ctx, name, mode)
-	}
-	if err != nil {
-		return err
-	}
-	h.Close()
-	return nil
+	return cl.MkdirAll(e.ctx, name)
 }

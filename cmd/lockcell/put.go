@@ -101,8 +101,13 @@ func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, 
 		if mode&client.Create != 0 {
 			// Create with the contents in one replicated step, so no reader
 			// ever sees the new file empty; fall back to a write if it exists.
-			h, err := cl.Open(e.ctx, name, mode|client.Excl, client.WithContents(data))
-			if !errors.Is(err, client.ErrExists) {
+			opts := []client.OpenOption{client.WithContents(data)}
+			if parents {
+				opts = append(opts, client.WithParents())
+			}
+			h, err := cl.Open(e.ctx, name, mode|client.Excl, opts...)
+			var oe *client.OpError
+			if !errors.Is(err, client.ErrExists) || (errors.As(err, &oe) && oe.Path != name) {
 				return h, err == nil, err
 			}
 		}
@@ -110,14 +115,6 @@ func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, 
 		return h, false, err
 	}
 	h, created, err := open()
-	if parents && errors.Is(err, client.ErrNotFound) {
-		// With Create, not-found can only mean a missing parent. Trying
-		// the open first keeps the common case (parents exist) to one call.
-		if err = e.mkdirAll(wire.Parent(name)); err != nil {
-			return client.Stat{}, err
-		}
-		h, created, err = open()
-	}
 	if err != nil {
 		return client.Stat{}, err
 	}
