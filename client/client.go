@@ -4,6 +4,21 @@
 // os.File for the cell's files and directories, which double as
 // reader/writer locks.
 //
+// ConfigFromEnv builds a Config from the environment the lockcell CLI
+// reads (LOCKCELL_CELL, LOCKCELL_REPLICAS, LOCKCELL_CERT, LOCKCELL_KEY,
+// LOCKCELL_CA, LOCKCELL_CONNECT_TO), with the CLI's defaults. Names are
+// full (/ls/<cell>/a/b) or, when they do not start with "/", relative to
+// the cell root /ls/<cell> on every Client call that takes one (Open,
+// Campaign, Leader, Observe, Locks, BreakLock), as on the command line;
+// "" is the root itself.
+//
+// Closing is bounded whether the cell is reachable or not: Close waits at
+// most Config.CloseTimeout, CloseContext until its context ends, and both
+// release the local state (handles, lock contexts, event channels,
+// connections) before they return. A handle close that did not reach the
+// cell goes on in the background, so a session that lives on does not
+// keep its lock.
+//
 // A held lock tells its holder when to stop: Handle.LockContext ends the
 // moment the lock may be lost, and Handle.ReleaseRequested delivers the
 // requests of other sessions (Handle.RequestRelease: a waiter, or the
