@@ -151,10 +151,7 @@ func (e *env) root() string { return "/ls/" + e.cell }
 // ls prints after directories) are dropped. It validates locally so a bad
 // name fails before any dialing, with the rule it breaks.
 func (e *env) name(op, arg string) (string, error) {
-	n := arg
-	if !strings.HasPrefix(n, "/") {
-		n = e.root() + "/" + n
-	}
+	n := client.ResolveName(e.cell, arg)
 	if t := strings.TrimRight(n, "/"); t != "" {
 		n = t
 	}
