@@ -35,6 +35,7 @@ type BreakResult struct {
 // (a LockBroken event), so its handle's lock context ends with a cause
 // matching ErrLockBroken. A missing name is ErrNotFound.
 func (c *Client) BreakLock(ctx context.Context, name, reason string) (BreakResult, error) {
+	name = c.abs(name)
 	if len(reason) > wire.MaxBreakReason {
 		return BreakResult{}, opErr("break lock", name, wire.Errorf(wire.CodeBadRequest, "reason of %d bytes exceeds %d", len(reason), wire.MaxBreakReason))
 	}

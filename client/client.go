@@ -4,6 +4,21 @@
 // os.File for the cell's files and directories, which double as
 // reader/writer locks.
 //
+// ConfigFromEnv builds a Config from the environment the lockcell CLI
+// reads (LOCKCELL_CELL, LOCKCELL_REPLICAS, LOCKCELL_CERT, LOCKCELL_KEY,
+// LOCKCELL_CA, LOCKCELL_CONNECT_TO), with the CLI's defaults. Names are
+// full (/ls/<cell>/a/b) or, when they do not start with "/", relative to
+// the cell root /ls/<cell> on every Client call that takes one (Open,
+// Campaign, Leader, Observe, Locks, BreakLock), as on the command line;
+// "" is the root itself.
+//
+// Closing is bounded whether the cell is reachable or not: Close waits at
+// most Config.CloseTimeout, CloseContext until its context ends, and both
+// release the local state (handles, lock contexts, event channels,
+// connections) before they return. A handle close that did not reach the
+// cell goes on in the background, so a session that lives on does not
+// keep its lock.
+//
 // A held lock tells its holder when to stop: Handle.LockContext ends the
 // moment the lock may be lost, and Handle.ReleaseRequested delivers the
 // requests of other sessions (Handle.RequestRelease: a waiter, or the
@@ -29,6 +44,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -37,6 +53,11 @@ import (
 	"lockcell/cache"
 	"lockcell/cell/wire"
 )
+
+// DefaultCloseTimeout is Config.CloseTimeout's default: long enough for a
+// master fail-over, short enough that a program shutting down while the
+// cell is unreachable is not held up.
+const DefaultCloseTimeout = 5 * time.Second
 
 // Config configures a Client.
 type Config struct {
@@ -65,6 +86,11 @@ type Config struct {
 	// RetryTimeout bounds how long a call keeps looking for a master
 	// (fail-over, no quorum) before it fails with ErrNoMaster. Default 30 s.
 	RetryTimeout time.Duration
+	// CloseTimeout bounds Client.Close and Handle.Close, which wait this
+	// long at most for the cell to answer (CloseContext takes the bound
+	// from its context instead). Default DefaultCloseTimeout, or
+	// RetryTimeout if that is shorter.
+	CloseTimeout time.Duration
 	// DialTimeout bounds one TCP connect. Default 2 s.
 	DialTimeout time.Duration
 	// GracePeriod is how long a session in jeopardy keeps hunting for a
@@ -119,6 +145,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RetryTimeout <= 0 {
 		c.RetryTimeout = 30 * time.Second
+	}
+	if c.CloseTimeout <= 0 {
+		c.CloseTimeout = min(c.RetryTimeout, DefaultCloseTimeout)
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 2 * time.Second
@@ -226,21 +255,39 @@ func (c *Client) Cell() string { return c.cfg.Cell }
 // Master returns the address of the replica the client believes is master.
 func (c *Client) Master() string { return c.route.masterAddr() }
 
-// Close ends the session cleanly (its locks are released at once, without
-// lock-delay, and its ephemeral nodes deleted) and closes the connections.
-// Handles fail with ErrClosed afterwards.
+// Close is CloseContext bounded by Config.CloseTimeout (default 5 s):
+// it never blocks longer, even while the cell is unreachable.
 func (c *Client) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CloseTimeout)
+	defer cancel()
+	return c.CloseContext(ctx)
+}
+
+// CloseContext ends the session cleanly (its locks are released at once,
+// without lock-delay, and its ephemeral nodes deleted) and closes the
+// connections. It waits for the cell's answer until ctx ends (and for no
+// longer than Config.RetryTimeout); whatever the answer, the client's
+// local state is released before it returns: every handle and call fails
+// with ErrClosed, every lock context has ended, Events is closed, the
+// background goroutines have stopped and the connections are closed. When
+// ctx ends first it returns ctx's error (wrapped): the cell then ends the
+// session when its lease runs out, and releases its locks after their
+// lock-delay, as for a process that died. Calling it again returns nil.
+func (c *Client) CloseContext(ctx context.Context) error {
 	closed, expired := c.sess.beginClose()
 	if closed {
 		return nil
 	}
 	var err error
 	if !expired {
-		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RetryTimeout, 5*time.Second))
-		err = c.call(ctx, wire.MethodCloseSession, false, &wire.CloseSessionRequest{}, &wire.Empty{})
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.RetryTimeout)
+		err = c.call(cctx, wire.MethodCloseSession, false, &wire.CloseSessionRequest{}, &wire.Empty{})
 		cancel()
-		if errors.Is(err, ErrSessionExpired) {
+		switch {
+		case errors.Is(err, ErrSessionExpired):
 			err = nil
+		case err != nil && ctx.Err() != nil:
+			err = fmt.Errorf("%w (the cell ends the session when its lease runs out)", ctx.Err())
 		}
 	}
 	c.sess.finishClose()

@@ -37,6 +37,7 @@ var ErrNoLeader = errors.New("lockcell: no leader")
 // it and queue again. Campaign returns only when this candidate leads, ctx
 // ends, or the session fails.
 func (c *Client) Campaign(ctx context.Context, name string, identity []byte, opts ...OpenOption) (*Handle, error) {
+	name = c.abs(name)
 	for {
 		h, err := c.Open(ctx, name, Read|Write|Create, opts...)
 		if err != nil {
@@ -60,6 +61,7 @@ func (c *Client) Campaign(ctx context.Context, name string, identity []byte, opt
 // exclusively, and also while the holder has not yet written its identity
 // (the contents are older than its hold, so they name an earlier leader).
 func (c *Client) Leader(ctx context.Context, name string) ([]byte, error) {
+	name = c.abs(name)
 	h, err := c.Open(ctx, name, Read)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -147,6 +149,7 @@ const ObserveRecheck = time.Second
 // not be read (permission, a bad name). Reading needs read permission on
 // name; Observe never campaigns.
 func (c *Client) Observe(ctx context.Context, name string) <-chan LeaderChange {
+	name = c.abs(name)
 	out := make(chan LeaderChange, 1)
 	if !c.sess.whileLive(func() { c.wg.Add(1) }) {
 		close(out)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -235,7 +236,9 @@ func (h *Handle) request() *wire.HandleRequest {
 }
 
 // Open opens the node at name with the given mode. With Create it creates
-// a missing node; its parent directory must exist, unless WithParents.
+// a missing node; its parent directory must exist, unless WithParents. A
+// name not starting with "/" is relative to /ls/<cell> ("" is the root
+// itself).
 //
 // Without Create, a name that does not exist for the session's principal
 // (missing, or a node it may neither read nor write) fails with
@@ -245,6 +248,7 @@ func (h *Handle) request() *wire.HandleRequest {
 // the absence before either completes). Absences are cached only where
 // the principal may read the parent directory (docs/spec.md#caching).
 func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...OpenOption) (*Handle, error) {
+	name = c.abs(name)
 	if err := wire.ValidateName(c.cfg.Cell, name); err != nil {
 		return nil, opErr("open", name, err)
 	}
@@ -312,7 +316,8 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 	return h, nil
 }
 
-// Name returns the name the handle was opened with.
+// Name returns the full name of the handle's node: the name it was opened
+// with, resolved against /ls/<cell> if it was relative.
 func (h *Handle) Name() string { return h.path }
 
 func (h *Handle) check() error {
@@ -643,9 +648,28 @@ func (h *Handle) Release(ctx context.Context, opts ...ReleaseOption) error {
 	return err
 }
 
-// Close closes the handle, releasing any lock it holds (without
-// lock-delay). It is idempotent.
+// Close is CloseContext bounded by Config.CloseTimeout (default 5 s):
+// it never blocks longer, even while the cell is unreachable.
 func (h *Handle) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), h.c.cfg.CloseTimeout)
+	defer cancel()
+	return h.CloseContext(ctx)
+}
+
+// CloseContext closes the handle, releasing any lock it holds (without
+// lock-delay). It is idempotent.
+//
+// The handle's local state goes first, before any call: from then on its
+// methods fail with ErrClosed, its LockContext has ended (cause ErrClosed)
+// and its Events channel is closed, whether or not the cell is reachable.
+// Then the close is sent to the master; CloseContext waits for its answer
+// until ctx ends, and the cell releases the lock when the close arrives.
+// If ctx ends first, CloseContext returns ctx's error (wrapped) and the
+// client goes on sending the close in the background until the cell
+// answers, the session ends (which releases everything it held) or the
+// Client is closed, so the lock is not left held by a live session once
+// the cell is back.
+func (h *Handle) CloseContext(ctx context.Context) error {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -659,13 +683,41 @@ func (h *Handle) Close() error {
 	if h.pool != nil && !dirty && h.c.keepIdle(*h.pool, pooledHandle{id: h.id, tok: h.tok, instance: h.instance}) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(h.c.base, h.c.cfg.RetryTimeout)
-	defer cancel()
-	err := h.c.call(ctx, wire.MethodClose, true, &wire.HandleRequest{Handle: h.id}, &wire.Empty{})
-	if errors.Is(err, ErrHandleInvalid) {
-		err = nil // already gone (node deleted or session closed)
+	done := make(chan error, 1)
+	c := h.c
+	if !c.sess.whileLive(func() { c.wg.Add(1) }) {
+		// Closed or expired: the call fails at once, and the cell has
+		// dropped the session's handles already.
+		return opErr("close", h.path, c.closeHandle(h.id))
 	}
-	return opErr("close", h.path, err)
+	go func() {
+		defer c.wg.Done()
+		done <- c.closeHandle(h.id)
+	}()
+	select {
+	case err := <-done:
+		return opErr("close", h.path, err)
+	case <-ctx.Done():
+		return opErr("close", h.path, fmt.Errorf("%w (the close goes on in the background; the cell releases the handle when it is reached)", ctx.Err()))
+	}
+}
+
+// closeHandle sends the Close of handle id until the cell answers, the
+// session ends, or the Client is closed (c.base ends). A search for a
+// master that runs out of RetryTimeout starts again: a handle left open
+// on a live session would keep its lock held for as long as the
+// application runs.
+func (c *Client) closeHandle(id uint64) error {
+	for {
+		err := c.call(c.base, wire.MethodClose, true, &wire.HandleRequest{Handle: id}, &wire.Empty{})
+		switch {
+		case errors.Is(err, ErrHandleInvalid):
+			return nil // already gone (node deleted or session closed)
+		case errors.Is(err, ErrNoMaster) && c.base.Err() == nil:
+			continue
+		}
+		return err
+	}
 }
 
 // Cache kinds: what is cached under a name.

@@ -41,6 +41,7 @@ type LockInfo struct {
 // is as of one moment (a linearizable read); at most wire.MaxListedLocks
 // locks are listed, and truncated says there were more.
 func (c *Client) Locks(ctx context.Context, prefix string) (locks []LockInfo, truncated bool, err error) {
+	prefix = c.abs(prefix)
 	var resp wire.ListLocksResponse
 	if err := c.call(ctx, wire.MethodListLocks, false, &wire.ListLocksRequest{Prefix: prefix}, &resp); err != nil {
 		return nil, false, opErr("list locks", prefix, err)

@@ -28,18 +28,18 @@ BEGIN {
     "deploy: -\n" \
     "cmd/lockcelld: cell master replica backupfile acl audit =sequencer cache client buildinfo\n" \
     "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench\n" \
-    "cmd/lockcell-kv: client cache cell/wire backupfile sequencer\n" \
+    "cmd/lockcell-kv: client cache cell/wire cell/certs acl backupfile sequencer\n" \
     "cell/wire/bound: -\n" \
     "cell/wire: -\n" \
     "cell/certs: acl\n" \
     "cell: master replica backupfile acl audit =sequencer buildinfo\n" \
     "master: cell/wire replica backupfile acl audit =sequencer\n" \
     "replica: cell/wire/bound backupfile acl audit\n" \
-    "client: cell/wire backupfile cache =sequencer\n" \
-    "sequencer/kv: =sequencer client cell/wire backupfile cache\n" \
-    "sequencer/httpfence: =sequencer client cell/wire backupfile cache\n" \
-    "selfcheck: client cell/wire backupfile cache =sequencer\n" \
-    "bench: client cell/wire backupfile cache =sequencer\n" \
+    "client: cell/wire cell/certs acl backupfile cache =sequencer\n" \
+    "sequencer/kv: =sequencer client cell/wire cell/certs acl backupfile cache\n" \
+    "sequencer/httpfence: =sequencer client cell/wire cell/certs acl backupfile cache\n" \
+    "selfcheck: client cell/wire cell/certs acl backupfile cache =sequencer\n" \
+    "bench: client cell/wire cell/certs acl backupfile cache =sequencer\n" \
     "sequencer: -\n" \
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \

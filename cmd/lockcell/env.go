@@ -15,7 +15,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/certs"
 	"lockcell/cell/wire"
 	"lockcell/client"
 )
@@ -45,9 +44,10 @@ type env struct {
 	// tls is the mutual TLS configuration from --cert, --key and --ca
 	// (nil: plain TCP).
 	tls *tls.Config
-	// connectTo sends connections to other addresses than the cell names
-	// (--connect-to); nil dials the names.
-	connectTo []client.ConnectTo
+	// dial sends connections to other addresses than the cell names
+	// (--connect-to); nil dials the names. connectTo is the rules as given.
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	connectTo string
 	// certFiles are the --cert, --key and --ca files (empty without TLS):
 	// the shell passes them on to its lines.
 	certFiles [3]string
@@ -64,44 +64,40 @@ func (e *env) setup(c *cli.Context) error {
 	e.json = c.Bool("json")
 	e.verbose = c.Bool("verbose")
 	e.flagsParsed = true
-	e.cell = c.String("cell")
-	if err := wire.ValidCellName(e.cell); err != nil {
-		return usageErrorf(c, "--cell: %s", errText(err))
-	}
-	for _, r := range strings.Split(c.String("replicas"), ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			e.replicas = append(e.replicas, r)
-		}
-	}
-	if len(e.replicas) == 0 {
-		return usageErrorf(c, "--replicas: no replica addresses given")
-	}
 	e.timeout = c.Duration("timeout")
 	e.timeoutSet = c.IsSet("timeout")
 	if e.timeout <= 0 {
 		return usageErrorf(c, "--timeout must be positive, got %v", e.timeout)
 	}
-	if v := c.String("connect-to"); v != "" {
-		rules, err := client.ParseConnectTo(v)
-		if err != nil {
-			return usageErrorf(c, "--connect-to: %v", err)
-		}
-		e.connectTo = rules
-	}
-	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
+	// The library reads the settings, defaults and all, as a program
+	// reading the environment would: each flag stands for its variable
+	// (urfave/cli has already let the variable fill a flag not given).
+	cfg, err := client.ConfigFromLookup(func(name string) (string, bool) { return c.String(envFlags[name]), true })
+	var ee *client.EnvError
 	switch {
-	case cert != "" && key != "" && ca != "":
-		cfg, err := certs.LoadClientConfig(cert, key, ca)
-		if err != nil {
-			return fmt.Errorf("TLS: %s", strings.TrimPrefix(err.Error(), "certs: "))
-		}
-		e.tls = cfg
-		e.certFiles = [3]string{cert, key, ca}
-	case cert != "" || key != "" || ca != "":
+	case errors.Is(err, client.ErrTLSIncomplete):
 		return usageErrorf(c, "--cert, --key and --ca (or LOCKCELL_CERT, LOCKCELL_KEY and LOCKCELL_CA) go together")
+	case errors.As(err, &ee) && (ee.Var == client.EnvCert || ee.Var == client.EnvKey || ee.Var == client.EnvCA):
+		return fmt.Errorf("TLS: %s", strings.TrimPrefix(errText(ee.Err), "certs: "))
+	case errors.As(err, &ee):
+		return usageErrorf(c, "--%s: %s", envFlags[ee.Var], errText(ee.Err))
+	case err != nil:
+		return err
+	}
+	e.cell, e.replicas, e.tls, e.dial = cfg.Cell, cfg.Replicas, cfg.TLS, cfg.Dialer
+	e.connectTo = c.String("connect-to")
+	if e.tls != nil {
+		e.certFiles = [3]string{c.String("cert"), c.String("key"), c.String("ca")}
 	}
 	e.ctx, e.cancel = context.WithTimeout(c.Context, e.timeout)
 	return nil
+}
+
+// envFlags names the global flag that stands for each variable
+// client.ConfigFromLookup reads.
+var envFlags = map[string]string{
+	client.EnvCell: "cell", client.EnvReplicas: "replicas", client.EnvCert: "cert", client.EnvKey: "key",
+	client.EnvCA: "ca", client.EnvConnectTo: "connect-to",
 }
 
 // client returns the session with the cell, dialing it on first use.
@@ -130,10 +126,7 @@ func (e *env) client() (*client.Client, error) {
 // dialer is the client's TCP dialer: nil (the default) unless
 // --connect-to gave rules.
 func (e *env) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
-	if len(e.connectTo) == 0 {
-		return nil
-	}
-	return client.ConnectToDialer(e.connectTo, nil)
+	return e.dial
 }
 
 // close ends the session (releasing anything this run held) and the
@@ -158,10 +151,7 @@ func (e *env) root() string { return "/ls/" + e.cell }
 // ls prints after directories) are dropped. It validates locally so a bad
 // name fails before any dialing, with the rule it breaks.
 func (e *env) name(op, arg string) (string, error) {
-	n := arg
-	if !strings.HasPrefix(n, "/") {
-		n = e.root() + "/" + n
-	}
+	n := client.ResolveName(e.cell, arg)
 	if t := strings.TrimRight(n, "/"); t != "" {
 		n = t
 	}

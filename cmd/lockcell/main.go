@@ -26,12 +26,14 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/buildinfo"
+	"lockcell/client"
 )
 
-// Defaults of the global flags: they match what `lockcelld dev` starts.
+// Defaults of the global flags: the library's (client.ConfigFromEnv), which
+// match what `lockcelld dev` starts.
 const (
-	defaultCell     = "local"
-	defaultReplicas = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005"
+	defaultCell     = client.DefaultCell
+	defaultReplicas = client.DefaultReplicas
 	defaultTimeout  = 30 * time.Second
 )
 
@@ -135,19 +137,19 @@ func newApp(e *env) *cli.App {
 		Writer:    e.stdout,
 		ErrWriter: e.stderr,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "cell", Value: defaultCell, EnvVars: []string{"LOCKCELL_CELL"},
+			&cli.StringFlag{Name: "cell", Value: defaultCell, EnvVars: []string{client.EnvCell},
 				Usage: "cell name; names are relative to /ls/<cell>"},
-			&cli.StringFlag{Name: "replicas", Value: defaultReplicas, EnvVars: []string{"LOCKCELL_REPLICAS"},
+			&cli.StringFlag{Name: "replicas", Value: defaultReplicas, EnvVars: []string{client.EnvReplicas},
 				Usage: "comma-separated client addresses of the cell's replicas"},
 			&cli.DurationFlag{Name: "timeout", Value: defaultTimeout,
 				Usage: "overall deadline for the command, including finding the master (for lock: bounds the wait for the lock, only when given; without it lock waits as long as it takes)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine output: one JSON document per command; errors as JSON on stderr"},
 			&cli.BoolFlag{Name: "verbose", Usage: "show the client library's logs on stderr"},
-			&cli.StringFlag{Name: "cert", EnvVars: []string{"LOCKCELL_CERT"},
+			&cli.StringFlag{Name: "cert", EnvVars: []string{client.EnvCert},
 				Usage: "your certificate (PEM) for a cell with mutual TLS; its name is your principal"},
-			&cli.StringFlag{Name: "key", EnvVars: []string{"LOCKCELL_KEY"}, Usage: "your certificate's private key (PEM)"},
-			&cli.StringFlag{Name: "ca", EnvVars: []string{"LOCKCELL_CA"}, Usage: "the cell's CA certificate (PEM)"},
-			&cli.StringFlag{Name: "connect-to", EnvVars: []string{"LOCKCELL_CONNECT_TO"},
+			&cli.StringFlag{Name: "key", EnvVars: []string{client.EnvKey}, Usage: "your certificate's private key (PEM)"},
+			&cli.StringFlag{Name: "ca", EnvVars: []string{client.EnvCA}, Usage: "the cell's CA certificate (PEM)"},
+			&cli.StringFlag{Name: "connect-to", EnvVars: []string{client.EnvConnectTo},
 				Usage: "dial replicas elsewhere than the cell names them, as curl's --connect-to: HOST:PORT:TOHOST:TOPORT[,...], an empty part matching any (or keeping the original); e.g. ::127.0.0.1: reaches a compose cell's replicas by their ports published on the host"},
 		},
 		Commands: []*cli.Command{

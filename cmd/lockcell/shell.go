@@ -94,6 +94,9 @@ func newShell(e *env) *shell {
 		// Given as flags or in the environment: the lines dial alike.
 		g = append(g, "--cert", e.certFiles[0], "--key", e.certFiles[1], "--ca", e.certFiles[2])
 	}
+	if e.connectTo != "" {
+		g = append(g, "--connect-to", e.connectTo)
+	}
 	return &shell{e: e, globals: g, in: e.stdin, cmdStdin: e.stdin, cwd: e.root()}
 }
 
@@ -118,7 +121,7 @@ func (sh *shell) client(ctx context.Context) (*client.Client, error) {
 		return sh.cl, nil
 	}
 	te := &env{stderr: sh.e.stderr, cell: sh.e.cell, replicas: sh.e.replicas, timeout: sh.e.timeout,
-		verbose: sh.e.verbose, tls: sh.e.tls, ctx: ctx}
+		verbose: sh.e.verbose, tls: sh.e.tls, dial: sh.e.dial, ctx: ctx}
 	cl, err := te.client()
 	if err != nil {
 		return nil, err
