@@ -31,8 +31,10 @@ func WithParents() OpenOption {
 // Existing directories cost one call at most: MkdirAll tries name first
 // and climbs only past missing ones; each directory it creates costs one
 // call more. Its directories are made as Open with Create|Directory makes
-// them: they take their parent's ACL names.
+// them: they take their parent's ACL names. A relative name is resolved
+// as ResolveName says.
 func (c *Client) MkdirAll(ctx context.Context, name string) error {
+	name = c.abs(name)
 	if err := wire.ValidateName(c.cfg.Cell, name); err != nil {
 		return opErr("mkdir", name, err)
 	}

@@ -28,6 +28,12 @@ func TestMkdirAll(t *testing.T) {
 	if st, err := open(t, ctx, admin, c.Name("a/b/c"), client.Read).GetStat(ctx); err != nil || !st.Dir {
 		t.Fatalf("a/b/c after MkdirAll: dir=%v, %v", st.Dir, err)
 	}
+	if err := admin.MkdirAll(ctx, "a/b/rel"); err != nil { // relative to the cell's root, as Open
+		t.Fatalf("MkdirAll of a relative name: %v", err)
+	}
+	if st, err := open(t, ctx, admin, c.Name("a/b/rel"), client.Read).GetStat(ctx); err != nil || !st.Dir {
+		t.Fatalf("a/b/rel after MkdirAll: dir=%v, %v", st.Dir, err)
+	}
 	// Existing directories are success, even to bob, who may not write
 	// them (by default only their creator, the admin, may).
 	if err := bob.MkdirAll(ctx, c.Name("a/b/c")); err != nil {
