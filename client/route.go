@@ -47,6 +47,13 @@ func (r *routing) watchRefusals(on bool) {
 	}
 }
 
+// dialing reports whether Dial is running (watchRefusals is on).
+func (r *routing) dialing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused != nil
+}
+
 // masterAddr returns the address believed to be master ("" if none).
 func (r *routing) masterAddr() string {
 	r.mu.Lock()
@@ -90,6 +97,10 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 		}
 		if errors.Is(err, ErrCertificateRefused) {
 			return nil, err // every replica would say the same: no retry
+		}
+		if errors.Is(err, ErrTooManyConnections) {
+			clear(r.refused) // someone listens
+			return nil, err  // roundTrip decides (tooManyConnsDuringDial)
 		}
 		if r.refused != nil {
 			if !refusedConn(err) {
@@ -279,6 +290,12 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 	}
 	var wait backoff
 	var lastErr error
+	// named is the master a replica last named in a redirect, and
+	// tooMany the replicas that refused the connection over a cap: while
+	// Dial runs, a refusal by the named master, or by every replica, ends
+	// the call at once (ErrTooManyConnections).
+	var named string
+	var tooMany map[string]bool
 	for {
 		if err := c.sess.usable(); err != nil {
 			return time.Time{}, err
@@ -305,6 +322,8 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 				// Frozen or cut off: try the next replica.
 				c.route.drop(cn)
 				retryNow = true
+			case errors.Is(err, ErrTooManyConnections):
+				c.route.drop(cn) // refused: the connection is closed
 			case err == nil:
 				switch st.Code {
 				case wire.CodeOK:
@@ -320,6 +339,7 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 						c.route.drop(cn)
 					}
 					var unknown bool
+					named = st.Leader
 					retryNow, unknown = c.route.redirect(cn.addr, st.Leader)
 					if unknown {
 						c.refreshAddrs() // a master we did not know of: the membership changed
@@ -346,6 +366,15 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 			}
 		}
 		lastErr = err
+		if at, ok := refusedAt(err); ok && c.route.dialing() {
+			if tooMany == nil {
+				tooMany = map[string]bool{}
+			}
+			tooMany[at] = true
+			if at == named || c.route.addrs.allIn(tooMany) {
+				return time.Time{}, err
+			}
+		}
 		if err != nil {
 			// Why a call wandered (a redirect, a frozen replica, no
 			// master yet) is what an operator needs after a fail-over.
@@ -358,6 +387,11 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 			// Calls are bounded by RetryTimeout even in jeopardy: the
 			// caller hears "no master" and may retry; the session itself
 			// keeps hunting until the grace period ends.
+			if errors.Is(lastErr, ErrTooManyConnections) {
+				// The cause, not only its text: the caller can tell a
+				// full cap from a cell without quorum.
+				return time.Time{}, fmt.Errorf("%w: %s: last error: %w", ErrNoMaster, s.method, lastErr)
+			}
 			return time.Time{}, fmt.Errorf("%w: %s: last error: %v", ErrNoMaster, s.method, lastErr)
 		}
 		if retryNow {
