@@ -3,8 +3,10 @@ package cell_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,18 +72,84 @@ func stillServes(t *testing.T, cls ...*client.Client) {
 	}
 }
 
+// refusalLog counts one replica's log lines about refused connections,
+// by level, and keeps the first's per_ip count.
+type refusalLog struct {
+	replica string // whose lines count
+
+	mu    sync.Mutex
+	lines map[slog.Level]int
+	perIP int64
+}
+
+// refusalLogOf is the handler of one logger of the replicas: it knows
+// which replica it logs for (the "replica" attribute cell adds).
+type refusalLogOf struct {
+	l       *refusalLog
+	replica string
+}
+
+func (h refusalLogOf) Enabled(context.Context, slog.Level) bool { return true }
+func (h refusalLogOf) WithGroup(string) slog.Handler            { return h }
+func (h refusalLogOf) WithAttrs(as []slog.Attr) slog.Handler {
+	for _, a := range as {
+		if a.Key == "replica" {
+			h.replica = a.Value.String()
+		}
+	}
+	return h
+}
+
+func (h refusalLogOf) Handle(_ context.Context, r slog.Record) error {
+	l := h.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h.replica != l.replica || !strings.Contains(r.Message, "connections refused") {
+		return nil
+	}
+	if l.lines == nil {
+		l.lines = map[slog.Level]int{}
+	}
+	l.lines[r.Level]++
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "per_ip" && l.perIP == 0 {
+			l.perIP = int64(a.Value.Uint64())
+		}
+		return true
+	})
+	return nil
+}
+
+func (l *refusalLog) counts() (info, other int, perIP int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for lv, n := range l.lines {
+		if lv == slog.LevelInfo {
+			info += n
+		} else {
+			other += n
+		}
+	}
+	return info, other, l.perIP
+}
+
 // A client whose connection is over the replica's per-address cap is told
 // so: Dial fails at once with ErrTooManyConnections naming
 // --max-conns-per-ip (a plain cell: the refusal comes where yamux's first
 // frame would), the clients within the cap keep being served, and a
 // place given back admits the next. Three replicas, so that Dial is
 // redirected from a seed to the master and refused by the master it was
-// named.
+// named. The refusals are logged at INFO, the first at once and the rest
+// of a burst counted, not logged one by one.
 func TestConnectionCapRefusalIsTypedAtOnce(t *testing.T) {
 	const perIP = 2
-	c := fixtures.NewCell(t, 3, fixtures.Options{ConnLimits: cell.ConnLimits{MaxConnsPerIP: perIP}})
+	logs := &refusalLog{}
+	c := fixtures.NewCell(t, 3, fixtures.Options{ConnLimits: cell.ConnLimits{MaxConnsPerIP: perIP}, Logger: slog.New(refusalLogOf{l: logs})})
 	m := c.WaitForMaster(30 * time.Second)
 	srv := c.Server(m)
+	logs.mu.Lock()
+	logs.replica = srv.ID()
+	logs.mu.Unlock()
 	base := srv.ConnStats().RefusedPerIP
 	// Seeds that are not the master first: each Dial is redirected.
 	cfg := c.ClientConfig()
@@ -96,9 +164,17 @@ func TestConnectionCapRefusalIsTypedAtOnce(t *testing.T) {
 	for range perIP {
 		held = append(held, dialOK(t, cfg))
 	}
-	dialRefused(t, cfg, "--max-conns-per-ip 2")
-	if srv.ConnStats().RefusedPerIP == base {
-		t.Fatal("the refusal was not counted")
+	const burst = 5
+	for range burst {
+		dialRefused(t, cfg, "--max-conns-per-ip 2")
+	}
+	if d := srv.ConnStats().RefusedPerIP - base; d != burst {
+		t.Fatalf("%d refusals counted, want %d", d, burst)
+	}
+	// The burst took well under the report interval (10 s): one line.
+	if info, other, n := logs.counts(); info != 1 || other != 0 || n != 1 {
+		t.Fatalf("refusals logged in %d lines at INFO and %d at other levels, the first counting %d; want one line at INFO counting the first",
+			info, other, n)
 	}
 	stillServes(t, held...)
 
