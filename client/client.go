@@ -178,7 +178,9 @@ type Client struct {
 // session is kept alive in the background until Close. Finding the master
 // is retried for up to Config.RetryTimeout (ErrNoMaster after that), except
 // when every configured replica refuses the connection: then Dial fails
-// at once with ErrAllRefused.
+// at once with ErrAllRefused; and when the master (or every replica)
+// refuses it over a cap on connections: then Dial fails at once with
+// ErrTooManyConnections, naming the cap.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err

@@ -280,7 +280,10 @@ type callSpec struct {
 // backs off (with jitter) and tries again, until an answer other than
 // those, ctx's end, s.budget (ErrNoMaster) or the client's close
 // (ErrClosed). A certificate refusal, and during Dial every replica
-// refusing the connection (ErrAllRefused), fail at once. It returns when
+// refusing the connection (ErrAllRefused), fail at once; so does, during
+// Dial, a refusal over a cap on connections (ErrTooManyConnections) by
+// the replica named as master or by every replica. After Dial such a
+// refusal is retried like a transport failure. It returns when
 // the try that got the answer was sent: a lease is measured from there,
 // not from the first try of a long search.
 func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
