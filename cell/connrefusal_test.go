@@ -232,3 +232,59 @@ func TestConnectionCapRefusalIsTypedOverTLS(t *testing.T) {
 	}
 	stillServes(t, held...)
 }
+
+// Clients that set ShareConnections hold one connection per replica
+// between them, so a process holds more sessions than the replica's
+// per-address cap on connections: ten sessions through a cap of two. A
+// seed's connection, left after the redirect to the master, is closed
+// once no Client uses it, each Client's Close gives its reference back
+// without cutting the others, and the last closes the connection.
+func TestClientsShareConnections(t *testing.T) {
+	const perIP, clients = 2, 10
+	c := fixtures.NewCell(t, 3, fixtures.Options{ConnLimits: cell.ConnLimits{MaxConnsPerIP: perIP}})
+	m := c.WaitForMaster(30 * time.Second)
+	srv := c.Server(m)
+	cfg := c.ClientConfig()
+	var seeds []string
+	for i, a := range c.Addrs() {
+		if i != m {
+			seeds = append(seeds, a)
+		}
+	}
+	cfg.Replicas = append(seeds, c.Addrs()[m])
+	cfg.ShareConnections = true
+	var cls []*client.Client
+	for range clients {
+		cls = append(cls, dialOK(t, cfg))
+	}
+	stillServes(t, cls...)
+	if n := srv.ConnStats().Conns; n != 1 {
+		t.Fatalf("the master holds %d connections of %d sharing clients, want 1", n, clients)
+	}
+	waitConns := func(i, want int) {
+		t.Helper()
+		deadline := time.Now().Add(hostileWait)
+		for c.Server(i).ConnStats().Conns != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d holds %d connections, want %d", i, c.Server(i).ConnStats().Conns, want)
+			}
+			time.Sleep(20 * time.Millisecond) // polling with a deadline
+		}
+	}
+	for i := range c.Addrs() {
+		if i != m {
+			waitConns(i, 0) // the seeds' connections went with their last Client
+		}
+	}
+	for _, cl := range cls[:clients-1] {
+		if err := cl.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stillServes(t, cls[clients-1])
+	if n := srv.ConnStats().Conns; n != 1 {
+		t.Fatalf("the master holds %d connections, want the last Client's 1", n)
+	}
+	cls[clients-1].Close()
+	waitConns(m, 0)
+}

@@ -29,6 +29,9 @@ type conn struct {
 	// rej reads a replica's refusal where yamux's first frame would be
 	// (refusal.go).
 	rej *refusalConn
+	// shared is the connection's entry among those the process's Clients
+	// share (sharedconns.go); nil for a Client's own.
+	shared *sharedConn
 	// sending bounds the request bytes in flight on the connection
 	// (sendbudget.go).
 	sending *sendBudget

@@ -20,6 +20,7 @@ type routing struct {
 	opts    *dialOpts
 	timeout time.Duration
 	addrs   *addrSet
+	share   bool // connections are the process's shared ones (Config.ShareConnections)
 
 	mu     sync.Mutex
 	conns  map[string]*conn
@@ -32,7 +33,9 @@ type routing struct {
 }
 
 func newRouting(cfg *Config, addrs *addrSet) *routing {
-	return &routing{opts: dialOptsOf(cfg), timeout: cfg.DialTimeout, addrs: addrs, conns: map[string]*conn{}}
+	o := dialOptsOf(cfg)
+	return &routing{opts: o, timeout: cfg.DialTimeout, addrs: addrs, conns: map[string]*conn{},
+		share: cfg.ShareConnections && canShare(o)}
 }
 
 // watchRefusals turns the all-refused fast failure on (while Dial runs)
@@ -88,7 +91,13 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 		return cn, nil
 	}
 	r.mu.Unlock()
-	cn, err := dial(ctx, r.opts, addr, r.timeout)
+	var cn *conn
+	var err error
+	if r.share {
+		cn, err = acquireShared(ctx, r.opts, addr, r.timeout)
+	} else {
+		cn, err = dial(ctx, r.opts, addr, r.timeout)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -113,12 +122,15 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 	}
 	clear(r.refused) // someone listens
 	if r.closed {
-		cn.close()
+		cn.release(false)
 		return nil, ErrClosed
 	}
 	if old := r.conns[addr]; old != nil && old.alive() {
-		cn.close()
+		cn.release(false) // a shared one may be old itself: one reference back
 		return old, nil
+	}
+	if old := r.conns[addr]; old != nil {
+		old.release(false) // dead: its reference goes back
 	}
 	r.conns[addr] = cn
 	return cn, nil
@@ -157,7 +169,7 @@ func (r *routing) redirect(from, leader string) (retryNow, unknown bool) {
 		delete(r.conns, from)
 		r.mu.Unlock()
 		if stale != nil {
-			stale.close()
+			stale.release(false)
 		}
 		return true, unknown
 	}
@@ -184,14 +196,20 @@ func (r *routing) openConns() []string {
 // drop closes cn and forgets it; if it led to the believed master, the
 // master is forgotten too.
 func (r *routing) drop(cn *conn) {
-	cn.close()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.conns[cn.addr] == cn {
+	owned := r.conns[cn.addr] == cn
+	if owned {
 		delete(r.conns, cn.addr)
 	}
 	if r.master == cn.addr {
 		r.master = ""
+	}
+	r.mu.Unlock()
+	if owned || cn.shared == nil {
+		// Closed for every Client sharing it: the calls this one parked
+		// there must end. A shared connection another goroutine of this
+		// Client dropped already holds none of its references.
+		cn.release(true)
 	}
 }
 
@@ -206,7 +224,7 @@ func (r *routing) dropMaster() {
 	}
 	r.mu.Unlock()
 	if cn != nil {
-		cn.close()
+		cn.release(true)
 	}
 }
 
@@ -217,7 +235,7 @@ func (r *routing) close() {
 	defer r.mu.Unlock()
 	r.closed = true
 	for a, cn := range r.conns {
-		cn.close()
+		cn.release(false)
 		delete(r.conns, a)
 	}
 }
