@@ -21,7 +21,9 @@ import (
 // flight is a stream of that one connection. A process that dials one
 // Client per goroutine or per worker uses one connection to the master
 // for each, and meets the per-address cap at 64; it should share one
-// Client (or a few) among them instead, or the operator raise the cap.
+// Client (or a few) among them instead, set Config.ShareConnections on
+// its Clients (their sessions then share one connection per replica), or
+// the operator raise the cap.
 //
 // Dial fails with it at once when the replica named as the master refused
 // the connection, or every replica did; a Client that Dial has returned
@@ -40,7 +42,8 @@ func tooManyConns(addr string, rej *wire.Error) error { return &connRefusedError
 
 func (e *connRefusedError) Error() string {
 	return fmt.Sprintf("%v to %s: %v; a Client carries all its calls over one connection per replica, "+
-		"so share one Client among the goroutines of a process rather than dialling one each, or raise the replica's cap",
+		"so share one Client among the goroutines of a process rather than dialling one each, set Config.ShareConnections, "+
+		"or raise the replica's cap",
 		ErrTooManyConnections, e.addr, e.rej)
 }
 
