@@ -71,11 +71,11 @@ func (s *Server) refusalMsg(r connRefusal, principal string) string {
 // refuseConn counts and logs a refused connection, tells its client why
 // on conn (raw or, after the handshake, TLS) and closes raw: after
 // reading what the client sent for up to refusalDrain, in a goroutine of
-// its own, when drain is set and fewer than refusalDrainers are being
-// read; at once otherwise. The write cannot stall the caller: a new
+// its own, while fewer than refusalDrainers are being read; at once
+// otherwise. The write cannot stall the caller: a new
 // connection's socket buffer holds a refusal's few dozen bytes, and the
 // write deadline ends it if not.
-func (s *Server) refuseConn(conn, raw net.Conn, r connRefusal, principal string, drain bool) {
+func (s *Server) refuseConn(conn, raw net.Conn, r connRefusal, principal string) {
 	s.countRefusal(r)
 	s.logRefusal(r, raw.RemoteAddr().String(), principal)
 	raw.SetWriteDeadline(time.Now().Add(refusalDrain))
@@ -84,8 +84,8 @@ func (s *Server) refuseConn(conn, raw net.Conn, r connRefusal, principal string,
 		return
 	}
 	tcp, ok := raw.(*net.TCPConn)
-	if !ok || !drain || s.draining.Add(1) > refusalDrainers {
-		if ok && drain {
+	if !ok || s.draining.Add(1) > refusalDrainers {
+		if ok {
 			s.draining.Add(-1)
 		}
 		raw.Close()

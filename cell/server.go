@@ -240,7 +240,7 @@ func (s *Server) acceptLoop() {
 		}
 		ip := remoteIP(conn)
 		if r := s.admit(ip); r != connAdmitted {
-			s.refuseConn(conn, conn, r, "", true)
+			s.refuseConn(conn, conn, r, "")
 			continue
 		}
 		s.wg.Add(1)
@@ -409,7 +409,7 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		// that tries again at once is not refused by this connection.
 		s.release(ip)
 		released = true
-		s.refuseConn(conn, raw, connRefusedPerPrincipal, principal, true)
+		s.refuseConn(conn, raw, connRefusedPerPrincipal, principal)
 		return
 	}
 	defer s.releasePrincipal(principal)
