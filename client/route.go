@@ -109,7 +109,7 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 		}
 		if errors.Is(err, ErrTooManyConnections) {
 			clear(r.refused) // someone listens
-			return nil, err  // roundTrip decides (tooManyConnsDuringDial)
+			return nil, err  // roundTrip decides whether to try elsewhere
 		}
 		if r.refused != nil {
 			if !refusedConn(err) {
