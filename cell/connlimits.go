@@ -19,9 +19,10 @@ import (
 // replica's cap and the process's share are checked and taken in one step
 // at accept (admit, under connsMu; the share by compare-and-swap, given
 // back if a later check refuses), before any TLS work, and a connection
-// over one is closed at once. The principal is known only after the
-// handshake: its cap is checked and taken then (admitPrincipal), and a
-// connection over it is closed before its first stream is read.
+// over one is told why and closed (connrefusal.go). The principal is
+// known only after the handshake: its cap is checked and taken then
+// (admitPrincipal), and a connection over it is told why, over TLS, and
+// closed before its first stream is read.
 
 // clientFDNumerator / clientFDDenominator is the share of the process's
 // file descriptors all client ports may hold together.

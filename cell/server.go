@@ -45,6 +45,10 @@ type Server struct {
 	connSeq      atomic.Uint64 // connection ids for master.Caller.Conn
 	stats        connCounters
 	budget       *budgets // memory budgets of the client port (budget.go)
+	// draining counts refused connections being read before their close,
+	// refusals the refusals not yet logged (connrefusal.go).
+	draining atomic.Int64
+	refusals refusalLog
 
 	hashes *hashGate // rations CellStatus state hashes
 
@@ -236,9 +240,7 @@ func (s *Server) acceptLoop() {
 		}
 		ip := remoteIP(conn)
 		if r := s.admit(ip); r != connAdmitted {
-			s.countRefusal(r)
-			s.log.Debug("connection refused", "ip", ip, "why", r.String())
-			conn.Close()
+			s.refuseConn(conn, conn, r, "")
 			continue
 		}
 		s.wg.Add(1)
@@ -389,7 +391,12 @@ func (s *Server) hello(conn net.Conn) (net.Conn, string, error) {
 
 func (s *Server) serveConn(raw net.Conn, ip string) {
 	defer s.wg.Done()
-	defer s.release(ip)
+	released := false
+	defer func() {
+		if !released {
+			s.release(ip)
+		}
+	}()
 	conn, principal, err := s.hello(raw)
 	if err != nil {
 		s.stats.handshake.Add(1)
@@ -398,9 +405,11 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 		return
 	}
 	if !s.admitPrincipal(principal) {
-		s.countRefusal(connRefusedPerPrincipal)
-		s.log.Debug("connection refused", "principal", principal, "why", connRefusedPerPrincipal.String())
-		conn.Close()
+		// Its place goes back before its client hears why, so a client
+		// that tries again at once is not refused by this connection.
+		s.release(ip)
+		released = true
+		s.refuseConn(conn, raw, connRefusedPerPrincipal, principal)
 		return
 	}
 	defer s.releasePrincipal(principal)

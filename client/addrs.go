@@ -70,6 +70,18 @@ func (s *addrSet) list() []string {
 	return slices.Clone(s.addrs)
 }
 
+// allIn reports whether every address of the set is in m.
+func (s *addrSet) allIn(m map[string]bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.addrs {
+		if !m[a] {
+			return false
+		}
+	}
+	return true
+}
+
 // has reports whether addr is in the set.
 func (s *addrSet) has(addr string) bool {
 	s.mu.Lock()

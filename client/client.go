@@ -105,6 +105,19 @@ type Config struct {
 	// Dialer opens the TCP connection to a replica (default net.Dialer).
 	// Proxies and fault-injection tests substitute their own.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ShareConnections lets this Client share its connections with the
+	// other Clients of the process that set it and reach the replica the
+	// same way (the same TLS configuration, by pointer, and DialTimeout;
+	// never with a Dialer of their own, which is then ignored): each
+	// session's calls are streams of one connection per replica, so a
+	// process can hold many sessions without meeting the replica's
+	// per-address cap on connections (--max-conns-per-ip, 64). Without
+	// it each Client dials its own. A shared connection is closed with
+	// its last Client; one Client that finds it frozen, or whose master
+	// stepped down, closes it for all, and the others' calls on it are
+	// retried as after any lost connection. Dialling one Client and
+	// sharing it among goroutines is cheaper still (one session).
+	ShareConnections bool
 	// TLS, when set, makes every connection mutual TLS (a cell started
 	// with TLS accepts nothing else): it wraps the connection Dialer
 	// returns before the protocol byte. It should hold the user's
@@ -214,7 +227,9 @@ type Client struct {
 // session is kept alive in the background until Close. Finding the master
 // is retried for up to Config.RetryTimeout (ErrNoMaster after that), except
 // when every configured replica refuses the connection: then Dial fails
-// at once with ErrAllRefused.
+// at once with ErrAllRefused; and when the master (or every replica)
+// refuses it over a cap on connections: then Dial fails at once with
+// ErrTooManyConnections, naming the cap.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err

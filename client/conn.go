@@ -26,6 +26,12 @@ type conn struct {
 	addr string
 	mux  *yamux.Session
 	tls  *watchedConn // nil without TLS
+	// rej reads a replica's refusal where yamux's first frame would be
+	// (refusal.go).
+	rej *refusalConn
+	// shared is the connection's entry among those the process's Clients
+	// share (sharedconns.go); nil for a Client's own.
+	shared *sharedConn
 	// sending bounds the request bytes in flight on the connection
 	// (sendbudget.go).
 	sending *sendBudget
@@ -160,6 +166,10 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 	if tcp, ok := tc.(*net.TCPConn); ok {
 		tcp.SetNoDelay(true)
 	}
+	// A replica over a connection cap says so in place of its first
+	// answer: before TLS, its ServerHello.
+	rej := &refusalConn{Conn: tc, addr: addr}
+	tc = rej
 	var watched *watchedConn
 	if o.tls != nil {
 		cfg := o.tls
@@ -176,13 +186,18 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 		tlsConn := tls.Client(tc, cfg)
 		if err := tlsConn.HandshakeContext(dctx); err != nil {
 			tc.Close()
+			if r := rej.refusal(); r != nil {
+				return nil, r
+			}
 			if remoteAlert(err) {
 				return nil, fmt.Errorf("%w: %s: %v", ErrCertificateRefused, addr, err)
 			}
 			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
 		}
 		watched = &watchedConn{Conn: tlsConn}
-		tc = watched
+		// After the handshake, a principal's cap is told over TLS.
+		rej = &refusalConn{Conn: watched, addr: addr}
+		tc = rej
 	}
 	tc.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := tc.Write([]byte{wire.RPCMultiplex}); err != nil {
@@ -198,7 +213,7 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 		tc.Close()
 		return nil, err
 	}
-	return &conn{addr: addr, mux: mux, tls: watched, sending: newSendBudget(maxBytesInFlight)}, nil
+	return &conn{addr: addr, mux: mux, tls: watched, rej: rej, sending: newSendBudget(maxBytesInFlight)}, nil
 }
 
 func (c *conn) alive() bool { return !c.mux.IsClosed() }
@@ -283,6 +298,9 @@ func (c *conn) call(ctx context.Context, h *wire.Header, req, resp any) (wire.St
 	for {
 		s, reused, err := c.stream()
 		if err != nil {
+			if r := c.rej.refusal(); r != nil {
+				return wire.Status{}, r
+			}
 			return wire.Status{}, fmt.Errorf("%w: open stream to %s: %v", errTransport, c.addr, err)
 		}
 		st, closedIdle, err := c.callOn(ctx, s, h, req, resp)
@@ -339,9 +357,13 @@ func streamEnded(err error) bool {
 }
 
 // linkErr describes a failed send or receive: the replica's refusal of
-// our certificate, the caller's cancellation, or a transport failure.
+// our certificate or of the connection (a cap on connections), the
+// caller's cancellation, or a transport failure.
 func (c *conn) linkErr(ctx context.Context, what string, err error) error {
 	if r := c.tls.refusal(c.addr); r != nil {
+		return r
+	}
+	if r := c.rej.refusal(); r != nil {
 		return r
 	}
 	return ctxOr(ctx, fmt.Errorf("%w: %s %s: %v", errTransport, what, c.addr, err))

@@ -20,6 +20,7 @@ type routing struct {
 	opts    *dialOpts
 	timeout time.Duration
 	addrs   *addrSet
+	share   bool // connections are the process's shared ones (Config.ShareConnections)
 
 	mu     sync.Mutex
 	conns  map[string]*conn
@@ -32,7 +33,9 @@ type routing struct {
 }
 
 func newRouting(cfg *Config, addrs *addrSet) *routing {
-	return &routing{opts: dialOptsOf(cfg), timeout: cfg.DialTimeout, addrs: addrs, conns: map[string]*conn{}}
+	o := dialOptsOf(cfg)
+	return &routing{opts: o, timeout: cfg.DialTimeout, addrs: addrs, conns: map[string]*conn{},
+		share: cfg.ShareConnections && canShare(o)}
 }
 
 // watchRefusals turns the all-refused fast failure on (while Dial runs)
@@ -45,6 +48,13 @@ func (r *routing) watchRefusals(on bool) {
 	} else {
 		r.refused = nil
 	}
+}
+
+// dialing reports whether Dial is running (watchRefusals is on).
+func (r *routing) dialing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused != nil
 }
 
 // masterAddr returns the address believed to be master ("" if none).
@@ -81,7 +91,13 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 		return cn, nil
 	}
 	r.mu.Unlock()
-	cn, err := dial(ctx, r.opts, addr, r.timeout)
+	var cn *conn
+	var err error
+	if r.share {
+		cn, err = acquireShared(ctx, r.opts, addr, r.timeout)
+	} else {
+		cn, err = dial(ctx, r.opts, addr, r.timeout)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -90,6 +106,10 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 		}
 		if errors.Is(err, ErrCertificateRefused) {
 			return nil, err // every replica would say the same: no retry
+		}
+		if errors.Is(err, ErrTooManyConnections) {
+			clear(r.refused) // someone listens
+			return nil, err  // roundTrip decides whether to try elsewhere
 		}
 		if r.refused != nil {
 			if !refusedConn(err) {
@@ -102,12 +122,15 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 	}
 	clear(r.refused) // someone listens
 	if r.closed {
-		cn.close()
+		cn.release(false)
 		return nil, ErrClosed
 	}
 	if old := r.conns[addr]; old != nil && old.alive() {
-		cn.close()
+		cn.release(false) // a shared one may be old itself: one reference back
 		return old, nil
+	}
+	if old := r.conns[addr]; old != nil {
+		old.release(false) // dead: its reference goes back
 	}
 	r.conns[addr] = cn
 	return cn, nil
@@ -146,7 +169,7 @@ func (r *routing) redirect(from, leader string) (retryNow, unknown bool) {
 		delete(r.conns, from)
 		r.mu.Unlock()
 		if stale != nil {
-			stale.close()
+			stale.release(false)
 		}
 		return true, unknown
 	}
@@ -173,14 +196,20 @@ func (r *routing) openConns() []string {
 // drop closes cn and forgets it; if it led to the believed master, the
 // master is forgotten too.
 func (r *routing) drop(cn *conn) {
-	cn.close()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.conns[cn.addr] == cn {
+	owned := r.conns[cn.addr] == cn
+	if owned {
 		delete(r.conns, cn.addr)
 	}
 	if r.master == cn.addr {
 		r.master = ""
+	}
+	r.mu.Unlock()
+	if owned || cn.shared == nil {
+		// Closed for every Client sharing it: the calls this one parked
+		// there must end. A shared connection another goroutine of this
+		// Client dropped already holds none of its references.
+		cn.release(true)
 	}
 }
 
@@ -195,7 +224,7 @@ func (r *routing) dropMaster() {
 	}
 	r.mu.Unlock()
 	if cn != nil {
-		cn.close()
+		cn.release(true)
 	}
 }
 
@@ -206,7 +235,7 @@ func (r *routing) close() {
 	defer r.mu.Unlock()
 	r.closed = true
 	for a, cn := range r.conns {
-		cn.close()
+		cn.release(false)
 		delete(r.conns, a)
 	}
 }
@@ -269,7 +298,10 @@ type callSpec struct {
 // backs off (with jitter) and tries again, until an answer other than
 // those, ctx's end, s.budget (ErrNoMaster) or the client's close
 // (ErrClosed). A certificate refusal, and during Dial every replica
-// refusing the connection (ErrAllRefused), fail at once. It returns when
+// refusing the connection (ErrAllRefused), fail at once; so does, during
+// Dial, a refusal over a cap on connections (ErrTooManyConnections) by
+// the replica named as master or by every replica. After Dial such a
+// refusal is retried like a transport failure. It returns when
 // the try that got the answer was sent: a lease is measured from there,
 // not from the first try of a long search.
 func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
@@ -279,6 +311,12 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 	}
 	var wait backoff
 	var lastErr error
+	// named is the master a replica last named in a redirect, and
+	// tooMany the replicas that refused the connection over a cap: while
+	// Dial runs, a refusal by the named master, or by every replica, ends
+	// the call at once (ErrTooManyConnections).
+	var named string
+	var tooMany map[string]bool
 	for {
 		if err := c.sess.usable(); err != nil {
 			return time.Time{}, err
@@ -305,6 +343,8 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 				// Frozen or cut off: try the next replica.
 				c.route.drop(cn)
 				retryNow = true
+			case errors.Is(err, ErrTooManyConnections):
+				c.route.drop(cn) // refused: the connection is closed
 			case err == nil:
 				switch st.Code {
 				case wire.CodeOK:
@@ -320,6 +360,7 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 						c.route.drop(cn)
 					}
 					var unknown bool
+					named = st.Leader
 					retryNow, unknown = c.route.redirect(cn.addr, st.Leader)
 					if unknown {
 						c.refreshAddrs() // a master we did not know of: the membership changed
@@ -346,6 +387,15 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 			}
 		}
 		lastErr = err
+		if at, ok := refusedAt(err); ok && c.route.dialing() {
+			if tooMany == nil {
+				tooMany = map[string]bool{}
+			}
+			tooMany[at] = true
+			if at == named || c.route.addrs.allIn(tooMany) {
+				return time.Time{}, err
+			}
+		}
 		if err != nil {
 			// Why a call wandered (a redirect, a frozen replica, no
 			// master yet) is what an operator needs after a fail-over.
@@ -358,6 +408,11 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 			// Calls are bounded by RetryTimeout even in jeopardy: the
 			// caller hears "no master" and may retry; the session itself
 			// keeps hunting until the grace period ends.
+			if errors.Is(lastErr, ErrTooManyConnections) {
+				// The cause, not only its text: the caller can tell a
+				// full cap from a cell without quorum.
+				return time.Time{}, fmt.Errorf("%w: %s: last error: %w", ErrNoMaster, s.method, lastErr)
+			}
 			return time.Time{}, fmt.Errorf("%w: %s: last error: %v", ErrNoMaster, s.method, lastErr)
 		}
 		if retryNow {
