@@ -200,7 +200,7 @@ func newMetrics(s *Server) *metrics {
 		"per_principal": func(st ConnStats) uint64 { return st.RefusedPerPrincipal },
 	} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_connections_refused_total",
-			Help: "Client connections closed at once by the cap that was full: per_ip (--max-conns-per-ip), total (--max-conns), " +
+			Help: "Client connections refused (told why with a refusal frame, then closed) by the cap that was full: per_ip (--max-conns-per-ip), total (--max-conns), " +
 				"fd_share (the process's client ports at five eighths of its file descriptors), per_principal (--max-conns-per-principal, after the TLS handshake).",
 			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "reason": reason}},
 			func() float64 { return float64(read(s.ConnStats())) }))
