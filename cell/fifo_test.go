@@ -155,6 +155,58 @@ func TestAcquireFIFO(t *testing.T) {
 		fifoWantGrants(t, ctx, ws)
 	})
 
+	// The other side of keeping a broken-off wait: a waiter whose client
+	// is gone for good, handed the lock after it went, must not keep the
+	// lock from the next waiter until its session expires, nor leave the
+	// lock-delay its handle asked for behind: the master withdraws its wait
+	// when its lease runs out, before the expiry, undoing the grant.
+	t.Run("DeadWaiterIsWithdrawn", func(t *testing.T) {
+		holder := lockHeld("fifo-dead")
+		a, b := newWaiter("a", true, 0), newWaiter("b", false, 0)
+		ws := []*fifoWaiter{a, b}
+		for _, w := range ws {
+			w.h = mustOpen(t, ctx, w.cl, c.Name("fifo-dead"), rw, client.WithLockDelay(time.Minute))
+		}
+		for i, w := range ws {
+			w.got = make(chan error, 1)
+			go func() { w.got <- w.h.Acquire(ctx, client.Exclusive) }()
+			pollUntil(t, 10*time.Second, w.name+" queued", func() bool {
+				st, err := holder.GetStat(ctx)
+				return err == nil && len(st.Waiters) == i+1 && st.Waiters[i].Session == w.cl.Session()
+			})
+		}
+		a.cut.Cut() // for good
+		cut := time.Now()
+		srv := c.Server(c.WaitForMaster(10 * time.Second))
+		pollUntil(t, 10*time.Second, "a's wait detached", func() bool { return srv.Master().Stats().DetachedWaits == 1 })
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-b.got:
+			if err != nil {
+				t.Fatalf("b's Acquire: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("b was not granted the lock after a's client went (the lock stayed with a's session, or under its lock-delay)")
+		}
+		took := time.Since(cut)
+		st, err := b.h.GetStat(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Holders) != 1 || st.Holders[0].Session != b.cl.Session() {
+			t.Fatalf("holders %+v; want b's session %d", st.Holders, b.cl.Session())
+		}
+		if st.LockDelayBy != nil && st.LockDelayBy.Session == a.cl.Session() {
+			t.Fatalf("a's expiry left a lock-delay (%+v): its wait was not withdrawn before its session expired", st.LockDelayBy)
+		}
+		if err := b.h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("b got the lock %v after a's client was cut off (lease %v)", took.Round(time.Millisecond), c.Options().LeaseTTL)
+	})
+
 	// Waits much longer than the client's RetryTimeout keep their places:
 	// RetryTimeout bounds the search for a master, not the wait.
 	t.Run("OutlivesRetryTimeout", func(t *testing.T) {

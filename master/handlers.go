@@ -391,7 +391,7 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 			// withdrawing it here would send a client that only redialled
 			// to the tail of the queue (acquireWaits).
 			session, handle, seq := c.h.Session, req.Handle, c.h.Seq
-			c.waits.detach(key, woke, c.stop, c.sess.grantTTL(), func() { c.withdraw(session, handle, seq) })
+			c.waits.detach(key, woke, c.stop, c.detachedFor(session), func() { c.withdraw(session, handle, seq) })
 			return nil, ctx.Err()
 		}
 	}
@@ -418,9 +418,25 @@ func (c *call) granted(req *wire.AcquireRequest, gen uint64) *wire.AcquireRespon
 	return resp
 }
 
+// detachedFor is how long a wait of session whose call broke off is kept
+// for the client's retry, asked again whenever that runs out: until the
+// session's lease ends (a live client renews it, a gone one does not),
+// and for one lease at most, renewed or not.
+func (c *call) detachedFor(session uint64) func() time.Duration {
+	deadline := c.cfg.Clock.Now().Add(c.sess.grantTTL())
+	return func() time.Duration {
+		now := c.cfg.Clock.Now()
+		d := deadline.Sub(now)
+		if left, ok := c.sess.leaseLeft([]uint64{session}, now)[session]; ok {
+			d = min(d, left)
+		}
+		return max(d, 0)
+	}
+}
+
 // withdraw removes an abandoned wait (or undoes its grant) through Raft:
 // the wait detached (its call's stream ended) and no call of its request
-// id came back within a lease.
+// id came back in time (detachedFor).
 func (c *call) withdraw(session, handle, seq uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

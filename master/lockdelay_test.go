@@ -144,16 +144,58 @@ func newTestWaits(t *testing.T) (*acquireWaits, *fakeClock, func(waitKey) func()
 	return w, clock, withdraw, count
 }
 
+// fixedDue gives detach a due that keeps a wait d from the moment it is
+// made.
+func fixedDue(clock *fakeClock) func(time.Duration) func() time.Duration {
+	return func(d time.Duration) func() time.Duration {
+		deadline := clock.Now().Add(d)
+		return func() time.Duration { return max(deadline.Sub(clock.Now()), 0) }
+	}
+}
+
+// A detached wait is kept for as long as due says, asked again whenever
+// that runs out: a session that renews its lease meanwhile (its client is
+// alive) keeps it longer, up to due's bound.
+func TestAcquireWaitsDetachAsksDueAgain(t *testing.T) {
+	w, clock, withdraw, ran := newTestWaits(t)
+	k := waitKey{handle: 7, seq: 3}
+	leaseEnd := clock.Now().Add(time.Second)
+	bound := clock.Now().Add(3 * time.Second)
+	due := func() time.Duration { return max(min(leaseEnd.Sub(clock.Now()), bound.Sub(clock.Now())), 0) }
+	woke, _ := w.attach(context.Background(), k)
+	w.detach(k, woke, make(chan struct{}), due, withdraw(k))
+	clock.Advance(time.Second / 2)
+	leaseEnd = clock.Now().Add(time.Second) // a KeepAlive renewed the lease
+	clock.Advance(time.Second / 2)
+	if n := ran(k); n != 0 {
+		t.Fatalf("withdrawn at the old lease end of a session that renewed it")
+	}
+	clock.Advance(time.Second / 2)
+	if n := ran(k); n != 1 {
+		t.Fatalf("withdrawn %d time(s) when the renewed lease ran out; want 1", n)
+	}
+	woke, _ = w.attach(context.Background(), k)
+	w.detach(k, woke, make(chan struct{}), due, withdraw(k))
+	for range 10 { // renewed again and again: the bound still holds
+		leaseEnd = clock.Now().Add(time.Second)
+		clock.Advance(time.Second / 2)
+	}
+	if n := ran(k); n != 2 {
+		t.Fatalf("withdrawn %d time(s) in all; want 2: the bound ends the wait of a session that lives on", n)
+	}
+}
+
 // A call whose stream broke leaves its wait queued for a lease: the
 // client's retry of the request id re-attaches and the wait keeps its
 // place; without a retry it is withdrawn once the lease has passed.
 func TestAcquireWaitsDetachKeepsThePlace(t *testing.T) {
 	w, clock, withdraw, ran := newTestWaits(t)
+	after := fixedDue(clock)
 	stop := make(chan struct{})
 	ctx := context.Background()
 	k := waitKey{handle: 7, seq: 3}
 	woke, _ := w.attach(ctx, k)
-	w.detach(k, woke, stop, time.Second, withdraw(k))
+	w.detach(k, woke, stop, after(time.Second), withdraw(k))
 	if n := w.detached(); n != 1 {
 		t.Fatalf("%d detached waits; want 1", n)
 	}
@@ -169,7 +211,7 @@ func TestAcquireWaitsDetachKeepsThePlace(t *testing.T) {
 	default:
 		t.Fatal("the re-attached call is not woken by its grant")
 	}
-	w.detach(k, again, stop, time.Second, withdraw(k)) // broke again; no retry this time
+	w.detach(k, again, stop, after(time.Second), withdraw(k)) // broke again; no retry this time
 	clock.Advance(time.Second - time.Millisecond)
 	if n := ran(k); n != 0 {
 		t.Fatalf("withdrawn %d time(s) before the lease passed", n)
@@ -188,11 +230,12 @@ func TestAcquireWaitsDetachKeepsThePlace(t *testing.T) {
 // other waits.
 func TestAcquireWaitsDetachWithACallStillAttached(t *testing.T) {
 	w, clock, withdraw, ran := newTestWaits(t)
+	after := fixedDue(clock)
 	stop := make(chan struct{})
 	k := waitKey{handle: 7, seq: 3}
 	old, _ := w.attach(context.Background(), k)
 	retry, _ := w.attach(context.Background(), k)
-	w.detach(k, old, stop, time.Second, withdraw(k))
+	w.detach(k, old, stop, after(time.Second), withdraw(k))
 	clock.Advance(time.Hour)
 	if n := ran(k); n != 0 || w.detached() != 0 {
 		t.Fatalf("withdrawn %d time(s) (%d detached) while a call of the request id waits", n, w.detached())
@@ -208,17 +251,18 @@ func TestAcquireWaitsDetachWithACallStillAttached(t *testing.T) {
 // second the wait stays queued for the next master.
 func TestAcquireWaitsForgetAndStop(t *testing.T) {
 	w, clock, withdraw, ran := newTestWaits(t)
+	after := fixedDue(clock)
 	stop := make(chan struct{})
 	a, b, c := waitKey{1, 1}, waitKey{2, 1}, waitKey{3, 1}
 	for _, k := range []waitKey{a, b} {
 		woke, _ := w.attach(context.Background(), k)
-		w.detach(k, woke, stop, time.Second, withdraw(k))
+		w.detach(k, woke, stop, after(time.Second), withdraw(k))
 	}
 	w.forget(a)
 	w.stopAll()
 	close(stop)
 	woke, _ := w.attach(context.Background(), c)
-	w.detach(c, woke, stop, time.Second, withdraw(c)) // after the term: nothing scheduled
+	w.detach(c, woke, stop, after(time.Second), withdraw(c)) // after the term: nothing scheduled
 	clock.Advance(time.Hour)
 	for _, k := range []waitKey{a, b, c} {
 		if n := ran(k); n != 0 {

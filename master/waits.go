@@ -18,10 +18,14 @@ import (
 // unchanged, or FIFO would be broken by every network blip (the retry
 // would find the wait withdrawn and queue again at the tail). The wait
 // detaches instead, and is withdrawn only if no call of that request id
-// comes back within a lease (the client is gone: a grant it never hears
-// of must not hold the lock until its session expires and then add a
-// lock-delay). A client that gives up says so itself (CancelAcquire),
-// which withdraws the wait at once.
+// comes back before the session's lease runs out, or within one lease
+// (the lease KeepAlives grant now) even if the session lives on: the
+// client is then taken for gone, and a grant it never hears of must not
+// hold the lock until its session expires and then add a lock-delay (the
+// withdraw comes at the lease's end, before the expiry's slack has
+// passed), nor for as long as a session that never retries lives. A
+// client that gives up says so itself (CancelAcquire), which withdraws the
+// wait at once.
 //
 // Its mutex is a leaf.
 type acquireWaits struct {
@@ -110,25 +114,50 @@ func (w *acquireWaits) dropLocked(key waitKey, woke chan struct{}) *waitEntry {
 }
 
 // detach unregisters a call whose stream ended while it waited. When no
-// other call of key is attached, withdraw runs after grace, unless a call
-// of key attaches first, forget is called, or the term (stop) ends.
-func (w *acquireWaits) detach(key waitKey, woke chan struct{}, stop <-chan struct{}, grace time.Duration, withdraw func()) {
+// other call of key is attached, withdraw runs once due reports nothing
+// left to wait (due is asked when the call detaches and again each time
+// the wait it gave runs out: it may give more), unless a call of key
+// attaches first, forget is called, or the term (stop) ends. due takes
+// other parts' locks, so it is never called holding w.mu.
+func (w *acquireWaits) detach(key waitKey, woke chan struct{}, stop <-chan struct{}, due func() time.Duration, withdraw func()) {
+	d := due()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.dropLocked(key, woke)
 	if e == nil || len(e.woke) > 0 || e.withdrawing != nil || isClosed(stop) {
 		return
 	}
+	w.armLocked(key, e, d, stop, due, withdraw)
+}
+
+// armLocked schedules e's withdraw check d from now, replacing one
+// scheduled before.
+func (w *acquireWaits) armLocked(key waitKey, e *waitEntry, d time.Duration, stop <-chan struct{}, due func() time.Duration, withdraw func()) {
 	if e.pending != nil {
 		e.pending.t.Stop()
 	}
 	dt := &detachTimer{}
 	e.pending = dt
 	w.waits[key] = e
-	dt.t = w.clock.AfterFunc(grace, func() {
+	// current reports whether dt is still e's scheduled withdraw in this
+	// term (not re-attached, forgotten, replaced or stopped).
+	current := func() bool { return w.waits[key] == e && e.pending == dt && !isClosed(stop) }
+	dt.t = w.clock.AfterFunc(d, func() {
 		w.mu.Lock()
-		if w.waits[key] != e || e.pending != dt || isClosed(stop) {
-			w.mu.Unlock() // re-attached, forgotten, or a later term
+		ok := current()
+		w.mu.Unlock()
+		if !ok {
+			return
+		}
+		more := due()
+		w.mu.Lock()
+		if !current() {
+			w.mu.Unlock()
+			return
+		}
+		if more > 0 {
+			w.armLocked(key, e, more, stop, due, withdraw)
+			w.mu.Unlock()
 			return
 		}
 		e.pending = nil
