@@ -273,3 +273,41 @@ func TestAcquireWaitsForgetAndStop(t *testing.T) {
 		t.Fatalf("%d waits kept after forget and stop", len(w.waits))
 	}
 }
+
+// A call of the request id that comes back while its withdraw is being
+// applied waits for the withdraw to finish, so it reads the state after
+// it: it never answers as its own a grant the withdraw is undoing.
+func TestAcquireWaitsAttachWaitsForAWithdrawInFlight(t *testing.T) {
+	clock := newFakeClock()
+	var wg sync.WaitGroup
+	w := &acquireWaits{clock: clock, wg: &wg}
+	k := waitKey{handle: 7, seq: 3}
+	entered, release := make(chan struct{}), make(chan struct{})
+	woke, _ := w.attach(context.Background(), k)
+	w.detach(k, woke, make(chan struct{}), fixedDue(clock)(time.Second), func() {
+		close(entered)
+		<-release
+	})
+	go clock.Advance(time.Second)
+	<-entered
+	attached := make(chan error, 1)
+	go func() {
+		_, err := w.attach(context.Background(), k)
+		attached <- err
+	}()
+	select {
+	case err := <-attached:
+		t.Fatalf("attached (%v) while the withdraw was being applied", err)
+	case <-time.After(50 * time.Millisecond): // a negative check: nothing may happen
+	}
+	close(release)
+	if err := <-attached; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := w.attach(ctx, k); err != nil {
+		t.Fatalf("attach after the withdraw finished: %v", err)
+	}
+}
