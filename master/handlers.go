@@ -341,7 +341,7 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 		return nil, wire.Errorf(wire.CodeBadRequest, "unknown lock mode %d", req.Mode)
 	}
 	var woke chan struct{}
-	key := waitKey{req.Handle, c.h.Seq}
+	key := waitKey{c.h.Session, req.Handle, c.h.Seq}
 	if req.Wait {
 		// Attached before proposing, so no wake-up is missed; a retry of
 		// this request id re-attaches to a wait it left detached.
@@ -452,8 +452,10 @@ func (c *call) withdraw(session, handle, seq uint64) {
 }
 
 func (c *call) cancelAcquire(ctx context.Context, req *wire.CancelAcquireRequest) (*wire.Empty, error) {
-	c.waits.forget(waitKey{req.Handle, req.WaitSeq}) // the client withdraws it itself
 	_, err := c.apply(ctx, commandOf(replica.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}))
+	if err == nil { // the client withdrew it itself: nothing left to withdraw
+		c.waits.forget(waitKey{c.h.Session, req.Handle, req.WaitSeq})
+	}
 	return &wire.Empty{}, err
 }
 

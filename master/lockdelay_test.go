@@ -92,12 +92,12 @@ func TestLockDelayNothingAfterStop(t *testing.T) {
 
 func TestAcquireWaitsWake(t *testing.T) {
 	var w acquireWaits
-	k := waitKey{handle: 7, seq: 3}
+	k := waitKey{session: 5, handle: 7, seq: 3}
 	woke, err := w.attach(context.Background(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.wake(waitKey{handle: 7, seq: 4}) // another wait of the handle
+	w.wake(waitKey{session: 5, handle: 7, seq: 4}) // another wait of the handle
 	select {
 	case <-woke:
 		t.Fatal("woken by another wait's change")
@@ -158,7 +158,7 @@ func fixedDue(clock *fakeClock) func(time.Duration) func() time.Duration {
 // alive) keeps it longer, up to due's bound.
 func TestAcquireWaitsDetachAsksDueAgain(t *testing.T) {
 	w, clock, withdraw, ran := newTestWaits(t)
-	k := waitKey{handle: 7, seq: 3}
+	k := waitKey{session: 5, handle: 7, seq: 3}
 	leaseEnd := clock.Now().Add(time.Second)
 	bound := clock.Now().Add(3 * time.Second)
 	due := func() time.Duration { return max(min(leaseEnd.Sub(clock.Now()), bound.Sub(clock.Now())), 0) }
@@ -193,7 +193,7 @@ func TestAcquireWaitsDetachKeepsThePlace(t *testing.T) {
 	after := fixedDue(clock)
 	stop := make(chan struct{})
 	ctx := context.Background()
-	k := waitKey{handle: 7, seq: 3}
+	k := waitKey{session: 5, handle: 7, seq: 3}
 	woke, _ := w.attach(ctx, k)
 	w.detach(k, woke, stop, after(time.Second), withdraw(k))
 	if n := w.detached(); n != 1 {
@@ -232,7 +232,7 @@ func TestAcquireWaitsDetachWithACallStillAttached(t *testing.T) {
 	w, clock, withdraw, ran := newTestWaits(t)
 	after := fixedDue(clock)
 	stop := make(chan struct{})
-	k := waitKey{handle: 7, seq: 3}
+	k := waitKey{session: 5, handle: 7, seq: 3}
 	old, _ := w.attach(context.Background(), k)
 	retry, _ := w.attach(context.Background(), k)
 	w.detach(k, old, stop, after(time.Second), withdraw(k))
@@ -253,7 +253,7 @@ func TestAcquireWaitsForgetAndStop(t *testing.T) {
 	w, clock, withdraw, ran := newTestWaits(t)
 	after := fixedDue(clock)
 	stop := make(chan struct{})
-	a, b, c := waitKey{1, 1}, waitKey{2, 1}, waitKey{3, 1}
+	a, b, c := waitKey{5, 1, 1}, waitKey{5, 2, 1}, waitKey{5, 3, 1}
 	for _, k := range []waitKey{a, b} {
 		woke, _ := w.attach(context.Background(), k)
 		w.detach(k, woke, stop, after(time.Second), withdraw(k))
@@ -281,7 +281,7 @@ func TestAcquireWaitsAttachWaitsForAWithdrawInFlight(t *testing.T) {
 	clock := newFakeClock()
 	var wg sync.WaitGroup
 	w := &acquireWaits{clock: clock, wg: &wg}
-	k := waitKey{handle: 7, seq: 3}
+	k := waitKey{session: 5, handle: 7, seq: 3}
 	entered, release := make(chan struct{}), make(chan struct{})
 	woke, _ := w.attach(context.Background(), k)
 	w.detach(k, woke, make(chan struct{}), fixedDue(clock)(time.Second), func() {

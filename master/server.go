@@ -323,7 +323,7 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 	for _, c := range changes {
 		switch c.Kind {
 		case replica.ChangeLockGranted, replica.ChangeWaitEnded:
-			s.waits.wake(waitKey{c.Handle, c.Seq})
+			s.waits.wake(waitKey{c.Session, c.Handle, c.Seq})
 		case replica.ChangeLockDelay:
 			if s.serving { // under mu: never armed after Stop's stopAll
 				s.delays.arm(c.Path, c.Time)

@@ -36,7 +36,11 @@ type acquireWaits struct {
 	waits map[waitKey]*waitEntry
 }
 
-type waitKey struct{ handle, seq uint64 }
+// waitKey names one blocking Acquire: the session that made it (so no
+// other session's call, naming a handle not its own, can touch its
+// wait here before the state machine refuses it), the handle and the
+// request id.
+type waitKey struct{ session, handle, seq uint64 }
 
 // waitEntry is one request id's wait at this master: the calls attached
 // to it, or the withdraw scheduled (pending) or being applied
