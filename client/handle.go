@@ -550,8 +550,12 @@ func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
 }
 
 // Acquire takes the lock in mode, waiting in FIFO order behind earlier
-// requests until it is granted or ctx ends. When ctx ends first the wait
-// is withdrawn at the master (and a grant that raced the cancel undone).
+// requests until it is granted or ctx ends. The wait keeps its place across
+// retries, a broken connection and a master fail-over; it loses it only if
+// the client cannot reach the master until its lease there runs out, and
+// then queues again at the tail (docs/spec.md#locks). When ctx ends first the
+// wait is withdrawn at the master (and a grant that raced the cancel
+// undone): calling Acquire again queues at the tail.
 // The grant's reply carries its sequencer, so GetSequencer makes no call
 // while the lock context lives: an uncontended re-acquire on a handle kept
 // open is one call.
@@ -564,8 +568,10 @@ func (h *Handle) Acquire(ctx context.Context, mode LockMode) error {
 	for {
 		resp, err := h.acquireOnce(g.gctx, mode)
 		if errors.Is(err, ErrCanceled) && g.gctx.Err() == nil {
-			// The master withdrew the wait without our asking (its stream
-			// to us broke): queue again under a new request id.
+			// The master withdrew the wait without our asking: our call
+			// broke off and did not come back before our lease there ran
+			// out, so it took us for gone. We still want the lock: queue again, at the
+			// tail, under a new request id.
 			continue
 		}
 		if err = g.done(err); err == nil {

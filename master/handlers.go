@@ -340,13 +340,20 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 	if req.Mode != wire.LockExclusive && req.Mode != wire.LockShared {
 		return nil, wire.Errorf(wire.CodeBadRequest, "unknown lock mode %d", req.Mode)
 	}
-	var woke <-chan struct{}
+	var woke chan struct{}
+	key := waitKey{c.h.Session, req.Handle, c.h.Seq}
 	if req.Wait {
-		var done func()
-		woke, done = c.waits.add(waitKey{req.Handle, c.h.Seq})
-		defer done()
+		// Attached before proposing, so no wake-up is missed; a retry of
+		// this request id re-attaches to a wait it left detached.
+		var err error
+		if woke, err = c.waits.attach(ctx, key); err != nil {
+			return nil, err
+		}
 	}
 	res, err := c.apply(ctx, commandOf(replica.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}))
+	if woke != nil && (err != nil || res.Granted) {
+		c.waits.leave(key, woke)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -359,13 +366,15 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 		var gen uint64
 		var err error
 		c.read(func(v replica.View) { state, gen, err = v.LockWait(c.h.Session, req.Handle, c.h.Seq) })
-		if err != nil {
+		switch {
+		case err != nil:
+			c.waits.leave(key, woke)
 			return nil, err
-		}
-		switch state {
-		case replica.WaitGranted:
+		case state == replica.WaitGranted:
+			c.waits.leave(key, woke)
 			return c.granted(req, gen), nil
-		case replica.WaitGone:
+		case state == replica.WaitGone:
+			c.waits.leave(key, woke)
 			return nil, wire.Errorf(wire.CodeCanceled, "the wait for the lock was withdrawn")
 		}
 		select {
@@ -373,9 +382,16 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 		case <-c.stop:
 			// Leave the wait queued: the client retries this request id at
 			// the new master, which finds it queued (or granted).
+			c.waits.leave(key, woke)
 			return nil, errStopped
 		case <-ctx.Done():
-			c.withdraw(req.Handle, c.h.Seq)
+			// The stream ended: the client gave up (it says so with a
+			// CancelAcquire) or lost the connection and retries this
+			// request id. Either way the wait keeps its place for now:
+			// withdrawing it here would send a client that only redialled
+			// to the tail of the queue (acquireWaits).
+			session, handle, seq := c.h.Session, req.Handle, c.h.Seq
+			c.waits.detach(key, woke, c.stop, c.detachedFor(session), func() { c.withdraw(session, handle, seq) })
 			return nil, ctx.Err()
 		}
 	}
@@ -402,11 +418,29 @@ func (c *call) granted(req *wire.AcquireRequest, gen uint64) *wire.AcquireRespon
 	return resp
 }
 
-// withdraw removes an abandoned wait (or undoes its grant) through Raft.
-func (c *call) withdraw(handle, seq uint64) {
+// detachedFor is how long a wait of session whose call broke off is kept
+// for the client's retry, asked again whenever that runs out: until the
+// session's lease ends (a live client renews it, a gone one does not),
+// and for one lease at most, renewed or not.
+func (c *call) detachedFor(session uint64) func() time.Duration {
+	deadline := c.cfg.Clock.Now().Add(c.sess.grantTTL())
+	return func() time.Duration {
+		now := c.cfg.Clock.Now()
+		d := deadline.Sub(now)
+		if left, ok := c.sess.leaseLeft([]uint64{session}, now)[session]; ok {
+			d = min(d, left)
+		}
+		return max(d, 0)
+	}
+}
+
+// withdraw removes an abandoned wait (or undoes its grant) through Raft:
+// the wait detached (its call's stream ended) and no call of its request
+// id came back in time (detachedFor).
+func (c *call) withdraw(session, handle, seq uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(),
+	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: session, Time: c.now(),
 		Payload: &replica.CancelWaitArgs{Handle: handle, WaitSeq: seq}})
 	if err == nil {
 		err = resultErr(res)
@@ -419,6 +453,9 @@ func (c *call) withdraw(handle, seq uint64) {
 
 func (c *call) cancelAcquire(ctx context.Context, req *wire.CancelAcquireRequest) (*wire.Empty, error) {
 	_, err := c.apply(ctx, commandOf(replica.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}))
+	if err == nil { // the client withdrew it itself: nothing left to withdraw
+		c.waits.forget(waitKey{c.h.Session, req.Handle, req.WaitSeq})
+	}
 	return &wire.Empty{}, err
 }
 

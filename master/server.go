@@ -197,6 +197,7 @@ func New(cfg Config, cons Consensus, state State) *Server {
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}, principalHandles: map[string]int{}}}
 	s := &Server{parts: p}
 	s.delays = newLockDelays(cfg.Clock, &s.wg, s.grantAfterDelay)
+	p.waits.clock, p.waits.wg = cfg.Clock, &s.wg
 	s.proof = &leadershipProof{verify: cons.VerifyLeader, now: cfg.Clock.Now}
 	p.sess = newSessions(cfg.Clock, cfg.LeaseTTL, raftAuthority{cons, s.proof}, &p.stats, cfg.Logger)
 	p.sess.lengthen(cfg.MaxLeaseTTL, cfg.KeepAliveTarget)
@@ -291,6 +292,7 @@ func (s *Server) Stop() {
 	close(s.stop)
 	s.sess.stop()
 	s.delays.stopAll()
+	s.waits.stopAll()
 	s.mu.Unlock()
 	s.inv.reset()
 	s.wg.Wait()
@@ -321,7 +323,7 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 	for _, c := range changes {
 		switch c.Kind {
 		case replica.ChangeLockGranted, replica.ChangeWaitEnded:
-			s.waits.wake(waitKey{c.Handle, c.Seq})
+			s.waits.wake(waitKey{c.Session, c.Handle, c.Seq})
 		case replica.ChangeLockDelay:
 			if s.serving { // under mu: never armed after Stop's stopAll
 				s.delays.arm(c.Path, c.Time)

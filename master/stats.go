@@ -43,6 +43,11 @@ type Stats struct {
 	// LeaseGranted is the lease a KeepAlive grants now: LeaseTTL, or
 	// longer under load.
 	LeaseGranted time.Duration
+	// DetachedWaits counts the blocking Acquires whose calls broke off
+	// (the connection closed under them) and that the master keeps queued
+	// for their clients' retries, until each comes back, its session's
+	// lease runs out or a lease has passed.
+	DetachedWaits int
 	// Stalls counts the times this master found it had not run for more
 	// than an expiry period and a quarter of a lease and extended every
 	// live lease by the time lost, so that its own stall expired no
@@ -53,7 +58,7 @@ type Stats struct {
 // Stats reports the master's operating figures.
 func (s *Server) Stats() Stats {
 	return Stats{LockWait: s.stats.lockWait.Snapshot(), LeaseLeft: s.stats.leaseLeft.Snapshot(), LeaseTTL: s.cfg.LeaseTTL,
-		LeaseGranted: s.sess.grantTTL(), Stalls: s.sess.stallCount()}
+		LeaseGranted: s.sess.grantTTL(), Stalls: s.sess.stallCount(), DetachedWaits: s.waits.detached()}
 }
 
 // acquireTimed runs acquire, counts a grant against the lock's name and,

@@ -845,6 +845,7 @@ type modelRun struct {
 	waits     map[uint64]uint64  // handle -> request id of its last blocking acquire
 	trace     []string
 	stats     map[string]int
+	fifo      *fifoCheck // the FIFO property of lock queues, checked on the FSM (fifo_test.go)
 }
 
 func (r *modelRun) applyEntry(c Command) mResult {
@@ -904,6 +905,11 @@ func (r *modelRun) applyEntry(c Command) mResult {
 		r.rt.Fatalf("after entry %d %s the state differs: %s\nlog:\n%s", idx, c.Type, d, strings.Join(r.trace, "\n"))
 	}
 	fsmtCheckInvariants(r.t, r.f)
+	if r.fifo != nil {
+		if why := r.fifo.check(r.f); why != "" {
+			r.rt.Fatalf("after entry %d %s FIFO is broken: %s\nlog:\n%s", idx, c.Type, why, strings.Join(r.trace, "\n"))
+		}
+	}
 	name := c.Type.String()
 	if want.Kind != KindNone {
 		name += fmt.Sprintf("/err%d", want.Kind)
@@ -1028,7 +1034,8 @@ func TestFSMMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		sequences++
 		r := &modelRun{rt: rt, t: t, f: NewFSM(fsmtCell, fsmtLogger()), m: newModel(), now: fsmtBase,
-			seq: map[uint64]uint64{}, last: map[uint64]Command{}, waits: map[uint64]uint64{}, stats: total}
+			seq: map[uint64]uint64{}, last: map[uint64]Command{}, waits: map[uint64]uint64{}, stats: total, fifo: newFIFOCheck()}
+		r.f.SetObserver(r.fifo.observe)
 		// Setup: the admin makes the ACL files and lets everyone create
 		// at the root; what is created below inherits that.
 		admin := r.applyEntry(Command{Client: "admin", Principal: "admin", Admin: true, Payload: &CreateSessionArgs{}}).Session
