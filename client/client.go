@@ -9,8 +9,9 @@
 // LOCKCELL_CA, LOCKCELL_CONNECT_TO), with the CLI's defaults. Names are
 // full (/ls/<cell>/a/b) or, when they do not start with "/", relative to
 // the cell root /ls/<cell> on every Client call that takes one (Open,
-// Campaign, Leader, Observe, Locks, BreakLock), as on the command line;
-// "" is the root itself.
+// Campaign, Leader, Observe, Locks, BreakLock), as on the command line.
+// "" is no name (ErrInvalidName: an unset variable must not open the
+// root), except as Locks's prefix, where it is the whole cell.
 //
 // Closing is bounded whether the cell is reachable or not: Close waits at
 // most Config.CloseTimeout, CloseContext until its context ends, and both

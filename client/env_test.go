@@ -59,7 +59,7 @@ func TestConfigFromEnvDialsRelative(t *testing.T) {
 		t.Fatalf("Locks(svc) = %+v, %v", locks, err)
 	}
 	if all, _, err := cl.Locks(ctx, ""); err != nil || len(all) != 1 {
-		t.Fatalf(`Locks("") (the cell root) = %+v, %v`, all, err)
+		t.Fatalf(`Locks("") (the whole cell) = %+v, %v`, all, err)
 	}
 	if _, err := cl.BreakLock(ctx, "svc/leader", "test"); err != nil {
 		t.Fatalf("break lock on a relative name: %v", err)

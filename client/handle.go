@@ -237,8 +237,7 @@ func (h *Handle) request() *wire.HandleRequest {
 
 // Open opens the node at name with the given mode. With Create it creates
 // a missing node; its parent directory must exist, unless WithParents. A
-// name not starting with "/" is relative to /ls/<cell> ("" is the root
-// itself).
+// name not starting with "/" is relative to /ls/<cell>; "" is no name.
 //
 // Without Create, a name that does not exist for the session's principal
 // (missing, or a node it may neither read nor write) fails with

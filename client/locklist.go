@@ -36,12 +36,17 @@ type LockInfo struct {
 }
 
 // Locks lists, in name order, the locks held or waited for at the name
-// prefix and below it: all of them for the cell's admin, for anyone else
+// prefix and below it ("" for the whole cell; a relative prefix is
+// resolved as ResolveName says): all of them for the cell's admin, for anyone else
 // those it may read (the others are left out without a trace). The list
 // is as of one moment (a linearizable read); at most wire.MaxListedLocks
 // locks are listed, and truncated says there were more.
 func (c *Client) Locks(ctx context.Context, prefix string) (locks []LockInfo, truncated bool, err error) {
-	prefix = c.abs(prefix)
+	if prefix == "" {
+		prefix = "/ls/" + c.cfg.Cell // the whole cell
+	} else {
+		prefix = c.abs(prefix)
+	}
 	var resp wire.ListLocksResponse
 	if err := c.call(ctx, wire.MethodListLocks, false, &wire.ListLocksRequest{Prefix: prefix}, &resp); err != nil {
 		return nil, false, opErr("list locks", prefix, err)

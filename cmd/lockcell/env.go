@@ -152,6 +152,9 @@ func (e *env) root() string { return "/ls/" + e.cell }
 // name fails before any dialing, with the rule it breaks.
 func (e *env) name(op, arg string) (string, error) {
 	n := client.ResolveName(e.cell, arg)
+	if arg == "" {
+		n = e.root() // on the command line "" is the root, as "/ls/<cell>/" is
+	}
 	if t := strings.TrimRight(n, "/"); t != "" {
 		n = t
 	}
