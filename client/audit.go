@@ -61,24 +61,12 @@ type AuditPage struct {
 // says (its Dialer, TLS and DialTimeout). It needs no session, and only
 // the cell's admin may read it (ErrPermission).
 func ReadAudit(ctx context.Context, cfg Config, addr string, q AuditQuery) (*AuditPage, error) {
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 2 * time.Second
-	}
-	cn, err := dial(ctx, dialOptsOf(&cfg), addr, cfg.DialTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("audit trail of %s: %w", addr, err)
-	}
-	defer cn.close()
 	req := &wire.AuditReadRequest{Since: q.Since, Prefix: q.Prefix, Max: uint32(max(q.Max, 0)), WaitMillis: q.Wait.Milliseconds()}
 	if !q.SinceTime.IsZero() {
 		req.SinceTime = q.SinceTime.UnixNano()
 	}
 	var resp wire.AuditReadResponse
-	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodAuditRead}, req, &resp)
-	if err == nil {
-		err = st.Err()
-	}
-	if err != nil {
+	if err := callReplica(ctx, cfg, addr, wire.MethodAuditRead, req, &resp); err != nil {
 		return nil, fmt.Errorf("audit trail of %s: %w", addr, err)
 	}
 	page := &AuditPage{Next: resp.Next, Oldest: resp.Oldest, Last: resp.Last, Replica: resp.Replica,

@@ -102,23 +102,30 @@ func StateHash(ctx context.Context, cfg Config, addr string) (uint64, []byte, er
 }
 
 func cellStatus(ctx context.Context, cfg Config, addr string, req *wire.CellStatusRequest) (*wire.CellStatusResponse, error) {
+	var resp wire.CellStatusResponse
+	if err := callReplica(ctx, cfg, addr, wire.MethodCellStatus, req, &resp); err != nil {
+		return nil, fmt.Errorf("status of %s: %w", addr, err)
+	}
+	return &resp, nil
+}
+
+// callReplica makes one session-less call (CellStatus, AuditRead) to the
+// replica at addr itself, master or not, over a connection of its own
+// made as cfg says (its Dialer, TLS and DialTimeout, 2 s when unset).
+func callReplica(ctx context.Context, cfg Config, addr string, method wire.Method, req, resp any) error {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 2 * time.Second
 	}
 	cn, err := dial(ctx, dialOptsOf(&cfg), addr, cfg.DialTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
+		return err
 	}
 	defer cn.close()
-	var resp wire.CellStatusResponse
-	st, err := cn.call(ctx, &wire.Header{Method: wire.MethodCellStatus}, req, &resp)
+	st, err := cn.call(ctx, &wire.Header{Method: method}, req, resp)
 	if err == nil {
 		err = st.Err()
 	}
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", addr, err)
-	}
-	return &resp, nil
+	return err
 }
 
 // SessionInfo describes one live session of the cell, with the identity
