@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-
-	"lockcell/fixtures"
 )
 
 // TestACLSetRefusesMissingFiles runs acl set through the real binary:
@@ -19,13 +17,7 @@ func TestACLSetRefusesMissingFiles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	bin := buildCLI(t)
-	c := fixtures.NewCell(t, 1, fixtures.Options{})
-	flags := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
-	runBin := func(args ...string) result {
-		t.Helper()
-		return runCLI(t, bin, "", nil, append(append([]string(nil), flags...), args...)...)
-	}
+	runBin := cliOnCell(t)
 	ok := func(args ...string) result {
 		t.Helper()
 		res := runBin(args...)

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"lockcell/fixtures"
 )
 
 // TestBackupBinaryRefusesOverwriteAndPrintsFileSHA256 runs backup through
@@ -24,13 +22,7 @@ func TestBackupBinaryRefusesOverwriteAndPrintsFileSHA256(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	bin := buildCLI(t)
-	c := fixtures.NewCell(t, 1, fixtures.Options{})
-	flags := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
-	runBin := func(args ...string) result {
-		t.Helper()
-		return runCLI(t, bin, "", nil, append(append([]string(nil), flags...), args...)...)
-	}
+	runBin := cliOnCell(t)
 	fileSum := func(path string) (string, []byte) {
 		t.Helper()
 		b, err := os.ReadFile(path)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"lockcell/backupfile"
-	"lockcell/fixtures"
 )
 
 // TestBackupDirKeep runs the scheduled-backup form through the real
@@ -21,13 +20,7 @@ func TestBackupDirKeep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	bin := buildCLI(t)
-	c := fixtures.NewCell(t, 1, fixtures.Options{})
-	flags := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
-	runBin := func(args ...string) result {
-		t.Helper()
-		return runCLI(t, bin, "", nil, append(append([]string(nil), flags...), args...)...)
-	}
+	runBin := cliOnCell(t)
 	dir := t.TempDir()
 	// Three older scheduled backups of this cell (their contents do not
 	// matter to retention), and files retention must not touch.

@@ -218,6 +218,19 @@ func TestBinary(t *testing.T) {
 		exitError, "no quorum", "status (dead cell)")
 }
 
+// cliOnCell starts a one-replica plain cell "t" and returns a runner of
+// the real binary against it (the cell's flags before args).
+func cliOnCell(t *testing.T) func(args ...string) result {
+	t.Helper()
+	bin := buildCLI(t)
+	c := fixtures.NewCell(t, 1, fixtures.Options{})
+	flags := []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "20s"}
+	return func(args ...string) result {
+		t.Helper()
+		return runCLI(t, bin, "", nil, append(append([]string(nil), flags...), args...)...)
+	}
+}
+
 // buildCLI returns the lockcell binary, built once per test binary.
 func buildCLI(t *testing.T) string {
 	t.Helper()
