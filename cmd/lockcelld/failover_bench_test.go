@@ -139,7 +139,7 @@ func failoverRound(ctx context.Context, pc *fixtures.ProcCell, round int, idle *
 	}
 	defer holder.close()
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = lockFresh(wctx, holder.c, pc.Name(fmt.Sprintf("warm-%d", round)))
+	_, err = fixtures.LockFresh(wctx, holder.c, pc.Name(fmt.Sprintf("warm-%d", round)))
 	wcancel()
 	if err != nil {
 		return ph, fmt.Errorf("warm-up lock: %w", err)
@@ -169,7 +169,7 @@ func failoverRound(ctx context.Context, pc *fixtures.ProcCell, round int, idle *
 			defer wg.Done()
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			at, err := lockFresh(actx, holder.c, pc.Name(fmt.Sprintf("r%d-a%d", round, n)))
+			at, err := fixtures.LockFresh(actx, holder.c, pc.Name(fmt.Sprintf("r%d-a%d", round, n)))
 			results <- outcome{n, at, err}
 		}()
 	}
@@ -390,24 +390,6 @@ func cellAgrees(sts []*client.CellStatus, addrs []string, target *uint64) error 
 		}
 	}
 	return nil
-}
-
-// lockFresh opens a never-used name with Create and takes its lock on
-// c's session, returning when the grant arrived; the release and close
-// that follow are not timed.
-func lockFresh(ctx context.Context, c *client.Client, name string) (time.Time, error) {
-	h, err := c.Open(ctx, name, client.Read|client.Write|client.Create)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer h.Close()
-	if err := h.Acquire(ctx, client.Exclusive); err != nil {
-		return time.Time{}, err
-	}
-	at := time.Now()
-	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return at, h.Release(rctx)
 }
 
 // watched is a client whose session events are recorded as they arrive.
