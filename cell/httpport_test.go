@@ -502,11 +502,12 @@ func TestStatusPlainCellShowsNamesToItsAdmin(t *testing.T) {
 	})
 }
 
-// The HTTP port of a TLS cell uses the client port's certificate and
-// follows its reload (cell.CertReloader): after Reload, new connections
-// to both ports present the new certificate.
-func TestHTTPPortFollowsCertificateReload(t *testing.T) {
-	set := fixtures.TestCerts(t)
+// reloadingReplica starts one TLS replica whose certificates a
+// cell.CertReloader holds, and returns it, the reloader and a TLS
+// configuration of a caller without a certificate that trusts the cell's
+// CA (for 127.0.0.1).
+func reloadingReplica(t *testing.T, set *fixtures.CertSet) (*cell.Server, *cell.CertReloader, *tls.Config) {
+	t.Helper()
 	var rl *cell.CertReloader
 	s := oneReplica(t, func(c *cell.Config) {
 		cf, kf := set.ReplicaFiles(t, c.Self)
@@ -520,6 +521,15 @@ func TestHTTPPortFollowsCertificateReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, rl, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13, ServerName: "127.0.0.1"}
+}
+
+// The HTTP port of a TLS cell uses the client port's certificate and
+// follows its reload (cell.CertReloader): after Reload, new connections
+// to both ports present the new certificate.
+func TestHTTPPortFollowsCertificateReload(t *testing.T) {
+	set := fixtures.TestCerts(t)
+	s, rl, anonymous := reloadingReplica(t, set)
 	serial := func(addr string, tc *tls.Config) string {
 		t.Helper()
 		c, err := tls.Dial("tcp", addr, tc)
@@ -529,7 +539,6 @@ func TestHTTPPortFollowsCertificateReload(t *testing.T) {
 		defer c.Close()
 		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
-	anonymous := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13, ServerName: "127.0.0.1"}
 	user := set.ClientTLS(t, "admin")
 	user.ServerName = "127.0.0.1"
 	before := serial(s.MetricsAddr(), anonymous)

@@ -1,7 +1,6 @@
 package cell_test
 
 import (
-	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
@@ -66,29 +65,8 @@ func sample(text, name string, want ...string) (float64, bool) {
 // the writes it misses, and its contact ages) and the round trips to it,
 // for the members of the configuration only.
 func TestOperatorMetrics(t *testing.T) {
-	peers := fixtures.FreePeers(t, 3)
-	ports := fixtures.FreePorts(t, 3)
-	var servers []*cell.Server
-	for i, p := range peers {
-		s, err := cell.New(cell.Config{Cell: "t", Self: p.ID, Peers: peers, Dir: t.TempDir(), Timings: fixtures.TestTimings(), Insecure: true,
-			Logger: fixtures.Logger(), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[i]),
-			SessionLimits: cell.SessionLimits{Nodes: 20, ContentBytes: 1000}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		servers = append(servers, s)
-		t.Cleanup(func() { s.Close() })
-	}
 	ctx := ctxT(t, 60*time.Second)
-	m, err := cell.WaitForMaster(ctx, servers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.Dial(ctx, client.Config{Cell: "t", Replicas: []string{m.ClientAddr()}, Logger: fixtures.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	servers, m, cl := metricsCell(t, ctx, cell.SessionLimits{Nodes: 20, ContentBytes: 1000})
 	const rwc = client.Read | client.Write | client.Create
 	for i := range 4 {
 		mustOpen(t, ctx, cl, fmt.Sprintf("/ls/t/f%d", i), rwc, client.WithContents(make([]byte, 125))).Close()
@@ -204,20 +182,8 @@ func TestOperatorMetrics(t *testing.T) {
 // scrape.
 func TestCertificateExpiryMetrics(t *testing.T) {
 	set := fixtures.TestCerts(t)
-	var rl *cell.CertReloader
-	s := oneReplica(t, func(c *cell.Config) {
-		cf, kf := set.ReplicaFiles(t, c.Self)
-		var err error
-		if rl, err = cell.NewCertReloader(cf, kf, set.CAFile(), fixtures.Logger()); err != nil {
-			t.Fatal(err)
-		}
-		c.Insecure, c.TLS, c.PeerTLS = false, rl.ServerTLS(), rl.PeerTLS()
-	})
-	pool, err := certs.LoadPool(set.CAFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13, ServerName: "127.0.0.1"}}}
+	s, rl, anonymous := reloadingReplica(t, set)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: anonymous}}
 	defer hc.CloseIdleConnections()
 	check := func(own time.Time) {
 		t.Helper()

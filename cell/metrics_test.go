@@ -1,6 +1,7 @@
 package cell_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -14,22 +15,23 @@ import (
 	"lockcell/fixtures"
 )
 
-// Each replica serves Prometheus metrics: calls by method and code, the
-// master flag, sessions, Raft indexes.
-func TestReplicaMetrics(t *testing.T) {
+// metricsCell starts three plain replicas of cell "t", each serving its
+// metrics on a loopback port, with limits, and returns them, the master
+// and a client of it (closed with the test).
+func metricsCell(t *testing.T, ctx context.Context, limits cell.SessionLimits) ([]*cell.Server, *cell.Server, *client.Client) {
+	t.Helper()
 	peers := fixtures.FreePeers(t, 3)
 	ports := fixtures.FreePorts(t, 3)
 	var servers []*cell.Server
 	for i, p := range peers {
 		s, err := cell.New(cell.Config{Cell: "t", Self: p.ID, Peers: peers, Dir: t.TempDir(), Timings: fixtures.TestTimings(), Insecure: true,
-			Logger: fixtures.Logger(), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[i])})
+			Logger: fixtures.Logger(), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[i]), SessionLimits: limits})
 		if err != nil {
 			t.Fatal(err)
 		}
 		servers = append(servers, s)
 		t.Cleanup(func() { s.Close() })
 	}
-	ctx := ctxT(t, 30*time.Second)
 	m, err := cell.WaitForMaster(ctx, servers)
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +40,15 @@ func TestReplicaMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
+	return servers, m, cl
+}
+
+// Each replica serves Prometheus metrics: calls by method and code, the
+// master flag, sessions, Raft indexes.
+func TestReplicaMetrics(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	_, m, cl := metricsCell(t, ctx, cell.SessionLimits{})
 	mustOpen(t, ctx, cl, "/ls/t/x", client.Read|client.Write|client.Create).Close()
 	resp, err := http.Get("http://" + m.MetricsAddr() + "/metrics")
 	if err != nil {
