@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // The workloads.
@@ -339,7 +340,7 @@ func (r *run) noteCell(ctx context.Context) {
 	r.res.Params["members"] = len(r.admin.ReplicaAddrs())
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
-	ss, err := r.admin.Sessions(cctx)
+	ss, err := admin.New(r.admin).Sessions(cctx)
 	if err != nil {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -139,7 +140,7 @@ func hiddenNamesAnswerAsMissing(t *testing.T, ctx context.Context, c *fixtures.C
 		t.Fatalf("delete gone: %v", err)
 	}
 	gh.Close()
-	gone, err := admin.SequencerStatus(ctx, goneSeq)
+	gone, err := lcadmin.New(admin).SequencerStatus(ctx, goneSeq)
 	if err != nil || gone.Valid {
 		t.Fatalf("the sequencer of a deleted lock: %+v %v", gone, err)
 	}
@@ -152,7 +153,7 @@ func hiddenNamesAnswerAsMissing(t *testing.T, ctx context.Context, c *fixtures.C
 		for _, who := range whos {
 			checked++
 			r := refAllowed(who, n.ref, refRead)
-			st, err := clients[who].SequencerStatus(ctx, seq)
+			st, err := lcadmin.New(clients[who]).SequencerStatus(ctx, seq)
 			switch {
 			case err != nil:
 				t.Errorf("%s checks a sequencer of %s: %v", who, n.name, err)
@@ -178,7 +179,7 @@ func sessionsAreOwnOnly(t *testing.T, ctx context.Context, c *fixtures.Cell, cer
 	checked := 0
 	for who, cl := range clients {
 		checked++
-		list, err := cl.Sessions(ctx)
+		list, err := lcadmin.New(cl).Sessions(ctx)
 		if err != nil {
 			t.Errorf("%s lists sessions: %v", who, err)
 			continue
@@ -421,10 +422,10 @@ func TestACLAttachedSequencerNeedsRead(t *testing.T) {
 			t.Errorf("fenced %s after losing read on the still held lock: %v, want stale %q", what, err, gone)
 		}
 	}
-	if st, err := reader.SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != gone {
+	if st, err := lcadmin.New(reader).SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != gone {
 		t.Errorf("reader checks the sequencer after losing read: %+v %v, want stale %q", st, err, gone)
 	}
-	if st, err := admin.SequencerStatus(ctx, seq); err != nil || !st.Valid {
+	if st, err := lcadmin.New(admin).SequencerStatus(ctx, seq); err != nil || !st.Valid {
 		t.Errorf("the admin checks the sequencer: %+v %v, want valid", st, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -332,7 +333,7 @@ func TestACLMatrix(t *testing.T) {
 			_, _, err := rh.GetContentsAndStat(ctx)
 			must(err, "reader reads d/f")
 		}
-		hits := reader.CacheStats().Hits
+		hits := lcadmin.New(reader).CacheStats().Hits
 		if hits == 0 {
 			t.Fatal("the reader's second read was not a cache hit: the test would prove nothing about the cache")
 		}
@@ -445,7 +446,7 @@ func TestSessionBoundToPrincipal(t *testing.T) {
 	if status.Code != wire.CodePermission {
 		t.Fatalf("bob's KeepAlive of alice's session %d: %v %q, want permission denied", session, status.Code, status.Msg)
 	}
-	if _, err := alice.Sessions(ctx); err != nil {
+	if _, err := lcadmin.New(alice).Sessions(ctx); err != nil {
 		t.Fatalf("alice's session after the attempt: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/master"
 )
@@ -97,7 +98,7 @@ func TestConcurrentBackupsStayWithinTheirCap(t *testing.T) {
 	errs := make(chan error, limit)
 	for range limit {
 		go func() {
-			_, err := cl.Backup(ctx, io.Discard, nil)
+			_, err := admin.New(cl).Backup(ctx, io.Discard, nil)
 			errs <- err
 		}()
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/sequencer"
 	"lockcell/sequencer/kv"
@@ -65,18 +66,18 @@ func TestBreakLockFreesHolderFencesItAndIsAudited(t *testing.T) {
 	pollUntil(t, 10*time.Second, "bob queued", func() bool { s, _ := hl.GetStat(ctx); return s.LockWaiters == 1 })
 
 	// Not the admin: refused, and nothing changes.
-	if _, err := bob.BreakLock(ctx, lock, "mine now"); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.New(bob).BreakLock(ctx, lock, "mine now"); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("bob's break: %v, want ErrPermission", err)
 	}
 	if lockCtx.Err() != nil {
 		t.Fatalf("a refused break ended alice's lock context: %v", context.Cause(lockCtx))
 	}
-	if _, err := admin.BreakLock(ctx, c.Name("nothing"), "x"); !errors.Is(err, client.ErrNotFound) {
+	if _, err := lcadmin.New(admin).BreakLock(ctx, c.Name("nothing"), "x"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("break of a missing name: %v, want ErrNotFound", err)
 	}
 
 	const reason = "batch job stuck since Tuesday"
-	br, err := admin.BreakLock(ctx, lock, reason)
+	br, err := lcadmin.New(admin).BreakLock(ctx, lock, reason)
 	if err != nil {
 		t.Fatal(err)
 	}

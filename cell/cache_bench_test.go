@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/internal/testhook"
 )
 
 // Benchmarks of the client cache (docs/spec.md#caching,
@@ -96,12 +98,12 @@ func BenchmarkCachedRead(b *testing.B) {
 	if _, _, err := h.GetContentsAndStat(ctx); err != nil { // fill
 		b.Fatal(err)
 	}
-	h0, c0 := cl.CacheStats().Hits, client.CallsSent()
+	h0, c0 := admin.New(cl).CacheStats().Hits, testhook.CallsSent()
 	benchReads(b, func(ctx context.Context) error {
 		_, _, err := h.GetContentsAndStat(ctx)
 		return err
 	})
-	hits, calls := cl.CacheStats().Hits-h0, client.CallsSent()-c0
+	hits, calls := admin.New(cl).CacheStats().Hits-h0, testhook.CallsSent()-c0
 	if hits != uint64(b.N) {
 		b.Fatalf("%d reads, %d cache hits", b.N, hits)
 	}
@@ -112,12 +114,12 @@ func BenchmarkCachedRead(b *testing.B) {
 // linearizable read at the master.
 func BenchmarkUncachedRead(b *testing.B) {
 	cl, h := benchReadHandle(b, client.WithoutCache())
-	h0 := cl.CacheStats().Hits
+	h0 := admin.New(cl).CacheStats().Hits
 	benchReads(b, func(ctx context.Context) error {
 		_, _, err := h.GetContentsAndStat(ctx)
 		return err
 	})
-	if hits := cl.CacheStats().Hits - h0; hits != 0 {
+	if hits := admin.New(cl).CacheStats().Hits - h0; hits != 0 {
 		b.Fatalf("%d cache hits WithoutCache", hits)
 	}
 }
@@ -156,14 +158,14 @@ func BenchmarkWriteWithCachers(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for k := range 2 {
-						h0 := cachers[i].CacheStats().Hits
+						h0 := admin.New(cachers[i]).CacheStats().Hits
 						data, _, err := h.GetContentsAndStat(ctx)
 						switch {
 						case err != nil:
 							errs <- err
 						case string(data) != want:
 							errs <- fmt.Errorf("cacher %d read %q, want %q", i, data, want)
-						case k == 1 && cachers[i].CacheStats().Hits == h0:
+						case k == 1 && admin.New(cachers[i]).CacheStats().Hits == h0:
 							errs <- fmt.Errorf("cacher %d: second read was not a cache hit", i)
 						}
 					}

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/internal/testhook"
 )
 
 // Tests of the client cache (docs/spec.md#caching) on real cells: a hit makes
@@ -32,11 +34,11 @@ import (
 // may slip in: at most one extra call).
 func expectHit(t *testing.T, cl *client.Client, what string, read func() error) {
 	t.Helper()
-	h0, c0 := cl.CacheStats().Hits, client.CallsSent()
+	h0, c0 := admin.New(cl).CacheStats().Hits, testhook.CallsSent()
 	if err := read(); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	if dh, dc := cl.CacheStats().Hits-h0, client.CallsSent()-c0; dh != 1 || dc > 1 {
+	if dh, dc := admin.New(cl).CacheStats().Hits-h0, testhook.CallsSent()-c0; dh != 1 || dc > 1 {
 		t.Fatalf("%s: %d cache hits, %d calls; want a hit and no call", what, dh, dc)
 	}
 }
@@ -44,11 +46,11 @@ func expectHit(t *testing.T, cl *client.Client, what string, read func() error) 
 // expectMiss runs read and fails if it was served from cl's cache.
 func expectMiss(t *testing.T, cl *client.Client, what string, read func() error) {
 	t.Helper()
-	h0 := cl.CacheStats().Hits
+	h0 := admin.New(cl).CacheStats().Hits
 	if err := read(); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	if dh := cl.CacheStats().Hits - h0; dh != 0 {
+	if dh := admin.New(cl).CacheStats().Hits - h0; dh != 0 {
 		t.Fatalf("%s: served from the cache; want a call to the master", what)
 	}
 }
@@ -108,13 +110,13 @@ func TestCachedReadMakesNoCall(t *testing.T) {
 	}
 	for _, r := range readers {
 		expectMiss(t, cl, r.what+" (first)", r.read)
-		s0, c0 := cl.CacheStats(), client.CallsSent()
+		s0, c0 := admin.New(cl).CacheStats(), testhook.CallsSent()
 		for range n {
 			if err := r.read(); err != nil {
 				t.Fatalf("%s: %v", r.what, err)
 			}
 		}
-		s1, c1 := cl.CacheStats(), client.CallsSent()
+		s1, c1 := admin.New(cl).CacheStats(), testhook.CallsSent()
 		t.Logf("%d cached %s: %d hits, %d misses, %d calls", n, r.what, s1.Hits-s0.Hits, s1.Misses-s0.Misses, c1-c0)
 		if s1.Hits-s0.Hits != n || c1-c0 > 1 {
 			t.Fatalf("%d %s: %d hits and %d calls; want %d hits and no call (at most one KeepAlive)", n, r.what, s1.Hits-s0.Hits, c1-c0, n)
@@ -131,17 +133,17 @@ func TestCachedReadMakesNoCall(t *testing.T) {
 		{"DisableCache GetStat", func() error { _, err := hOff.GetStat(ctx); return err }},
 	}
 	for _, r := range uncached {
-		h0, c0 := cl.CacheStats().Hits, client.CallsSent()
+		h0, c0 := admin.New(cl).CacheStats().Hits, testhook.CallsSent()
 		for range m {
 			if err := r.read(); err != nil {
 				t.Fatalf("%s: %v", r.what, err)
 			}
 		}
-		if dh, dc := cl.CacheStats().Hits-h0, client.CallsSent()-c0; dh != 0 || dc < m {
+		if dh, dc := admin.New(cl).CacheStats().Hits-h0, testhook.CallsSent()-c0; dh != 0 || dc < m {
 			t.Fatalf("%d %s: %d hits, %d calls; want no hit and a call each", m, r.what, dh, dc)
 		}
 	}
-	if st := off.CacheStats(); st.Hits != 0 || st.Misses != 0 || st.Entries != 0 {
+	if st := admin.New(off).CacheStats(); st.Hits != 0 || st.Misses != 0 || st.Entries != 0 {
 		t.Fatalf("a client with DisableCache has cache stats %+v", st)
 	}
 
@@ -177,12 +179,12 @@ func readLoop(ctx context.Context, proc string, idx int, cl *client.Client, h *c
 	rec := &fixtures.Recorder{Name: fmt.Sprintf("%s/%d", proc, idx), H: hist}
 	for !stop.Load() && ctx.Err() == nil {
 		_, err := rec.Do(fixtures.Input{Op: fixtures.OpGet, File: name}, func() (fixtures.Output, error) {
-			h0 := cl.CacheStats().Hits
+			h0 := admin.New(cl).CacheStats().Hits
 			data, st, err := h.GetContentsAndStat(ctx)
 			if err != nil {
 				return fixtures.Output{}, err
 			}
-			return fixtures.Output{Value: string(data), Gen: st.ContentGen, Hit: cl.CacheStats().Hits > h0}, nil
+			return fixtures.Output{Value: string(data), Gen: st.ContentGen, Hit: admin.New(cl).CacheStats().Hits > h0}, nil
 		})
 		if err != nil {
 			fails, lastErr = fails+1, err
@@ -537,7 +539,7 @@ func TestCacheNeverStaleAcrossMasterKill(t *testing.T) {
 	var wg sync.WaitGroup
 	hits := func() (n uint64) {
 		for _, cl := range readers {
-			n += cl.CacheStats().Hits
+			n += admin.New(cl).CacheStats().Hits
 		}
 		return n
 	}
@@ -647,11 +649,11 @@ func TestPausedCacherDelaysWriteByAtMostItsLease(t *testing.T) {
 		// (its CloseSession marks the name busy, and reads of a busy name
 		// are answered uncacheable): read until the answer is cached.
 		pollUntil(t, 10*time.Second, "a's read cached", func() bool {
-			h0 := a.CacheStats().Hits
+			h0 := admin.New(a).CacheStats().Hits
 			if err := read(); err != nil {
 				t.Fatalf("a's read: %v", err)
 			}
-			return a.CacheStats().Hits > h0
+			return admin.New(a).CacheStats().Hits > h0
 		})
 		expectHit(t, a, "a's cached read", read)
 
@@ -669,10 +671,10 @@ func TestPausedCacherDelaysWriteByAtMostItsLease(t *testing.T) {
 		go func() {
 			defer close(aDone)
 			for !stopA.Load() {
-				h0 := a.CacheStats().Hits
+				h0 := admin.New(a).CacheStats().Hits
 				inv := time.Now()
 				data, _, err := ha.GetContentsAndStat(ctx)
-				r := aread{inv: inv, ret: time.Now(), val: string(data), hit: a.CacheStats().Hits > h0, err: err}
+				r := aread{inv: inv, ret: time.Now(), val: string(data), hit: admin.New(a).CacheStats().Hits > h0, err: err}
 				mu.Lock()
 				got = append(got, r)
 				mu.Unlock()
@@ -746,8 +748,8 @@ func TestPausedCacherDelaysWriteByAtMostItsLease(t *testing.T) {
 				t.Fatalf("round %d: %v", round, err)
 			}
 			pollUntil(t, 10*time.Second, "a's cache serving again after safe", func() bool {
-				h0 := a.CacheStats().Hits
-				return check() == nil && a.CacheStats().Hits > h0
+				h0 := admin.New(a).CacheStats().Hits
+				return check() == nil && admin.New(a).CacheStats().Hits > h0
 			})
 		} else {
 			pollUntil(t, 10*time.Second, "a's reads fail as expired", func() bool {
@@ -821,12 +823,12 @@ func TestPausedCacherDelaysConcurrentWritesToo(t *testing.T) {
 	late0 := c.Server(m).Master().InvalidationStats().Late
 	cut.Cut()
 	cutAt := time.Now()
-	inv0 := probe.CacheStats().Invalidations
+	inv0 := admin.New(probe).CacheStats().Invalidations
 	first := make(chan error, 1)
 	go func() { first <- h1.SetContents(ctx, []byte("first")) }()
 	// The probe's invalidation shows the first write is invalidating (and
 	// now waits for a, which cannot answer).
-	pollUntil(t, 10*time.Second, "the first write invalidating", func() bool { return probe.CacheStats().Invalidations > inv0 })
+	pollUntil(t, 10*time.Second, "the first write invalidating", func() bool { return admin.New(probe).CacheStats().Invalidations > inv0 })
 	t0 := time.Now()
 	if err := h2.SetContents(ctx, []byte("second")); err != nil {
 		t.Fatal(err)
@@ -834,11 +836,11 @@ func TestPausedCacherDelaysConcurrentWritesToo(t *testing.T) {
 	done := time.Now()
 	t.Logf("second write took %v, %v after the cut (lease %v)", done.Sub(t0).Round(time.Millisecond),
 		done.Sub(cutAt).Round(time.Millisecond), lease)
-	h0 := a.CacheStats().Hits
+	h0 := admin.New(a).CacheStats().Hits
 	data, _, err := ha.GetContentsAndStat(ctx)
 	if err == nil && string(data) == "old" {
 		t.Errorf("a read %q (cache hit %v) after the write of %q completed; a had not acknowledged any invalidation",
-			data, a.CacheStats().Hits > h0, "second")
+			data, admin.New(a).CacheStats().Hits > h0, "second")
 	}
 	if err := <-first; err != nil {
 		t.Fatal(err)

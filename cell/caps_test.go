@@ -10,6 +10,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/master"
 )
@@ -53,7 +54,7 @@ func createSessions(t *testing.T, ctx context.Context, mux *fixtures.WireMux, n 
 // reports it.
 func liveSessions(t *testing.T, ctx context.Context, c *fixtures.Cell, m int) uint64 {
 	t.Helper()
-	st, err := client.QueryStatusWith(ctx, c.ClientConfig(), c.Addrs()[m])
+	st, err := admin.QueryStatusWith(ctx, c.ClientConfig(), c.Addrs()[m])
 	if err != nil {
 		t.Fatal(err)
 	}

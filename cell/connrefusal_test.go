@@ -13,6 +13,7 @@ import (
 	"lockcell/cell"
 	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -62,11 +63,11 @@ func stillServes(t *testing.T, cls ...*client.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i, cl := range cls {
-		ss, err := cl.Sessions(ctx)
+		ss, err := admin.New(cl).Sessions(ctx)
 		if err != nil {
 			t.Fatalf("client %d no longer served: %v", i, err)
 		}
-		if !slices.ContainsFunc(ss, func(s client.SessionInfo) bool { return s.ID == cl.Session() }) {
+		if !slices.ContainsFunc(ss, func(s admin.SessionInfo) bool { return s.ID == cl.Session() }) {
 			t.Fatalf("client %d: its session %d is not among the %d listed", i, cl.Session(), len(ss))
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"lockcell/cell"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -130,7 +131,7 @@ func TestRequestBudgetDoesNotStarveSmallHolders(t *testing.T) {
 	if n := dials.Load(); n != dialled {
 		t.Errorf("the victim dialled %d more times: its connection was cut", n-dialled)
 	}
-	if _, err := victim.Sessions(ctx); err != nil {
+	if _, err := admin.New(victim).Sessions(ctx); err != nil {
 		t.Errorf("the victim's session after the attack: %v", err)
 	}
 	if st.OverBudgetProcess == 0 || cut.Load() == 0 {

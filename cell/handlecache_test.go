@@ -7,6 +7,7 @@ import (
 
 	"lockcell/client"
 	"lockcell/fixtures"
+	"lockcell/internal/testhook"
 )
 
 // Re-opening a name the client closed reuses the idle handle with no call
@@ -23,17 +24,17 @@ func TestOpenHandleCache(t *testing.T) {
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if a.PooledHandles() != 1 {
-		t.Fatalf("closed clean handle not kept idle: %d", a.PooledHandles())
+	if testhook.PooledHandles(a) != 1 {
+		t.Fatalf("closed clean handle not kept idle: %d", testhook.PooledHandles(a))
 	}
-	before := client.CallsSent()
+	before := testhook.CallsSent()
 	var reopened []*client.Handle
 	for range 100 {
 		h := mustOpen(t, ctx, a, c.Name("f"), client.Read)
 		reopened = append(reopened, h)
 		h.Close()
 	}
-	if n := client.CallsSent() - before; n > 1 { // a KeepAlive may slip in
+	if n := testhook.CallsSent() - before; n > 1 { // a KeepAlive may slip in
 		t.Fatalf("100 re-opens made %d calls", n)
 	}
 	// The reused handle works.
@@ -55,7 +56,7 @@ func TestOpenHandleCache(t *testing.T) {
 	if _, err := a.Open(ctx, c.Name("f"), client.Read); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("reopen after delete: %v", err)
 	}
-	pollUntil(t, 10*time.Second, "idle handle dropped", func() bool { return a.PooledHandles() == 0 })
+	pollUntil(t, 10*time.Second, "idle handle dropped", func() bool { return testhook.PooledHandles(a) == 0 })
 
 	// Re-created: a reopen gets the new instance.
 	mustOpen(t, ctx, b, c.Name("f"), rw, client.WithContents([]byte("v2"))).Close()
@@ -70,9 +71,9 @@ func TestOpenHandleCache(t *testing.T) {
 	if ok, err := l.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	pooled := a.PooledHandles()
+	pooled := testhook.PooledHandles(a)
 	l.Close()
-	if a.PooledHandles() != pooled {
+	if testhook.PooledHandles(a) != pooled {
 		t.Fatal("a handle that held a lock was kept idle")
 	}
 	other := mustOpen(t, ctx, b, c.Name("f"), client.Read|client.Write)

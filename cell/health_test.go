@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -29,11 +30,11 @@ func TestHealthDetailMonitorRole(t *testing.T) {
 
 	denied := func(cfg client.Config, who string) {
 		t.Helper()
-		_, err := client.QueryStatusDetail(ctx, cfg, masterAddr)
+		_, err := lcadmin.QueryStatusDetail(ctx, cfg, masterAddr)
 		if !errors.Is(err, client.ErrPermission) || !strings.Contains(err.Error(), file) {
 			t.Fatalf("%s asks for the detail: %v; want ErrPermission naming %s", who, err, file)
 		}
-		if st, err := client.QueryStatusWith(ctx, cfg, masterAddr); err != nil || st.Detail || st.Disk != nil {
+		if st, err := lcadmin.QueryStatusWith(ctx, cfg, masterAddr); err != nil || st.Detail || st.Disk != nil {
 			t.Fatalf("%s asks for the plain status: %+v, %v; want it without the detail", who, st, err)
 		}
 	}
@@ -59,11 +60,11 @@ func TestHealthDetailMonitorRole(t *testing.T) {
 	// applied the file), with real disk figures; the master's answer
 	// also carries its view of every other member.
 	for i, addr := range c.Addrs() {
-		var st *client.CellStatus
+		var st *lcadmin.CellStatus
 		var err error
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			st, err = client.QueryStatusDetail(ctx, monCfg, addr)
+			st, err = lcadmin.QueryStatusDetail(ctx, monCfg, addr)
 			if err == nil && (i != m || contactsKnown(st)) || time.Now().After(deadline) {
 				break
 			}
@@ -94,22 +95,22 @@ func TestHealthDetailMonitorRole(t *testing.T) {
 
 	// The monitor role lists the members but changes nothing.
 	mon := c.ClientWith(t, monCfg)
-	list, err := mon.Replicas(ctx)
+	list, err := lcadmin.New(mon).Replicas(ctx)
 	if err != nil || len(list.Replicas) != 3 || list.Voters() != 3 {
 		t.Fatalf("mon lists the replicas: %+v, %v", list, err)
 	}
-	if _, err := mon.RemoveReplica(ctx, list.Replicas[0].ID); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.New(mon).RemoveReplica(ctx, list.Replicas[0].ID); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("mon removes a replica: %v; want ErrPermission", err)
 	}
 	alice := c.ClientWith(t, aliceCfg)
-	if _, err := alice.Replicas(ctx); !errors.Is(err, client.ErrPermission) || !strings.Contains(err.Error(), file) {
+	if _, err := lcadmin.New(alice).Replicas(ctx); !errors.Is(err, client.ErrPermission) || !strings.Contains(err.Error(), file) {
 		t.Fatalf("alice lists the replicas: %v; want ErrPermission naming %s", err, file)
 	}
 }
 
 // contactsKnown reports whether the master's answer has heard from every
 // other member in its term.
-func contactsKnown(st *client.CellStatus) bool {
+func contactsKnown(st *lcadmin.CellStatus) bool {
 	for _, r := range st.Replicas {
 		if !r.Master && (r.LastContact <= 0 || r.MatchIndex == 0) {
 			return false

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -71,7 +72,7 @@ func TestStatShowsLockHolders(t *testing.T) {
 	if _, _, err := ho.GetContentsAndStat(ctx); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("read without read permission: %v; want ErrPermission", err)
 	}
-	if locks, _, err := outsider.Locks(ctx, c.Name("")); err != nil || len(locks) != 0 {
+	if locks, _, err := lcadmin.New(outsider).Locks(ctx, c.Name("")); err != nil || len(locks) != 0 {
 		t.Fatalf("listing without read permission: %+v, %v; want nothing", locks, err)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -37,7 +38,7 @@ func TestLeasesLengthenUnderLoad(t *testing.T) {
 	// The clients take the long lease from the replies: the master's own
 	// view of a session's lease passes the configured one.
 	pollUntil(t, 30*time.Second, "a session's lease at the master exceeds the configured lease", func() bool {
-		ss, err := other.Sessions(ctx)
+		ss, err := admin.New(other).Sessions(ctx)
 		if err != nil {
 			return false
 		}
@@ -52,7 +53,7 @@ func TestLeasesLengthenUnderLoad(t *testing.T) {
 	// answered within the leases the clients were told.
 	hold := time.Now().Add(2 * longest)
 	for time.Now().Before(hold) {
-		if _, err := stay.Sessions(ctx); err != nil {
+		if _, err := admin.New(stay).Sessions(ctx); err != nil {
 			t.Fatal(err)
 		}
 		<-time.After(100 * time.Millisecond) // a call every tenth of a second, for the whole window

@@ -19,6 +19,7 @@ import (
 	"lockcell/cell"
 	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/master"
 )
@@ -78,7 +79,7 @@ func TestCallsPerSessionAreCapped(t *testing.T) {
 		}
 	}
 	// The capped session's other calls and another session still work.
-	if _, err := waiter.Sessions(ctx); err != nil && !errors.Is(err, client.ErrTooMany) {
+	if _, err := admin.New(waiter).Sessions(ctx); err != nil && !errors.Is(err, client.ErrTooMany) {
 		t.Fatalf("the capped session: %v", err)
 	}
 	if _, _, err := h.GetContentsAndStat(ctx); err != nil {
@@ -566,7 +567,7 @@ func TestReplyTooLargeIsATypedError(t *testing.T) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	_, err := cl.Sessions(sctx)
+	_, err := admin.New(cl).Sessions(sctx)
 	if !errors.Is(err, client.ErrTooLarge) {
 		t.Fatalf("listing sessions whose reply exceeds a frame: %v, want %v", err, client.ErrTooLarge)
 	}

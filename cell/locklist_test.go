@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -54,15 +55,15 @@ func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 	pollUntil(t, 10*time.Second, "admin queued", func() bool { s, _ := ha.GetStat(ctx); return s.LockWaiters == 2 })
 
 	me := client.ProcessIdentity() // what every client here declares
-	a := client.LockInfo{Name: c.Name("jobs/a"), Mode: client.Exclusive,
+	a := lcadmin.LockInfo{Name: c.Name("jobs/a"), Mode: client.Exclusive,
 		Holders: []client.LockHolder{{Session: alice.Session(), Principal: "alice", Identity: me}}, HolderCount: 1,
 		Waiters: []client.LockWaiter{{Session: bob.Session(), Principal: "bob", Mode: client.Exclusive, Identity: me},
 			{Session: admin.Session(), Principal: "admin", Mode: client.Shared, Identity: me}}, WaiterCount: 2}
-	secret := client.LockInfo{Name: c.Name("jobs/secret"), Mode: client.Exclusive,
+	secret := lcadmin.LockInfo{Name: c.Name("jobs/secret"), Mode: client.Exclusive,
 		Holders: []client.LockHolder{{Session: bob.Session(), Principal: "bob", Identity: me}}, HolderCount: 1}
-	check := func(who *client.Client, prefix string, want ...client.LockInfo) {
+	check := func(who *client.Client, prefix string, want ...lcadmin.LockInfo) {
 		t.Helper()
-		got, truncated, err := who.Locks(ctx, prefix)
+		got, truncated, err := lcadmin.New(who).Locks(ctx, prefix)
 		if err != nil || truncated {
 			t.Fatalf("Locks(%s): %v, truncated %v", prefix, err, truncated)
 		}
@@ -75,7 +76,7 @@ func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 			got[i].Waiters = untimedWaiters(t, got[i].Waiters)
 		}
 		if want == nil {
-			want = []client.LockInfo{}
+			want = []lcadmin.LockInfo{}
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Locks(%s):\n got %+v\nwant %+v", prefix, got, want)
@@ -90,7 +91,7 @@ func TestLocksListsHeldAndWaitedLocks(t *testing.T) {
 	check(bob, c.Name("jobs"), a) // bob may lock secret but not read it
 	check(bob, c.Name("jobs/a"), a)
 	check(admin, c.Name("jobs/free"))
-	if got, _, err := admin.Locks(ctx, "/ls/t"); err != nil || len(got) != 3 || got[2].Name != c.Name("other") || got[2].Mode != client.Shared {
+	if got, _, err := lcadmin.New(admin).Locks(ctx, "/ls/t"); err != nil || len(got) != 3 || got[2].Name != c.Name("other") || got[2].Mode != client.Shared {
 		t.Fatalf("Locks of the root: %+v, %v", got, err)
 	}
 }

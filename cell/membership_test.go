@@ -19,6 +19,7 @@ import (
 
 	"lockcell/cell"
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -140,7 +141,7 @@ func (g *gatedTransport) Close() error {
 	return err
 }
 
-func memberOf(l client.ReplicaList, id string) (client.ReplicaStatus, bool) { return l.Find(id) }
+func memberOf(l lcadmin.ReplicaList, id string) (lcadmin.ReplicaStatus, bool) { return l.Find(id) }
 
 // TestMembershipAddCatchUpPromoteRemove adds a sixth replica to a live
 // five-replica cell: it joins as a non-voter and votes only once its log
@@ -160,11 +161,11 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 
 	// A member that never answers: added, it never catches up.
 	ghost := fixtures.FreePorts(t, 2)
-	l, err := cl.AddReplica(ctx, "9", fmt.Sprintf("127.0.0.1:%d", ghost[0]), fmt.Sprintf("127.0.0.1:%d", ghost[1]))
+	l, err := lcadmin.New(cl).AddReplica(ctx, "9", fmt.Sprintf("127.0.0.1:%d", ghost[0]), fmt.Sprintf("127.0.0.1:%d", ghost[1]))
 	if err != nil {
 		t.Fatalf("add an unreachable member: %v", err)
 	}
-	if m, ok := memberOf(l, "9"); !ok || m.Suffrage != client.SuffrageNonvoter || m.Healthy {
+	if m, ok := memberOf(l, "9"); !ok || m.Suffrage != lcadmin.SuffrageNonvoter || m.Healthy {
 		t.Fatalf("unreachable member after add: %+v (listed %v)", m, ok)
 	}
 
@@ -173,11 +174,11 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 	if cfg, err := s6.Replica().Configuration(); err != nil || len(cfg.Servers) != 0 {
 		t.Fatalf("a joining replica bootstrapped a configuration of its own: %+v %v", cfg, err)
 	}
-	l, err = cl.AddReplica(ctx, "6", p6.ClientAddr, p6.RaftAddr)
+	l, err = lcadmin.New(cl).AddReplica(ctx, "6", p6.ClientAddr, p6.RaftAddr)
 	if err != nil {
 		t.Fatalf("add: %v", err)
 	}
-	if m, ok := memberOf(l, "6"); !ok || m.Suffrage != client.SuffrageNonvoter || m.ClientAddr != p6.ClientAddr || m.RaftAddr != p6.RaftAddr {
+	if m, ok := memberOf(l, "6"); !ok || m.Suffrage != lcadmin.SuffrageNonvoter || m.ClientAddr != p6.ClientAddr || m.RaftAddr != p6.RaftAddr {
 		t.Fatalf("new member in the add's answer: %+v (listed %v); want a non-voter at its addresses", m, ok)
 	}
 	ms := c.Server(c.WaitForMaster(10 * time.Second))
@@ -186,16 +187,16 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 	// Heard from but not caught up: it stays a non-voter for as long as
 	// the gate holds its log back (watched over six promotion rounds).
 	pollUntil(t, 20*time.Second, "the master to hear from member 6", func() bool {
-		l, err := cl.Replicas(ctx)
+		l, err := lcadmin.New(cl).Replicas(ctx)
 		m, _ := memberOf(l, "6")
 		return err == nil && m.Healthy
 	})
 	for end := time.Now().Add(6 * fixtures.TestTimings().HeartbeatTimeout / 2); time.Now().Before(end); {
-		l, err := cl.Replicas(ctx)
+		l, err := lcadmin.New(cl).Replicas(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, _ := memberOf(l, "6"); m.Suffrage != client.SuffrageNonvoter {
+		if m, _ := memberOf(l, "6"); m.Suffrage != lcadmin.SuffrageNonvoter {
 			t.Fatalf("member 6 was promoted with its log held back at %d (%d committed): %+v",
 				s6.Replica().Status().LastIndex, committed, m)
 		}
@@ -203,12 +204,12 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 	}
 	gate.open()
 	pollUntil(t, 30*time.Second, "the new member's promotion", func() bool {
-		l, err := cl.Replicas(ctx)
+		l, err := lcadmin.New(cl).Replicas(ctx)
 		if err != nil {
 			t.Fatalf("list: %v", err)
 		}
 		m, _ := memberOf(l, "6")
-		if m.Suffrage != client.SuffrageVoter {
+		if m.Suffrage != lcadmin.SuffrageVoter {
 			return false
 		}
 		// Read after the configuration: its log only grows, so this is
@@ -221,11 +222,11 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 		}
 		return true
 	})
-	l, err = cl.Replicas(ctx)
+	l, err = lcadmin.New(cl).Replicas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, _ := memberOf(l, "9"); m.Suffrage != client.SuffrageNonvoter || m.Healthy || l.ConfiguredSize != 5 || l.Voters() != 6 {
+	if m, _ := memberOf(l, "9"); m.Suffrage != lcadmin.SuffrageNonvoter || m.Healthy || l.ConfiguredSize != 5 || l.Voters() != 6 {
 		t.Fatalf("after the promotion: unreachable member %+v, configured size %d, %d voters; want a non-voter, 5, 6", m, l.ConfiguredSize, l.Voters())
 	}
 
@@ -241,13 +242,13 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 	// client address.
 	for _, addr := range []string{p6.ClientAddr, c.Addrs()[0], c.Addrs()[3]} {
 		pollUntil(t, 10*time.Second, "CellStatus of "+addr+" to list member 6", func() bool {
-			st, err := client.QueryStatus(ctx, addr)
+			st, err := lcadmin.QueryStatus(ctx, addr)
 			if err != nil {
 				return false
 			}
 			for _, r := range st.Replicas {
 				if r.ID == "6" {
-					return r.ClientAddr == p6.ClientAddr && r.Suffrage == client.SuffrageVoter
+					return r.ClientAddr == p6.ClientAddr && r.Suffrage == lcadmin.SuffrageVoter
 				}
 			}
 			return false
@@ -289,14 +290,14 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 
 	// Idempotent: the same add again changes nothing; other addresses for
 	// a member are refused; removing the unreachable member twice works.
-	if _, err := cl.AddReplica(ctx, "6", p6.ClientAddr, p6.RaftAddr); err != nil {
+	if _, err := lcadmin.New(cl).AddReplica(ctx, "6", p6.ClientAddr, p6.RaftAddr); err != nil {
 		t.Fatalf("repeated add: %v", err)
 	}
-	if _, err := cl.AddReplica(ctx, "6", p6.ClientAddr, fmt.Sprintf("127.0.0.1:%d", ghost[1])); !errors.Is(err, client.ErrBadRequest) {
+	if _, err := lcadmin.New(cl).AddReplica(ctx, "6", p6.ClientAddr, fmt.Sprintf("127.0.0.1:%d", ghost[1])); !errors.Is(err, client.ErrBadRequest) {
 		t.Fatalf("re-adding a member at another address: %v, want ErrBadRequest", err)
 	}
 	for range 2 {
-		if l, err = cl.RemoveReplica(ctx, "9"); err != nil {
+		if l, err = lcadmin.New(cl).RemoveReplica(ctx, "9"); err != nil {
 			t.Fatalf("remove the unreachable member: %v", err)
 		}
 		if _, ok := memberOf(l, "9"); ok {
@@ -311,7 +312,7 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 	}
 	pollUntil(t, 20*time.Second, "member 6's master to serve", func() bool { ok, _ := s6.IsMaster(); return ok })
 	pollUntil(t, 10*time.Second, "a follower's hint to name member 6", func() bool {
-		st, err := client.QueryStatus(ctx, c.Addrs()[1])
+		st, err := lcadmin.QueryStatus(ctx, c.Addrs()[1])
 		return err == nil && st.Master == p6.ClientAddr
 	})
 	cfg1 := c.ClientConfig()
@@ -322,7 +323,7 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 
 	// Removing the master hands leadership over first; the client's retry
 	// lands on the new master, which removes it.
-	l, err = cl.RemoveReplica(ctx, "6")
+	l, err = lcadmin.New(cl).RemoveReplica(ctx, "6")
 	if err != nil {
 		t.Fatalf("remove the master: %v", err)
 	}
@@ -348,19 +349,19 @@ func TestMembershipRefusals(t *testing.T) {
 	alice := c.ClientWith(t, c.ClientConfigAs("alice"))
 	ctx := ctxT(t, 90*time.Second)
 
-	if _, err := alice.Replicas(ctx); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.New(alice).Replicas(ctx); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("non-admin list: %v, want ErrPermission", err)
 	}
-	if _, err := alice.RemoveReplica(ctx, "1"); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.New(alice).RemoveReplica(ctx, "1"); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("non-admin remove: %v, want ErrPermission", err)
 	}
-	if _, err := alice.AddReplica(ctx, "7", "127.0.0.1:1", "127.0.0.1:2"); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.New(alice).AddReplica(ctx, "7", "127.0.0.1:1", "127.0.0.1:2"); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("non-admin add: %v, want ErrPermission", err)
 	}
-	if _, err := admin.AddReplica(ctx, "7", "127.0.0.1:99999", "127.0.0.1:2"); !errors.Is(err, client.ErrBadRequest) {
+	if _, err := lcadmin.New(admin).AddReplica(ctx, "7", "127.0.0.1:99999", "127.0.0.1:2"); !errors.Is(err, client.ErrBadRequest) {
 		t.Fatalf("add with port 99999: %v, want ErrBadRequest", err)
 	}
-	if _, err := admin.AddReplica(ctx, "7", "127.0.0.1:3", c.Options().Peers[0].RaftAddr); !errors.Is(err, client.ErrBadRequest) {
+	if _, err := lcadmin.New(admin).AddReplica(ctx, "7", "127.0.0.1:3", c.Options().Peers[0].RaftAddr); !errors.Is(err, client.ErrBadRequest) {
 		t.Fatalf("add at a member's Raft address: %v, want ErrBadRequest", err)
 	}
 
@@ -376,7 +377,7 @@ func TestMembershipRefusals(t *testing.T) {
 	c.Stop(dead1)
 	c.Stop(dead2)
 	pollUntil(t, 20*time.Second, "the master to see two members unhealthy", func() bool {
-		l, err := admin.Replicas(ctx)
+		l, err := lcadmin.New(admin).Replicas(ctx)
 		if err != nil {
 			return false
 		}
@@ -386,11 +387,11 @@ func TestMembershipRefusals(t *testing.T) {
 	})
 	refused := func(what, rid, reason string) {
 		t.Helper()
-		_, err := admin.RemoveReplica(ctx, rid)
+		_, err := lcadmin.New(admin).RemoveReplica(ctx, rid)
 		if !errors.Is(err, client.ErrBadRequest) || !strings.Contains(err.Error(), reason) {
 			t.Fatalf("%s: %v, want ErrBadRequest saying %q", what, err, reason)
 		}
-		l, err := admin.Replicas(ctx)
+		l, err := lcadmin.New(admin).Replicas(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,14 +402,14 @@ func TestMembershipRefusals(t *testing.T) {
 	// Five voters, three healthy: without a healthy one, two of four.
 	refused("removing a healthy voter with two down", id(live), "healthy voters")
 	for _, d := range []int{dead1, dead2} {
-		if _, err := admin.RemoveReplica(ctx, id(d)); err != nil {
+		if _, err := lcadmin.New(admin).RemoveReplica(ctx, id(d)); err != nil {
 			t.Fatalf("remove dead member %s: %v", id(d), err)
 		}
 	}
 	// Three voters left: a majority of five, and no fewer may remain.
 	refused("removing a third voter of a cell configured for five", id(live), "fewer than a majority")
 	refused("removing the master of a cell configured for five", id(m), "fewer than a majority")
-	l, err := admin.Replicas(ctx)
+	l, err := lcadmin.New(admin).Replicas(ctx)
 	if err != nil || l.Voters() != 3 || l.ConfiguredSize != 5 {
 		t.Fatalf("after the refusals: %+v, %v; want 3 voters of configured size 5", l, err)
 	}

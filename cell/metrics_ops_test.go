@@ -15,6 +15,7 @@ import (
 	"lockcell/cell"
 	"lockcell/cell/certs"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -165,7 +166,7 @@ func TestOperatorMetrics(t *testing.T) {
 	// Removed from the cell, the follower leaves the membership counts
 	// and every series labelled with it: the member label holds the
 	// configuration's members only.
-	if _, err := cl.RemoveReplica(ctx, gone.ID()); err != nil {
+	if _, err := admin.New(cl).RemoveReplica(ctx, gone.ID()); err != nil {
 		t.Fatal(err)
 	}
 	pollUntil(t, 20*time.Second, "the removed member's series gone", func() bool {

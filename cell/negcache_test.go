@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/internal/testhook"
 )
 
 // Tests of negative caching (docs/spec.md#caching): an Open of a missing
@@ -25,7 +27,7 @@ import (
 func expectMissingHits(t *testing.T, cl *client.Client, name string, n int) {
 	t.Helper()
 	ctx := ctxT(t, 30*time.Second)
-	h0, c0 := cl.CacheStats().NegativeHits, client.CallsSent()
+	h0, c0 := lcadmin.New(cl).CacheStats().NegativeHits, testhook.CallsSent()
 	for range n {
 		if h, err := cl.Open(ctx, name, client.Read); !errors.Is(err, client.ErrNotFound) {
 			if h != nil {
@@ -34,7 +36,7 @@ func expectMissingHits(t *testing.T, cl *client.Client, name string, n int) {
 			t.Fatalf("open of missing %s: %v", name, err)
 		}
 	}
-	if dh, dc := cl.CacheStats().NegativeHits-h0, client.CallsSent()-c0; dh != uint64(n) || dc > 1 {
+	if dh, dc := lcadmin.New(cl).CacheStats().NegativeHits-h0, testhook.CallsSent()-c0; dh != uint64(n) || dc > 1 {
 		t.Fatalf("%d opens of missing %s: %d negative hits, %d calls; want %d hits and no call", n, name, dh, dc, n)
 	}
 }
@@ -62,11 +64,11 @@ func TestNegativeOpenCache(t *testing.T) {
 		t.Fatalf("cached answer %v, uncached %v", err, want)
 	}
 	// An open that may create always reaches the master.
-	c0 := client.CallsSent()
+	c0 := testhook.CallsSent()
 	if _, err := a.Open(ctx, name+"/x", rw); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("create below a missing name: %v", err)
 	}
-	if client.CallsSent() == c0 {
+	if testhook.CallsSent() == c0 {
 		t.Fatal("an open with Create was answered from the cache")
 	}
 
@@ -94,24 +96,24 @@ func TestNegativeOpenCache(t *testing.T) {
 	}
 	expectMissingHits(t, a, name, 10)
 	mustOpen(t, ctx, b, c.Name("d/sibling"), rw).Close()
-	n0 := a.CacheStats().NegativeHits
+	n0 := lcadmin.New(a).CacheStats().NegativeHits
 	if _, err := a.Open(ctx, name, client.Read); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("open after a sibling's create: %v", err)
 	}
-	if a.CacheStats().NegativeHits != n0 {
+	if lcadmin.New(a).CacheStats().NegativeHits != n0 {
 		t.Fatal("a cached absence outlived a change of its directory")
 	}
 
 	// Handles opened WithoutCache and clients with DisableCache always ask.
-	c0 = client.CallsSent()
+	c0 = testhook.CallsSent()
 	for range 3 {
 		a.Open(ctx, name, client.Read, client.WithoutCache())
 		off.Open(ctx, name, client.Read)
 	}
-	if n := client.CallsSent() - c0; n < 6 {
+	if n := testhook.CallsSent() - c0; n < 6 {
 		t.Fatalf("6 uncached opens made %d calls", n)
 	}
-	if st := off.CacheStats(); st.NegativeHits != 0 || st.Entries != 0 {
+	if st := lcadmin.New(off).CacheStats(); st.NegativeHits != 0 || st.Entries != 0 {
 		t.Fatalf("DisableCache client cached: %+v", st)
 	}
 }
@@ -184,15 +186,15 @@ func TestNegativeCacheRevealsNothing(t *testing.T) {
 	}
 	// Below an unreadable directory: an existing and a missing name alike,
 	// every open a call, nothing cached.
-	n0 := alice.CacheStats()
+	n0 := lcadmin.New(alice).CacheStats()
 	for _, n := range []string{"priv/x", "priv/y"} {
-		c0 := client.CallsSent()
+		c0 := testhook.CallsSent()
 		same(c.Name(n))
-		if client.CallsSent()-c0 < 3 {
+		if testhook.CallsSent()-c0 < 3 {
 			t.Fatalf("%s: opens below an unreadable directory were answered from the cache", n)
 		}
 	}
-	if st := alice.CacheStats(); st.NegativeHits != n0.NegativeHits || st.Entries != n0.Entries {
+	if st := lcadmin.New(alice).CacheStats(); st.NegativeHits != n0.NegativeHits || st.Entries != n0.Entries {
 		t.Fatalf("absences below an unreadable directory were cached: %+v", st)
 	}
 	// In a readable directory: the hidden file and a missing one answer
@@ -359,7 +361,7 @@ writes:
 	wg.Wait()
 	var hits uint64
 	for _, r := range readers {
-		hits += r.CacheStats().NegativeHits
+		hits += lcadmin.New(r).CacheStats().NegativeHits
 	}
 	t.Logf("%d opens checked, %d answered from cached absences", checked.Load(), hits)
 	if hits == 0 {

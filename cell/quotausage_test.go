@@ -8,6 +8,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/master"
 	"lockcell/replica"
@@ -58,7 +59,7 @@ func TestQuotaUsageReportsPrincipalAndCell(t *testing.T) {
 		aliceHandles = append(aliceHandles, mustOpen(t, ctx, alice, c.Name("pub/a"+string(rune('0'+i))), rwc, client.WithContents(fill(n))))
 	}
 	mustOpen(t, ctx, bob1, c.Name("pub/b"), rwc, client.WithContents(fill(50))).Close()
-	if _, err := bob2.Sessions(ctx); err != nil { // bob2's session is live
+	if _, err := lcadmin.New(bob2).Sessions(ctx); err != nil { // bob2's session is live
 		t.Fatal(err)
 	}
 	// alice reads through her cache: the master registers her as a cacher.
@@ -66,15 +67,15 @@ func TestQuotaUsageReportsPrincipalAndCell(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	report := func(cl *client.Client, who string) *client.QuotaReport {
+	report := func(cl *client.Client, who string) *lcadmin.QuotaReport {
 		t.Helper()
-		r, err := cl.QuotaUsage(ctx, who)
+		r, err := lcadmin.New(cl).QuotaUsage(ctx, who)
 		if err != nil {
 			t.Fatalf("quota usage of %q: %v", who, err)
 		}
 		return r
 	}
-	limit := func(r *client.QuotaReport, name string) client.QuotaLimit {
+	limit := func(r *lcadmin.QuotaReport, name string) lcadmin.QuotaLimit {
 		t.Helper()
 		l, ok := r.Limit(name)
 		if !ok {
@@ -82,7 +83,7 @@ func TestQuotaUsageReportsPrincipalAndCell(t *testing.T) {
 		}
 		return l
 	}
-	want := func(r *client.QuotaReport, name string, used, max, reserve int64, full bool) {
+	want := func(r *lcadmin.QuotaReport, name string, used, max, reserve int64, full bool) {
 		t.Helper()
 		l := limit(r, name)
 		if l.Used != used || l.Max != max || l.Reserve != reserve || l.Full != full {
@@ -129,7 +130,7 @@ func TestQuotaUsageReportsPrincipalAndCell(t *testing.T) {
 	}
 
 	// Nobody but the admin looks at another principal.
-	if _, err := alice.QuotaUsage(ctx, "bob"); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.New(alice).QuotaUsage(ctx, "bob"); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("alice asks about bob: %v, want a permission error", err)
 	}
 	// The admin sees bob as bob does, and who created the most.
@@ -144,7 +145,7 @@ func TestQuotaUsageReportsPrincipalAndCell(t *testing.T) {
 	if own.Principal != "admin" || !own.Admin || !limit(own, wire.QuotaNodesPerPrincipal).Exempt || limit(own, wire.QuotaSessionsPerPrincipal).Exempt {
 		t.Fatalf("the admin's own report: %+v", own)
 	}
-	wantTop := func(what string, got []client.CreatorUsage, want ...client.CreatorUsage) {
+	wantTop := func(what string, got []lcadmin.CreatorUsage, want ...lcadmin.CreatorUsage) {
 		t.Helper()
 		if len(got) != len(want) {
 			t.Fatalf("top by %s: %+v, want %+v", what, got, want)
@@ -155,9 +156,9 @@ func TestQuotaUsageReportsPrincipalAndCell(t *testing.T) {
 			}
 		}
 	}
-	adminUse := client.CreatorUsage{Principal: "admin", Nodes: 3, ContentBytes: int64(len(aclText))}
-	aliceUse := client.CreatorUsage{Principal: "alice", Nodes: 4, ContentBytes: 1000}
-	bobUse := client.CreatorUsage{Principal: "bob", Nodes: 1, ContentBytes: 50}
+	adminUse := lcadmin.CreatorUsage{Principal: "admin", Nodes: 3, ContentBytes: int64(len(aclText))}
+	aliceUse := lcadmin.CreatorUsage{Principal: "alice", Nodes: 4, ContentBytes: 1000}
+	bobUse := lcadmin.CreatorUsage{Principal: "bob", Nodes: 1, ContentBytes: 50}
 	wantTop("nodes", own.TopByNodes, aliceUse, adminUse, bobUse)
 	wantTop("content bytes", own.TopByContentBytes, aliceUse, bobUse, adminUse)
 

@@ -8,6 +8,7 @@ import (
 
 	"lockcell/client"
 	"lockcell/fixtures"
+	"lockcell/internal/testhook"
 	"lockcell/sequencer"
 )
 
@@ -36,7 +37,7 @@ func TestReacquireCalls(t *testing.T) {
 	var acquireCalls, cycleCalls uint64
 	var seq []byte
 	for range cycles {
-		c0 := client.CallsSent()
+		c0 := testhook.CallsSent()
 		if err := h.Acquire(ctx, client.Exclusive); err != nil {
 			t.Fatal(err)
 		}
@@ -44,11 +45,11 @@ func TestReacquireCalls(t *testing.T) {
 		if seq, err = h.GetSequencer(ctx); err != nil {
 			t.Fatal(err)
 		}
-		acquireCalls += client.CallsSent() - c0
+		acquireCalls += testhook.CallsSent() - c0
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		cycleCalls += client.CallsSent() - c0
+		cycleCalls += testhook.CallsSent() - c0
 	}
 	t.Logf("%d cycles: Acquire+GetSequencer %d calls, with Release %d", cycles, acquireCalls, cycleCalls)
 	if acquireCalls < cycles || acquireCalls > cycles+1 {

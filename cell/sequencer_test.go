@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/sequencer"
 )
@@ -61,7 +62,7 @@ func TestSequencers(t *testing.T) {
 	if ok, err := b.CheckSequencer(ctx, seq); ok || err != nil {
 		t.Fatalf("released lock's sequencer: %v %v", ok, err)
 	}
-	if st, err := b.SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != s.Path+" is no longer locked" {
+	if st, err := admin.New(b).SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != s.Path+" is no longer locked" {
 		t.Fatalf("released lock's sequencer status: %+v %v", st, err)
 	}
 	if err := hb.SetContents(ctx, []byte("fenced-2")); !errors.Is(err, client.ErrStaleSequencer) {
@@ -93,10 +94,10 @@ func TestSequencers(t *testing.T) {
 		t.Fatal("old sequencer valid after re-acquire")
 	}
 	want := fmt.Sprintf("%s is locked at generation %d, not %d", s.Path, s2.Generation, s.Generation)
-	if st, err := b.SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != want {
+	if st, err := admin.New(b).SequencerStatus(ctx, seq); err != nil || st.Valid || st.Reason != want {
 		t.Fatalf("superseded sequencer status: %+v %v, want reason %q", st, err, want)
 	}
-	if st, err := b.SequencerStatus(ctx, seq2); err != nil || !st.Valid || st.Reason != "" {
+	if st, err := admin.New(b).SequencerStatus(ctx, seq2); err != nil || !st.Valid || st.Reason != "" {
 		t.Fatalf("current sequencer status: %+v %v", st, err)
 	}
 	// The guard, asking the cell, accepts the new one and fences the old.

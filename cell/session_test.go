@@ -8,6 +8,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -369,7 +370,7 @@ func TestListSessions(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	b := c.Client(t)
-	list, err := b.Sessions(ctx)
+	list, err := admin.New(b).Sessions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"lockcell/cell/certs"
 	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -36,7 +37,7 @@ func TestReplicasAgreeOnStateHash(t *testing.T) {
 			var idx []uint64
 			var sums [][]byte
 			for _, a := range c.Addrs() {
-				i, sum, err := client.StateHash(ctx, c.ClientConfig(), a)
+				i, sum, err := admin.StateHash(ctx, c.ClientConfig(), a)
 				if errors.Is(err, client.ErrTooMany) {
 					// Hashes are rationed per replica: ask again later.
 					i, sum = 0, nil
@@ -82,7 +83,7 @@ func TestStateHashIsAdminOnlyAndRationed(t *testing.T) {
 	m := c.WaitForMaster(30 * time.Second)
 	follower := c.Addrs()[(m+1)%3]
 
-	if _, _, err := client.StateHash(ctx, c.ClientConfigAs("alice"), follower); !errors.Is(err, client.ErrPermission) {
+	if _, _, err := admin.StateHash(ctx, c.ClientConfigAs("alice"), follower); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("state hash asked by a non-admin: %v, want ErrPermission", err)
 	}
 
@@ -98,7 +99,7 @@ func TestStateHashIsAdminOnlyAndRationed(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			idx, sum, err := client.StateHash(ctx, c.ClientConfig(), follower)
+			idx, sum, err := admin.StateHash(ctx, c.ClientConfig(), follower)
 			answers[i] = answer{idx, sum, err}
 		}()
 	}
@@ -133,7 +134,7 @@ func TestStateHashIsAdminOnlyAndRationed(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		st, err := client.QueryStatusWith(ctx, c.ClientConfig(), follower)
+		st, err := admin.QueryStatusWith(ctx, c.ClientConfig(), follower)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestStateHashIsAdminOnlyAndRationed(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // poll
 	}
-	if _, _, err := client.StateHash(ctx, c.ClientConfig(), follower); !errors.Is(err, client.ErrTooMany) {
+	if _, _, err := admin.StateHash(ctx, c.ClientConfig(), follower); !errors.Is(err, client.ErrTooMany) {
 		t.Fatalf("a second hash within the interval: %v, want ErrTooMany", err)
 	}
 

@@ -15,6 +15,7 @@ import (
 	"lockcell/cell/certs"
 	"lockcell/cell/wire"
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -31,7 +32,7 @@ const tlsLease = 8 * time.Second
 func clientWorks(t *testing.T, c *fixtures.Cell, cl *client.Client, admin bool) {
 	t.Helper()
 	ctx := ctxT(t, 30*time.Second)
-	if _, err := cl.Sessions(ctx); err != nil {
+	if _, err := lcadmin.New(cl).Sessions(ctx); err != nil {
 		t.Fatalf("list sessions: %v", err)
 	}
 	if !admin {
@@ -62,7 +63,7 @@ func TestTLSPrincipalIsCertificateName(t *testing.T) {
 	clientWorks(t, c, alice, false)
 	// The admin sees every session under its principal; bob sees only
 	// his own principal's.
-	sessions, err := c.Client(t).Sessions(ctx)
+	sessions, err := lcadmin.New(c.Client(t)).Sessions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,14 +79,14 @@ func TestTLSPrincipalIsCertificateName(t *testing.T) {
 	if len(want) != 0 {
 		t.Fatalf("sessions %v not listed in %+v", want, sessions)
 	}
-	if sessions, err = bob.Sessions(ctx); err != nil {
+	if sessions, err = lcadmin.New(bob).Sessions(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if len(sessions) != 1 || sessions[0].ID != bob.Session() || sessions[0].Principal != "bob" {
 		t.Fatalf("bob's session list: %+v, want his session %d alone", sessions, bob.Session())
 	}
 	// A status query needs TLS too.
-	if _, err := client.QueryStatusWith(ctx, c.ClientConfigAs("alice"), c.Addrs()[0]); err != nil {
+	if _, err := lcadmin.QueryStatusWith(ctx, c.ClientConfigAs("alice"), c.Addrs()[0]); err != nil {
 		t.Fatalf("status over TLS: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -69,19 +70,19 @@ func TestMembershipCallsNeedAdmin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	alice := c.ClientWith(t, c.ClientConfigAs("alice"))
-	if _, err := alice.Replicas(ctx); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.New(alice).Replicas(ctx); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("alice lists replicas: %v, want ErrPermission", err)
 	}
-	if _, err := alice.RemoveReplica(ctx, "2"); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.New(alice).RemoveReplica(ctx, "2"); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("alice removes a replica: %v, want ErrPermission", err)
 	}
 	admin := c.Client(t)
 	for _, bad := range [][3]string{{"", "127.0.0.1:1", "127.0.0.1:2"}, {"9", "nohost", "127.0.0.1:2"}, {"9", "127.0.0.1:1", ""}, {"a b", "127.0.0.1:1", "127.0.0.1:2"}} {
-		if _, err := admin.AddReplica(ctx, bad[0], bad[1], bad[2]); !errors.Is(err, client.ErrBadRequest) {
+		if _, err := lcadmin.New(admin).AddReplica(ctx, bad[0], bad[1], bad[2]); !errors.Is(err, client.ErrBadRequest) {
 			t.Errorf("AddReplica(%q, %q, %q): %v, want ErrBadRequest", bad[0], bad[1], bad[2], err)
 		}
 	}
-	list, err := admin.Replicas(ctx)
+	list, err := lcadmin.New(admin).Replicas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestClientDropsRemovedReplica(t *testing.T) {
 	gone := c.Options().Peers[(m+1)%3]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := operator.RemoveReplica(ctx, gone.ID)
+	list, err := lcadmin.New(operator).RemoveReplica(ctx, gone.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -361,9 +361,9 @@ func (c *Client) purgeCache() {
 	}
 }
 
-// CacheStats reports the client cache's hits, misses, invalidations,
+// cacheStats reports the client cache's hits, misses, invalidations,
 // evictions and size (all zero with Config.DisableCache).
-func (c *Client) CacheStats() cache.Stats {
+func (c *Client) cacheStats() cache.Stats {
 	if c.cache == nil {
 		return cache.Stats{}
 	}

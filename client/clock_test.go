@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -74,7 +75,7 @@ func TestDriftMarginCoversOnePercentSlowClock(t *testing.T) {
 			var goneAt time.Time
 			sample := func() {
 				b := time.Now()
-				infos, err := obs.Sessions(ctx)
+				infos, err := admin.New(obs).Sessions(ctx)
 				a := time.Now()
 				if err != nil {
 					t.Fatalf("sessions: %v", err)

@@ -266,12 +266,9 @@ func (c *conn) keep(s *yamux.Stream) {
 }
 
 // callsSent counts every call put on the wire by any Client in this
-// process (CallsSent).
+// process, KeepAlives included: tests read it (testhook.CallsSent) to
+// prove a cached read made none.
 var callsSent atomic.Uint64
-
-// CallsSent returns how many calls this process's clients have put on the
-// wire, KeepAlives included: tests use it to prove a cached read made none.
-func CallsSent() uint64 { return callsSent.Load() }
 
 // errTransport marks a failure of the connection rather than an answer.
 var errTransport = errors.New("transport")

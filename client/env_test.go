@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -54,14 +55,14 @@ func TestConfigFromEnvDialsRelative(t *testing.T) {
 	if who, err := cl.Leader(ctx, "svc/leader"); err != nil || string(who) != "me" {
 		t.Fatalf("leader by relative name = %q, %v", who, err)
 	}
-	locks, _, err := cl.Locks(ctx, "svc")
+	locks, _, err := admin.New(cl).Locks(ctx, "svc")
 	if err != nil || len(locks) != 1 || locks[0].Name != "/ls/t/svc/leader" {
 		t.Fatalf("Locks(svc) = %+v, %v", locks, err)
 	}
-	if all, _, err := cl.Locks(ctx, ""); err != nil || len(all) != 1 {
+	if all, _, err := admin.New(cl).Locks(ctx, ""); err != nil || len(all) != 1 {
 		t.Fatalf(`Locks("") (the whole cell) = %+v, %v`, all, err)
 	}
-	if _, err := cl.BreakLock(ctx, "svc/leader", "test"); err != nil {
+	if _, err := admin.New(cl).BreakLock(ctx, "svc/leader", "test"); err != nil {
 		t.Fatalf("break lock on a relative name: %v", err)
 	}
 	// Resolution does not make a bad name good, and says what it tried.

@@ -144,6 +144,3 @@ func (c *Client) closeIdle(ids []uint64) {
 		}()
 	})
 }
-
-// PooledHandles reports how many idle handles the client keeps open.
-func (c *Client) PooledHandles() int { return c.pool.len() }

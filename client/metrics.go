@@ -33,7 +33,7 @@ func (m *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (m *collector) Collect(ch chan<- prometheus.Metric) {
-	st := m.c.CacheStats()
+	st := m.c.cacheStats()
 	labels := []string{m.c.cfg.Cell, strconv.FormatUint(m.c.Session(), 10)}
 	ch <- prometheus.MustNewConstMetric(descHits, prometheus.CounterValue, float64(st.Hits), labels...)
 	ch <- prometheus.MustNewConstMetric(descMisses, prometheus.CounterValue, float64(st.Misses), labels...)

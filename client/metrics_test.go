@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -37,7 +38,7 @@ func TestCacheMetrics(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("gathered %d series: %v", n, err)
 	}
-	st := cl.CacheStats()
+	st := admin.New(cl).CacheStats()
 	if st.Hits != 4 || st.Misses != 1 {
 		t.Fatalf("stats %+v: want 4 hits after 1 miss", st)
 	}
@@ -77,7 +78,7 @@ func TestCacheMetrics(t *testing.T) {
 		"lockcell_client_cache_hits_total":            4,
 	} {
 		if got := counterValue(t, reg, name); got != want {
-			t.Fatalf("%s = %v, want %v (stats %+v)", name, got, want, cl.CacheStats())
+			t.Fatalf("%s = %v, want %v (stats %+v)", name, got, want, admin.New(cl).CacheStats())
 		}
 	}
 }

@@ -104,12 +104,12 @@ func (h *Handle) SetSequencer(ctx context.Context, seq []byte) error {
 		return opErr("set sequencer", h.path, err)
 	}
 	if seq != nil {
-		st, err := h.c.SequencerStatus(ctx, seq)
+		valid, reason, err := h.c.sequencerStatus(ctx, seq)
 		if err != nil {
 			return opErr("set sequencer", h.path, err)
 		}
-		if !st.Valid {
-			return opErr("set sequencer", h.path, wire.Errorf(wire.CodeStaleSequencer, "%s", st.Reason))
+		if !valid {
+			return opErr("set sequencer", h.path, wire.Errorf(wire.CodeStaleSequencer, "%s", reason))
 		}
 	}
 	h.mu.Lock()
@@ -129,33 +129,22 @@ func (h *Handle) SetSequencer(ctx context.Context, seq []byte) error {
 // malformed or forged sequencer is an error wrapping ErrBadSequencer.
 // Client satisfies sequencer.Checker.
 func (c *Client) CheckSequencer(ctx context.Context, seq []byte) (bool, error) {
-	st, err := c.SequencerStatus(ctx, seq)
-	return st.Valid, err
+	valid, _, err := c.sequencerStatus(ctx, seq)
+	return valid, err
 }
 
-// SequencerStatus is the master's verdict on a sequencer.
-type SequencerStatus struct {
-	// Valid: signed by this cell, and its lock held right now at its
-	// generation in its mode.
-	Valid bool
-	// Reason says why a sequencer is stale ("" when valid): the lock
-	// file is gone, the lock is free, held at another generation, or in
-	// the other mode.
-	Reason string
-}
-
-// SequencerStatus is CheckSequencer with the reason a stale sequencer is
-// stale, for people (lockcell seq check) and logs.
-func (c *Client) SequencerStatus(ctx context.Context, seq []byte) (SequencerStatus, error) {
+// sequencerStatus asks the master for its verdict on seq: whether it is
+// valid and, when not, why (for people and logs: package admin's
+// SequencerStatus).
+func (c *Client) sequencerStatus(ctx context.Context, seq []byte) (valid bool, reason string, err error) {
 	var resp wire.CheckSequencerResponse
 	if err := c.call(ctx, wire.MethodCheckSequencer, false, &wire.CheckSequencerRequest{Sequencer: seq}, &resp); err != nil {
-		return SequencerStatus{}, opErr("check sequencer", "", err)
+		return false, "", opErr("check sequencer", "", err)
 	}
-	st := SequencerStatus{Valid: resp.Valid, Reason: resp.Reason}
-	if !st.Valid && st.Reason == "" {
-		st.Reason = "the sequencer's lock is no longer held"
+	if !resp.Valid && resp.Reason == "" {
+		resp.Reason = "the sequencer's lock is no longer held"
 	}
-	return st, nil
+	return resp.Valid, resp.Reason, nil
 }
 
 // ReleaseOption adjusts a Release.

@@ -18,6 +18,7 @@ import (
 
 	"lockcell/cell"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -203,7 +204,7 @@ func TestReplicaRejoinsWithEmptyDataDir(t *testing.T) {
 	idx, hash := converge(ctx, t, pc)
 	t.Logf("all five replicas at index %d, state hash %x", idx, hash[:8])
 	// The rejoined replica serves reads as a member: ask it for its view.
-	st, err := client.QueryStatusWith(ctx, pc.ClientConfig(), pc.Addrs()[lost])
+	st, err := admin.QueryStatusWith(ctx, pc.ClientConfig(), pc.Addrs()[lost])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func waitCaughtUp(ctx context.Context, t *testing.T, pc *fixtures.ProcCell, skip
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			st, err := client.QueryStatusWith(cctx, pc.ClientConfig(), pc.Addrs()[i])
+			st, err := admin.QueryStatusWith(cctx, pc.ClientConfig(), pc.Addrs()[i])
 			cancel()
 			if err == nil && st.CommitIndex == st.AppliedIndex {
 				idx = append(idx, st.CommitIndex)
@@ -282,7 +283,7 @@ func converge(ctx context.Context, t *testing.T, pc *fixtures.ProcCell) (uint64,
 		var hashes []string
 		for i := range pc.N() {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			n, h, err := client.StateHash(cctx, pc.ClientConfig(), pc.Addrs()[i])
+			n, h, err := admin.StateHash(cctx, pc.ClientConfig(), pc.Addrs()[i])
 			cancel()
 			if err != nil {
 				last = err.Error()

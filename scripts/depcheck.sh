@@ -26,20 +26,23 @@ BEGIN {
   n = split("" \
     "fixtures: *\n" \
     "deploy: -\n" \
-    "cmd/lockcelld: cell master replica backupfile acl audit =sequencer cache client buildinfo\n" \
-    "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench\n" \
-    "cmd/lockcell-kv: client cache cell/wire cell/certs acl backupfile sequencer\n" \
+    "cmd/lockcelld: cell master replica backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
+    "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
+    "cmd/lockcell-kv: client cache cell/wire cell/certs acl backupfile sequencer internal/testhook\n" \
     "cell/wire/bound: -\n" \
     "cell/wire: -\n" \
     "cell/certs: acl\n" \
     "cell: master replica backupfile acl audit =sequencer buildinfo\n" \
     "master: cell/wire replica backupfile acl audit =sequencer\n" \
     "replica: cell/wire/bound backupfile acl audit\n" \
-    "client: cell/wire cell/certs acl backupfile cache =sequencer\n" \
-    "sequencer/kv: =sequencer client cell/wire cell/certs acl backupfile cache\n" \
-    "sequencer/httpfence: =sequencer client cell/wire cell/certs acl backupfile cache\n" \
-    "selfcheck: client cell/wire cell/certs acl backupfile cache =sequencer\n" \
-    "bench: client cell/wire cell/certs acl backupfile cache =sequencer\n" \
+    "client/admin: client cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "=client: client/internal internal/testhook cell/wire cell/certs acl backupfile cache =sequencer\n" \
+    "client: cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "internal/testhook: -\n" \
+    "sequencer/kv: =sequencer client cell/wire cell/certs acl backupfile cache internal/testhook\n" \
+    "sequencer/httpfence: =sequencer client cell/wire cell/certs acl backupfile cache internal/testhook\n" \
+    "selfcheck: client cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "bench: client cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "sequencer: -\n" \
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \

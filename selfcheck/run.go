@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // Dir is the folder under the cell root where Run creates its own
@@ -481,14 +482,14 @@ func (s *session) read(ctx context.Context, f string, cached bool) error {
 	}
 	o := s.begin(KindRead, f)
 	o.Cached = cached
-	hits := s.cl.CacheStats().Hits
+	hits := admin.New(s.cl).CacheStats().Hits
 	cctx, cancel := s.callCtx(ctx)
 	data, st, err := h.GetContentsAndStat(cctx)
 	cancel()
 	if err == nil {
 		o.Value, o.Gen = string(data), st.ContentGen
 		// Only the reader loop reads through the cache: the hits are its.
-		o.Hit = cached && s.cl.CacheStats().Hits > hits
+		o.Hit = cached && admin.New(s.cl).CacheStats().Hits > hits
 		if !cached {
 			s.gens[f] = st.ContentGen
 		}
@@ -531,12 +532,12 @@ func (s *session) holder(ctx context.Context, cached bool) error {
 	}
 	o := s.begin(KindHolder, s.r.lock)
 	o.Cached = cached
-	hits := s.cl.CacheStats().Hits
+	hits := admin.New(s.cl).CacheStats().Hits
 	cctx, cancel := s.callCtx(ctx)
 	st, err := h.GetStat(cctx)
 	cancel()
 	if err == nil {
-		o.Hit = cached && s.cl.CacheStats().Hits > hits
+		o.Hit = cached && admin.New(s.cl).CacheStats().Hits > hits
 		o.Gen = st.LockGen
 		switch {
 		case st.LockHolders == 0:

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // auditFollowWait is how long one read of a follow waits for records
@@ -55,7 +56,7 @@ func (e *env) audit(c *cli.Context) error {
 	if err := wantArgs(c, 0, 1); err != nil {
 		return err
 	}
-	var q client.AuditQuery
+	var q admin.AuditQuery
 	if c.Args().Len() == 1 {
 		name, err := e.name("audit", c.Args().First())
 		if err != nil {
@@ -108,7 +109,7 @@ func (e *env) audit(c *cli.Context) error {
 		if follow {
 			read.Wait = auditFollowWait
 		}
-		page, err := client.ReadAudit(ctx, cfg, addrs[at], read)
+		page, err := admin.ReadAudit(ctx, cfg, addrs[at], read)
 		if err != nil {
 			if follow && ctx.Err() != nil {
 				return followEnd()
@@ -154,7 +155,7 @@ func (e *env) audit(c *cli.Context) error {
 
 // parseSince reads --since: an index, an RFC 3339 time, or a duration
 // back from now.
-func parseSince(s string, now time.Time, q *client.AuditQuery) error {
+func parseSince(s string, now time.Time, q *admin.AuditQuery) error {
 	if idx, err := strconv.ParseUint(s, 10, 64); err == nil {
 		q.Since = idx
 		return nil
@@ -172,7 +173,7 @@ func parseSince(s string, now time.Time, q *client.AuditQuery) error {
 
 // printAuditRecord prints one record: a line for people, or the record's
 // JSON object under --json.
-func (e *env) printAuditRecord(r client.AuditRecord) error {
+func (e *env) printAuditRecord(r admin.AuditRecord) error {
 	if e.json {
 		return e.printJSON(r)
 	}

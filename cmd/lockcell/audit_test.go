@@ -11,19 +11,19 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
 // auditJSON parses lockcell audit --json's output: one record a line.
-func auditJSON(t *testing.T, out string) []client.AuditRecord {
+func auditJSON(t *testing.T, out string) []lcadmin.AuditRecord {
 	t.Helper()
-	var recs []client.AuditRecord
+	var recs []lcadmin.AuditRecord
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if line == "" {
 			continue
 		}
-		var r client.AuditRecord
+		var r lcadmin.AuditRecord
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("audit --json line %q: %v", line, err)
 		}
@@ -66,10 +66,10 @@ func TestBinaryAudit(t *testing.T) {
 
 	// Any replica answers, maybe a follower a few entries behind: read
 	// until the last put's create is there.
-	var all []client.AuditRecord
+	var all []lcadmin.AuditRecord
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		all = auditJSON(t, run(admin, 0, "audit", "--json").stdout)
-		if n := len(all); n > 0 && slices.ContainsFunc(all, func(r client.AuditRecord) bool { return r.Name == "/ls/au/other" }) {
+		if n := len(all); n > 0 && slices.ContainsFunc(all, func(r lcadmin.AuditRecord) bool { return r.Name == "/ls/au/other" }) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -103,7 +103,7 @@ func TestBinaryAudit(t *testing.T) {
 	if len(svc) < 3 { // svc created, svc/a created, svc/a written
 		t.Fatalf("audit svc: %+v", svc)
 	}
-	at := slices.IndexFunc(all, func(r client.AuditRecord) bool { return r.Op == "write" })
+	at := slices.IndexFunc(all, func(r lcadmin.AuditRecord) bool { return r.Op == "write" })
 	from := all[at].Index
 	if tail := auditJSON(t, run(admin, 0, "audit", "--json", "--since", strconv.FormatUint(from, 10)).stdout); len(tail) < len(all)-at || tail[0].Index != from {
 		t.Fatalf("audit --since %d: %+v", from, tail)
@@ -128,12 +128,12 @@ func TestBinaryAudit(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan client.AuditRecord, 100)
+	lines := make(chan lcadmin.AuditRecord, 100)
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var r client.AuditRecord
+			var r lcadmin.AuditRecord
 			if json.Unmarshal(sc.Bytes(), &r) == nil {
 				lines <- r
 			}

@@ -14,7 +14,7 @@ import (
 
 	"lockcell/backupfile"
 	"lockcell/cell/wire"
-	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // backupCommand writes a backup of the cell to a file, or checks one.
@@ -83,7 +83,7 @@ func (e *env) verifyBackup(path string) error {
 		return fail("backup --verify", path, err)
 	}
 	defer f.Close()
-	info, err := client.VerifyBackup(f)
+	info, err := admin.VerifyBackup(f)
 	if err != nil {
 		return fail("backup --verify", path, err)
 	}
@@ -98,7 +98,7 @@ func (e *env) verifyBackup(path string) error {
 // backupSummary is backup's --json output.
 type backupSummary struct {
 	File string `json:"file"`
-	*client.BackupInfo
+	*admin.BackupInfo
 	Verified bool `json:"verified,omitempty"`
 	// Removed lists the older backups --keep deleted.
 	Removed []string `json:"removed,omitempty"`
@@ -119,7 +119,7 @@ func (e *env) scheduledBackup(c *cli.Context, dir string, keep int) error {
 		if err != nil {
 			return fail("backup", path, err)
 		}
-		_, err = client.VerifyBackup(f)
+		_, err = admin.VerifyBackup(f)
 		f.Close()
 		if err != nil {
 			return fail("backup", path, fmt.Errorf("the new backup does not verify, so no older one was deleted: %w", err))
@@ -134,7 +134,7 @@ func (e *env) scheduledBackup(c *cli.Context, dir string, keep int) error {
 
 // writeBackup takes a backup into path (refusing an existing one unless
 // force).
-func (e *env) writeBackup(c *cli.Context, path string, force bool) (*client.BackupInfo, error) {
+func (e *env) writeBackup(c *cli.Context, path string, force bool) (*admin.BackupInfo, error) {
 	// Refused before the cell is asked: a backup of a large cell takes a
 	// while, and the file may be the last good backup.
 	if _, err := os.Lstat(path); err == nil && !force {
@@ -166,7 +166,7 @@ func (e *env) writeBackup(c *cli.Context, path string, force bool) (*client.Back
 	if isTerminal(asReader(e.stderr)) && !e.json {
 		bar = &progressBar{w: e.stderr, start: time.Now()}
 	}
-	info, err := cl.Backup(e.ctx, f, bar.update)
+	info, err := admin.New(cl).Backup(e.ctx, f, bar.update)
 	bar.finish()
 	if err != nil {
 		return nil, fail("backup", path, err)
@@ -190,7 +190,7 @@ func (e *env) writeBackup(c *cli.Context, path string, force bool) (*client.Back
 
 // printBackup prints a backup's summary (and, after --keep, the backups
 // deleted: on stderr for people).
-func (e *env) printBackup(path string, info *client.BackupInfo, removed []string) error {
+func (e *env) printBackup(path string, info *admin.BackupInfo, removed []string) error {
 	if e.json {
 		return e.printJSON(backupSummary{File: path, BackupInfo: info, Removed: removed})
 	}

@@ -8,6 +8,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // breakCommand frees a lock by the admin's decision.
@@ -42,7 +43,7 @@ func breakCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("break", name, err)
 			}
-			res, err := cl.BreakLock(e.ctx, name, reason)
+			res, err := admin.New(cl).BreakLock(e.ctx, name, reason)
 			if err != nil {
 				return fail("break", name, err)
 			}
@@ -70,5 +71,5 @@ func breakCommand(e *env) *cli.Command {
 type breakJSON struct {
 	Name   string `json:"name"`
 	Reason string `json:"reason"`
-	client.BreakResult
+	admin.BreakResult
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // Exit codes of health besides exitOK, exitError and exitUsage.
@@ -67,12 +68,12 @@ func healthCommand(e *env) *cli.Command {
 			if err := wantArgs(c, 0, 0); err != nil {
 				return err
 			}
-			lim := client.HealthLimits{MaxLag: c.Uint64("max-lag"), MaxContact: c.Duration("max-contact")}
+			lim := admin.HealthLimits{MaxLag: c.Uint64("max-lag"), MaxContact: c.Duration("max-contact")}
 			if lim.MaxContact <= 0 {
 				return usageErrorf(c, "--max-contact must be positive, got %v", lim.MaxContact)
 			}
-			rows := e.queryStatusBy(client.QueryStatusDetail)
-			answers := make([]client.StatusAnswer, len(rows))
+			rows := e.queryStatusBy(admin.QueryStatusDetail)
+			answers := make([]admin.StatusAnswer, len(rows))
 			for i, r := range rows {
 				// The caller's own problems are not the cell's: exit 1,
 				// not a verdict a probe would page on.
@@ -83,12 +84,12 @@ func healthCommand(e *env) *cli.Command {
 				case errors.Is(r.err, client.ErrCertificateRefused):
 					return &opError{op: "health", err: r.err}
 				}
-				answers[i] = client.StatusAnswer{Addr: r.Addr, Status: r.Status, Err: r.err}
+				answers[i] = admin.StatusAnswer{Addr: r.Addr, Status: r.Status, Err: r.err}
 				if r.err != nil {
 					answers[i].Err = errors.New(r.Error) // without the client's "status of ADDR:" prefix
 				}
 			}
-			rep := client.JudgeHealth(e.cell, answers, lim)
+			rep := admin.JudgeHealth(e.cell, answers, lim)
 			var err error
 			if e.json {
 				err = e.printJSON(rep)
@@ -99,9 +100,9 @@ func healthCommand(e *env) *cli.Command {
 				return err
 			}
 			switch rep.Verdict {
-			case client.HealthDegraded:
+			case admin.HealthDegraded:
 				return &exitStatus{code: exitDegraded}
-			case client.HealthUnavailable:
+			case admin.HealthUnavailable:
 				return &exitStatus{code: exitUnavailable}
 			}
 			return nil
@@ -110,7 +111,7 @@ func healthCommand(e *env) *cli.Command {
 }
 
 // printHealth prints health's table, its problems and the verdict line.
-func (e *env) printHealth(rep *client.HealthReport) error {
+func (e *env) printHealth(rep *admin.HealthReport) error {
 	master := "none known"
 	if m := rep.Master; m != nil {
 		master = fmt.Sprintf("%s (%s), term %d", m.ID, m.Addr, m.Term)

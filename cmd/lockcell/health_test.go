@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -52,9 +52,9 @@ func TestBinaryHealth(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	verdict := func(res result, want string, members, reachable int) client.HealthReport {
+	verdict := func(res result, want string, members, reachable int) lcadmin.HealthReport {
 		t.Helper()
-		var rep client.HealthReport
+		var rep lcadmin.HealthReport
 		if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil || rep.Verdict != want || rep.Cell != "h" {
 			t.Fatalf("health --json: verdict %q (%v); want %q:\n%s", rep.Verdict, err, want, res.stdout)
 		}
@@ -105,7 +105,7 @@ func TestBinaryHealth(t *testing.T) {
 		!strings.Contains(res.stdout, stray) || !strings.Contains(res.stdout, "not a member") {
 		t.Fatalf("health on a healthy cell:\n%s", res.stdout)
 	}
-	verdict(health(exitOK, "healthy cell, --json", "--json"), client.HealthHealthy, 5, 5)
+	verdict(health(exitOK, "healthy cell, --json", "--json"), lcadmin.HealthHealthy, 5, 5)
 	if res := runBin(mon, "--json", "status"); res.code != exitOK || !strings.Contains(res.stdout, `"addr":"`+stray+`","up":false,"is_master":false,"not_member":true`) {
 		t.Fatalf("status does not mark the stray address: exit %d\n%s", res.code, res.stdout)
 	}
@@ -136,7 +136,7 @@ func TestBinaryHealth(t *testing.T) {
 	if !strings.Contains(res.stdout, "verdict: degraded (4 of 5 voters healthy") || !strings.Contains(res.stdout, "problem: replica "+gone+" ") {
 		t.Fatalf("health with replica %s stopped:\n%s", gone, res.stdout)
 	}
-	rep := verdict(health(exitDegraded, "one replica stopped, --json", "--json"), client.HealthDegraded, 5, 4)
+	rep := verdict(health(exitDegraded, "one replica stopped, --json", "--json"), lcadmin.HealthDegraded, 5, 4)
 	if !rep.Quorum.Kept || rep.Quorum.HealthyVoters != 4 || len(rep.Problems) != 1 || !strings.HasPrefix(rep.Problems[0], "replica "+gone+" ") {
 		t.Fatalf("health --json with replica %s stopped: quorum %+v, problems %q", gone, rep.Quorum, rep.Problems)
 	}
@@ -148,7 +148,7 @@ func TestBinaryHealth(t *testing.T) {
 	if !strings.Contains(res.stdout, "verdict: unavailable") {
 		t.Fatalf("health with three replicas stopped:\n%s", res.stdout)
 	}
-	rep = verdict(health(exitUnavailable, "three replicas stopped, --json", "--json"), client.HealthUnavailable, 5, 2)
+	rep = verdict(health(exitUnavailable, "three replicas stopped, --json", "--json"), lcadmin.HealthUnavailable, 5, 2)
 	if rep.Quorum.Kept {
 		t.Fatalf("health --json with three replicas stopped: quorum %+v", rep.Quorum)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // locksCommand lists the locks in use under a name.
@@ -40,7 +41,7 @@ func locksCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("locks", prefix, err)
 			}
-			locks, truncated, err := cl.Locks(e.ctx, prefix)
+			locks, truncated, err := admin.New(cl).Locks(e.ctx, prefix)
 			if err != nil {
 				return fail("locks", prefix, err)
 			}
@@ -88,7 +89,7 @@ func toWaitersJSON(ws []client.LockWaiter) []waiterJSON {
 	return out
 }
 
-func toLocksJSON(locks []client.LockInfo, truncated bool) locksJSON {
+func toLocksJSON(locks []admin.LockInfo, truncated bool) locksJSON {
 	out := locksJSON{Locks: []lockJSON{}, Truncated: truncated}
 	for _, l := range locks {
 		lj := lockJSON{Name: l.Name, Mode: l.Mode.String(), Generation: l.Generation, HolderCount: l.HolderCount,
@@ -107,7 +108,7 @@ func toLocksJSON(locks []client.LockInfo, truncated bool) locksJSON {
 }
 
 // printLocks prints one line per lock.
-func (e *env) printLocks(locks []client.LockInfo, truncated bool) error {
+func (e *env) printLocks(locks []admin.LockInfo, truncated bool) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMODE\tGEN\tHOLDERS\tWAITERS\tLOCK-DELAY UNTIL\tHELD BY (PROGRAM[PID]@HOST)")
 	for _, l := range locks {

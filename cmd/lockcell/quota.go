@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // quotaCommand shows a principal's and the cell's use of their limits.
@@ -38,7 +38,7 @@ func quotaCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("quota", who, err)
 			}
-			rep, err := cl.QuotaUsage(e.ctx, who)
+			rep, err := admin.New(cl).QuotaUsage(e.ctx, who)
 			if err != nil {
 				return fail("quota", who, err)
 			}
@@ -52,7 +52,7 @@ func quotaCommand(e *env) *cli.Command {
 
 // printQuota prints one line per limit, then the biggest principals when
 // the report has them.
-func (e *env) printQuota(r *client.QuotaReport) error {
+func (e *env) printQuota(r *admin.QuotaReport) error {
 	who := r.Principal
 	if r.Admin {
 		who += " (the cell's admin)"
@@ -68,7 +68,7 @@ func (e *env) printQuota(r *client.QuotaReport) error {
 	}
 	for _, top := range []struct {
 		title string
-		us    []client.CreatorUsage
+		us    []admin.CreatorUsage
 	}{{"nodes", r.TopByNodes}, {"content bytes", r.TopByContentBytes}} {
 		if len(top.us) == 0 {
 			continue
@@ -97,7 +97,7 @@ func quotaAmount(n int64, bytes bool) string {
 // quotaNote says what an operator must know of a limit beyond its
 // figures: that it is full for the principal shown, that the admin is
 // exempt, or how much of it is kept for the admin.
-func quotaNote(l client.QuotaLimit, admin bool) string {
+func quotaNote(l admin.QuotaLimit, admin bool) string {
 	switch {
 	case l.Exempt:
 		return "the admin is exempt"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -47,16 +47,16 @@ func TestBinaryQuotaFullCellAdminRepairs(t *testing.T) {
 		}
 		return res
 	}
-	quota := func(who []string, args ...string) client.QuotaReport {
+	quota := func(who []string, args ...string) lcadmin.QuotaReport {
 		t.Helper()
-		var rep client.QuotaReport
+		var rep lcadmin.QuotaReport
 		res := ok(who, append([]string{"--json", "quota"}, args...)...)
 		if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
 			t.Fatalf("quota --json: %v\n%s", err, res.stdout)
 		}
 		return rep
 	}
-	contentLimit := func(rep client.QuotaReport) client.QuotaLimit {
+	contentLimit := func(rep lcadmin.QuotaReport) lcadmin.QuotaLimit {
 		t.Helper()
 		l, found := rep.Limit("content_bytes")
 		if !found || l.Max != cellBytes || l.Reserve != reserve {

@@ -18,6 +18,7 @@ import (
 
 	"lockcell/cell"
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -252,10 +253,10 @@ func (l *load) close() {
 }
 
 // replicaList runs `lockcell --json replica list` and decodes it.
-func replicaList(t *testing.T, bin string, flags []string) client.ReplicaList {
+func replicaList(t *testing.T, bin string, flags []string) lcadmin.ReplicaList {
 	t.Helper()
 	res := runCLI(t, bin, "", nil, append(append([]string(nil), flags...), "--json", "replica", "list")...)
-	var list client.ReplicaList
+	var list lcadmin.ReplicaList
 	if res.code != exitOK || json.Unmarshal([]byte(res.stdout), &list) != nil {
 		t.Fatalf("replica list: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
@@ -263,7 +264,7 @@ func replicaList(t *testing.T, bin string, flags []string) client.ReplicaList {
 }
 
 // memberIDs are the ids in list, sorted, with each one's suffrage.
-func memberIDs(list client.ReplicaList) []string {
+func memberIDs(list lcadmin.ReplicaList) []string {
 	var out []string
 	for _, r := range list.Replicas {
 		out = append(out, r.ID+":"+r.Suffrage)
@@ -284,7 +285,7 @@ func sameStateHash(t *testing.T, cfg client.Config, addrs []string, within time.
 		var errs []error
 		for _, a := range addrs {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			i, sum, err := client.StateHash(ctx, cfg, a)
+			i, sum, err := lcadmin.StateHash(ctx, cfg, a)
 			cancel()
 			if err != nil {
 				errs = append(errs, err)
@@ -404,7 +405,7 @@ func TestReplaceDeadReplicaUnderLoad(t *testing.T) {
 	m2 := -1
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := l.writer.Replicas(ctx)
+	list, err := lcadmin.New(l.writer).Replicas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // replicaPoll is how often replica add asks the master whether the new
@@ -58,7 +59,7 @@ func replicaListCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("replica list", "", err)
 			}
-			list, err := cl.Replicas(e.ctx)
+			list, err := admin.New(cl).Replicas(e.ctx)
 			if err != nil {
 				return membershipFail("replica list", "", err)
 			}
@@ -100,7 +101,7 @@ func replicaAddCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("replica add", id, err)
 			}
-			list, err := cl.AddReplica(e.ctx, id, clientAddr, raftAddr)
+			list, err := admin.New(cl).AddReplica(e.ctx, id, clientAddr, raftAddr)
 			if err != nil {
 				return membershipFail("replica add", id, err)
 			}
@@ -140,7 +141,7 @@ func replicaRemoveCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("replica remove", id, err)
 			}
-			list, err := cl.RemoveReplica(e.ctx, id)
+			list, err := admin.New(cl).RemoveReplica(e.ctx, id)
 			if err != nil {
 				return membershipFail("replica remove", id, err)
 			}
@@ -154,7 +155,7 @@ func replicaRemoveCommand(e *env) *cli.Command {
 
 // waitVoter polls the members until id votes, reporting each change of its
 // state on stderr (not under --json).
-func (e *env) waitVoter(cl *client.Client, id string, list client.ReplicaList) (client.ReplicaList, error) {
+func (e *env) waitVoter(cl *client.Client, id string, list admin.ReplicaList) (admin.ReplicaList, error) {
 	start := time.Now()
 	last := ""
 	t := time.NewTicker(replicaPoll)
@@ -164,7 +165,7 @@ func (e *env) waitVoter(cl *client.Client, id string, list client.ReplicaList) (
 		if !ok {
 			return list, fmt.Errorf("replica %s left the configuration while it caught up (did it stop, or did someone remove it?)", id)
 		}
-		if r.Suffrage == client.SuffrageVoter {
+		if r.Suffrage == admin.SuffrageVoter {
 			if !e.json {
 				fmt.Fprintf(e.stderr, "replica %s is a voter (%s)\n", id, time.Since(start).Round(100*time.Millisecond))
 			}
@@ -179,7 +180,7 @@ func (e *env) waitVoter(cl *client.Client, id string, list client.ReplicaList) (
 			return list, e.ctx.Err()
 		case <-t.C:
 		}
-		next, err := cl.Replicas(e.ctx)
+		next, err := admin.New(cl).Replicas(e.ctx)
 		if err != nil {
 			return list, err
 		}
@@ -188,7 +189,7 @@ func (e *env) waitVoter(cl *client.Client, id string, list client.ReplicaList) (
 }
 
 // memberState says how a non-voter is doing, for add's progress lines.
-func memberState(r client.ReplicaStatus) string {
+func memberState(r admin.ReplicaStatus) string {
 	if !r.Healthy {
 		return r.Suffrage + ", not heard from yet (is it running at " + r.RaftAddr + "?)"
 	}
@@ -210,7 +211,7 @@ func membershipFail(op, id string, err error) *opError {
 }
 
 // printReplicas prints the members as a table.
-func (e *env) printReplicas(list client.ReplicaList) error {
+func (e *env) printReplicas(list admin.ReplicaList) error {
 	if _, err := fmt.Fprintf(e.stdout, "cell %s: %d members, %d voters, configured size %d\n",
 		e.cell, len(list.Replicas), list.Voters(), list.ConfiguredSize); err != nil {
 		return err

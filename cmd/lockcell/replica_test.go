@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -90,7 +90,7 @@ func TestReplicaVerbs(t *testing.T) {
 	}
 	res = runBin(admin, "replica", "list", "--json")
 	check(res, exitOK, "", "replica list --json")
-	var list client.ReplicaList
+	var list lcadmin.ReplicaList
 	if err := json.Unmarshal([]byte(res.stdout), &list); err != nil || len(list.Replicas) != 3 || list.ConfiguredSize != 3 || list.Voters() != 3 {
 		t.Fatalf("replica list --json: %v: %q", err, res.stdout)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"lockcell/client/admin"
 	"os"
 	"strconv"
 
@@ -102,7 +103,7 @@ func seqCheckCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("seq check", "", err)
 			}
-			st, err := cl.SequencerStatus(e.ctx, b)
+			st, err := admin.New(cl).SequencerStatus(e.ctx, b)
 			if err != nil {
 				return fail("seq check", "", err)
 			}

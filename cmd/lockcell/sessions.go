@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"lockcell/client/admin"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,7 +30,7 @@ func sessionsCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			list, err := cl.Sessions(e.ctx)
+			list, err := admin.New(cl).Sessions(e.ctx)
 			if err != nil {
 				return fail("sessions", "", err)
 			}

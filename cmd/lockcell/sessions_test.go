@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -48,7 +49,7 @@ func TestSessionsVerb(t *testing.T) {
 	if !found {
 		t.Fatalf("holder not listed:\n%s", out)
 	}
-	var list []client.SessionInfo
+	var list []admin.SessionInfo
 	if err := json.Unmarshal([]byte(r.ok("--json", "sessions").stdout), &list); err != nil || len(list) < 2 {
 		t.Fatalf("--json sessions: %v %+v", err, list)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -88,7 +88,7 @@ func TestShellScript(t *testing.T) {
 		dec := json.NewDecoder(strings.NewReader(res.stdout))
 		var ids [2][]uint64
 		for i := range ids {
-			var list []client.SessionInfo
+			var list []admin.SessionInfo
 			if err := dec.Decode(&list); err != nil {
 				t.Fatalf("sessions output %q: %v", res.stdout, err)
 			}

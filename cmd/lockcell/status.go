@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // statusTimeout bounds how long status waits for any one replica.
@@ -72,21 +73,21 @@ type statusRow struct {
 	IsMaster bool   `json:"is_master"`
 	// NotMember: the replica answering at Addr (or, when none answers,
 	// the address) is not in the master's configuration.
-	NotMember bool               `json:"not_member,omitempty"`
-	Error     string             `json:"error,omitempty"`
-	Status    *client.CellStatus `json:"status,omitempty"`
+	NotMember bool              `json:"not_member,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	Status    *admin.CellStatus `json:"status,omitempty"`
 
 	refused bool  // nothing listens at Addr
 	err     error // why Status is nil
 }
 
 // statusQuery asks the replica at addr for its status.
-type statusQuery func(ctx context.Context, cfg client.Config, addr string) (*client.CellStatus, error)
+type statusQuery func(ctx context.Context, cfg client.Config, addr string) (*admin.CellStatus, error)
 
 // queryStatus asks every replica in --replicas at once, then every member
 // the answers name that --replicas lacks (a replica that joined after the
 // flags were written), so the table shows the cell as it is.
-func (e *env) queryStatus() []statusRow { return e.queryStatusBy(client.QueryStatusWith) }
+func (e *env) queryStatus() []statusRow { return e.queryStatusBy(admin.QueryStatusWith) }
 
 // queryStatusBy is queryStatus asking each replica with query.
 func (e *env) queryStatusBy(query statusQuery) []statusRow {
@@ -145,7 +146,7 @@ func (e *env) queryAddrs(addrs []string, query statusQuery) []statusRow {
 // term sees it (an old master cut off from the rest may still believe in
 // itself under an older term): its id, when known, and client address.
 func pickMaster(rows []statusRow) (id, addr string) {
-	var best *client.CellStatus
+	var best *admin.CellStatus
 	for _, r := range rows {
 		if st := r.Status; st != nil && st.Master != "" && (best == nil || st.Term > best.Term) {
 			best = st
@@ -169,7 +170,7 @@ func pickMaster(rows []statusRow) (id, addr string) {
 // Nothing is marked when no answer names a master: no configuration is
 // current enough to judge by.
 func markNonMembers(rows []statusRow, masterID string) {
-	var view *client.CellStatus
+	var view *admin.CellStatus
 	for _, r := range rows {
 		st := r.Status
 		switch {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"lockcell/client/admin"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -35,7 +36,7 @@ func replicaTransferCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("replica transfer-leadership", id, err)
 			}
-			tr, err := cl.TransferLeadership(e.ctx, id)
+			tr, err := admin.New(cl).TransferLeadership(e.ctx, id)
 			if err != nil {
 				return membershipFail("replica transfer-leadership", id, err)
 			}

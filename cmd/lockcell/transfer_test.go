@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -49,7 +49,7 @@ func TestReplicaTransferLeadership(t *testing.T) {
 	// The master as the cell itself names it (a replica that just lost an
 	// early election may still be stopping its term).
 	res := runBin(admin, "--json", "replica", "list")
-	var list client.ReplicaList
+	var list lcadmin.ReplicaList
 	if err := json.Unmarshal([]byte(res.stdout), &list); err != nil {
 		t.Fatalf("replica list: %v: %q %q", err, res.stdout, res.stderr)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -166,12 +167,12 @@ func TestServeAuditLinesAtDefaultLevel(t *testing.T) {
 }
 
 // readTrail reads replica addr's whole audit trail, page by page.
-func readTrail(cfg client.Config, addr string) ([]client.AuditRecord, error) {
-	var out []client.AuditRecord
-	q := client.AuditQuery{Since: 1, Max: 7} // small pages: paging is part of what is checked
+func readTrail(cfg client.Config, addr string) ([]lcadmin.AuditRecord, error) {
+	var out []lcadmin.AuditRecord
+	q := lcadmin.AuditQuery{Since: 1, Max: 7} // small pages: paging is part of what is checked
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		page, err := client.ReadAudit(ctx, cfg, addr, q)
+		page, err := lcadmin.ReadAudit(ctx, cfg, addr, q)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -222,11 +223,11 @@ func TestAuditTrailAcrossFailover(t *testing.T) {
 	}
 	pc.Start(mi)
 
-	if _, err := client.ReadAudit(ctx, acfg, pc.Addrs()[(mi+1)%pc.N()], client.AuditQuery{}); !errors.Is(err, client.ErrPermission) {
+	if _, err := lcadmin.ReadAudit(ctx, acfg, pc.Addrs()[(mi+1)%pc.N()], lcadmin.AuditQuery{}); !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("alice reads the audit trail: %v, want ErrPermission", err)
 	}
 	cfg := pc.ClientConfig()
-	trails := make([][]client.AuditRecord, pc.N())
+	trails := make([][]lcadmin.AuditRecord, pc.N())
 	deadline := time.Now().Add(60 * time.Second)
 	for i := range pc.N() {
 		for { // the restarted replica starts and catches up
@@ -241,7 +242,7 @@ func TestAuditTrailAcrossFailover(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	key := func(r client.AuditRecord) string {
+	key := func(r lcadmin.AuditRecord) string {
 		return fmt.Sprintf("%d %s %s %s %s", r.Index, r.Op, r.Principal, r.Name, r.Result)
 	}
 	for i, trail := range trails {

@@ -12,6 +12,7 @@ import (
 
 	"lockcell/cell/certs"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -130,13 +131,13 @@ func TestServeReloadsCertificatesOnSIGHUP(t *testing.T) {
 	if err := h.SetContents(ctx, []byte("after restart")); err != nil {
 		t.Fatal(err)
 	}
-	mst, err := client.QueryStatusWith(ctx, pc.ClientConfig(), peers[mi].ClientAddr)
+	mst, err := admin.QueryStatusWith(ctx, pc.ClientConfig(), peers[mi].ClientAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st, err := client.QueryStatusWith(ctx, pc.ClientConfig(), peers[other].ClientAddr)
+		st, err := admin.QueryStatusWith(ctx, pc.ClientConfig(), peers[other].ClientAddr)
 		if err == nil && st.AppliedIndex >= mst.CommitIndex {
 			break
 		}

@@ -14,6 +14,7 @@ import (
 
 	"lockcell/cell"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -180,7 +181,7 @@ func TestServeConfigFileProcess(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := client.QueryStatusWith(ctx, ccfg, peer.ClientAddr)
+		st, err := admin.QueryStatusWith(ctx, ccfg, peer.ClientAddr)
 		cancel()
 		if err == nil && st.Epoch > 0 {
 			break

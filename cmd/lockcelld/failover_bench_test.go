@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -223,13 +224,13 @@ func failoverRound(ctx context.Context, pc *fixtures.ProcCell, round int, idle *
 		}
 	}
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	ss, err := holder.c.Sessions(sctx)
+	ss, err := admin.New(holder.c).Sessions(sctx)
 	scancel()
 	if err != nil {
 		return ph, fmt.Errorf("list sessions: %w", err)
 	}
 	for _, w := range []*watched{holder, idle} {
-		if !slices.ContainsFunc(ss, func(si client.SessionInfo) bool { return si.ID == w.c.Session() }) {
+		if !slices.ContainsFunc(ss, func(si admin.SessionInfo) bool { return si.ID == w.c.Session() }) {
 			return ph, fmt.Errorf("session %d is no longer listed by the master", w.c.Session())
 		}
 	}
@@ -321,16 +322,16 @@ func logField(line, key string) string {
 // what the master had committed when first asked; then lets the machine
 // settle for a second, so a restarted replica's start-up does not share
 // the CPU with the next fail-over. It returns the master's status.
-func waitCellHealthy(ctx context.Context, pc *fixtures.ProcCell, timeout time.Duration) (*client.CellStatus, error) {
+func waitCellHealthy(ctx context.Context, pc *fixtures.ProcCell, timeout time.Duration) (*admin.CellStatus, error) {
 	deadline := time.Now().Add(timeout)
 	addrs := pc.Addrs()
 	var last error
 	var target uint64
 	for time.Now().Before(deadline) {
-		sts := make([]*client.CellStatus, len(addrs))
+		sts := make([]*admin.CellStatus, len(addrs))
 		for i, a := range addrs {
 			qctx, cancel := context.WithTimeout(ctx, time.Second)
-			sts[i], last = client.QueryStatusWith(qctx, pc.ClientConfig(), a)
+			sts[i], last = admin.QueryStatusWith(qctx, pc.ClientConfig(), a)
 			cancel()
 			if last != nil {
 				break
@@ -367,7 +368,7 @@ func waitCellHealthy(ctx context.Context, pc *fixtures.ProcCell, timeout time.Du
 // cellAgrees checks one set of statuses: one leader serving as master, all
 // naming it at its epoch, all having applied *target (the leader's commit
 // index when first seen).
-func cellAgrees(sts []*client.CellStatus, addrs []string, target *uint64) error {
+func cellAgrees(sts []*admin.CellStatus, addrs []string, target *uint64) error {
 	li := -1
 	for i, st := range sts {
 		if st.State == "Leader" && st.Master == addrs[i] && st.Epoch > 0 {

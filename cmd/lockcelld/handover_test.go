@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -44,7 +45,7 @@ func TestServeCleanShutdownHandsMastershipOver(t *testing.T) {
 	if err := h.SetContents(ctx, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	old, err := client.QueryStatusWith(ctx, pc.ClientConfig(), peers[mi].ClientAddr)
+	old, err := admin.QueryStatusWith(ctx, pc.ClientConfig(), peers[mi].ClientAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestServeCleanShutdownHandsMastershipOver(t *testing.T) {
 				continue
 			}
 			qctx, qcancel := context.WithTimeout(ctx, time.Second)
-			st, err := client.QueryStatusWith(qctx, pc.ClientConfig(), p.ClientAddr)
+			st, err := admin.QueryStatusWith(qctx, pc.ClientConfig(), p.ClientAddr)
 			qcancel()
 			if err == nil && st.State == "Leader" && st.Master == p.ClientAddr && st.Epoch > old.Epoch {
 				newMaster, took = i, time.Since(start)

@@ -14,6 +14,7 @@ import (
 	"lockcell/cell"
 	"lockcell/cell/certs"
 	"lockcell/client"
+	"lockcell/client/admin"
 )
 
 // joinFlags are serve's flags for a replica that joins a running cell.
@@ -89,7 +90,7 @@ func joinCell(ctx context.Context, s *cell.Server, self cell.Peer, jr *joinReque
 	}
 	defer cl.Close()
 	for {
-		_, err := cl.AddReplica(ctx, self.ID, self.ClientAddr, self.RaftAddr)
+		_, err := admin.New(cl).AddReplica(ctx, self.ID, self.ClientAddr, self.RaftAddr)
 		if err == nil {
 			break
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -134,11 +135,11 @@ func TestServeJoinAddsReplica(t *testing.T) {
 	p.waitOutput(t, "added to cell \"join\" as a non-voter", 60*time.Second)
 	p.waitOutput(t, "a voter of cell \"join\"", 60*time.Second)
 
-	l, err := cl.Replicas(ctx)
+	l, err := admin.New(cl).Replicas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, ok := l.Find("4"); !ok || m.Suffrage != client.SuffrageVoter || m.ClientAddr != listen || m.RaftAddr != raftAddr {
+	if m, ok := l.Find("4"); !ok || m.Suffrage != admin.SuffrageVoter || m.ClientAddr != listen || m.RaftAddr != raftAddr {
 		t.Fatalf("member 4 as the master lists it: %+v (listed %v)", m, ok)
 	}
 	// A client that knows only the new replica reaches the cell through it
@@ -166,7 +167,7 @@ func TestServeJoinAddsReplica(t *testing.T) {
 	pollStatus := func() bool {
 		qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer qcancel()
-		st, err := client.QueryStatusWith(qctx, pc.ClientConfig(), listen)
+		st, err := admin.QueryStatusWith(qctx, pc.ClientConfig(), listen)
 		return err == nil && st.Master != ""
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -176,7 +177,7 @@ func TestServeJoinAddsReplica(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if l, err = cl.Replicas(ctx); err != nil || l.Voters() != 4 {
+	if l, err = admin.New(cl).Replicas(ctx); err != nil || l.Voters() != 4 {
 		t.Fatalf("after the restart: %+v, %v; want 4 voters", l, err)
 	}
 
@@ -189,7 +190,7 @@ func TestServeJoinAddsReplica(t *testing.T) {
 		"--data", filepath.Join(t.TempDir(), "replica-5"), "--listen", listen5, "--raft", raft5, "--lease", "20s",
 		"--cert", rcert, "--key", rkey, "--ca", set.CAFile(), "--join", pc.Addrs()[1])
 	p5.waitOutput(t, "waiting to be added: lockcell replica add 5 "+listen5+" "+raft5, 30*time.Second)
-	if _, err := cl.AddReplica(ctx, "5", listen5, raft5); err != nil {
+	if _, err := admin.New(cl).AddReplica(ctx, "5", listen5, raft5); err != nil {
 		t.Fatal(err)
 	}
 	p5.waitOutput(t, "a voter of cell \"join\"", 60*time.Second)

@@ -20,6 +20,7 @@ import (
 
 	"lockcell/cell"
 	"lockcell/client"
+	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -298,11 +299,11 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 	}
 
 	// Sessions did not come along; the sequencer key did.
-	list, err := dadmin.Sessions(ctx)
+	list, err := lcadmin.New(dadmin).Sessions(ctx)
 	if err != nil || len(list) != 1 || list[0].ID != dadmin.Session() {
 		t.Fatalf("sessions of the restored cell: %+v %v; want only this client's", list, err)
 	}
-	st, err := dadmin.SequencerStatus(ctx, seq)
+	st, err := lcadmin.New(dadmin).SequencerStatus(ctx, seq)
 	if err != nil || st.Valid {
 		t.Fatalf("a sequencer from before the backup: %+v %v; want a verified signature on a lock no longer held", st, err)
 	}

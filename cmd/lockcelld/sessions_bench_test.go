@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"lockcell/cell"
-	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -163,7 +163,7 @@ func BenchmarkSessions10k(b *testing.B) {
 	stopProgress()
 
 	qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-	cs, qerr := client.QueryStatus(qctx, addrs[mi])
+	cs, qerr := admin.QueryStatus(qctx, addrs[mi])
 	qcancel()
 
 	calls := end.KeepAlives - created.KeepAlives

@@ -20,6 +20,7 @@ import (
 
 	"lockcell/cell/certs"
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -104,11 +105,11 @@ func TestServeWithTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ss, err := cl.Sessions(ctx)
+	ss, err := admin.New(cl).Sessions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i := slices.IndexFunc(ss, func(s client.SessionInfo) bool { return s.ID == cl.Session() }); i < 0 || ss[i].Principal != "alice" {
+	if i := slices.IndexFunc(ss, func(s admin.SessionInfo) bool { return s.ID == cl.Session() }); i < 0 || ss[i].Principal != "alice" {
 		t.Fatalf("alice's session %d not listed as alice in %+v", cl.Session(), ss)
 	}
 	plain := pc.ClientConfig()
@@ -223,7 +224,7 @@ func TestDevWithTLS(t *testing.T) {
 	if err := h.SetContents(ctx, []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
-	ss, err := cl.Sessions(ctx)
+	ss, err := admin.New(cl).Sessions(ctx)
 	if err != nil || len(ss) == 0 {
 		t.Fatalf("sessions: %v %v", ss, err)
 	}

@@ -1,4 +1,4 @@
-package client_test
+package admin_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -33,7 +34,7 @@ func TestBackupPagesAndMasterChange(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	var calls []uint64
-	info, err := cl.Backup(ctx, &buf, func(done, total uint64) {
+	info, err := admin.New(cl).Backup(ctx, &buf, func(done, total uint64) {
 		calls = append(calls, done)
 		if total != uint64(buf.Len()) && done == total {
 			t.Errorf("progress says done at %d of %d with %d written", done, total, buf.Len())
@@ -45,14 +46,14 @@ func TestBackupPagesAndMasterChange(t *testing.T) {
 	if len(calls) < 3 || calls[len(calls)-1] != info.Bytes || uint64(buf.Len()) != info.Bytes || info.Nodes != 13 {
 		t.Fatalf("progress %v, info %+v, %d bytes written", calls, info, buf.Len())
 	}
-	v, err := client.VerifyBackup(bytes.NewReader(buf.Bytes()))
+	v, err := admin.VerifyBackup(bytes.NewReader(buf.Bytes()))
 	if err != nil || v.Checksum != info.Checksum || v.Index != info.Index || v.Nodes != info.Nodes {
 		t.Fatalf("verify: %+v %v; backup %+v", v, err, info)
 	}
 
 	buf.Reset()
 	stopped := false
-	_, err = cl.Backup(ctx, &buf, func(done, total uint64) {
+	_, err = admin.New(cl).Backup(ctx, &buf, func(done, total uint64) {
 		if !stopped {
 			stopped = true
 			c.StopMaster()
@@ -62,10 +63,10 @@ func TestBackupPagesAndMasterChange(t *testing.T) {
 		t.Fatalf("backup across a master change: %v", err)
 	}
 	buf.Reset()
-	if _, err := cl.Backup(ctx, &buf, nil); err != nil {
+	if _, err := admin.New(cl).Backup(ctx, &buf, nil); err != nil {
 		t.Fatalf("backup from the new master: %v", err)
 	}
-	if _, err := client.VerifyBackup(bytes.NewReader(buf.Bytes())); err != nil {
+	if _, err := admin.VerifyBackup(bytes.NewReader(buf.Bytes())); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -90,7 +91,7 @@ func BenchmarkBackupCell(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		buf.Reset()
-		info, err := cl.Backup(ctx, &buf, nil)
+		info, err := admin.New(cl).Backup(ctx, &buf, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

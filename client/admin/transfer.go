@@ -1,10 +1,11 @@
-package client
+package admin
 
 import (
 	"context"
 	"time"
 
 	"lockcell/cell/wire"
+	"lockcell/client/internal/link"
 )
 
 // transferPoll is how often TransferLeadership asks whether the new
@@ -33,7 +34,7 @@ type LeadershipTransfer struct {
 // or, for "", no other healthy voter (ErrBadRequest).
 // ctx bounds the whole wait; a transfer may still complete after ctx
 // ends.
-func (c *Client) TransferLeadership(ctx context.Context, id string) (LeadershipTransfer, error) {
+func (a *Admin) TransferLeadership(ctx context.Context, id string) (LeadershipTransfer, error) {
 	op := "transfer leadership"
 	if id != "" {
 		if err := checkMember(id, "", ""); err != nil {
@@ -45,7 +46,7 @@ func (c *Client) TransferLeadership(ctx context.Context, id string) (LeadershipT
 	// The master now, named in the request: the old master's connection
 	// may close under the call as it steps down, and the retry, landing
 	// on the new master, must not hand over again or refuse.
-	before, err := c.Replicas(ctx)
+	before, err := a.Replicas(ctx)
 	if err != nil {
 		return LeadershipTransfer{}, opErr(op, "", err)
 	}
@@ -56,13 +57,13 @@ func (c *Client) TransferLeadership(ctx context.Context, id string) (LeadershipT
 		}
 	}
 	var resp wire.ReplicaTransferLeadershipResponse
-	if err := c.call(ctx, wire.MethodReplicaTransferLeadership, false,
+	if err := link.Call(a.c, ctx, wire.MethodReplicaTransferLeadership, false,
 		&wire.ReplicaTransferLeadershipRequest{ID: id, From: from}, &resp); err != nil {
 		return LeadershipTransfer{}, opErr(op, "", err)
 	}
 	out := LeadershipTransfer{From: resp.From, To: resp.To, ToClientAddr: resp.ToClientAddr}
 	if out.ToClientAddr != "" {
-		c.addrs.learn([]string{out.ToClientAddr})
+		link.Learn(a.c, []string{out.ToClientAddr})
 	}
 	// The old master answered once it heard of its successor; the
 	// successor serves after its epoch entry applies. A membership list
@@ -70,7 +71,7 @@ func (c *Client) TransferLeadership(ctx context.Context, id string) (LeadershipT
 	t := time.NewTicker(transferPoll)
 	defer t.Stop()
 	for {
-		list, err := c.Replicas(ctx)
+		list, err := a.Replicas(ctx)
 		if err == nil {
 			for _, r := range list.Replicas {
 				if r.Master && r.ID != resp.From {

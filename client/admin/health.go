@@ -1,4 +1,4 @@
-package client
+package admin
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lockcell/cell/wire"
+	"lockcell/client"
 )
 
 // DiskUsage is what one replica keeps on disk, in bytes: the whole data
@@ -30,7 +31,7 @@ type DiskUsage struct {
 // and the principals listed in the ACL file /ls/<cell>/acl/monitor may
 // ask; anyone else gets an error that wraps ErrPermission and names that
 // file.
-func QueryStatusDetail(ctx context.Context, cfg Config, addr string) (*CellStatus, error) {
+func QueryStatusDetail(ctx context.Context, cfg client.Config, addr string) (*CellStatus, error) {
 	resp, err := cellStatus(ctx, cfg, addr, &wire.CellStatusRequest{Detail: true})
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package client
+package admin
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"lockcell/backupfile"
 	"lockcell/cell/wire"
 	"lockcell/cell/wire/bound"
+	"lockcell/client/internal/link"
 )
 
 // BackupInfo describes a backup file: the cell and index of the state it
@@ -55,9 +56,9 @@ var ErrBadBackup = errors.New("lockcell: bad backup")
 // ErrBadBackup. Only the cell's admin may take a backup (ErrPermission).
 // A change of master during the backup fails it (ErrBadRequest): start
 // again.
-func (c *Client) Backup(ctx context.Context, w io.Writer, progress func(done, total uint64)) (*BackupInfo, error) {
+func (a *Admin) Backup(ctx context.Context, w io.Writer, progress func(done, total uint64)) (*BackupInfo, error) {
 	var resp wire.BackupResponse
-	if err := c.call(ctx, wire.MethodBackup, false, &wire.BackupRequest{}, &resp); err != nil {
+	if err := link.Call(a.c, ctx, wire.MethodBackup, false, &wire.BackupRequest{}, &resp); err != nil {
 		return nil, opErr("backup", "", err)
 	}
 	first := resp
@@ -88,7 +89,7 @@ func (c *Client) Backup(ctx context.Context, w io.Writer, progress func(done, to
 			break
 		}
 		resp = wire.BackupResponse{}
-		if err := c.call(ctx, wire.MethodBackup, false, &wire.BackupRequest{ID: first.ID, Offset: done}, &resp); err != nil {
+		if err := link.Call(a.c, ctx, wire.MethodBackup, false, &wire.BackupRequest{ID: first.ID, Offset: done}, &resp); err != nil {
 			return nil, opErr("backup", "", err)
 		}
 	}

@@ -1,9 +1,10 @@
-package client
+package admin
 
 import (
 	"context"
 
 	"lockcell/cell/wire"
+	"lockcell/client/internal/link"
 )
 
 // QuotaLimit is one limit of the cell and what it counts now, as
@@ -70,9 +71,9 @@ func (r *QuotaReport) Limit(name string) (QuotaLimit, bool) {
 // otherwise), and only the admin is told the biggest principals. The
 // master reads its counters, never the namespace, and rations the call as
 // a read.
-func (c *Client) QuotaUsage(ctx context.Context, principal string) (*QuotaReport, error) {
+func (a *Admin) QuotaUsage(ctx context.Context, principal string) (*QuotaReport, error) {
 	var resp wire.QuotaUsageResponse
-	if err := c.call(ctx, wire.MethodQuotaUsage, false, &wire.QuotaUsageRequest{Principal: principal}, &resp); err != nil {
+	if err := link.Call(a.c, ctx, wire.MethodQuotaUsage, false, &wire.QuotaUsageRequest{Principal: principal}, &resp); err != nil {
 		return nil, opErr("quota usage", principal, err)
 	}
 	r := &QuotaReport{Principal: resp.Principal, Admin: resp.Admin, Limits: make([]QuotaLimit, 0, len(resp.Limits)),

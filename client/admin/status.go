@@ -1,4 +1,4 @@
-package client
+package admin
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"lockcell/cell/wire"
+	"lockcell/client"
+	"lockcell/client/internal/link"
 )
 
 // ReplicaStatus describes one member as the answering replica sees it.
@@ -52,13 +54,13 @@ type CellStatus struct {
 // cell, over plain TCP. It needs no session. QueryStatusWith dials as a
 // configuration says (TLS, dialer).
 func QueryStatus(ctx context.Context, addr string) (*CellStatus, error) {
-	return QueryStatusWith(ctx, Config{}, addr)
+	return QueryStatusWith(ctx, client.Config{}, addr)
 }
 
 // QueryStatusWith is QueryStatus over a connection made as cfg says (its
 // Dialer, TLS and DialTimeout): a cell with TLS answers nothing else. Only
 // those fields of cfg are used.
-func QueryStatusWith(ctx context.Context, cfg Config, addr string) (*CellStatus, error) {
+func QueryStatusWith(ctx context.Context, cfg client.Config, addr string) (*CellStatus, error) {
 	resp, err := cellStatus(ctx, cfg, addr, &wire.CellStatusRequest{})
 	if err != nil {
 		return nil, err
@@ -93,7 +95,7 @@ func cellStatusOf(resp *wire.CellStatusResponse) *CellStatus {
 // at most one hash per interval (ErrTooMany otherwise, a result still
 // current is served again), and this call accepts that the master pauses
 // the cell's writes for it.
-func StateHash(ctx context.Context, cfg Config, addr string) (uint64, []byte, error) {
+func StateHash(ctx context.Context, cfg client.Config, addr string) (uint64, []byte, error) {
 	resp, err := cellStatus(ctx, cfg, addr, &wire.CellStatusRequest{StateHash: true, AllowMaster: true})
 	if err != nil {
 		return 0, nil, err
@@ -101,31 +103,12 @@ func StateHash(ctx context.Context, cfg Config, addr string) (uint64, []byte, er
 	return resp.HashIndex, resp.StateHash, nil
 }
 
-func cellStatus(ctx context.Context, cfg Config, addr string, req *wire.CellStatusRequest) (*wire.CellStatusResponse, error) {
+func cellStatus(ctx context.Context, cfg client.Config, addr string, req *wire.CellStatusRequest) (*wire.CellStatusResponse, error) {
 	var resp wire.CellStatusResponse
-	if err := callReplica(ctx, cfg, addr, wire.MethodCellStatus, req, &resp); err != nil {
+	if err := link.CallReplica(ctx, cfg, addr, wire.MethodCellStatus, req, &resp); err != nil {
 		return nil, fmt.Errorf("status of %s: %w", addr, err)
 	}
 	return &resp, nil
-}
-
-// callReplica makes one session-less call (CellStatus, AuditRead) to the
-// replica at addr itself, master or not, over a connection of its own
-// made as cfg says (its Dialer, TLS and DialTimeout, 2 s when unset).
-func callReplica(ctx context.Context, cfg Config, addr string, method wire.Method, req, resp any) error {
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 2 * time.Second
-	}
-	cn, err := dial(ctx, dialOptsOf(&cfg), addr, cfg.DialTimeout)
-	if err != nil {
-		return err
-	}
-	defer cn.close()
-	st, err := cn.call(ctx, &wire.Header{Method: method}, req, resp)
-	if err == nil {
-		err = st.Err()
-	}
-	return err
 }
 
 // SessionInfo describes one live session of the cell, with the identity
@@ -135,7 +118,7 @@ type SessionInfo struct {
 	ID        uint64 `json:"id"`
 	Client    string `json:"client,omitempty"`
 	Principal string `json:"principal,omitempty"`
-	Identity
+	client.Identity
 	Created time.Time     `json:"created"`
 	Lease   time.Duration `json:"lease_remaining_ns"`
 	Handles int           `json:"handles"`
@@ -149,16 +132,16 @@ type SessionInfo struct {
 // principal's sessions, as if no others existed. At most 5000 are
 // listed, in id order, and fewer when their names and identities are long
 // (the reply must fit a frame).
-func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
+func (a *Admin) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	var resp wire.ListSessionsResponse
-	if err := c.call(ctx, wire.MethodListSessions, false, &wire.ListSessionsRequest{}, &resp); err != nil {
+	if err := link.Call(a.c, ctx, wire.MethodListSessions, false, &wire.ListSessionsRequest{}, &resp); err != nil {
 		return nil, opErr("sessions", "", err)
 	}
 	out := make([]SessionInfo, len(resp.Sessions))
 	for i, s := range resp.Sessions {
 		out[i] = SessionInfo{ID: s.ID, Client: s.Client, Principal: s.Principal, Created: time.Unix(0, s.Created),
 			Lease: time.Duration(s.LeaseMillis) * time.Millisecond, Handles: int(s.Handles), Locks: s.Locks,
-			Identity: Identity{Host: s.Host, PID: int(s.PID), Program: s.Program}}
+			Identity: client.Identity{Host: s.Host, PID: int(s.PID), Program: s.Program}}
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package client
+package admin
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"lockcell/cell/wire"
+	"lockcell/client"
+	"lockcell/client/internal/link"
 )
 
 // AuditRecord is one mutation of the cell's audit trail: what was done
@@ -60,13 +62,13 @@ type AuditPage struct {
 // (every replica holds the same records), over a connection made as cfg
 // says (its Dialer, TLS and DialTimeout). It needs no session, and only
 // the cell's admin may read it (ErrPermission).
-func ReadAudit(ctx context.Context, cfg Config, addr string, q AuditQuery) (*AuditPage, error) {
+func ReadAudit(ctx context.Context, cfg client.Config, addr string, q AuditQuery) (*AuditPage, error) {
 	req := &wire.AuditReadRequest{Since: q.Since, Prefix: q.Prefix, Max: uint32(max(q.Max, 0)), WaitMillis: q.Wait.Milliseconds()}
 	if !q.SinceTime.IsZero() {
 		req.SinceTime = q.SinceTime.UnixNano()
 	}
 	var resp wire.AuditReadResponse
-	if err := callReplica(ctx, cfg, addr, wire.MethodAuditRead, req, &resp); err != nil {
+	if err := link.CallReplica(ctx, cfg, addr, wire.MethodAuditRead, req, &resp); err != nil {
 		return nil, fmt.Errorf("audit trail of %s: %w", addr, err)
 	}
 	page := &AuditPage{Next: resp.Next, Oldest: resp.Oldest, Last: resp.Last, Replica: resp.Replica,

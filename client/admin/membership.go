@@ -1,4 +1,4 @@
-package client
+package admin
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lockcell/cell/wire"
+	"lockcell/client/internal/link"
 )
 
 // Suffrage values of ReplicaStatus.Suffrage: a voter counts toward the
@@ -53,8 +54,8 @@ func (l *ReplicaList) Voters() int {
 // Replicas lists the cell's members as the master sees them. Only the
 // cell's admin may ask (ErrPermission otherwise). The client also adopts
 // the members' client addresses as the replicas it tries.
-func (c *Client) Replicas(ctx context.Context) (ReplicaList, error) {
-	return c.membership(ctx, "list replicas", wire.MethodReplicaList, &wire.ReplicaListRequest{})
+func (a *Admin) Replicas(ctx context.Context) (ReplicaList, error) {
+	return a.membership(ctx, "list replicas", wire.MethodReplicaList, &wire.ReplicaListRequest{})
 }
 
 // AddReplica adds the member id, reached by clients at clientAddr and by
@@ -67,11 +68,11 @@ func (c *Client) Replicas(ctx context.Context) (ReplicaList, error) {
 // changes nothing. Only the cell's admin may add (ErrPermission); a change
 // the master refuses fails with the master's reason, and a malformed id or
 // address with ErrBadRequest before anything is sent.
-func (c *Client) AddReplica(ctx context.Context, id, clientAddr, raftAddr string) (ReplicaList, error) {
+func (a *Admin) AddReplica(ctx context.Context, id, clientAddr, raftAddr string) (ReplicaList, error) {
 	if err := checkMember(id, clientAddr, raftAddr); err != nil {
 		return ReplicaList{}, opErr("add replica", id, err)
 	}
-	return c.membership(ctx, "add replica "+id, wire.MethodReplicaAdd,
+	return a.membership(ctx, "add replica "+id, wire.MethodReplicaAdd,
 		&wire.ReplicaAddRequest{ID: id, ClientAddr: clientAddr, RaftAddr: raftAddr})
 }
 
@@ -81,16 +82,16 @@ func (c *Client) AddReplica(ctx context.Context, id, clientAddr, raftAddr string
 // of the configured size, or that would remove the last healthy voters;
 // the error carries its reason. Only the cell's admin may remove
 // (ErrPermission).
-func (c *Client) RemoveReplica(ctx context.Context, id string) (ReplicaList, error) {
+func (a *Admin) RemoveReplica(ctx context.Context, id string) (ReplicaList, error) {
 	if err := checkMember(id, "", ""); err != nil {
 		return ReplicaList{}, opErr("remove replica", id, err)
 	}
-	return c.membership(ctx, "remove replica "+id, wire.MethodReplicaRemove, &wire.ReplicaRemoveRequest{ID: id})
+	return a.membership(ctx, "remove replica "+id, wire.MethodReplicaRemove, &wire.ReplicaRemoveRequest{ID: id})
 }
 
-func (c *Client) membership(ctx context.Context, op string, m wire.Method, req any) (ReplicaList, error) {
+func (a *Admin) membership(ctx context.Context, op string, m wire.Method, req any) (ReplicaList, error) {
 	var resp wire.ReplicaListResponse
-	if err := c.call(ctx, m, false, req, &resp); err != nil {
+	if err := link.Call(a.c, ctx, m, false, req, &resp); err != nil {
 		return ReplicaList{}, opErr(op, "", err)
 	}
 	out := ReplicaList{ConfiguredSize: resp.ConfiguredSize, Index: resp.Index}
@@ -98,19 +99,8 @@ func (c *Client) membership(ctx context.Context, op string, m wire.Method, req a
 		out.Replicas = append(out.Replicas, replicaStatusOf(r))
 	}
 	// The master's own answer: the addresses to try from now on.
-	c.addrs.learn(clientAddrs(resp.Replicas))
+	link.Learn(a.c, clientAddrs(resp.Replicas))
 	return out, nil
-}
-
-// sessionless reports whether calls of method m go without a session: the
-// membership calls, whose outcome must not hang on the caller's session
-// (an operator replacing a dead machine may have none to spare).
-func sessionless(m wire.Method) bool {
-	switch m {
-	case wire.MethodReplicaAdd, wire.MethodReplicaRemove, wire.MethodReplicaList, wire.MethodReplicaTransferLeadership:
-		return true
-	}
-	return false
 }
 
 // checkMember validates a member's id and, when given, its addresses, so
