@@ -185,15 +185,15 @@ func (c *Config) setDefaults() error {
 }
 
 // Client is a session with a cell. It is safe for concurrent use.
-//
-// Its state is split by concern, each part behind its own lock: route
-// (route.go: the known master, the address set, the connections),
-// sess (session.go: id, epoch, lifecycle and lease), ids (ids.go: request
-// ids) and pool (handlepool.go: idle handles). Only route's lock is ever
-// held while another is taken (the address set's, then nothing else);
-// the pool's lock is held across the cache's, which is a leaf. No lock is
-// held across a call or a dial.
 type Client struct {
+	// Its state is split by concern, each part behind its own lock: route
+	// (route.go: the known master, the address set, the connections),
+	// sess (session.go: id, epoch, lifecycle and lease), ids (ids.go:
+	// request ids) and pool (handlepool.go: idle handles). Only route's
+	// lock is ever held while another is taken (the address set's, then
+	// nothing else); the pool's lock is held across the cache's, which is
+	// a leaf. No lock is held across a call or a dial.
+
 	cfg   Config
 	log   *slog.Logger
 	clock Clock // cfg.Clock: every lease, jeopardy, grace and retry timing

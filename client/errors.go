@@ -1,44 +1,41 @@
 package client
 
-import (
-	"errors"
-
-	"lockcell/cell/wire"
-)
+import "errors"
 
 // Typed errors. Every error a Client or Handle returns matches one of these
-// under errors.Is when it has a known kind.
+// under errors.Is when it has a known kind; an error the cell returned
+// matches the one of its kind.
 var (
-	ErrNotFound           = wire.ErrNotFound
-	ErrExists             = wire.ErrExists
-	ErrPermission         = wire.ErrPermission
-	ErrGenerationMismatch = wire.ErrGenerationMismatch
-	ErrLockHeld           = wire.ErrLockHeld
-	ErrNotHeld            = wire.ErrNotHeld
-	ErrSessionExpired     = wire.ErrSessionExpired
-	ErrUnknownSession     = wire.ErrUnknownSession
-	ErrInvalidName        = wire.ErrInvalidName
-	ErrTooLarge           = wire.ErrTooLarge
-	ErrHandleInvalid      = wire.ErrHandleInvalid
-	ErrNotEmpty           = wire.ErrNotEmpty
-	ErrNotDir             = wire.ErrNotDir
-	ErrIsDir              = wire.ErrIsDir
-	ErrLockDelay          = wire.ErrLockDelay
-	ErrEpochChanged       = wire.ErrBadEpoch
-	ErrBadRequest         = wire.ErrBadRequest
-	ErrCanceled           = wire.ErrCanceled
-	ErrStaleSequencer     = wire.ErrStaleSequencer
-	ErrBadSequencer       = wire.ErrBadSequencer
+	ErrNotFound           = codeErr(codeNotFound)
+	ErrExists             = codeErr(codeExists)
+	ErrPermission         = codeErr(codePermission)
+	ErrGenerationMismatch = codeErr(codeGenerationMismatch)
+	ErrLockHeld           = codeErr(codeLockHeld)
+	ErrNotHeld            = codeErr(codeNotHeld)
+	ErrSessionExpired     = codeErr(codeSessionExpired)
+	ErrUnknownSession     = codeErr(codeUnknownSession)
+	ErrInvalidName        = codeErr(codeInvalidName)
+	ErrTooLarge           = codeErr(codeTooLarge)
+	ErrHandleInvalid      = codeErr(codeHandleInvalid)
+	ErrNotEmpty           = codeErr(codeNotEmpty)
+	ErrNotDir             = codeErr(codeNotDir)
+	ErrIsDir              = codeErr(codeIsDir)
+	ErrLockDelay          = codeErr(codeLockDelay)
+	ErrEpochChanged       = codeErr(codeBadEpoch)
+	ErrBadRequest         = codeErr(codeBadRequest)
+	ErrCanceled           = codeErr(codeCanceled)
+	ErrStaleSequencer     = codeErr(codeStaleSequencer)
+	ErrBadSequencer       = codeErr(codeBadSequencer)
 	// ErrTooMany: a limit of the cell was reached (sessions per principal
 	// or connection, handles per session, calls in flight per session).
-	ErrTooMany = wire.ErrTooMany
+	ErrTooMany = codeErr(codeTooMany)
 	// ErrQuotaExceeded: a create or write would take the cell past its
 	// quota of nodes or of content bytes, or the caller's principal past
 	// its quota of nodes; the message names the quota and its limit.
 	// Nothing was changed: no node was created, the old contents stand.
 	// Reads, deletes, locks and KeepAlives keep working, and a delete
 	// frees room.
-	ErrQuotaExceeded = wire.ErrQuotaExceeded
+	ErrQuotaExceeded = codeErr(codeQuotaExceeded)
 
 	// ErrNoMaster means no master answered within Config.RetryTimeout: the
 	// cell has lost its quorum, or none of its replicas is reachable.

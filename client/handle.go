@@ -19,19 +19,19 @@ type OpenMode uint32
 // Open modes; combine with |.
 const (
 	// Read lets the handle read contents, stats and listings.
-	Read OpenMode = OpenMode(wire.OpenRead)
+	Read OpenMode = 1 << 0
 	// Write lets the handle write contents, delete the node and take its lock.
-	Write OpenMode = OpenMode(wire.OpenWrite)
+	Write OpenMode = 1 << 1
 	// Create creates the node when it does not exist (its parent must).
-	Create OpenMode = OpenMode(wire.OpenCreate)
+	Create OpenMode = 1 << 2
 	// Excl with Create fails with ErrExists when the node exists.
-	Excl OpenMode = OpenMode(wire.OpenExcl)
+	Excl OpenMode = 1 << 3
 	// Directory creates, or insists on, a directory.
-	Directory OpenMode = OpenMode(wire.OpenDirectory)
+	Directory OpenMode = 1 << 4
 	// Ephemeral with Create makes a node that is deleted when no session
 	// holds it open (files) or when empty (directories), and a file that
 	// dies with its creating session.
-	Ephemeral OpenMode = OpenMode(wire.OpenEphemeral)
+	Ephemeral OpenMode = 1 << 5
 )
 
 // LockMode is a reader/writer lock mode.
@@ -40,9 +40,9 @@ type LockMode uint8
 // Lock modes.
 const (
 	// Exclusive: one holder.
-	Exclusive LockMode = LockMode(wire.LockExclusive)
+	Exclusive LockMode = 1
 	// Shared: any number of holders.
-	Shared LockMode = LockMode(wire.LockShared)
+	Shared LockMode = 2
 )
 
 func (m LockMode) String() string {
@@ -80,12 +80,12 @@ type EventMask uint32
 
 // Handle event selectors; combine with |.
 const (
-	OnContentsModified EventMask = EventMask(wire.MaskContentsModified)
-	OnChildAdded       EventMask = EventMask(wire.MaskChildAdded)
-	OnChildRemoved     EventMask = EventMask(wire.MaskChildRemoved)
-	OnLockAcquired     EventMask = EventMask(wire.MaskLockAcquired)
-	OnConflictingLock  EventMask = EventMask(wire.MaskConflictingLock)
-	OnHandleInvalid    EventMask = EventMask(wire.MaskHandleInvalid)
+	OnContentsModified EventMask = 1 << 0
+	OnChildAdded       EventMask = 1 << 1
+	OnChildRemoved     EventMask = 1 << 2
+	OnLockAcquired     EventMask = 1 << 3
+	OnConflictingLock  EventMask = 1 << 4
+	OnHandleInvalid    EventMask = 1 << 5
 )
 
 // WithEvents asks for handle events while the handle is open: they arrive
@@ -96,7 +96,7 @@ func WithEvents(m EventMask) OpenOption {
 }
 
 // WithoutCache makes every read on the handle go to the master instead of
-// the client's cache.
+// being answered from the cache the client keeps.
 func WithoutCache() OpenOption {
 	return func(o *openOptions) { o.noCache = true }
 }
@@ -488,13 +488,18 @@ func dirEntries(ents []wire.DirEntry) []DirEntry {
 }
 
 // SetOption adjusts a SetContents.
-type SetOption func(*wire.SetContentsRequest)
+type SetOption func(*setOptions)
+
+type setOptions struct {
+	gen    uint64
+	hasGen bool
+}
 
 // IfGeneration makes SetContents a compare-and-swap: it writes only if the
 // file's content generation is still gen, and otherwise fails with
 // ErrGenerationMismatch, changing nothing.
 func IfGeneration(gen uint64) SetOption {
-	return func(r *wire.SetContentsRequest) { r.IfGeneration, r.HasIfGeneration = gen, true }
+	return func(o *setOptions) { o.gen, o.hasGen = gen, true }
 }
 
 // SetContents replaces a file's contents (at most 256 KiB) atomically.
@@ -513,9 +518,11 @@ func (h *Handle) SetContentsAndStat(ctx context.Context, data []byte, opts ...Se
 		req  wire.SetContentsRequest
 		resp wire.StatResponse
 	}{req: wire.SetContentsRequest{Handle: h.id, Contents: data, Sequencer: h.sequencer()}}
+	var so setOptions
 	for _, o := range opts {
-		o(&rr.req)
+		o(&so)
 	}
+	rr.req.IfGeneration, rr.req.HasIfGeneration = so.gen, so.hasGen
 	if rr.req.Contents == nil {
 		rr.req.Contents = []byte{}
 	}

@@ -28,7 +28,7 @@ type Identity struct {
 
 // MaxIdentityLen is the most bytes Identity.Host and Identity.Program
 // may each have.
-const MaxIdentityLen = wire.MaxIdentityLen
+const MaxIdentityLen = 256
 
 // ProcessIdentity returns this process's identity as Dial declares it by
 // default: os.Hostname, os.Getpid and the base name of os.Args[0], each
@@ -115,7 +115,7 @@ type LockDelayCause struct {
 }
 
 // MaxStatHolders is the most holders a Stat names.
-const MaxStatHolders = wire.MaxStatHolders
+const MaxStatHolders = 64
 
 func holdersFrom(hs []wire.LockHolder) []LockHolder {
 	if len(hs) == 0 {

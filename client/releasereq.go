@@ -28,11 +28,11 @@ type ReleaseRequest struct {
 }
 
 // MaxReleaseReason bounds the reason of a RequestRelease.
-const MaxReleaseReason = wire.MaxReleaseReason
+const MaxReleaseReason = 1024
 
 // RequestReleaseInterval is how often one session may ask the holders of
 // one lock to let go; RequestRelease fails with ErrTooMany sooner.
-const RequestReleaseInterval = wire.RequestReleaseIntervalMillis * time.Millisecond
+const RequestReleaseInterval = time.Second
 
 // releaseQueue is how many requests a handle keeps for its holder to read.
 const releaseQueue = 16

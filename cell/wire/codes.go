@@ -136,10 +136,17 @@ func (e *Error) Error() string {
 	return "lockcell: " + e.Code.String() + ": " + e.Msg
 }
 
-// Is matches any *Error with the same code.
+// Is matches any *Error with the same code, and any error that reports
+// the same code through a WireCode method: the sentinels a package of its
+// own declares (package client's) then match what the cell returns.
 func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	switch t := target.(type) {
+	case *Error:
+		return t.Code == e.Code
+	case interface{ WireCode() Code }:
+		return t.WireCode() == e.Code
+	}
+	return false
 }
 
 // Errorf builds a typed error of kind code with a formatted detail.

@@ -49,7 +49,7 @@ var ErrBadBackup = errors.New("lockcell: bad backup")
 // Backup streams a backup of the cell from the master into w: one
 // consistent snapshot of the whole state (every node, its stat and
 // contents, the ACLs, the sessions and the cell's sequencer key) at an
-// index the master confirmed as leader, in pages of wire.BackupChunk bytes.
+// index the master confirmed as leader, in pages of 512 KiB.
 // progress, when not nil, is called after each page with the bytes
 // written so far and the total. The bytes are checked against the
 // checksum the master announced before Backup returns; a mismatch is

@@ -29,7 +29,7 @@ type LockInfo struct {
 // prefix and below it ("" for the whole cell; a relative prefix is
 // resolved as client.ResolveName says): all of them for the cell's admin, for anyone else
 // those it may read (the others are left out without a trace). The list
-// is as of one moment (a linearizable read); at most wire.MaxListedLocks
+// is as of one moment (a linearizable read); at most 1000
 // locks are listed, and truncated says there were more.
 func (a *Admin) Locks(ctx context.Context, prefix string) (locks []LockInfo, truncated bool, err error) {
 	if prefix == "" {

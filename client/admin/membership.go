@@ -14,8 +14,8 @@ import (
 // cell's quorum; a non-voter receives the log (a new member catching up)
 // but does not vote.
 const (
-	SuffrageVoter    = wire.SuffrageVoter
-	SuffrageNonvoter = wire.SuffrageNonvoter
+	SuffrageVoter    = "voter"
+	SuffrageNonvoter = "nonvoter"
 )
 
 // ReplicaList is the cell's membership as the master sees it: every member

@@ -42,7 +42,7 @@ type CreatorUsage struct {
 // cell's admin), its per-principal limits and then the cell's, in that
 // order (names ending in "_per_principal" first). TopByNodes and
 // TopByContentBytes name the cell's biggest principals, most first (at
-// most wire.MaxQuotaTop each); they are empty unless the caller is the
+// most 5 each); they are empty unless the caller is the
 // admin. Each figure is exact as of its own read at the master; together
 // they are not one snapshot.
 type QuotaReport struct {
