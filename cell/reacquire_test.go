@@ -15,7 +15,7 @@ import (
 // An uncontended re-acquire by a session that keeps its handle open costs
 // one call: Acquire's reply carries the grant's sequencer, so
 // GetSequencer needs no call while the lock context lives. Counted with
-// client.CallsSent over many cycles, so a KeepAlive slipping in cannot
+// testhook.CallsSent over many cycles, so a KeepAlive slipping in cannot
 // hide a call per cycle.
 func TestReacquireCalls(t *testing.T) {
 	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: 12 * time.Second})

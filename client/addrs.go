@@ -10,10 +10,6 @@ import (
 	"lockcell/cell/wire"
 )
 
-// DefaultReplicaRefresh is how often a Client asks the master for the
-// cell's membership when nothing else made it ask (Config.ReplicaRefresh).
-const DefaultReplicaRefresh = time.Minute
-
 // addrSet is the set of replica client addresses a Client tries, in
 // rotation, when it knows no master. It starts as Config.Replicas and
 // follows the cell's membership from then on: members added since the

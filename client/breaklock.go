@@ -1,17 +1,10 @@
 package client
 
 import (
-	"errors"
 	"fmt"
 
 	"lockcell/cell/wire"
 )
-
-// ErrLockBroken is the cause (context.Cause of Handle.LockContext, under
-// errors.Is) when the cell's admin broke the lock the handle held
-// (BreakLock): the lock is free or another's, at a later generation, and
-// the handle's sequencer is stale at every resource server that checks it.
-var ErrLockBroken = errors.New("lockcell: lock broken by the cell's admin")
 
 // lockBroken ends the lock context of the handle a LockBroken event names
 // (only that handle: others of this client on the same name may be

@@ -1,44 +1,3 @@
-// Package client is the library Go programs link to use a lockcell cell:
-// a Client holds one session with the cell's master (discovered from the
-// replica list and followed across fail-overs), and Handles behave like
-// os.File for the cell's files and directories, which double as
-// reader/writer locks.
-//
-// ConfigFromEnv builds a Config from the environment the lockcell CLI
-// reads (LOCKCELL_CELL, LOCKCELL_REPLICAS, LOCKCELL_CERT, LOCKCELL_KEY,
-// LOCKCELL_CA, LOCKCELL_CONNECT_TO), with the CLI's defaults. Names are
-// full (/ls/<cell>/a/b) or, when they do not start with "/", relative to
-// the cell root /ls/<cell> on every Client call that takes one (Open,
-// Campaign, Leader, Observe, Locks, BreakLock), as on the command line.
-// "" is no name (ErrInvalidName: an unset variable must not open the
-// root), except as Locks's prefix, where it is the whole cell.
-//
-// Closing is bounded whether the cell is reachable or not: Close waits at
-// most Config.CloseTimeout, CloseContext until its context ends, and both
-// release the local state (handles, lock contexts, event channels,
-// connections) before they return. A handle close that did not reach the
-// cell goes on in the background, so a session that lives on does not
-// keep its lock.
-//
-// A held lock tells its holder when to stop: Handle.LockContext ends the
-// moment the lock may be lost, and Handle.ReleaseRequested delivers the
-// requests of other sessions (Handle.RequestRelease: a waiter, or the
-// cell's admin, with a reason) that the holder let go. A request is
-// advice; the holder decides when to Release.
-//
-// Events are never dropped silently: a handle opened WithEvents has its
-// own stream (Handle.Events) besides Client.Events, each event carries
-// where it happened (epoch, node instance, content and lock generations),
-// a reader that falls behind gets an Overflow event telling it to re-read,
-// and a fail-over the session survives re-announces every such handle's
-// node (Reannounce). Client.Observe streams an election's leader changes.
-//
-// Client.MkdirAll creates a directory and its missing parents, and Open
-// WithParents does the same for the node it creates; both take an
-// existing directory, also one another client creates at the same moment,
-// as success. Handle.GetSequencer returns a Sequencer: the cell-signed
-// bytes resource servers check (package sequencer), whose methods read
-// the lock's name, mode, generation and cell without a call.
 package client
 
 import (
@@ -54,11 +13,6 @@ import (
 	"lockcell/cache"
 	"lockcell/cell/wire"
 )
-
-// DefaultCloseTimeout is Config.CloseTimeout's default: long enough for a
-// master fail-over, short enough that a program shutting down while the
-// cell is unreachable is not held up.
-const DefaultCloseTimeout = 5 * time.Second
 
 // Config configures a Client.
 type Config struct {
@@ -185,6 +139,36 @@ func (c *Config) setDefaults() error {
 }
 
 // Client is a session with a cell. It is safe for concurrent use.
+//
+// Names are full (/ls/<cell>/a/b) or, when they do not start with "/",
+// relative to the cell root /ls/<cell> on every call that takes one, as
+// on the command line (ResolveName). "" is no name (ErrInvalidName: an
+// unset variable must not open the root).
+//
+// Closing is bounded whether the cell is reachable or not: Close waits at
+// most Config.CloseTimeout, CloseContext until its context ends, and both
+// release the local state (handles, lock contexts, event channels,
+// connections) before they return. A handle close that did not reach the
+// cell goes on in the background, so a session that lives on does not
+// keep its lock.
+//
+// A held lock tells its holder when to stop: Handle.LockContext ends the
+// moment the lock may be lost, and Handle.ReleaseRequested delivers the
+// requests of other sessions (Handle.RequestRelease: a waiter, or the
+// cell's admin, with a reason) that the holder let go. A request is
+// advice; the holder decides when to Release.
+//
+// Events are never dropped silently: a handle opened WithEvents has its
+// own stream (Handle.Events) besides Client.Events, each event carries
+// where it happened (epoch, node instance, content and lock generations),
+// a reader that falls behind gets an Overflow event telling it to re-read,
+// and a fail-over the session survives re-announces every such handle's
+// node (Reannounce).
+//
+// MkdirAll creates a directory and its missing parents, and Open
+// WithParents does the same for the node it creates; both take an
+// existing directory, also one another client creates at the same moment,
+// as success.
 type Client struct {
 	// Its state is split by concern, each part behind its own lock: route
 	// (route.go: the known master, the address set, the connections),

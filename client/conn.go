@@ -57,22 +57,6 @@ const (
 	keptStreamReuse = 10 * time.Second
 )
 
-// ErrCertificateRefused means a replica refused this client's TLS
-// certificate (unknown CA, expired, not yet valid, not a user
-// certificate...). The cell's replicas share one CA, so the call is not
-// retried at another: it fails at once.
-var ErrCertificateRefused = errors.New("lockcell: the cell refused this client's TLS certificate")
-
-// ErrAllRefused means Dial found nothing listening: in one round over
-// every configured replica each refused the TCP connection (ECONNREFUSED),
-// so no cell runs at those addresses (or they are wrong). Dial then fails
-// at once, naming the addresses, instead of retrying for RetryTimeout. Any
-// other failure (a connect that times out, a replica that answers but
-// knows no master) keeps Dial retrying as before, and a Client that Dial
-// has returned is never failed this way: it keeps hunting for a master
-// through its jeopardy and grace period.
-var ErrAllRefused = errors.New("lockcell: connection refused by every replica")
-
 // refusedConn reports whether err is a refused TCP connection.
 func refusedConn(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// ConnectTo is one rule of a dialer that reaches replicas at other
+// connectTo is one rule of a dialer that reaches replicas at other
 // addresses than the ones the cell names, as curl's --connect-to does:
 // a replica the cell knows as Host:Port is dialled at ToHost:ToPort. An
 // empty Host or Port matches any; an empty ToHost or ToPort keeps the
@@ -18,14 +18,14 @@ import (
 // compose cell whose replicas call each other replica-1 .. replica-5 and
 // publish their ports on 127.0.0.1: the rule "::127.0.0.1:" dials every
 // replica at 127.0.0.1 on its own port, with no /etc/hosts entries.
-type ConnectTo struct {
+type connectTo struct {
 	Host, Port, ToHost, ToPort string
 }
 
-// ParseConnectTo parses comma-separated rules HOST:PORT:TOHOST:TOPORT
+// parseConnectTo parses comma-separated rules HOST:PORT:TOHOST:TOPORT
 // (IPv6 hosts in brackets). The first rule that matches an address wins.
-func ParseConnectTo(s string) ([]ConnectTo, error) {
-	var out []ConnectTo
+func parseConnectTo(s string) ([]connectTo, error) {
+	var out []connectTo
 	for _, r := range strings.Split(s, ",") {
 		if r = strings.TrimSpace(r); r == "" {
 			continue
@@ -34,7 +34,7 @@ func ParseConnectTo(s string) ([]ConnectTo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("connect-to rule %q: %w (want HOST:PORT:TOHOST:TOPORT, any part empty)", r, err)
 		}
-		out = append(out, ConnectTo{Host: f[0], Port: f[1], ToHost: f[2], ToPort: f[3]})
+		out = append(out, connectTo{Host: f[0], Port: f[1], ToHost: f[2], ToPort: f[3]})
 	}
 	return out, nil
 }
@@ -71,8 +71,8 @@ func splitConnectTo(r string) ([4]string, error) {
 	return f, nil
 }
 
-// Target returns the address rules send addr to (addr when none matches).
-func Target(rules []ConnectTo, addr string) string {
+// connectTarget returns the address rules send addr to (addr when none matches).
+func connectTarget(rules []connectTo, addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
@@ -92,13 +92,13 @@ func Target(rules []ConnectTo, addr string) string {
 	return addr
 }
 
-// ConnectToDialer returns a Config.Dialer that dials each address where
+// connectToDialer returns a Config.Dialer that dials each address where
 // rules send it, through next (nil: net.Dialer).
-func ConnectToDialer(rules []ConnectTo, next func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func connectToDialer(rules []connectTo, next func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	if next == nil {
 		next = (&net.Dialer{}).DialContext
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return next(ctx, network, Target(rules, addr))
+		return next(ctx, network, connectTarget(rules, addr))
 	}
 }

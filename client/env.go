@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"lockcell/cell/certs"
 	"lockcell/cell/wire"
@@ -26,20 +27,29 @@ const (
 	EnvCert = "LOCKCELL_CERT"
 	EnvKey  = "LOCKCELL_KEY"
 	EnvCA   = "LOCKCELL_CA"
-	// EnvConnectTo is ParseConnectTo's rules: dial replicas elsewhere than
-	// the cell names them (default none).
+	// EnvConnectTo holds comma-separated rules HOST:PORT:TOHOST:TOPORT,
+	// as curl's --connect-to (any part empty; IPv6 hosts in brackets): a
+	// replica the cell knows as HOST:PORT is dialled at TOHOST:TOPORT,
+	// the first rule that matches winning, while the cell's name for it
+	// (and the TLS check of its certificate) stays. It serves a client
+	// outside a container network: "::127.0.0.1:" dials every replica at
+	// 127.0.0.1 on its own port (default none).
 	EnvConnectTo = "LOCKCELL_CONNECT_TO"
 )
 
-// Defaults of ConfigFromEnv (and the CLI): what `lockcelld dev` starts.
+// Defaults. DefaultCell and DefaultReplicas are those of ConfigFromEnv
+// (and the CLI): what `lockcelld dev` starts.
 const (
 	DefaultCell     = "local"
 	DefaultReplicas = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005"
+	// DefaultCloseTimeout is Config.CloseTimeout's default: long enough for a
+	// master fail-over, short enough that a program shutting down while the
+	// cell is unreachable is not held up.
+	DefaultCloseTimeout = 5 * time.Second
+	// DefaultReplicaRefresh is how often a Client asks the master for the
+	// cell's membership when nothing else made it ask (Config.ReplicaRefresh).
+	DefaultReplicaRefresh = time.Minute
 )
-
-// ErrTLSIncomplete: some but not all of EnvCert, EnvKey and EnvCA are
-// set. An EnvError carrying it names the first one missing.
-var ErrTLSIncomplete = errors.New("lockcell: LOCKCELL_CERT, LOCKCELL_KEY and LOCKCELL_CA go together")
 
 // EnvError is a setting ConfigFromEnv (or ConfigFromLookup) cannot use:
 // the variable, the value it had, and why (Unwrap). A bad cell name wraps
@@ -69,7 +79,7 @@ func (e *EnvError) Unwrap() error { return e.Err }
 // DefaultCell), the seeds (EnvReplicas, default DefaultReplicas), mutual
 // TLS from EnvCert, EnvKey and EnvCA (default none: plain TCP; the files
 // are read now, so a missing or bad one fails here, not at Dial), and a
-// ConnectToDialer from EnvConnectTo. Every other field is left zero (Dial's
+// Dialer following EnvConnectTo's rules. Every other field is left zero (Dial's
 // defaults): set them on the result before Dial. A value that is set but
 // unusable (an empty or invalid cell name, no addresses, a bad rule)
 // fails with an *EnvError naming the variable.
@@ -101,12 +111,12 @@ func ConfigFromLookup(lookup func(name string) (string, bool)) (Config, error) {
 		return Config{}, &EnvError{Var: EnvReplicas, Value: raw, Err: errors.New("no replica addresses given")}
 	}
 	if v := get(EnvConnectTo, ""); v != "" {
-		rules, err := ParseConnectTo(v)
+		rules, err := parseConnectTo(v)
 		if err != nil {
 			return Config{}, &EnvError{Var: EnvConnectTo, Value: v, Err: err}
 		}
 		if len(rules) > 0 {
-			cfg.Dialer = ConnectToDialer(rules, nil)
+			cfg.Dialer = connectToDialer(rules, nil)
 		}
 	}
 	files := [3]string{get(EnvCert, ""), get(EnvKey, ""), get(EnvCA, "")}

@@ -42,6 +42,53 @@ var (
 	ErrNoMaster = errors.New("lockcell: no master reachable (the cell has no quorum or cannot be reached)")
 	// ErrClosed means the Client or Handle was closed by the application.
 	ErrClosed = errors.New("lockcell: closed")
+
+	// ErrCertificateRefused means a replica refused this client's TLS
+	// certificate (unknown CA, expired, not yet valid, not a user
+	// certificate...). The cell's replicas share one CA, so the call is not
+	// retried at another: it fails at once.
+	ErrCertificateRefused = errors.New("lockcell: the cell refused this client's TLS certificate")
+	// ErrAllRefused means Dial found nothing listening: in one round over
+	// every configured replica each refused the TCP connection (ECONNREFUSED),
+	// so no cell runs at those addresses (or they are wrong). Dial then fails
+	// at once, naming the addresses, instead of retrying for RetryTimeout. Any
+	// other failure (a connect that times out, a replica that answers but
+	// knows no master) keeps Dial retrying as before, and a Client that Dial
+	// has returned is never failed this way: it keeps hunting for a master
+	// through its jeopardy and grace period.
+	ErrAllRefused = errors.New("lockcell: connection refused by every replica")
+	// ErrTooManyConnections means a replica refused the connection because a
+	// cap on connections was full: its connections from this address
+	// (--max-conns-per-ip, 64 by default), of this principal
+	// (--max-conns-per-principal) or in all (--max-conns). The error also
+	// matches ErrTooMany, and its message names the cap and its value.
+	//
+	// A Client is one session and holds one connection per replica it talks
+	// to (in practice the master's), however many goroutines call through it
+	// and however many handles, locks and parked calls it has: every call in
+	// flight is a stream of that one connection. A process that dials one
+	// Client per goroutine or per worker uses one connection to the master
+	// for each, and meets the per-address cap at 64; it should share one
+	// Client (or a few) among them instead, set Config.ShareConnections on
+	// its Clients (their sessions then share one connection per replica), or
+	// the operator raise the cap.
+	//
+	// Dial fails with it at once when the replica named as the master refused
+	// the connection, or every replica did; a Client that Dial has returned
+	// keeps retrying through RetryTimeout (a place may come free), and then
+	// fails with ErrNoMaster wrapping it.
+	ErrTooManyConnections = errors.New("lockcell: connection refused: too many connections")
+	// ErrTLSIncomplete: some but not all of EnvCert, EnvKey and EnvCA are
+	// set. An EnvError carrying it names the first one missing.
+	ErrTLSIncomplete = errors.New("lockcell: LOCKCELL_CERT, LOCKCELL_KEY and LOCKCELL_CA go together")
+	// ErrPoisoned is the error of every call on a handle after Poison (but
+	// Close), and of the calls in flight on it when Poison was called.
+	ErrPoisoned = errors.New("lockcell: handle poisoned")
+	// ErrLockBroken is the cause (context.Cause of Handle.LockContext, under
+	// errors.Is) when the cell's admin broke the lock the handle held
+	// (admin.Admin.BreakLock): the lock is free or another's, at a later generation, and
+	// the handle's sequencer is stale at every resource server that checks it.
+	ErrLockBroken = errors.New("lockcell: lock broken by the cell's admin")
 )
 
 // OpError records the operation and the name that failed, like

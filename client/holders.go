@@ -26,10 +26,6 @@ type Identity struct {
 	Program string `json:"program,omitempty"`
 }
 
-// MaxIdentityLen is the most bytes Identity.Host and Identity.Program
-// may each have.
-const MaxIdentityLen = 256
-
 // ProcessIdentity returns this process's identity as Dial declares it by
 // default: os.Hostname, os.Getpid and the base name of os.Args[0], each
 // made fit to declare (cut to MaxIdentityLen bytes, control characters
@@ -113,9 +109,6 @@ type LockDelayCause struct {
 	Identity
 	Expired time.Time `json:"expired,omitzero"`
 }
-
-// MaxStatHolders is the most holders a Stat names.
-const MaxStatHolders = 64
 
 func holdersFrom(hs []wire.LockHolder) []LockHolder {
 	if len(hs) == 0 {

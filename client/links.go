@@ -23,6 +23,13 @@ func init() {
 	link.CacheStats = func(c any) cache.Stats { return c.(*Client).cacheStats() }
 	testhook.CallsSent = callsSent.Load
 	testhook.PooledHandles = func(c any) int { return c.(*Client).pool.len() }
+	testhook.ConnectTarget = func(rules, addr string) (string, error) {
+		rs, err := parseConnectTo(rules)
+		if err != nil {
+			return "", err
+		}
+		return connectTarget(rs, addr), nil
+	}
 }
 
 // callReplica makes one session-less call (CellStatus, AuditRead) to the

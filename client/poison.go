@@ -5,10 +5,6 @@ import (
 	"errors"
 )
 
-// ErrPoisoned is the error of every call on a handle after Poison (but
-// Close), and of the calls in flight on it when Poison was called.
-var ErrPoisoned = errors.New("lockcell: handle poisoned")
-
 // Poison marks the handle so that every later call on it except Close and
 // Name fails at once with an error matching ErrPoisoned, without a round
 // trip to the cell, and calls in flight on it end with that error too (a

@@ -9,28 +9,6 @@ import (
 	"lockcell/cell/wire"
 )
 
-// ErrTooManyConnections means a replica refused the connection because a
-// cap on connections was full: its connections from this address
-// (--max-conns-per-ip, 64 by default), of this principal
-// (--max-conns-per-principal) or in all (--max-conns). The error also
-// matches ErrTooMany, and its message names the cap and its value.
-//
-// A Client is one session and holds one connection per replica it talks
-// to (in practice the master's), however many goroutines call through it
-// and however many handles, locks and parked calls it has: every call in
-// flight is a stream of that one connection. A process that dials one
-// Client per goroutine or per worker uses one connection to the master
-// for each, and meets the per-address cap at 64; it should share one
-// Client (or a few) among them instead, set Config.ShareConnections on
-// its Clients (their sessions then share one connection per replica), or
-// the operator raise the cap.
-//
-// Dial fails with it at once when the replica named as the master refused
-// the connection, or every replica did; a Client that Dial has returned
-// keeps retrying through RetryTimeout (a place may come free), and then
-// fails with ErrNoMaster wrapping it.
-var ErrTooManyConnections = errors.New("lockcell: connection refused: too many connections")
-
 // connRefusedError is a replica's refusal of a connection: it matches
 // ErrTooManyConnections and, through the replica's typed error, ErrTooMany.
 type connRefusedError struct {

@@ -27,13 +27,6 @@ type ReleaseRequest struct {
 	Time time.Time
 }
 
-// MaxReleaseReason bounds the reason of a RequestRelease.
-const MaxReleaseReason = 1024
-
-// RequestReleaseInterval is how often one session may ask the holders of
-// one lock to let go; RequestRelease fails with ErrTooMany sooner.
-const RequestReleaseInterval = time.Second
-
 // releaseQueue is how many requests a handle keeps for its holder to read.
 const releaseQueue = 16
 

@@ -45,7 +45,7 @@ const (
 	// HandleInvalid: the node was deleted; handles on it are invalid.
 	HandleInvalid
 	// LockBroken: the cell's admin broke a lock a handle of this session
-	// held (Client.BreakLock); delivered whatever events the handle asked
+	// held (admin.Admin.BreakLock); delivered whatever events the handle asked
 	// for, and that handle's lock context has ended (ErrLockBroken).
 	LockBroken
 	// ReleaseRequested: another session asked a handle of this session

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"lockcell/client"
+	_ "lockcell/client" // sets testhook.ConnectTarget
+	"lockcell/internal/testhook"
 )
 
 // TestComposeClientsNeedNoHostsFile checks both ways compose.yaml offers
@@ -51,12 +52,11 @@ func TestComposeClientsNeedNoHostsFile(t *testing.T) {
 	if m == nil {
 		t.Fatal("compose.yaml does not document LOCKCELL_CONNECT_TO for clients on the host")
 	}
-	rules, err := client.ParseConnectTo(string(m[1]))
-	if err != nil {
+	if _, err := testhook.ConnectTarget(string(m[1]), ""); err != nil {
 		t.Fatalf("compose.yaml's LOCKCELL_CONNECT_TO: %v", err)
 	}
 	for _, r := range reps {
-		to := client.Target(rules, r.settings["listen"])
+		to, _ := testhook.ConnectTarget(string(m[1]), r.settings["listen"])
 		if !slices.Contains(strs(r.svc, "ports"), to+":"+strings.Split(to, ":")[1]) {
 			t.Errorf("%s: --connect-to sends %s to %s, which compose does not publish (ports %v)",
 				r.service, r.settings["listen"], to, strs(r.svc, "ports"))

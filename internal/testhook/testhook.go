@@ -13,4 +13,8 @@ var (
 	// PooledHandles reports how many idle handles the client c (a
 	// *client.Client) keeps open for reuse.
 	PooledHandles func(c any) int
+
+	// ConnectTarget parses rules as client.EnvConnectTo's value and
+	// returns the address they send addr to (addr when none matches).
+	ConnectTarget func(rules, addr string) (string, error)
 )
