@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"lockcell/client"
-	"lockcell/client/admin"
+	lcadmin "lockcell/client/admin"
 )
 
 // The workloads.
@@ -337,10 +337,10 @@ func (r *run) dial(ctx context.Context) (*client.Client, error) {
 // lease, rounded up to the second) and how many replicas the master
 // lists. Neither is essential: a failure leaves them out.
 func (r *run) noteCell(ctx context.Context) {
-	r.res.Params["members"] = len(r.admin.ReplicaAddrs())
+	r.res.Params["members"] = len(lcadmin.New(r.admin).ReplicaAddrs())
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
-	ss, err := admin.New(r.admin).Sessions(cctx)
+	ss, err := lcadmin.New(r.admin).Sessions(cctx)
 	if err != nil {
 		return
 	}

@@ -123,15 +123,6 @@ func (s *addrSet) learn(addrs []string) {
 	s.addrs = append(next, s.aliases...)
 }
 
-// ReplicaAddrs returns the client addresses of the replicas the client
-// tries when it looks for a master: Config.Replicas until it has heard the
-// cell's membership from the master (right after Dial), the live members'
-// addresses from then on, followed by any seed that never named a member
-// (such as a load balancer's address). A client none of whose
-// Config.Replicas is a member's own client address (it reaches the cell
-// through proxies, NAT or a load balancer) keeps to Config.Replicas.
-func (c *Client) ReplicaAddrs() []string { return c.addrs.list() }
-
 // refreshAddrs asks for a refresh of the address set soon (without
 // waiting for it).
 func (c *Client) refreshAddrs() {

@@ -18,7 +18,7 @@ func waitAddrs(t *testing.T, cl *client.Client, want []string, within time.Durat
 	want = slices.Sorted(slices.Values(want))
 	deadline := time.Now().Add(within)
 	for {
-		got := slices.Sorted(slices.Values(cl.ReplicaAddrs()))
+		got := slices.Sorted(slices.Values(lcadmin.New(cl).ReplicaAddrs()))
 		if slices.Equal(got, want) {
 			return
 		}
@@ -54,10 +54,10 @@ func TestClientLearnsReplicasFromCell(t *testing.T) {
 	if err := h.SetContents(ctx, []byte("after")); err != nil {
 		t.Fatalf("write after the seed and the master stopped: %v", err)
 	}
-	if got := cl.Master(); got == c.Addrs()[seed] || got == c.Addrs()[m] {
+	if got := lcadmin.New(cl).Master(); got == c.Addrs()[seed] || got == c.Addrs()[m] {
 		t.Fatalf("client believes %s (stopped) is master", got)
 	}
-	if len(cl.ReplicaAddrs()) == 0 {
+	if len(lcadmin.New(cl).ReplicaAddrs()) == 0 {
 		t.Fatal("address set is empty")
 	}
 }
@@ -130,7 +130,7 @@ func TestClientDropsRemovedReplica(t *testing.T) {
 			rest = append(rest, a)
 		}
 	}
-	if got := slices.Sorted(slices.Values(operator.ReplicaAddrs())); !slices.Equal(got, slices.Sorted(slices.Values(rest))) {
+	if got := slices.Sorted(slices.Values(lcadmin.New(operator).ReplicaAddrs())); !slices.Equal(got, slices.Sorted(slices.Values(rest))) {
 		t.Fatalf("the removing client tries %v, want %v", got, rest)
 	}
 	waitAddrs(t, watcher, rest, 10*time.Second)

@@ -252,9 +252,6 @@ func (c *Client) Session() uint64 {
 // Cell returns the cell name.
 func (c *Client) Cell() string { return c.cfg.Cell }
 
-// Master returns the address of the replica the client believes is master.
-func (c *Client) Master() string { return c.route.masterAddr() }
-
 // Close is CloseContext bounded by Config.CloseTimeout (default 5 s):
 // it never blocks longer, even while the cell is unreachable.
 func (c *Client) Close() error {

@@ -20,6 +20,8 @@ func init() {
 	}
 	link.Learn = func(c any, addrs []string) { c.(*Client).addrs.learn(addrs) }
 	link.Abs = func(c any, name string) string { return c.(*Client).abs(name) }
+	link.Master = func(c any) string { return c.(*Client).route.masterAddr() }
+	link.ReplicaAddrs = func(c any) []string { return c.(*Client).addrs.list() }
 	link.CacheStats = func(c any) cache.Stats { return c.(*Client).cacheStats() }
 	testhook.CallsSent = callsSent.Load
 	testhook.PooledHandles = func(c any) int { return c.(*Client).pool.len() }

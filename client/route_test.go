@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/admin"
 	"lockcell/fixtures"
 )
 
@@ -110,7 +111,7 @@ func TestRetryLoopRedirectAndCancel(t *testing.T) {
 	if err := h.SetContents(ctx, []byte("x")); err != nil {
 		t.Fatalf("write sent to a follower: %v", err)
 	}
-	if got := cl.Master(); got != c.Addrs()[m] {
+	if got := admin.New(cl).Master(); got != c.Addrs()[m] {
 		t.Fatalf("after the redirect the client believes %s is master, want %s", got, c.Addrs()[m])
 	}
 	// It keeps no connection to the replica that redirected it.

@@ -22,7 +22,7 @@ import (
 // Admin makes the admin and diagnostic calls through a Client's session.
 // It holds nothing but the Client: make one wherever it is needed, and it
 // is as safe for concurrent use as the Client. Most of its calls are the
-// cell's admin's alone (ErrPermission for any other principal); each says
+// cell's admin's alone (client.ErrPermission for any other principal); each says
 // which.
 type Admin struct{ c *client.Client }
 
@@ -53,7 +53,7 @@ type CacheStats struct {
 }
 
 // CacheStats reports the Client's cache counters (all zero with
-// Config.DisableCache). Client.Collector exports the same figures to
+// client.Config.DisableCache). client.Client.Collector exports the same figures to
 // Prometheus.
 func (a *Admin) CacheStats() CacheStats {
 	st := link.CacheStats(a.c)
@@ -64,3 +64,17 @@ func cacheStatsOf(st cache.Stats) CacheStats {
 	return CacheStats{Hits: st.Hits, Misses: st.Misses, NegativeHits: st.NegativeHits, NegativeMisses: st.NegativeMisses,
 		Invalidations: st.Invalidations, Evictions: st.Evictions, Entries: st.Entries, Bytes: st.Bytes}
 }
+
+// Master returns the address of the replica the Client believes is
+// master.
+func (a *Admin) Master() string { return link.Master(a.c) }
+
+// ReplicaAddrs returns the client addresses of the replicas the Client
+// tries when it looks for a master: client.Config.Replicas until it has
+// heard the cell's membership from the master (right after Dial), the
+// live members' addresses from then on, followed by any seed that never
+// named a member (such as a load balancer's address). A client none of
+// whose Config.Replicas is a member's own client address (it reaches the
+// cell through proxies, NAT or a load balancer) keeps to its
+// Config.Replicas.
+func (a *Admin) ReplicaAddrs() []string { return link.ReplicaAddrs(a.c) }

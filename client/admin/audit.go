@@ -61,7 +61,7 @@ type AuditPage struct {
 // ReadAudit reads the audit trail from the replica at addr, master or not
 // (every replica holds the same records), over a connection made as cfg
 // says (its Dialer, TLS and DialTimeout). It needs no session, and only
-// the cell's admin may read it (ErrPermission).
+// the cell's admin may read it (client.ErrPermission).
 func ReadAudit(ctx context.Context, cfg client.Config, addr string, q AuditQuery) (*AuditPage, error) {
 	req := &wire.AuditReadRequest{Since: q.Since, Prefix: q.Prefix, Max: uint32(max(q.Max, 0)), WaitMillis: q.Wait.Milliseconds()}
 	if !q.SinceTime.IsZero() {

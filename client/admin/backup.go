@@ -53,8 +53,8 @@ var ErrBadBackup = errors.New("lockcell: bad backup")
 // progress, when not nil, is called after each page with the bytes
 // written so far and the total. The bytes are checked against the
 // checksum the master announced before Backup returns; a mismatch is
-// ErrBadBackup. Only the cell's admin may take a backup (ErrPermission).
-// A change of master during the backup fails it (ErrBadRequest): start
+// ErrBadBackup. Only the cell's admin may take a backup (client.ErrPermission).
+// A change of master during the backup fails it (client.ErrBadRequest): start
 // again.
 func (a *Admin) Backup(ctx context.Context, w io.Writer, progress func(done, total uint64)) (*BackupInfo, error) {
 	var resp wire.BackupResponse

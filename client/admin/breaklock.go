@@ -15,19 +15,19 @@ type BreakResult struct {
 	// except that a running lock-delay ends).
 	Holders []client.LockHolder `json:"holders"`
 	// Generation is the lock's generation after the break: each freed
-	// holder's sequencer names an earlier one, so CheckSequencer and
+	// holder's sequencer names an earlier one, so client.Client.CheckSequencer and
 	// sequencer.Guard refuse it from now on.
 	Generation uint64 `json:"generation"`
 }
 
 // BreakLock frees the lock on the file name from every holder: the cell's
-// admin alone may (ErrPermission otherwise), and the reason goes to the
+// admin alone may (client.ErrPermission otherwise), and the reason goes to the
 // master's audit log and to the holders. It is replicated like any write:
 // once it returns, the lock's generation has moved on, so the holders'
 // sequencers are stale; the next waiter has the lock, with no lock-delay
 // (a break is deliberate); and each holder's session is told
 // (a LockBroken event), so its handle's lock context ends with a cause
-// matching client.ErrLockBroken. A missing name is ErrNotFound.
+// matching client.ErrLockBroken. A missing name is client.ErrNotFound.
 func (a *Admin) BreakLock(ctx context.Context, name, reason string) (BreakResult, error) {
 	name = link.Abs(a.c, name)
 	if len(reason) > wire.MaxBreakReason {

@@ -29,7 +29,7 @@ type DiskUsage struct {
 // contact and match index (CellStatus.Detail says it was given; a replica
 // of a version that predates it answers without). Only the cell's admin
 // and the principals listed in the ACL file /ls/<cell>/acl/monitor may
-// ask; anyone else gets an error that wraps ErrPermission and names that
+// ask; anyone else gets an error that wraps client.ErrPermission and names that
 // file.
 func QueryStatusDetail(ctx context.Context, cfg client.Config, addr string) (*CellStatus, error) {
 	resp, err := cellStatus(ctx, cfg, addr, &wire.CellStatusRequest{Detail: true})

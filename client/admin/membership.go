@@ -52,7 +52,7 @@ func (l *ReplicaList) Voters() int {
 }
 
 // Replicas lists the cell's members as the master sees them. Only the
-// cell's admin may ask (ErrPermission otherwise). The client also adopts
+// cell's admin may ask (client.ErrPermission otherwise). The client also adopts
 // the members' client addresses as the replicas it tries.
 func (a *Admin) Replicas(ctx context.Context) (ReplicaList, error) {
 	return a.membership(ctx, "list replicas", wire.MethodReplicaList, &wire.ReplicaListRequest{})
@@ -65,9 +65,9 @@ func (a *Admin) Replicas(ctx context.Context) (ReplicaList, error) {
 // has caught up: the returned list (the membership just after the change)
 // usually shows it as a non-voter, and Replicas shows the promotion. Adding
 // a member that is already there with the same addresses succeeds and
-// changes nothing. Only the cell's admin may add (ErrPermission); a change
+// changes nothing. Only the cell's admin may add (client.ErrPermission); a change
 // the master refuses fails with the master's reason, and a malformed id or
-// address with ErrBadRequest before anything is sent.
+// address with client.ErrBadRequest before anything is sent.
 func (a *Admin) AddReplica(ctx context.Context, id, clientAddr, raftAddr string) (ReplicaList, error) {
 	if err := checkMember(id, clientAddr, raftAddr); err != nil {
 		return ReplicaList{}, opErr("add replica", id, err)
@@ -81,7 +81,7 @@ func (a *Admin) AddReplica(ctx context.Context, id, clientAddr, raftAddr string)
 // master refuses a removal that would leave fewer voters than a majority
 // of the configured size, or that would remove the last healthy voters;
 // the error carries its reason. Only the cell's admin may remove
-// (ErrPermission).
+// (client.ErrPermission).
 func (a *Admin) RemoveReplica(ctx context.Context, id string) (ReplicaList, error) {
 	if err := checkMember(id, "", ""); err != nil {
 		return ReplicaList{}, opErr("remove replica", id, err)

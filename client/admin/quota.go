@@ -67,7 +67,7 @@ func (r *QuotaReport) Limit(name string) (QuotaLimit, bool) {
 // per-principal limit, and the cell against each cell-wide one with the
 // admin's reserves: nodes and content bytes, sessions, open handles,
 // cache registrations and queued event bytes. An empty principal is the
-// caller's own; only the cell's admin may name another (ErrPermission
+// caller's own; only the cell's admin may name another (client.ErrPermission
 // otherwise), and only the admin is told the biggest principals. The
 // master reads its counters, never the namespace, and rations the call as
 // a read.

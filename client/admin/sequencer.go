@@ -20,7 +20,7 @@ type SequencerStatus struct {
 
 // SequencerStatus is client.Client.CheckSequencer with the reason a stale
 // sequencer is stale, for people (lockcell seq check) and logs. As for
-// CheckSequencer, a malformed or forged sequencer is an error wrapping
+// client.Client.CheckSequencer, a malformed or forged sequencer is an error wrapping
 // client.ErrBadSequencer.
 func (a *Admin) SequencerStatus(ctx context.Context, seq []byte) (SequencerStatus, error) {
 	var resp wire.CheckSequencerResponse

@@ -20,7 +20,7 @@ type ReplicaStatus struct {
 	// replica does not know the configuration).
 	Suffrage string `json:"suffrage,omitempty"`
 	// Healthy and LastContact are known from the master only (from
-	// Client.Replicas): the master heard from the member within the last
+	// Admin.Replicas): the master heard from the member within the last
 	// few heartbeats, and how long ago it last did (0 for the master).
 	Healthy     bool          `json:"healthy,omitempty"`
 	LastContact time.Duration `json:"last_contact_ns,omitempty"`
@@ -92,7 +92,7 @@ func cellStatusOf(resp *wire.CellStatusResponse) *CellStatus {
 //
 // It is a diagnostic for a quiet cell, and only the cell's admin may ask:
 // the replica holds off its applies while it encodes its state, computes
-// at most one hash per interval (ErrTooMany otherwise, a result still
+// at most one hash per interval (client.ErrTooMany otherwise, a result still
 // current is served again), and this call accepts that the master pauses
 // the cell's writes for it.
 func StateHash(ctx context.Context, cfg client.Config, addr string) (uint64, []byte, error) {

@@ -28,10 +28,10 @@ type LeadershipTransfer struct {
 // TransferLeadership asks the master to hand its leadership to the voter
 // id, or with id "" to the most up-to-date other voter, and returns once a
 // new master serves: it answered a membership call, so it runs its term
-// and admits calls. Only the cell's admin may ask (ErrPermission). The
+// and admits calls. Only the cell's admin may ask (client.ErrPermission). The
 // master refuses, changing nothing: a member it does not know
-// (ErrNotFound); a non-voter, itself, a voter it has not heard from lately
-// or, for "", no other healthy voter (ErrBadRequest).
+// (client.ErrNotFound); a non-voter, itself, a voter it has not heard from lately
+// or, for "", no other healthy voter (client.ErrBadRequest).
 // ctx bounds the whole wait; a transfer may still complete after ctx
 // ends.
 func (a *Admin) TransferLeadership(ctx context.Context, id string) (LeadershipTransfer, error) {

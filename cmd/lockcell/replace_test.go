@@ -393,9 +393,9 @@ func TestReplaceDeadReplicaUnderLoad(t *testing.T) {
 	live := append(slices.Clone(alive), fresh.ClientAddr)
 	for _, cl := range []*client.Client{l.writer, l.locker} {
 		deadline := time.Now().Add(20 * time.Second)
-		for !slices.Equal(slices.Sorted(slices.Values(cl.ReplicaAddrs())), slices.Sorted(slices.Values(live))) {
+		for !slices.Equal(slices.Sorted(slices.Values(lcadmin.New(cl).ReplicaAddrs())), slices.Sorted(slices.Values(live))) {
 			if time.Now().After(deadline) {
-				t.Fatalf("client tries %v, want %v", cl.ReplicaAddrs(), live)
+				t.Fatalf("client tries %v, want %v", lcadmin.New(cl).ReplicaAddrs(), live)
 			}
 			time.Sleep(50 * time.Millisecond) // polling a condition, with a deadline
 		}

@@ -145,7 +145,7 @@ func failoverRound(ctx context.Context, pc *fixtures.ProcCell, round int, idle *
 	if err != nil {
 		return ph, fmt.Errorf("warm-up lock: %w", err)
 	}
-	if m := holder.c.Master(); m != pc.Addrs()[mi] {
+	if m := admin.New(holder.c).Master(); m != pc.Addrs()[mi] {
 		return ph, fmt.Errorf("the client talks to %s, the master is %s", m, pc.Addrs()[mi])
 	}
 

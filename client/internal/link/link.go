@@ -32,6 +32,14 @@ var (
 	// Abs resolves name against the client's cell as client.ResolveName.
 	Abs func(c any, name string) string
 
+	// Master returns the address of the replica the client believes is
+	// master.
+	Master func(c any) string
+
+	// ReplicaAddrs returns the addresses the client tries when it looks
+	// for a master.
+	ReplicaAddrs func(c any) []string
+
 	// CacheStats reports the client cache's counters.
 	CacheStats func(c any) cache.Stats
 )
