@@ -83,8 +83,8 @@ type Config struct {
 	// Logger receives the library's logs (default slog.Default()).
 	Logger *slog.Logger
 	// Clock measures the session lease, jeopardy, the grace period,
-	// RetryTimeout and the waits between tries (default RealClock).
-	// Tests substitute a rate-skewed clock.
+	// RetryTimeout and the waits between tries (default the real clock:
+	// time.Now and time.AfterFunc). Tests substitute a rate-skewed clock.
 	//
 	// The library assumes this clock runs no more than 1 % slower than
 	// the master's. The master times a lease from when a KeepAlive
@@ -130,7 +130,7 @@ func (c *Config) setDefaults() error {
 		c.CacheBytes = 32 << 20
 	}
 	if c.Clock == nil {
-		c.Clock = RealClock{}
+		c.Clock = realClock{}
 	}
 	if c.ReplicaRefresh <= 0 {
 		c.ReplicaRefresh = DefaultReplicaRefresh

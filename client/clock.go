@@ -31,14 +31,14 @@ type Timer interface {
 	Stop() bool
 }
 
-// RealClock is the default Clock: time.Now and time.AfterFunc.
-type RealClock struct{}
+// realClock is the default Clock: time.Now and time.AfterFunc.
+type realClock struct{}
 
 // Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
+func (realClock) Now() time.Time { return time.Now() }
 
 // AfterFunc is time.AfterFunc.
-func (RealClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // sleep waits d on the client's clock. It returns nil when d has passed,
 // ctx's error when ctx ends first, and ErrClosed when the client closes
@@ -62,7 +62,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 // clock reaches deadline, as with context.WithDeadline. On the real clock
 // it is context.WithDeadline itself.
 func (c *Client) withDeadline(parent context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	if _, ok := c.clock.(RealClock); ok {
+	if _, ok := c.clock.(realClock); ok {
 		return context.WithDeadline(parent, deadline)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
