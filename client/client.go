@@ -9,7 +9,7 @@
 // LOCKCELL_CA, LOCKCELL_CONNECT_TO), with the CLI's defaults. Names are
 // full (/ls/<cell>/a/b) or, when they do not start with "/", relative to
 // the cell root /ls/<cell> on every Client call that takes one (Open,
-// Campaign, Leader, Observe, Locks, BreakLock), as on the command line.
+// Locks, BreakLock, and package client/recipe's calls), as on the command line.
 // "" is no name (ErrInvalidName: an unset variable must not open the
 // root), except as Locks's prefix, where it is the whole cell.
 //
@@ -31,7 +31,8 @@
 // where it happened (epoch, node instance, content and lock generations),
 // a reader that falls behind gets an Overflow event telling it to re-read,
 // and a fail-over the session survives re-announces every such handle's
-// node (Reannounce). Client.Observe streams an election's leader changes.
+// node (Reannounce). Leader election (Campaign, Leader, Observe, and the
+// leader loop Lead) is package client/recipe.
 //
 // Client.MkdirAll creates a directory and its missing parents, and Open
 // WithParents does the same for the node it creates; both take an
