@@ -220,65 +220,126 @@ func TestLeadHandsOver(t *testing.T) {
 // place: the leader's client is cut off from the cell until its lease runs
 // out (its leader context ends with ErrJeopardy), then healed; Lead finds
 // the lock still held at the same generation and calls the function again,
-// and the other candidate, queued all along, never leads meanwhile.
-func TestLeadKeepsLeadershipThroughAJeopardyBlip(t *testing.T) {
+// and the other candidate, queued all along, never leads meanwhile. But a
+// lock lost during the blip (the admin broke it while the leader was cut
+// off) is not taken for the same leadership: with a candidate queued, the
+// candidate leads and the deposed leader queues behind it; with none, the
+// lock is free when the leader comes back, and it leads again only as a
+// new leadership, at a new generation, with its identity written anew.
+func TestLeadThroughAJeopardyBlip(t *testing.T) {
 	const lease = 3 * time.Second // the master's slack after a lease is min(lease/4, 1 s): the heal's margin
 	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: lease})
-	ctx := testCtx(t, 90*time.Second)
-	name := c.Name("blip")
-	var leading atomic.Int32
-	cut := fixtures.NewCutter()
-	cfg := c.ClientConfig()
-	cfg.Dialer = cut.Dial
-	a := runCandidate(t, ctx, c.ClientWith(t, cfg), name, "alpha", &leading, recipe.WithOpenOptions(client.WithLockDelay(10*time.Second)))
-	first := nextTerm(t, 20*time.Second, "alpha leads", a)
-	b := runCandidate(t, ctx, c.Client(t), name, "beta", &leading)
-	observer := c.Client(t)
-	waitUntil(t, 10*time.Second, "beta queued", func() bool {
-		h, err := observer.Open(ctx, name, client.Read)
-		if err != nil {
-			return false
+	ctx := testCtx(t, 120*time.Second)
+	observer := c.Client(t) // and the admin: a plain cell lets anyone in as the admin
+	waiters := func(name string, n int) {
+		t.Helper()
+		waitUntil(t, 10*time.Second, fmt.Sprintf("%d candidates queued", n), func() bool {
+			h, err := observer.Open(ctx, name, client.Read)
+			if err != nil {
+				return false
+			}
+			defer h.Close()
+			st, err := h.GetStat(ctx)
+			return err == nil && st.LockWaiters == n
+		})
+	}
+	// blip cuts the leader off until its leader context ends in
+	// jeopardy, runs during (the leader still cut off), then heals.
+	blip := func(cut *fixtures.Cutter, leader term, during func()) time.Time {
+		t.Helper()
+		cutAt := time.Now()
+		cut.Cut()
+		defer cut.Heal()
+		select {
+		case <-leader.ctx.Done():
+		case <-time.After(lease + 5*time.Second):
+			t.Fatalf("the leader context still lives %v after the cut", time.Since(cutAt))
 		}
-		defer h.Close()
-		st, err := h.GetStat(ctx)
-		return err == nil && st.LockWaiters == 1
+		if cause := context.Cause(leader.ctx); !errors.Is(cause, client.ErrJeopardy) {
+			t.Fatalf("the leader context ended with %v, want ErrJeopardy", cause)
+		}
+		t.Logf("the leader context ended %v after the cut", time.Since(cutAt).Round(time.Millisecond))
+		if during != nil {
+			during()
+		}
+		cut.Heal()
+		return time.Now()
+	}
+	leaderIs := func(name, want string) {
+		t.Helper()
+		if who, err := recipe.Leader(ctx, observer, name); err != nil || string(who) != want {
+			t.Fatalf("Leader: %q, %v; want %s", who, err, want)
+		}
+	}
+
+	t.Run("Survives", func(t *testing.T) {
+		name := c.Name("blip")
+		var leading atomic.Int32
+		cut := fixtures.NewCutter()
+		cfg := c.ClientConfig()
+		cfg.Dialer = cut.Dial
+		a := runCandidate(t, ctx, c.ClientWith(t, cfg), name, "alpha", &leading, recipe.WithOpenOptions(client.WithLockDelay(10*time.Second)))
+		first := nextTerm(t, 20*time.Second, "alpha leads", a)
+		b := runCandidate(t, ctx, c.Client(t), name, "beta", &leading)
+		waiters(name, 1)
+
+		healedAt := blip(cut, first, nil)
+		again := nextTerm(t, 20*time.Second, "alpha leads again after the heal", a, b)
+		if again.id != "alpha" || again.gen != first.gen {
+			t.Fatalf("after the blip %s leads at generation %d; want alpha still, at generation %d", again.id, again.gen, first.gen)
+		}
+		t.Logf("alpha leads again %v after the heal, at the same generation", again.start.Sub(healedAt).Round(time.Millisecond))
+		noTerm(t, b, "during the blip")
+		leaderIs(name, "alpha")
+
+		a.cancel() // alpha resigns: beta's turn, with no lock-delay
+		if err := leadResult(t, a, 10*time.Second); !errors.Is(err, context.Canceled) {
+			t.Fatalf("alpha's Lead: %v", err)
+		}
+		if tm := nextTerm(t, 10*time.Second, "beta after alpha resigned", b); tm.gen <= first.gen {
+			t.Fatalf("beta leads at generation %d, not past alpha's %d", tm.gen, first.gen)
+		}
 	})
 
-	cutAt := time.Now()
-	cut.Cut()
-	defer cut.Heal()
-	select {
-	case <-first.ctx.Done():
-	case <-time.After(lease + 5*time.Second):
-		t.Fatalf("the leader context still lives %v after the cut", time.Since(cutAt))
-	}
-	cut.Heal()
-	healedAt := time.Now()
-	if cause := context.Cause(first.ctx); !errors.Is(cause, client.ErrJeopardy) {
-		t.Fatalf("the leader context ended with %v, want ErrJeopardy", cause)
-	}
-	t.Logf("the leader context ended %v after the cut", time.Since(cutAt).Round(time.Millisecond))
-
-	again := nextTerm(t, 20*time.Second, "alpha leads again after the heal", a, b)
-	if again.id != "alpha" || again.gen != first.gen {
-		t.Fatalf("after the blip %s leads at generation %d; want alpha still, at generation %d", again.id, again.gen, first.gen)
-	}
-	if again.ctx.Err() != nil && !errors.Is(context.Cause(again.ctx), client.ErrJeopardy) {
-		t.Fatalf("the new leader context ended at once: %v", context.Cause(again.ctx))
-	}
-	t.Logf("alpha leads again %v after the heal, at the same generation", again.start.Sub(healedAt).Round(time.Millisecond))
-	noTerm(t, b, "during the blip")
-	if who, err := recipe.Leader(ctx, observer, name); err != nil || string(who) != "alpha" {
-		t.Fatalf("Leader after the blip: %q, %v; want alpha", who, err)
-	}
-
-	a.cancel() // alpha resigns: beta's turn, with no lock-delay
-	if err := leadResult(t, a, 10*time.Second); !errors.Is(err, context.Canceled) {
-		t.Fatalf("alpha's Lead: %v", err)
-	}
-	if tm := nextTerm(t, 10*time.Second, "beta after alpha resigned", b); tm.gen <= first.gen {
-		t.Fatalf("beta leads at generation %d, not past alpha's %d", tm.gen, first.gen)
-	}
+	t.Run("LostMeanwhile", func(t *testing.T) {
+		for _, queued := range []bool{true, false} {
+			name := c.Name(fmt.Sprintf("lost-%v", queued))
+			var leading atomic.Int32
+			cut := fixtures.NewCutter()
+			cfg := c.ClientConfig()
+			cfg.Dialer = cut.Dial
+			a := runCandidate(t, ctx, c.ClientWith(t, cfg), name, "alpha", &leading)
+			first := nextTerm(t, 20*time.Second, "alpha leads", a)
+			var b *candidate
+			if queued {
+				b = runCandidate(t, ctx, c.Client(t), name, "beta", &leading)
+				waiters(name, 1)
+			}
+			blip(cut, first, func() {
+				if _, err := observer.BreakLock(ctx, name, "test: depose alpha while it is cut off"); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if !queued {
+				again := nextTerm(t, 20*time.Second, "alpha leads anew", a)
+				if again.gen <= first.gen {
+					t.Fatalf("alpha leads again at generation %d after its lock was broken; want a new leadership past %d", again.gen, first.gen)
+				}
+				leaderIs(name, "alpha") // its identity written after the new grant
+				continue
+			}
+			next := nextTerm(t, 20*time.Second, "beta after the break", a, b)
+			if next.id != "beta" || next.gen <= first.gen {
+				t.Fatalf("after the break %s leads at generation %d; want beta past %d", next.id, next.gen, first.gen)
+			}
+			waiters(name, 1) // alpha queued again behind beta
+			noTerm(t, a, "while beta leads")
+			b.quit <- nil
+			if tm := nextTerm(t, 10*time.Second, "alpha after beta resigned", a); tm.gen <= next.gen {
+				t.Fatalf("alpha leads at generation %d, not past beta's %d", tm.gen, next.gen)
+			}
+		}
+	})
 }
 
 // A lock that is lost while the session lives ends the leader context and
