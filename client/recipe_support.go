@@ -22,9 +22,10 @@ import (
 // removal of a child; or a new master dropped the whole cache. Values are
 // coalesced: at most one waits unread, and a reader that reads after it
 // has missed nothing since. News is promised only for what the cache
-// holds: a read that GetContentsAndStatWatched reports watched, or the
-// absence of a name that an Open without Create found missing (the master
-// invalidates it, as the parent directory, when the name is created).
+// holds: a read that GetContentsAndStatWatched reports watched, or, for a
+// directory, the absence of a name in it that an Open without Create
+// found missing (the master invalidates the directory when the name is
+// created).
 //
 // stop ends the watch and closes the channel; the channel is also closed
 // when the Client is closed, and at once when it is closed already or its
