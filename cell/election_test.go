@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/recipe"
 	"lockcell/fixtures"
 )
 
@@ -23,13 +24,13 @@ func TestCampaignKeepsLockDelayAfterLeaderFails(t *testing.T) {
 	cfgA := c.ClientConfig()
 	cfgA.Dialer, cfgA.GracePeriod, cfgA.RetryTimeout = cut.Dial, 2*time.Second, 2*time.Second
 	a := c.ClientWith(t, cfgA)
-	if _, err := a.Campaign(ctx, name, []byte("alpha"), client.WithLockDelay(delay)); err != nil {
+	if _, err := recipe.Campaign(ctx, a, name, []byte("alpha"), client.WithLockDelay(delay)); err != nil {
 		t.Fatalf("alpha campaigns: %v", err)
 	}
 	b := c.Client(t)
 	won := make(chan time.Time, 1)
 	go func() {
-		if _, err := b.Campaign(ctx, name, []byte("beta"), client.WithLockDelay(delay)); err != nil {
+		if _, err := recipe.Campaign(ctx, b, name, []byte("beta"), client.WithLockDelay(delay)); err != nil {
 			if ctx.Err() == nil {
 				t.Errorf("beta campaigns: %v", err)
 			}
@@ -40,7 +41,7 @@ func TestCampaignKeepsLockDelayAfterLeaderFails(t *testing.T) {
 	observer := c.Client(t)
 	oh := mustOpen(t, ctx, observer, name, client.Read)
 	pollUntil(t, 10*time.Second, "beta queued", func() bool { s, _ := oh.GetStat(ctx); return s.LockWaiters == 1 })
-	if leader, err := observer.Leader(ctx, name); err != nil || string(leader) != "alpha" {
+	if leader, err := recipe.Leader(ctx, observer, name); err != nil || string(leader) != "alpha" {
 		t.Fatalf("leader before the cut: %q, %v", leader, err)
 	}
 
@@ -64,7 +65,7 @@ func TestCampaignKeepsLockDelayAfterLeaderFails(t *testing.T) {
 	if st.LockDelayUntil.Before(cutAt.Add(delay)) {
 		t.Fatalf("lock freed by a failed session with lock-delay until %v, want at least %v (cut + delay)", st.LockDelayUntil, cutAt.Add(delay))
 	}
-	if leader, err := observer.Leader(ctx, name); !errors.Is(err, client.ErrNoLeader) {
+	if leader, err := recipe.Leader(ctx, observer, name); !errors.Is(err, recipe.ErrNoLeader) {
 		t.Fatalf("Leader during the lock-delay: %q, %v; want ErrNoLeader", leader, err)
 	}
 	var at time.Time
@@ -76,7 +77,7 @@ func TestCampaignKeepsLockDelayAfterLeaderFails(t *testing.T) {
 	if at.Before(st.LockDelayUntil) {
 		t.Fatalf("beta led at %v, before the lock-delay ended at %v", at, st.LockDelayUntil)
 	}
-	if leader, err := observer.Leader(ctx, name); err != nil || string(leader) != "beta" {
+	if leader, err := recipe.Leader(ctx, observer, name); err != nil || string(leader) != "beta" {
 		t.Fatalf("leader after the hand-off: %q, %v", leader, err)
 	}
 	t.Logf("beta led %v after the cut (lease %v, lock-delay %v)", at.Sub(cutAt), time.Second, delay)
@@ -91,20 +92,20 @@ func TestLeaderNeedsAHolder(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	name := c.Name("leader")
 	cl, observer := c.Client(t), c.Client(t)
-	if _, err := observer.Leader(ctx, name); !errors.Is(err, client.ErrNoLeader) || !errors.Is(err, client.ErrNotFound) {
+	if _, err := recipe.Leader(ctx, observer, name); !errors.Is(err, recipe.ErrNoLeader) || !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("Leader of a missing election: %v; want ErrNoLeader and ErrNotFound", err)
 	}
-	h, err := cl.Campaign(ctx, name, []byte("alpha"))
+	h, err := recipe.Campaign(ctx, cl, name, []byte("alpha"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if leader, err := observer.Leader(ctx, name); err != nil || string(leader) != "alpha" {
+	if leader, err := recipe.Leader(ctx, observer, name); err != nil || string(leader) != "alpha" {
 		t.Fatalf("leader: %q, %v", leader, err)
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if leader, err := observer.Leader(ctx, name); !errors.Is(err, client.ErrNoLeader) {
+	if leader, err := recipe.Leader(ctx, observer, name); !errors.Is(err, recipe.ErrNoLeader) {
 		t.Fatalf("Leader after the leader resigned: %q, %v; want ErrNoLeader", leader, err)
 	}
 	// A new holder that has not written its identity yet: the contents
@@ -113,13 +114,13 @@ func TestLeaderNeedsAHolder(t *testing.T) {
 	if ok, err := nh.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
 		t.Fatalf("new holder: %v %v", ok, err)
 	}
-	if leader, err := observer.Leader(ctx, name); !errors.Is(err, client.ErrNoLeader) {
+	if leader, err := recipe.Leader(ctx, observer, name); !errors.Is(err, recipe.ErrNoLeader) {
 		t.Fatalf("Leader before the new holder wrote its identity: %q, %v; want ErrNoLeader", leader, err)
 	}
 	if err := nh.SetContents(ctx, []byte("gamma")); err != nil {
 		t.Fatal(err)
 	}
-	if leader, err := observer.Leader(ctx, name); err != nil || string(leader) != "gamma" {
+	if leader, err := recipe.Leader(ctx, observer, name); err != nil || string(leader) != "gamma" {
 		t.Fatalf("leader: %q, %v", leader, err)
 	}
 }

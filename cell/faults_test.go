@@ -11,6 +11,7 @@ import (
 
 	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/client/recipe"
 	"lockcell/fixtures"
 )
 
@@ -511,8 +512,8 @@ func TestExpiredSessionCallsFailWhileCellServes(t *testing.T) {
 		{"Open existing", func() error { _, err := a.Open(ctx, c.Name("d/f"), client.Read); return err }},
 		{"Open create", func() error { _, err := a.Open(ctx, c.Name("d/new"), rw); return err }},
 		{"Open ephemeral", func() error { _, err := a.Open(ctx, c.Name("alive-a"), rw|client.Ephemeral); return err }},
-		{"Leader", func() error { _, err := a.Leader(ctx, c.Name("d/f")); return err }},
-		{"Campaign", func() error { _, err := a.Campaign(ctx, c.Name("election"), []byte("a")); return err }},
+		{"Leader", func() error { _, err := recipe.Leader(ctx, a, c.Name("d/f")); return err }},
+		{"Campaign", func() error { _, err := recipe.Campaign(ctx, a, c.Name("election"), []byte("a")); return err }},
 	}
 	for _, call := range calls {
 		start := time.Now()

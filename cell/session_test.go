@@ -9,6 +9,7 @@ import (
 	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/admin"
+	"lockcell/client/recipe"
 	"lockcell/fixtures"
 )
 
@@ -327,7 +328,7 @@ func TestElectionRecipe(t *testing.T) {
 	for _, id := range []string{"alpha", "beta", "gamma"} {
 		cl := c.Client(t)
 		go func() {
-			_, err := cl.Campaign(ctx, name, []byte(id), client.WithLockDelay(200*time.Millisecond))
+			_, err := recipe.Campaign(ctx, cl, name, []byte(id), client.WithLockDelay(200*time.Millisecond))
 			if err != nil {
 				if !errors.Is(err, client.ErrClosed) && ctx.Err() == nil {
 					t.Errorf("%s: %v", id, err)
@@ -345,7 +346,7 @@ func TestElectionRecipe(t *testing.T) {
 			t.Fatalf("%s won twice", w.id)
 		}
 		seen[w.id] = true
-		leader, err := observer.Leader(ctx, name)
+		leader, err := recipe.Leader(ctx, observer, name)
 		if err != nil || string(leader) != w.id {
 			t.Fatalf("observer sees leader %q (%v), want %q", leader, err, w.id)
 		}

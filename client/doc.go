@@ -7,5 +7,7 @@
 // lock may be lost; Handle.GetSequencer returns the cell-signed bytes
 // resource servers check (package sequencer). The Client's doc says how
 // names, closing and events behave. Operators' calls (status, health,
-// audit, backup, membership, listings) are in package client/admin.
+// audit, backup, membership, listings) are in package client/admin;
+// leader election (Campaign, Leader, Observe, the leader loop Lead) is
+// package client/recipe.
 package client

@@ -44,17 +44,8 @@ func TestConfigFromEnvDialsRelative(t *testing.T) {
 	if h.Name() != "/ls/t/svc" {
 		t.Fatalf("Name() = %q, want /ls/t/svc", h.Name())
 	}
-	lead, err := cl.Campaign(ctx, "svc/leader", []byte("me"))
-	if err != nil {
-		t.Fatalf("campaign on a relative name: %v", err)
-	}
-	defer lead.Close()
-	if who, err := cl.Leader(ctx, "/ls/t/svc/leader"); err != nil || string(who) != "me" {
-		t.Fatalf("leader by full name = %q, %v", who, err)
-	}
-	if who, err := cl.Leader(ctx, "svc/leader"); err != nil || string(who) != "me" {
-		t.Fatalf("leader by relative name = %q, %v", who, err)
-	}
+	lead := open(t, ctx, cl, "svc/leader", rwc)
+	acquire(t, ctx, lead)
 	locks, _, err := admin.New(cl).Locks(ctx, "svc")
 	if err != nil || len(locks) != 1 || locks[0].Name != "/ls/t/svc/leader" {
 		t.Fatalf("Locks(svc) = %+v, %v", locks, err)

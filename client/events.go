@@ -87,8 +87,9 @@ func (s *eventStream) close() {
 }
 
 // handleStreams indexes the event streams of the open handles that asked
-// for events, by handle id, and the invalidation watchers of Observe by
-// name. Its lock is taken before a stream's, never the other way round.
+// for events, by handle id, and the invalidation watchers of
+// WatchInvalidations by name. Its lock is taken before a stream's, never
+// the other way round.
 type handleStreams struct {
 	mu    sync.Mutex
 	byID  map[uint64]*eventStream

@@ -98,37 +98,6 @@ func ExampleDial() {
 	// after Release: true
 }
 
-// Campaign blocks until this candidate leads the election on a file;
-// Leader tells anyone who leads. Closing the leader's handle resigns.
-func ExampleClient_Campaign() {
-	cfg, stop := exampleCell()
-	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := client.Dial(ctx, cfg)
-	if err != nil {
-		fmt.Println("dial:", err)
-		return
-	}
-	defer c.Close()
-
-	lead, err := c.Campaign(ctx, "/ls/example/scheduler-leader", []byte("host-a:8080"),
-		client.WithLockDelay(10*time.Second)) // how long others wait if this leader dies
-	if err != nil {
-		fmt.Println("campaign:", err)
-		return
-	}
-	who, err := c.Leader(ctx, "/ls/example/scheduler-leader")
-	fmt.Printf("leader %s, %v\n", who, err)
-
-	lead.Close() // resign: the next candidate leads at once
-	_, err = c.Leader(ctx, "/ls/example/scheduler-leader")
-	fmt.Println("after resigning:", errors.Is(err, client.ErrNoLeader))
-	// Output:
-	// leader host-a:8080, <nil>
-	// after resigning: true
-}
-
 // A handle opened WithEvents delivers the events it asks for on
 // Client.Events, together with the session's own (jeopardy, safe,
 // expired, master fail-over).

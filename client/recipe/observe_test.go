@@ -1,4 +1,4 @@
-package client_test
+package recipe_test
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/client/recipe"
 	"lockcell/fixtures"
 )
 
 // nextLeader waits for the next value of an Observe stream.
-func nextLeader(t *testing.T, ch <-chan client.LeaderChange, within time.Duration, what string) client.LeaderChange {
+func nextLeader(t *testing.T, ch <-chan recipe.LeaderChange, within time.Duration, what string) recipe.LeaderChange {
 	t.Helper()
 	select {
 	case v, ok := <-ch:
@@ -22,10 +23,10 @@ func nextLeader(t *testing.T, ch <-chan client.LeaderChange, within time.Duratio
 	case <-time.After(within):
 		t.Fatalf("%s: nothing within %v", what, within)
 	}
-	return client.LeaderChange{}
+	return recipe.LeaderChange{}
 }
 
-func describe(v client.LeaderChange) string {
+func describe(v recipe.LeaderChange) string {
 	if v.NoLeader {
 		return fmt.Sprintf("no leader (lock gen %d, err %v)", v.Generation, v.Err)
 	}
@@ -36,7 +37,7 @@ func describe(v client.LeaderChange) string {
 // then no leader while alpha's failed session's lock-delay runs, then
 // beta once it has taken the lock and written its identity (with a larger
 // lock generation), no leader again when beta resigns; and it ends with
-// its context.
+// its context, and with its Client.
 func TestObserveFollowsTheElection(t *testing.T) {
 	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: time.Second})
 	ctx := testCtx(t, 60*time.Second)
@@ -45,7 +46,7 @@ func TestObserveFollowsTheElection(t *testing.T) {
 	observer := c.Client(t)
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
-	changes := observer.Observe(octx, name)
+	changes := recipe.Observe(octx, observer, name)
 	if v := nextLeader(t, changes, 10*time.Second, "before the election"); !v.NoLeader || v.Err != nil {
 		t.Fatalf("before anyone campaigned: %s", describe(v))
 	}
@@ -54,10 +55,10 @@ func TestObserveFollowsTheElection(t *testing.T) {
 	cfgA := c.ClientConfig()
 	cfgA.Dialer, cfgA.GracePeriod, cfgA.RetryTimeout = cut.Dial, 2*time.Second, 2*time.Second
 	a := c.ClientWith(t, cfgA)
-	if _, err := a.Campaign(ctx, name, []byte("alpha"), client.WithLockDelay(delay)); err != nil {
+	if _, err := recipe.Campaign(ctx, a, name, []byte("alpha"), client.WithLockDelay(delay)); err != nil {
 		t.Fatalf("alpha campaigns: %v", err)
 	}
-	var alpha client.LeaderChange
+	var alpha recipe.LeaderChange
 	for alpha.NoLeader || alpha.Leader == nil {
 		// The file's creation and alpha's lock may show first as no leader.
 		if alpha = nextLeader(t, changes, 10*time.Second, "alpha leads"); !alpha.NoLeader && string(alpha.Leader) != "alpha" {
@@ -68,7 +69,7 @@ func TestObserveFollowsTheElection(t *testing.T) {
 	b := c.Client(t)
 	won := make(chan *client.Handle, 1)
 	go func() {
-		h, err := b.Campaign(ctx, name, []byte("beta"), client.WithLockDelay(delay))
+		h, err := recipe.Campaign(ctx, b, name, []byte("beta"), client.WithLockDelay(delay))
 		if err != nil {
 			if ctx.Err() == nil {
 				t.Errorf("beta campaigns: %v", err)
@@ -88,7 +89,7 @@ func TestObserveFollowsTheElection(t *testing.T) {
 		t.Fatal("beta led before Observe reported that nobody leads during alpha's lock-delay")
 	default:
 	}
-	var beta client.LeaderChange
+	var beta recipe.LeaderChange
 	for beta.NoLeader || beta.Leader == nil {
 		if beta = nextLeader(t, changes, 20*time.Second, "beta leads"); !beta.NoLeader && string(beta.Leader) != "beta" {
 			t.Fatalf("after alpha: %s", describe(beta))
@@ -119,4 +120,21 @@ func TestObserveFollowsTheElection(t *testing.T) {
 			return false
 		}
 	})
+
+	// It ends with its Client too, with no value: the Client's Close
+	// closes the watches Observe waits on.
+	other := c.Client(t)
+	closing := recipe.Observe(ctx, other, name)
+	nextLeader(t, closing, 10*time.Second, "a second Observe")
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v, ok := <-closing:
+		if ok {
+			t.Fatalf("after the Client closed: %s, want the channel closed", describe(v))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe did not end when its Client was closed")
+	}
 }

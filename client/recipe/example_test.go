@@ -1,0 +1,178 @@
+package recipe_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"lockcell/cell"
+	"lockcell/client"
+	"lockcell/client/recipe"
+	"lockcell/fixtures"
+	"lockcell/sequencer"
+)
+
+// exampleCell starts a one-replica cell named "example" in this process on
+// free loopback ports, for the examples to run against, and returns a
+// client configuration for it and the function that stops it. A real
+// program is given the replicas' addresses instead.
+func exampleCell() (client.Config, func()) {
+	dir, err := os.MkdirTemp("", "lockcell-example-")
+	if err != nil {
+		panic(err)
+	}
+	ports, err := fixtures.PickPorts(2)
+	if err != nil {
+		panic(err)
+	}
+	d, err := cell.StartDev(cell.DevConfig{Cell: "example", Dir: filepath.Join(dir, "cell"), LeaseTTL: 2 * time.Second,
+		Timings: fixtures.TestTimings(), Logger: fixtures.Logger(),
+		Peers: []cell.Peer{{ID: "1", ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}}})
+	if err != nil {
+		panic(err)
+	}
+	stop := func() {
+		d.Close()
+		os.RemoveAll(dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := d.WaitForMaster(ctx); err != nil {
+		stop()
+		panic(err)
+	}
+	return client.Config{Cell: "example", Replicas: d.Addrs(), Logger: fixtures.Logger()}, stop
+}
+
+// A leader that fences its writes: Lead calls the function while this
+// program leads, and every write carries the leadership's sequencer, so
+// the resource (here a store behind a sequencer.Guard, which asks the cell
+// about sequencers it has not seen) refuses the writes of a leader that
+// was deposed, however late they arrive. The function returns when its
+// work is done (or when leaderCtx ends: leadership may be lost, so it
+// stops at once); returning nil while it leads resigns.
+func ExampleLead() {
+	cfg, stop := exampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	// The resource server's side: a guard in front of its store.
+	guard := sequencer.NewGuard(sequencer.GuardConfig{Checker: c, Cell: c.Cell()})
+	var store []string
+	put := func(ctx context.Context, seq []byte, job string) error {
+		_, err := guard.Do(ctx, seq, func(s sequencer.Sequencer) error {
+			store = append(store, job)
+			return nil
+		})
+		return err
+	}
+
+	err = recipe.Lead(ctx, c, "scheduler-leader", []byte("host-a:8080"),
+		func(leaderCtx context.Context) error {
+			seq, _ := recipe.SequencerFrom(leaderCtx)
+			who, err := recipe.Leader(leaderCtx, c, "scheduler-leader")
+			fmt.Printf("leading as %s (%v), lock %s\n", who, err, seq.Path())
+			for _, job := range []string{"job-1", "job-2"} {
+				if err := put(leaderCtx, seq, job); err != nil {
+					// A refused or unfinished write: if leaderCtx ended,
+					// Lead finds out whether leadership survived.
+					return err
+				}
+			}
+			return nil // the work is done: resign
+		},
+		recipe.WithOpenOptions(client.WithLockDelay(10*time.Second))) // how long others wait if this leader dies
+	fmt.Println("lead:", err, "store:", store)
+	_, err = recipe.Leader(ctx, c, "scheduler-leader")
+	fmt.Println("after resigning:", errors.Is(err, recipe.ErrNoLeader))
+	// Output:
+	// leading as host-a:8080 (<nil>), lock /ls/example/scheduler-leader
+	// lead: <nil> store: [job-1 job-2]
+	// after resigning: true
+}
+
+// Campaign blocks until this candidate leads the election on a file;
+// Leader tells anyone who leads. Closing the leader's handle resigns.
+func ExampleCampaign() {
+	cfg, stop := exampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	lead, err := recipe.Campaign(ctx, c, "/ls/example/scheduler-leader", []byte("host-a:8080"),
+		client.WithLockDelay(10*time.Second)) // how long others wait if this leader dies
+	if err != nil {
+		fmt.Println("campaign:", err)
+		return
+	}
+	who, err := recipe.Leader(ctx, c, "/ls/example/scheduler-leader")
+	fmt.Printf("leader %s, %v\n", who, err)
+
+	lead.Close() // resign: the next candidate leads at once
+	_, err = recipe.Leader(ctx, c, "/ls/example/scheduler-leader")
+	fmt.Println("after resigning:", errors.Is(err, recipe.ErrNoLeader))
+	// Output:
+	// leader host-a:8080, <nil>
+	// after resigning: true
+}
+
+// Observe follows an election from the outside: who leads, and when
+// nobody does. Values are coalesced, so a slow reader gets the latest
+// state rather than a backlog.
+func ExampleObserve() {
+	cfg, stop := exampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	watcher, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer watcher.Close()
+	changes := recipe.Observe(ctx, watcher, "/ls/example/api-leader")
+
+	candidate, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer candidate.Close()
+	lead, err := recipe.Campaign(ctx, candidate, "/ls/example/api-leader", []byte("host-b:9090"))
+	if err != nil {
+		fmt.Println("campaign:", err)
+		return
+	}
+	for v := range changes {
+		if !v.NoLeader {
+			fmt.Printf("leader %s\n", v.Leader)
+			break
+		}
+	}
+	lead.Close() // resign
+	for v := range changes {
+		if v.NoLeader {
+			fmt.Println("no leader")
+			break
+		}
+	}
+	// Output:
+	// leader host-b:9090
+	// no leader
+}
