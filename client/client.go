@@ -21,17 +21,19 @@
 // keep its lock.
 //
 // A held lock tells its holder when to stop: Handle.LockContext ends the
-// moment the lock may be lost, and Handle.ReleaseRequested delivers the
-// requests of other sessions (Handle.RequestRelease: a waiter, or the
-// cell's admin, with a reason) that the holder let go. A request is
-// advice; the holder decides when to Release.
+// moment the lock may be lost, and a ReleaseRequested event on
+// Handle.Events carries another session's request (Handle.RequestRelease)
+// that the holder let go. A request is advice; the holder decides when to
+// Release.
 //
-// Events are never dropped silently: a handle opened WithEvents has its
-// own stream (Handle.Events) besides Client.Events, each event carries
-// where it happened (epoch, node instance, content and lock generations),
-// a reader that falls behind gets an Overflow event telling it to re-read,
-// and a fail-over the session survives re-announces every such handle's
-// node (Reannounce). Client.Observe streams an election's leader changes.
+// Events have one home each, and are never dropped silently: a handle's
+// (those it asked for WithEvents, its lock's, its renewal's) arrive on
+// Handle.Events, never nil and closed with the handle; the session's
+// (Jeopardy, Safe, Expired, Renewed, MasterFailover) on Client.Events. A
+// reader that falls behind gets an Overflow event telling it to re-read,
+// and each handle event carries where it happened. With
+// Config.RenewSession a Client outlives its session's expiry: it opens a
+// new one and re-opens its handles, but no lock carries over.
 //
 // Client.MkdirAll creates a directory and its missing parents, and Open
 // WithParents does the same for the node it creates; both take an
