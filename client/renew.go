@@ -119,7 +119,7 @@ func (c *Client) renew() bool {
 	}
 	defer c.sess.endRenewal() // also when Close ends the renewal
 	var wait backoff
-	for c.base.Err() == nil {
+	for c.base.Err() == nil && !c.sess.closingOrClosed() {
 		var resp wire.CreateSessionResponse
 		sent, err := c.roundTrip(c.base, callSpec{method: wire.MethodCreateSession, budget: c.cfg.RetryTimeout, renewal: true,
 			req: identityRequest(c.cfg.ClientName, declaredIdentity(&c.cfg)), resp: &resp})

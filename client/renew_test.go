@@ -122,12 +122,14 @@ func TestRenewSessionAfterExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A call made during the renewal waits for it.
-	during := make(chan error, 1)
+	// Calls made during the renewal wait for it: a read, and a write
+	// that never reached the old session (it runs once, in the new one).
+	during, wrote := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, _, err := f.GetContentsAndStat(ctx)
 		during <- err
 	}()
+	go func() { wrote <- f.SetContents(ctx, []byte("during")) }()
 	cut.Heal()
 	renewed := nextKindLog(t, sessEvents, client.Renewed, 20*time.Second)
 	if renewed.Session == old || renewed.Session == 0 || a.Session() != renewed.Session {
@@ -135,6 +137,12 @@ func TestRenewSessionAfterExpiry(t *testing.T) {
 	}
 	if err := <-during; err != nil {
 		t.Fatalf("a read made during the renewal: %v, want it to wait and succeed", err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("a write made during the renewal: %v, want it to wait and succeed", err)
+	}
+	if data, _, err := open(t, ctx, other, c.Name("f"), client.Read).GetContentsAndStat(ctx); err != nil || string(data) != "during" {
+		t.Fatalf("f after the renewal: %q %v, want the write made during it", data, err)
 	}
 
 	// The session stream: Jeopardy, Expired, Renewed, in that order, and
@@ -223,4 +231,49 @@ func nextKindLog(t *testing.T, l *eventLog, k client.EventKind, within time.Dura
 		return ok
 	})
 	return e
+}
+
+// Without RenewSession, Expired is final, as before: the handle that held
+// a lock hears LockLost and its stream closes, calls fail at once with
+// ErrSessionExpired once the cell is reachable again, the session id
+// stays, and no Renewed comes.
+func TestExpiryWithoutRenewIsFinal(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: time.Second})
+	ctx := testCtx(t, 60*time.Second)
+	cut := fixtures.NewCutter()
+	cfg := c.ClientConfig()
+	cfg.Dialer, cfg.GracePeriod, cfg.RetryTimeout = cut.Dial, 1500*time.Millisecond, 5*time.Second
+	a := c.ClientWith(t, cfg)
+	sessEvents := logEvents(a.Events())
+	old := a.Session()
+	lk := open(t, ctx, a, c.Name("lock"), rwc)
+	acquire(t, ctx, lk)
+	cut.Cut()
+	lost := nextKind(t, lk.Events(), client.LockLost, 15*time.Second, "the lock's handle")
+	if lost.Path != lk.Name() || lost.LockGen == 0 {
+		t.Fatalf("LockLost %+v", lost)
+	}
+	if cause := context.Cause(lk.LockContext()); !errors.Is(cause, client.ErrLockLost) {
+		t.Fatalf("lock context's cause %v, want ErrLockLost", cause)
+	}
+	waitUntil(t, 5*time.Second, "the handle's stream closed at the expiry", func() bool {
+		select {
+		case _, ok := <-lk.Events():
+			return !ok
+		default:
+			return false
+		}
+	})
+	cut.Heal()
+	start := time.Now()
+	if _, err := lk.GetStat(ctx); !errors.Is(err, client.ErrSessionExpired) || time.Since(start) > 2*time.Second {
+		t.Fatalf("a call after the expiry: %v after %v, want ErrSessionExpired at once", err, time.Since(start))
+	}
+	nextKindLog(t, sessEvents, client.Expired, 5*time.Second)
+	if a.Session() != old {
+		t.Fatalf("session %d (was %d): want the same session", a.Session(), old)
+	}
+	if _, ok := sessEvents.first(client.Renewed); ok {
+		t.Fatal("a Client without RenewSession renewed its session")
+	}
 }

@@ -424,6 +424,13 @@ func (s *sessionState) expire(id uint64, cause error) (was, closing bool) {
 	return was, closing
 }
 
+// closingOrClosed reports whether Close has begun.
+func (s *sessionState) closingOrClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing || s.closed
+}
+
 // endRenewal marks the renewal over (done, or given up at Close) and
 // wakes the calls waiting for it.
 func (s *sessionState) endRenewal() {
