@@ -648,7 +648,7 @@ func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) (*wire.AcquireR
 	var resp wire.AcquireResponse
 	req := &wire.AcquireRequest{Mode: uint8(mode), Wait: true}
 	for {
-		_, err := c.callAt(ctx, wire.MethodAcquire, seq, req, &resp, func() (uint64, error) { return h.bind(req) })
+		_, err := c.callAt(ctx, wire.MethodAcquire, seq, req, &resp, h)
 		if err == nil {
 			return &resp, nil
 		}

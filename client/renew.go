@@ -28,30 +28,26 @@ type sessionGone struct {
 func (e *sessionGone) Error() string { return e.err.Error() }
 func (e *sessionGone) Unwrap() error { return e.err }
 
-// callAt runs one call in the current session (bind == nil) or in the
-// session of the handle bind names (bind sets the handle's id in the
-// request and returns its generation). With Config.RenewSession, a call
+// callAt runs one call in the current session (h == nil) or in the
+// session h was last opened in (h.bind sets its id in the request). With Config.RenewSession, a call
 // whose session expired before it could take effect (refused as expired,
 // never sent, or one that changes nothing) waits for the renewal, for at
 // most RetryTimeout and while ctx lives, and runs again in the new
 // session. A mutating call that may have taken effect (seq != 0 and a
 // try went unanswered) fails with the expiry: its outcome died with the
 // session. It returns the generation of the session that answered.
-func (c *Client) callAt(ctx context.Context, m wire.Method, seq uint64, req, resp any, bind func() (uint64, error)) (uint64, error) {
-	at := func() (uint64, error) {
-		if bind != nil {
-			return bind()
-		}
-		return c.sess.generation(), nil
-	}
-	gen, err := at()
+func (c *Client) callAt(ctx context.Context, m wire.Method, seq uint64, req, resp any, h *Handle) (uint64, error) {
+	gen, err := c.bindCall(h, req)
 	if err != nil {
 		return gen, err
 	}
 	for {
 		_, err = c.roundTrip(ctx, callSpec{method: m, seq: seq, req: req, resp: resp, budget: c.cfg.RetryTimeout, gen: gen})
-		var gone *sessionGone
-		if !c.cfg.RenewSession || !errors.As(err, &gone) || (gone.doubt && seq != 0) {
+		if err == nil || !c.cfg.RenewSession {
+			return gen, err
+		}
+		gone, ok := err.(*sessionGone) // roundTrip's own, unwrapped
+		if !ok || (gone.doubt && seq != 0) {
 			return gen, err
 		}
 		if werr := c.awaitRenewal(ctx, gen, c.cfg.RetryTimeout); werr != nil {
@@ -61,13 +57,22 @@ func (c *Client) callAt(ctx context.Context, m wire.Method, seq uint64, req, res
 			return gen, werr
 		}
 		prev := gen
-		if gen, err = at(); err != nil {
+		if gen, err = c.bindCall(h, req); err != nil {
 			return gen, err
 		}
 		if gen == prev { // the handle was not moved (closed meanwhile)
 			return gen, gone
 		}
 	}
+}
+
+// bindCall returns the session generation a call belongs to: h's, once
+// its id is set in req, or the current session's when h is nil.
+func (c *Client) bindCall(h *Handle, req any) (uint64, error) {
+	if h != nil {
+		return h.bind(req)
+	}
+	return c.sess.generation(), nil
 }
 
 // callHandle is a call on h: it names h's id in the session h was last
@@ -78,7 +83,7 @@ func (c *Client) callHandle(ctx context.Context, h *Handle, m wire.Method, req, 
 		seq = c.ids.begin()
 		defer c.ids.end(seq)
 	}
-	_, err := c.callAt(ctx, m, seq, req, resp, func() (uint64, error) { return h.bind(req) })
+	_, err := c.callAt(ctx, m, seq, req, resp, h)
 	return err
 }
 
