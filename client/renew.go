@@ -114,6 +114,9 @@ func (h *Handle) bind(req any) (uint64, error) {
 	return h.gen, nil
 }
 
+// renewBackoffCap bounds the wait between a renewal's refused tries.
+const renewBackoffCap = 5 * time.Second
+
 // renew opens a new session after an expiry and re-opens the open handles
 // in it, trying again (with back-off) until it succeeds or the Client is
 // closed. It reports false when the keep-alive loop should end: Config.
@@ -123,7 +126,10 @@ func (c *Client) renew() bool {
 		return false
 	}
 	defer c.sess.endRenewal() // also when Close ends the renewal
-	var wait backoff
+	// Each CreateSession already searches for a master for RetryTimeout;
+	// a cell that answers but refuses (a certificate, a cap on sessions)
+	// is asked again after a wait that doubles up to renewBackoffCap.
+	wait := backoffBase
 	for c.base.Err() == nil && !c.sess.closingOrClosed() {
 		var resp wire.CreateSessionResponse
 		sent, err := c.roundTrip(c.base, callSpec{method: wire.MethodCreateSession, budget: c.cfg.RetryTimeout, renewal: true,
@@ -132,10 +138,11 @@ func (c *Client) renew() bool {
 			if c.base.Err() != nil || errors.Is(err, ErrClosed) {
 				return false
 			}
-			c.log.Warn("lockcell: could not open a new session after the expiry; trying again", "err", err)
-			if c.sleep(c.base, wait.next()) != nil {
+			c.log.Warn("lockcell: could not open a new session after the expiry; trying again", "err", err, "in", wait)
+			if c.sleep(c.base, wait) != nil {
 				return false
 			}
+			wait = min(2*wait, renewBackoffCap)
 			continue
 		}
 		gen, ok := c.sess.start(resp.Session, resp.Epoch, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
