@@ -302,12 +302,14 @@ func listingsAndEventsShowOnlyVisible(t *testing.T, ctx context.Context, c *fixt
 		}
 	}
 	watched := c.Name("shared")
-	for _, cl := range clients {
+	watchers := map[string]*client.Handle{}
+	for who, cl := range clients {
 		h, err := cl.Open(ctx, watched, client.Read|client.Directory, client.WithEvents(client.OnChildAdded|client.OnChildRemoved))
 		if err != nil {
 			t.Fatalf("open shared with events: %v", err)
 		}
 		defer h.Close()
+		watchers[who] = h
 	}
 	admin := clients["admin"]
 	sh, err := admin.Open(ctx, c.Name("shared/s"), client.Write)
@@ -328,14 +330,14 @@ func listingsAndEventsShowOnlyVisible(t *testing.T, ctx context.Context, c *fixt
 		t.Fatal(err)
 	}
 	vh.Close()
-	for who, cl := range clients {
+	for who, h := range watchers {
 		checked++
 		heard := false
 		deadline := time.After(30 * time.Second)
 	wait:
 		for {
 			select {
-			case ev, ok := <-cl.Events():
+			case ev, ok := <-h.Events():
 				if !ok {
 					t.Fatalf("%s's events closed", who)
 				}

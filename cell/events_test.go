@@ -14,7 +14,8 @@ import (
 // Handles opened WithEvents hear of changes made by other clients:
 // contents modified, child added and removed, lock acquired, conflicting
 // lock requests, and deletion (handle invalid). Handles that did not ask
-// hear nothing.
+// hear nothing. Handle events arrive on the handles' own streams, never
+// on Client.Events.
 func TestHandleEvents(t *testing.T) {
 	c := fixtures.NewCell(t, 3, fixtures.Options{})
 	ctx := ctxT(t, 60*time.Second)
@@ -22,11 +23,13 @@ func TestHandleEvents(t *testing.T) {
 	const rw = client.Read | client.Write | client.Create
 	mustOpen(t, ctx, actor, c.Name("d"), rw|client.Directory).Close()
 	mustOpen(t, ctx, actor, c.Name("d/f"), rw).Close()
-	ev := collectEvents(watcher)
+	sess := collectEvents(watcher)
 	qev := collectEvents(quiet)
-	mustOpen(t, ctx, watcher, c.Name("d"), client.Read|client.Directory, client.WithEvents(client.OnChildAdded|client.OnChildRemoved))
-	mustOpen(t, ctx, watcher, c.Name("d/f"), rw, client.WithEvents(client.OnContentsModified|client.OnLockAcquired|client.OnConflictingLock|client.OnHandleInvalid))
-	mustOpen(t, ctx, quiet, c.Name("d/f"), client.Read)
+	wd := mustOpen(t, ctx, watcher, c.Name("d"), client.Read|client.Directory, client.WithEvents(client.OnChildAdded|client.OnChildRemoved))
+	wf := mustOpen(t, ctx, watcher, c.Name("d/f"), rw, client.WithEvents(client.OnContentsModified|client.OnLockAcquired|client.OnConflictingLock|client.OnHandleInvalid))
+	ev := collectHandleEvents(wd, wf)
+	qh := mustOpen(t, ctx, quiet, c.Name("d/f"), client.Read)
+	qhev := collectHandleEvents(qh)
 
 	f := mustOpen(t, ctx, actor, c.Name("d/f"), rw)
 	if err := f.SetContents(ctx, []byte("x")); err != nil {
@@ -68,11 +71,36 @@ func TestHandleEvents(t *testing.T) {
 		}
 	}
 	ev.mu.Unlock()
-	for _, k := range qev.kinds() {
-		if k != client.MasterFailover {
-			t.Fatalf("a handle that asked for no events got %v", qev.kinds())
+	if k := qhev.kinds(); len(k) != 0 {
+		t.Fatalf("a handle that asked for no events got %v", k)
+	}
+	for _, l := range []*eventLog{sess, qev} {
+		for _, k := range l.kinds() {
+			if k != client.MasterFailover {
+				t.Fatalf("Client.Events carried %v; handle events belong on Handle.Events", l.kinds())
+			}
 		}
 	}
+}
+
+// collectHandleEvents records the events of the handles' own streams, in
+// one log, until they close.
+func collectHandleEvents(hs ...*client.Handle) *eventLog {
+	l := &eventLog{cond: make(chan struct{}, 1)}
+	for _, h := range hs {
+		go func() {
+			for ev := range h.Events() {
+				l.mu.Lock()
+				l.evs = append(l.evs, ev)
+				l.mu.Unlock()
+				select {
+				case l.cond <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	return l
 }
 
 // Raw watchers that never take their events cannot make the master hold
@@ -96,8 +124,7 @@ func TestEventBudgetBoundsRawWatchers(t *testing.T) {
 	hw := mustOpen(t, ctx, writer, name, client.Read|client.Write|client.Create, client.WithContents([]byte("v0")))
 
 	bob := c.ClientWith(t, c.ClientConfigAs("bob"))
-	ev := collectEvents(bob)
-	mustOpen(t, ctx, bob, name, client.Read, client.WithEvents(client.OnContentsModified))
+	ev := collectHandleEvents(mustOpen(t, ctx, bob, name, client.Read, client.WithEvents(client.OnContentsModified)))
 
 	// watchers opens, for user, four raw sessions of a hundred handles
 	// each watching the file; they never send a KeepAlive.
@@ -159,8 +186,7 @@ func TestEventBudgetBoundsRawWatchers(t *testing.T) {
 	// takes a change's watchers session by session, oldest first).
 	watchers("eve")
 	bob2 := c.ClientWith(t, c.ClientConfigAs("bob"))
-	ev2 := collectEvents(bob2)
-	mustOpen(t, ctx, bob2, name, client.Read, client.WithEvents(client.OnContentsModified))
+	ev2 := collectHandleEvents(mustOpen(t, ctx, bob2, name, client.Read, client.WithEvents(client.OnContentsModified)))
 	write("v2")
 	ev2.waitFor(t, client.Overflow, 30*time.Second)
 	st := m.EventStats()

@@ -334,9 +334,9 @@ func TestListingHidesUnreadableChildren(t *testing.T) {
 	t.Run("NoEventNamesAHiddenChild", func(t *testing.T) {
 		mustOpen(t, ctx, admin, c.Name("d/gone"), rw).Close()
 		setACL(t, "d/gone", client.ACL{Read: "team", Write: "team"})
-		ev := collectEvents(bob)
 		w := mustOpen(t, ctx, bob, c.Name("d"), client.Read, client.WithEvents(client.OnChildAdded|client.OnChildRemoved))
 		defer w.Close()
+		ev := collectHandleEvents(w)
 		del := mustOpen(t, ctx, admin, c.Name("d/gone"), client.Read|client.Write)
 		if err := del.Delete(ctx); err != nil {
 			t.Fatal(err)

@@ -79,18 +79,19 @@ func TestRequestReleaseReachesTheHolder(t *testing.T) {
 	if rr.Path != lock || rr.Session != bob.Session() || rr.Principal != "bob" || rr.Reason != reason || rr.Generation != st.LockGen {
 		t.Fatalf("alice heard %+v; want %s at generation %d from bob's session %d with the reason", rr, lock, st.LockGen, bob.Session())
 	}
-	pollUntil(t, 10*time.Second, "a ReleaseRequested event on alice's Events", func() bool {
-		for {
-			select {
-			case ev := <-alice.Events():
-				if ev.Kind == client.ReleaseRequested && ev.Path == lock {
-					return true
-				}
-			default:
-				return false
+	// The request is the holder's handle's alone: the session's stream
+	// carries no handle events.
+	for {
+		select {
+		case ev := <-alice.Events():
+			if ev.Path != "" || ev.Kind == client.ReleaseRequested {
+				t.Fatalf("Client.Events carried a handle event: %+v", ev)
 			}
+			continue
+		default:
 		}
-	})
+		break
+	}
 	// Advice only: alice still holds the lock, and bob still waits.
 	if ha.LockContext().Err() != nil {
 		t.Fatal("a release request ended the holder's lock context")
@@ -144,14 +145,26 @@ func TestRequestReleaseReachesTheHolder(t *testing.T) {
 	}
 }
 
-// nextReleaseRequest is the next request h's holder hears, within ctx.
+// nextReleaseRequest is the next request h's holder hears on its
+// handle's Events, within ctx (other kinds are skipped).
 func nextReleaseRequest(t *testing.T, ctx context.Context, h *client.Handle) client.ReleaseRequest {
 	t.Helper()
-	select {
-	case rr := <-h.ReleaseRequested():
-		return rr
-	case <-ctx.Done():
-		t.Fatalf("%s: the holder was never asked to release", h.Name())
-		return client.ReleaseRequest{}
+	for {
+		select {
+		case ev, ok := <-h.Events():
+			if !ok {
+				t.Fatalf("%s: the handle's stream closed before the holder was asked to release", h.Name())
+			}
+			if ev.Kind != client.ReleaseRequested {
+				continue
+			}
+			if ev.ReleaseRequest == nil || ev.Path != h.Name() {
+				t.Fatalf("%s: a release-requested event without its request: %+v", h.Name(), ev)
+			}
+			return *ev.ReleaseRequest
+		case <-ctx.Done():
+			t.Fatalf("%s: the holder was never asked to release", h.Name())
+			return client.ReleaseRequest{}
+		}
 	}
 }

@@ -36,7 +36,7 @@ func (h *Handle) GetACL(ctx context.Context) (ACL, error) {
 func (h *Handle) SetACL(ctx context.Context, a ACL) (Stat, error) {
 	h.markDirty()
 	var resp wire.StatResponse
-	err := h.do(ctx, "setacl", wire.MethodSetACL, &wire.SetACLRequest{Handle: h.id, Read: a.Read, Write: a.Write, ChangeACL: a.ChangeACL}, &resp)
+	err := h.do(ctx, "setacl", wire.MethodSetACL, &wire.SetACLRequest{Handle: h.id.Load(), Read: a.Read, Write: a.Write, ChangeACL: a.ChangeACL}, &resp)
 	if err != nil {
 		return Stat{}, err
 	}

@@ -14,7 +14,7 @@ func (c *Client) lockBroken(ev wire.Event) {
 	c.locks.mu.Lock()
 	var hs []*Handle
 	for h := range c.locks.byPath[ev.Path] {
-		if h.id == ev.Handle {
+		if h.id.Load() == ev.Handle {
 			hs = append(hs, h)
 		}
 	}

@@ -52,6 +52,18 @@ type Config struct {
 	// master before it is declared expired
 	// (docs/spec.md#jeopardy-and-grace). Default 45 s.
 	GracePeriod time.Duration
+	// RenewSession: when the session expires, the Client opens a new
+	// session and re-opens its open handles in it. Client.Events tells
+	// the program (Expired, then Renewed with the new session id), and
+	// each handle's stream how its re-open went (Reopened, or
+	// ReopenFailed when its node is gone). No lock survives: every lock
+	// context ends at the expiry (ErrLockLost), stays ended, and a handle
+	// holds no lock in the new session until Acquire is called again.
+	// Calls made during the renewal wait for it (within their ctx and
+	// RetryTimeout) and run in the new session; a write that may have
+	// taken effect in the old one fails with ErrSessionExpired instead.
+	// Without it, Expired is final: every call fails from then on.
+	RenewSession bool
 	// CacheBytes bounds the cache of contents, stats and listings
 	// (default 32 MiB). DisableCache turns the cache off for every handle;
 	// WithoutCache turns it off for one.
@@ -153,17 +165,19 @@ func (c *Config) setDefaults() error {
 // keep its lock.
 //
 // A held lock tells its holder when to stop: Handle.LockContext ends the
-// moment the lock may be lost, and Handle.ReleaseRequested delivers the
-// requests of other sessions (Handle.RequestRelease: a waiter, or the
-// cell's admin, with a reason) that the holder let go. A request is
-// advice; the holder decides when to Release.
+// moment the lock may be lost, and a ReleaseRequested event on
+// Handle.Events carries another session's request (Handle.RequestRelease:
+// a waiter, or the cell's admin, with a reason). A request is advice; the
+// holder decides when to Release.
 //
-// Events are never dropped silently: a handle opened WithEvents has its
-// own stream (Handle.Events) besides Client.Events, each event carries
-// where it happened (epoch, node instance, content and lock generations),
-// a reader that falls behind gets an Overflow event telling it to re-read,
-// and a fail-over the session survives re-announces every such handle's
-// node (Reannounce).
+// Events have one home each, and are never dropped silently: a handle's
+// (those it asked for WithEvents, its lock's, its renewal's) arrive on
+// Handle.Events, never nil and closed with the handle; the session's
+// (Jeopardy, Safe, Expired, Renewed, MasterFailover) on Client.Events. A
+// reader that falls behind gets an Overflow event telling it to re-read,
+// and each handle event carries where it happened. With
+// Config.RenewSession a Client outlives its session's expiry: it opens a
+// new one and re-opens its handles, but no lock carries over.
 //
 // MkdirAll creates a directory and its missing parents, and Open
 // WithParents does the same for the node it creates; both take an
@@ -219,7 +233,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, sess: newSessionState(cfg.Clock, time.Time{}, 0),
+	sess := newSessionState(cfg.Clock, time.Time{}, 0)
+	sess.renew = cfg.RenewSession
+	c := &Client{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, sess: sess,
 		events: make(chan Event, SessionEventBuffer+1), stop: make(chan struct{}), addrs: newAddrSet(cfg.Replicas), refresh: make(chan struct{}, 1)}
 	c.route = newRouting(&c.cfg, c.addrs)
 	c.base, c.cancel = context.WithCancel(context.Background())
@@ -237,13 +253,15 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, opErr("dial", "", err)
 	}
 	c.sess.start(resp.Session, resp.Epoch, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
+
 	c.wg.Add(1)
 	go c.keepAliveLoop()
 	c.learnAddrs(ctx)
 	return c, nil
 }
 
-// Session returns the session id.
+// Session returns the session id: with Config.RenewSession, the current
+// session's (a new one after each Renewed event).
 func (c *Client) Session() uint64 {
 	id, _ := c.sess.identity()
 	return id
@@ -278,7 +296,8 @@ func (c *Client) CloseContext(ctx context.Context) error {
 	var err error
 	if !expired {
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.RetryTimeout)
-		err = c.call(cctx, wire.MethodCloseSession, false, &wire.CloseSessionRequest{}, &wire.Empty{})
+		_, err = c.roundTrip(cctx, callSpec{method: wire.MethodCloseSession, req: &wire.CloseSessionRequest{}, resp: &wire.Empty{},
+			budget: c.cfg.RetryTimeout})
 		cancel()
 		switch {
 		case errors.Is(err, ErrSessionExpired):
@@ -313,9 +332,10 @@ func (c *Client) call(ctx context.Context, m wire.Method, mutating bool, req, re
 }
 
 // callSeq is call under the request id seq (0: not mutating), which the
-// caller allocated and ends.
+// caller allocated and ends. With Config.RenewSession it follows the
+// session into its renewal (callAt).
 func (c *Client) callSeq(ctx context.Context, m wire.Method, seq uint64, req, resp any) error {
-	_, err := c.roundTrip(ctx, callSpec{method: m, seq: seq, req: req, resp: resp, budget: c.cfg.RetryTimeout})
+	_, err := c.callAt(ctx, m, seq, req, resp, nil)
 	return err
 }
 
@@ -351,14 +371,25 @@ func (c *Client) cacheStats() cache.Stats {
 	return c.cache.Stats()
 }
 
-func (c *Client) markExpired() {
-	was, closing := c.sess.expire()
+// markExpired ends the session id (a late answer about an earlier
+// session changes nothing): every lock context ends with ErrLockLost
+// before the application hears Expired, each handle that held a lock
+// hears LockLost, and the idle handles are forgotten (they died with the
+// session).
+func (c *Client) markExpired(id uint64) {
+	cause := fmt.Errorf("%w (%w)", ErrLockLost, wire.Errorf(wire.CodeSessionExpired, "session %d has expired", id))
+	was, closing := c.sess.expire(id, cause)
+	if was {
+		return
+	}
 	if c.cache != nil {
 		c.cache.Disable()
 	}
+	c.pool.drop("")
+	c.locks.loseAll(cause, c.clock.Now())
 	// A session ended by Close is not an expiry, though the master answers
 	// the KeepAlive parked there as one: the application asked for it.
-	if !was && !closing {
+	if !closing {
 		c.emit(Event{Kind: Expired})
 	}
 }

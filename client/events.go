@@ -41,16 +41,36 @@ func pushEvent(ch chan Event, e Event) (kept, overflowed bool) {
 	return false, false
 }
 
-// eventStream is one handle's stream of events (Handle.Events).
+// eventStream is one handle's stream of events (Handle.Events). Every
+// handle has one; its channel is made on first use (a push, or Events),
+// so a handle nobody listens to costs no buffer.
 type eventStream struct {
-	path string
-
 	mu     sync.Mutex
 	ch     chan Event
 	closed bool
+	// asked: the handle was opened WithEvents.
+	asked bool
 	// last is the position of the newest event pushed, which a Reannounce
 	// repeats (generations only grow, so positions stay monotone).
-	last Event
+	instance, contentGen, lockGen uint64
+}
+
+// chanLocked returns the stream's channel, made (and closed, if the
+// stream is) on first use. Called with s.mu held.
+func (s *eventStream) chanLocked() chan Event {
+	if s.ch == nil {
+		s.ch = make(chan Event, HandleEventBuffer+1)
+		if s.closed {
+			close(s.ch)
+		}
+	}
+	return s.ch
+}
+
+func (s *eventStream) events() <-chan Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.chanLocked()
 }
 
 func (s *eventStream) push(e Event) {
@@ -60,21 +80,21 @@ func (s *eventStream) push(e Event) {
 		return
 	}
 	if e.Instance != 0 {
-		s.last = e
+		s.instance, s.contentGen, s.lockGen = e.Instance, e.ContentGen, e.LockGen
 	}
-	pushEvent(s.ch, e)
+	pushEvent(s.chanLocked(), e)
 }
 
 // reannounce tells the consumer that what it heard before epoch may be
 // stale: events queued at a master that failed over are lost with it.
-func (s *eventStream) reannounce(epoch uint64, now time.Time) {
+func (s *eventStream) reannounce(path string, epoch uint64, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
-	pushEvent(s.ch, Event{Kind: Reannounce, Path: s.path, Epoch: epoch, Time: now,
-		Instance: s.last.Instance, ContentGen: s.last.ContentGen, LockGen: s.last.LockGen})
+	pushEvent(s.chanLocked(), Event{Kind: Reannounce, Path: path, Epoch: epoch, Time: now,
+		Instance: s.instance, ContentGen: s.contentGen, LockGen: s.lockGen})
 }
 
 func (s *eventStream) close() {
@@ -82,96 +102,127 @@ func (s *eventStream) close() {
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
-		close(s.ch)
+		if s.ch != nil {
+			close(s.ch)
+		}
 	}
 }
 
-// handleStreams indexes the event streams of the open handles that asked
-// for events, by handle id, and the invalidation watchers of
-// WatchInvalidations by name. Its lock is taken before a stream's, never
-// the other way round.
+// handleStreams indexes the open handles by the id the master knows them
+// by (for their events, and for the re-opening a renewal does), and the
+// invalidation watchers of WatchInvalidations by name. Its lock is taken before a
+// handle's or a stream's, never the other way round.
 type handleStreams struct {
 	mu    sync.Mutex
-	byID  map[uint64]*eventStream
+	byID  map[uint64]*Handle
 	inval map[string]map[chan struct{}]struct{}
-	ended bool // the session is over: every stream is closed
+	ended bool // the Client is closed, or its session expired for good: every stream is closed
 }
 
-// open returns the stream of a handle just opened with events; after the
-// session ended it returns one already closed.
-func (t *handleStreams) open(id uint64, path string) *eventStream {
-	s := &eventStream{path: path, ch: make(chan Event, HandleEventBuffer+1)}
+// add registers a handle just opened in session generation gen, if that
+// is still the session's (cur reads it); false means the session changed
+// since the Open, and the handle is dead. After the streams ended, the
+// handle's stream is closed at once.
+func (t *handleStreams) add(h *Handle, gen uint64, cur func() uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.ended {
-		s.close()
-		return s
+		h.events.close()
+		return true
+	}
+	if cur() != gen {
+		return false
 	}
 	if t.byID == nil {
-		t.byID = map[uint64]*eventStream{}
+		t.byID = map[uint64]*Handle{}
 	}
-	t.byID[id] = s
-	return s
+	t.byID[h.id.Load()] = h
+	return true
 }
 
-// drop closes the stream of a handle being closed (nil: it had none).
-func (t *handleStreams) drop(id uint64, s *eventStream) {
-	if s == nil {
-		return
-	}
+// drop forgets the handle id being closed and closes its stream.
+func (t *handleStreams) drop(id uint64, h *Handle) {
 	t.mu.Lock()
-	if t.byID[id] == s {
+	if t.byID[id] == h {
 		delete(t.byID, id)
 	}
 	t.mu.Unlock()
-	s.close()
+	h.events.close()
 }
 
-// deliver pushes e to the stream of the handle id, if it has one.
-func (t *handleStreams) deliver(id uint64, e Event) {
-	t.mu.Lock()
-	s := t.byID[id]
-	t.mu.Unlock()
-	if s != nil {
-		s.push(e)
-	}
-}
-
-// reannounceAll pushes a Reannounce to every stream.
-func (t *handleStreams) reannounceAll(epoch uint64, now time.Time) {
-	for _, s := range t.all() {
-		s.reannounce(epoch, now)
-	}
-}
-
-// all returns every open stream.
-func (t *handleStreams) all() []*eventStream {
+// rekey moves h from the id old to new (a renewal re-opened it).
+func (t *handleStreams) rekey(old, new uint64, h *Handle) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	all := make([]*eventStream, 0, len(t.byID))
-	for _, s := range t.byID {
-		all = append(all, s)
+	if t.byID[old] == h {
+		delete(t.byID, old)
+	}
+	if !t.ended {
+		t.byID[new] = h
+	}
+}
+
+// deliver pushes e to the stream of the handle id, if it is open.
+func (t *handleStreams) deliver(id uint64, e Event) {
+	t.mu.Lock()
+	h := t.byID[id]
+	t.mu.Unlock()
+	if h != nil {
+		h.events.push(e)
+	}
+}
+
+// all returns every open handle.
+func (t *handleStreams) all() []*Handle {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	all := make([]*Handle, 0, len(t.byID))
+	for _, h := range t.byID {
+		all = append(all, h)
 	}
 	return all
 }
 
-// overflowAll pushes an Overflow to every stream: the master dropped
-// events for the session without saying whose.
-func (t *handleStreams) overflowAll(epoch uint64, now time.Time) {
-	for _, s := range t.all() {
-		s.push(Event{Kind: Overflow, Path: s.path, Epoch: epoch, Time: now})
+// listening returns the handles that hear events: those opened
+// WithEvents, and those holding a lock (which hear its LockBroken and
+// ReleaseRequested events). A handle that asked for nothing and holds
+// nothing has nothing to lose, so it is not told of losses.
+func (t *handleStreams) listening() []*Handle {
+	all := t.all()
+	out := all[:0]
+	for _, h := range all {
+		if h.events.asked || h.holdsLock() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// reannounceAll pushes a Reannounce to every listening handle.
+func (t *handleStreams) reannounceAll(epoch uint64, now time.Time) {
+	for _, h := range t.listening() {
+		h.events.reannounce(h.path, epoch, now)
 	}
 }
 
-// end closes every stream: the session is over (closed or expired).
+// overflowAll pushes an Overflow to every listening handle: the master
+// dropped events for the session without saying whose.
+func (t *handleStreams) overflowAll(epoch uint64, now time.Time) {
+	for _, h := range t.listening() {
+		h.events.push(Event{Kind: Overflow, Path: h.path, Epoch: epoch, Time: now})
+	}
+}
+
+// end closes every stream: the Client is closed, or its session is over
+// for good.
 func (t *handleStreams) end() {
 	t.mu.Lock()
 	t.ended = true
 	all := t.byID
 	t.byID = nil
 	t.mu.Unlock()
-	for _, s := range all {
-		s.close()
+	for _, h := range all {
+		h.events.close()
 	}
 }
 

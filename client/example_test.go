@@ -98,9 +98,9 @@ func ExampleDial() {
 	// after Release: true
 }
 
-// A handle opened WithEvents delivers the events it asks for on
-// Client.Events, together with the session's own (jeopardy, safe,
-// expired, master fail-over).
+// A handle opened WithEvents delivers the events it asks for on its own
+// Handle.Events; Client.Events carries only the session's (jeopardy,
+// safe, expired, renewed, master fail-over).
 func ExampleWithEvents() {
 	cfg, stop := exampleCell()
 	defer stop()
@@ -136,7 +136,7 @@ func ExampleWithEvents() {
 
 	for {
 		select {
-		case e := <-watcher.Events():
+		case e := <-dir.Events():
 			if e.Kind == client.ChildAdded {
 				fmt.Println(e.Kind, e.Path, e.Child)
 				return

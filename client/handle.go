@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"lockcell/cache"
@@ -89,8 +90,7 @@ const (
 )
 
 // WithEvents asks for handle events while the handle is open: they arrive
-// on the next KeepAlive reply after the change, on the handle's own
-// Handle.Events and on Client.Events.
+// on the next KeepAlive reply after the change, on Handle.Events.
 func WithEvents(m EventMask) OpenOption {
 	return func(o *openOptions) { o.req.EventMask = uint32(m) }
 }
@@ -155,19 +155,21 @@ type DirEntry struct {
 }
 
 // Handle is an open file or directory. After Close every method but Name,
-// LockContext, ReleaseRequested and Poison fails with ErrClosed. A Handle
-// is safe for concurrent use. A handle that holds a lock hears other
-// sessions' requests that it let go on ReleaseRequested (see
-// RequestRelease), whatever events it was opened with.
+// LockContext, Events and Poison fails with ErrClosed. A Handle is safe
+// for concurrent use. A handle that holds a lock hears other sessions'
+// requests that it let go on Events (see RequestRelease), whatever events
+// it was opened with.
 type Handle struct {
-	c    *Client
-	id   uint64
+	c *Client
+	// id is the handle's id at the master, in the session of generation
+	// gen; a renewal re-opens the handle under a new id (renew.go).
+	id   atomic.Uint64
 	path string
 
 	noCache bool // WithoutCache, or the client has no cache
 	// instance is the node instance the handle opened: a cached entry of a
 	// later incarnation of the name is not this handle's to read.
-	instance uint64
+	instance atomic.Uint64
 	// pool is where Close may leave the handle idle for reuse (nil: it
 	// may not); tok is the cache token taken when it was opened.
 	pool *poolKey
@@ -192,29 +194,29 @@ type Handle struct {
 	grantSeq []byte
 	grantOf  *heldLock
 
-	// asked holds release requests for the holder (releasereq.go).
-	asked chan ReleaseRequest
-	// events is the handle's own event stream (events.go); nil unless it
-	// was opened WithEvents.
-	events *eventStream
+	// gen is the session generation id belongs to; lost, why a renewal
+	// could not re-open the handle; opened, the request that opened it,
+	// kept for renewals (Config.RenewSession).
+	gen    uint64
+	lost   error
+	opened *wire.OpenRequest
+
+	// events is the handle's own event stream (events.go).
+	events eventStream
 }
 
-// Events returns the handle's own stream of events, in the order the
-// master sent them: those it asked for WithEvents, LockBroken and
-// ReleaseRequested about its lock, and a Reannounce after every fail-over
-// or recovery from jeopardy the session survives. Each event carries its
-// position (Event.Instance, ContentGen, LockGen, Epoch). The stream keeps
-// HandleEventBuffer unread events; a reader that falls further behind gets
-// an Overflow event at the point where it stopped hearing everything, and
-// should re-read the node. The channel is closed when the handle is
-// closed, and when the session ends (Client.Close, or expiry). A handle
-// opened without WithEvents has no stream: Events returns nil.
-func (h *Handle) Events() <-chan Event {
-	if h.events == nil {
-		return nil
-	}
-	return h.events.ch
-}
+// Events returns the handle's stream of events, in the order the master
+// sent them: the kinds it asked for WithEvents; whatever it asked for,
+// those about its lock (LockBroken, ReleaseRequested carrying the
+// request, LockLost) and about its session (Reannounce after a fail-over
+// or jeopardy the session survives; Reopened or ReopenFailed after a
+// renewal). Each event carries its position (Event.Instance, ContentGen,
+// LockGen, Epoch). The stream keeps HandleEventBuffer unread events; a
+// reader that falls further behind gets an Overflow event at the point
+// where it stopped hearing everything, and should re-read the node. It is
+// never nil, and is closed when the handle is closed, when the Client is
+// closed, and when the session expires without Config.RenewSession.
+func (h *Handle) Events() <-chan Event { return h.events.events() }
 
 // markDirty keeps the handle out of the idle pool: its lock, sequencer or
 // node state must end with Close at the master.
@@ -232,7 +234,7 @@ func (h *Handle) sequencer() []byte {
 
 // request is the HandleRequest of this handle, carrying its sequencer.
 func (h *Handle) request() *wire.HandleRequest {
-	return &wire.HandleRequest{Handle: h.id, Sequencer: h.sequencer()}
+	return &wire.HandleRequest{Handle: h.id.Load(), Sequencer: h.sequencer()}
 }
 
 // Open opens the node at name with the given mode. With Create it creates
@@ -281,8 +283,13 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 	usePool := c.cache != nil && poolable(o)
 	key := poolKey{name: name, flags: req.Flags, lockDelay: req.LockDelayMillis}
 	if usePool {
+		gen := c.sess.generation()
 		if p, ok := c.takePooled(key); ok {
-			return &Handle{c: c, id: p.id, path: name, instance: p.instance, noCache: o.noCache, pool: &key, tok: p.tok}, nil
+			h := c.newHandle(name, p.id, p.instance, o)
+			h.pool, h.tok = &key, p.tok
+			if c.register(h, gen) {
+				return h, nil
+			}
 		}
 	}
 	var tok, mtok cache.Token
@@ -296,7 +303,10 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 		return nil, opErr("open", name, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed %d", len(req.Contents), wire.MaxContents))
 	}
 	var resp wire.OpenResponse
-	if err := c.call(ctx, wire.MethodOpen, true, &req, &resp); err != nil {
+	seq := c.ids.begin()
+	gen, err := c.callAt(ctx, wire.MethodOpen, seq, &req, &resp, nil)
+	c.ids.end(seq)
+	if err != nil {
 		return nil, opErr("open", name, err)
 	}
 	if resp.Missing {
@@ -305,14 +315,37 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 		}
 		return nil, missingErr(name)
 	}
-	h := &Handle{c: c, id: resp.Handle, path: name, instance: resp.Stat.Instance, noCache: o.noCache || c.cache == nil}
-	if req.EventMask != 0 {
-		h.events = c.streams.open(h.id, name)
-	}
+	h := c.newHandle(name, resp.Handle, resp.Stat.Instance, o)
 	if usePool && resp.Cacheable && !resp.Stat.Ephemeral {
 		h.pool, h.tok = &key, tok
 	}
+	if !c.register(h, gen) {
+		// The session was renewed between the answer and now: the
+		// handle died with the old one, and the renewal did not see it.
+		return c.open(ctx, name, o)
+	}
 	return h, nil
+}
+
+// newHandle is the Handle of the open handle id of name, at instance.
+func (c *Client) newHandle(name string, id, instance uint64, o *openOptions) *Handle {
+	h := &Handle{c: c, path: name, noCache: o.noCache || c.cache == nil}
+	h.id.Store(id)
+	h.instance.Store(instance)
+	h.events.asked = o.req.EventMask != 0
+	if c.cfg.RenewSession {
+		req := o.req
+		h.opened = &req
+	}
+	return h
+}
+
+// register records h, opened in session generation gen, among the open
+// handles (its events, renewals); false: that session is over, and the
+// handle with it.
+func (c *Client) register(h *Handle, gen uint64) bool {
+	h.gen = gen
+	return c.streams.add(h, gen, c.sess.generation)
 }
 
 // Name returns the full name of the handle's node: the name it was opened
@@ -328,7 +361,7 @@ func (h *Handle) check() error {
 	if h.poisonedLocked() {
 		return ErrPoisoned
 	}
-	return nil
+	return h.lost
 }
 
 func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any) error {
@@ -336,7 +369,7 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 		return opErr(op, h.path, err)
 	}
 	g := h.guard(ctx)
-	err := g.done(h.c.call(g.gctx, m, m.Mutating(), req, resp))
+	err := g.done(h.c.callHandle(g.gctx, h, m, req, resp))
 	if errors.Is(err, ErrHandleInvalid) {
 		// The node is gone, and its lock with it.
 		h.endLock(err)
@@ -351,7 +384,7 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
 		rr := &struct { // request and reply in one allocation
 			req  wire.HandleRequest
 			resp wire.ContentsResponse
-		}{req: wire.HandleRequest{Handle: h.id, Sequencer: h.sequencer(), Cache: fill}}
+		}{req: wire.HandleRequest{Handle: h.id.Load(), Sequencer: h.sequencer(), Cache: fill}}
 		err := h.do(ctx, "read", wire.MethodGetContentsAndStat, &rr.req, &rr.resp)
 		return cached{contents: rr.resp.Contents, stat: rr.resp.Stat}, rr.resp.Cacheable, err
 	})
@@ -371,7 +404,7 @@ func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 		rr := &struct { // request and reply in one allocation
 			req  wire.HandleRequest
 			resp wire.StatResponse
-		}{req: wire.HandleRequest{Handle: h.id, Sequencer: h.sequencer(), Cache: fill}}
+		}{req: wire.HandleRequest{Handle: h.id.Load(), Sequencer: h.sequencer(), Cache: fill}}
 		err := h.do(ctx, "stat", wire.MethodGetStat, &rr.req, &rr.resp)
 		return cached{stat: rr.resp.Stat}, rr.resp.Cacheable, err
 	})
@@ -517,7 +550,7 @@ func (h *Handle) SetContentsAndStat(ctx context.Context, data []byte, opts ...Se
 	rr := &struct { // request and reply in one allocation
 		req  wire.SetContentsRequest
 		resp wire.StatResponse
-	}{req: wire.SetContentsRequest{Handle: h.id, Contents: data, Sequencer: h.sequencer()}}
+	}{req: wire.SetContentsRequest{Handle: h.id.Load(), Contents: data, Sequencer: h.sequencer()}}
 	var so setOptions
 	for _, o := range opts {
 		o(&so)
@@ -545,7 +578,7 @@ func (h *Handle) Delete(ctx context.Context) error {
 func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
 	h.markDirty()
 	var resp wire.AcquireResponse
-	err := h.do(ctx, "lock", wire.MethodAcquire, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode)}, &resp)
+	err := h.do(ctx, "lock", wire.MethodAcquire, &wire.AcquireRequest{Handle: h.id.Load(), Mode: uint8(mode)}, &resp)
 	if errors.Is(err, ErrLockHeld) {
 		return false, nil
 	}
@@ -620,14 +653,15 @@ func (h *Handle) acquireOnce(ctx context.Context, mode LockMode) (*wire.AcquireR
 	seq := c.ids.begin()
 	defer c.ids.end(seq)
 	var resp wire.AcquireResponse
+	req := &wire.AcquireRequest{Mode: uint8(mode), Wait: true}
 	for {
-		err := c.callSeq(ctx, wire.MethodAcquire, seq, &wire.AcquireRequest{Handle: h.id, Mode: uint8(mode), Wait: true}, &resp)
+		_, err := c.callAt(ctx, wire.MethodAcquire, seq, req, &resp, h)
 		if err == nil {
 			return &resp, nil
 		}
 		if ctx.Err() != nil {
 			cctx, cancel := context.WithTimeout(c.base, min(c.cfg.RetryTimeout, 10*time.Second))
-			cerr := c.call(cctx, wire.MethodCancelAcquire, true, &wire.CancelAcquireRequest{Handle: h.id, WaitSeq: seq}, &wire.Empty{})
+			cerr := c.call(cctx, wire.MethodCancelAcquire, true, &wire.CancelAcquireRequest{Handle: req.Handle, WaitSeq: seq}, &wire.Empty{})
 			cancel()
 			if cerr != nil && !errors.Is(cerr, ErrHandleInvalid) && !errors.Is(cerr, ErrClosed) {
 				c.log.Warn("lockcell: could not withdraw an abandoned lock wait", "path", h.path, "err", cerr)
@@ -651,7 +685,7 @@ func (h *Handle) Release(ctx context.Context, opts ...ReleaseOption) error {
 	if o.fenced && len(o.seq) == 0 {
 		return opErr("unlock", h.path, wire.Errorf(wire.CodeBadSequencer, "IfSequencer was given no sequencer"))
 	}
-	err := h.do(ctx, "unlock", wire.MethodRelease, &wire.HandleRequest{Handle: h.id, Sequencer: o.seq}, &wire.Empty{})
+	err := h.do(ctx, "unlock", wire.MethodRelease, &wire.HandleRequest{Handle: h.id.Load(), Sequencer: o.seq}, &wire.Empty{})
 	if err == nil {
 		h.endLock(ErrReleased)
 	} else if releaseEnds(err) {
@@ -689,10 +723,14 @@ func (h *Handle) CloseContext(ctx context.Context) error {
 	}
 	h.closed = true
 	dirty := h.dirty
+	id, gen, lost := h.id.Load(), h.gen, h.lost
 	h.mu.Unlock()
 	h.endLock(ErrClosed)
-	h.c.streams.drop(h.id, h.events)
-	if h.pool != nil && !dirty && h.c.keepIdle(*h.pool, pooledHandle{id: h.id, tok: h.tok, instance: h.instance}) {
+	h.c.streams.drop(id, h)
+	if lost != nil {
+		return nil // never re-opened after a renewal: nothing to close
+	}
+	if h.pool != nil && !dirty && h.c.keepIdle(*h.pool, pooledHandle{id: id, tok: h.tok, instance: h.instance.Load()}) {
 		return nil
 	}
 	done := make(chan error, 1)
@@ -700,11 +738,11 @@ func (h *Handle) CloseContext(ctx context.Context) error {
 	if !c.sess.whileLive(func() { c.wg.Add(1) }) {
 		// Closed or expired: the call fails at once, and the cell has
 		// dropped the session's handles already.
-		return opErr("close", h.path, c.closeHandle(h.id))
+		return opErr("close", h.path, c.closeHandle(id, gen))
 	}
 	go func() {
 		defer c.wg.Done()
-		done <- c.closeHandle(h.id)
+		done <- c.closeHandle(id, gen)
 	}()
 	select {
 	case err := <-done:
@@ -714,19 +752,25 @@ func (h *Handle) CloseContext(ctx context.Context) error {
 	}
 }
 
-// closeHandle sends the Close of handle id until the cell answers, the
-// session ends, or the Client is closed (c.base ends). A search for a
-// master that runs out of RetryTimeout starts again: a handle left open
-// on a live session would keep its lock held for as long as the
-// application runs.
-func (c *Client) closeHandle(id uint64) error {
+// closeHandle sends the Close of handle id, of the session generation
+// gen, until the cell answers, that session ends, or the Client is closed
+// (c.base ends). A search for a master that runs out of RetryTimeout
+// starts again: a handle left open on a live session would keep its lock
+// held for as long as the application runs. A handle whose session was
+// renewed since died with it: nothing is left to close.
+func (c *Client) closeHandle(id, gen uint64) error {
+	seq := c.ids.begin()
+	defer c.ids.end(seq)
 	for {
-		err := c.call(c.base, wire.MethodClose, true, &wire.HandleRequest{Handle: id}, &wire.Empty{})
+		_, err := c.roundTrip(c.base, callSpec{method: wire.MethodClose, seq: seq, req: &wire.HandleRequest{Handle: id}, resp: &wire.Empty{},
+			budget: c.cfg.RetryTimeout, gen: gen})
 		switch {
 		case errors.Is(err, ErrHandleInvalid):
 			return nil // already gone (node deleted or session closed)
 		case errors.Is(err, ErrNoMaster) && c.base.Err() == nil:
 			continue
+		case c.cfg.RenewSession && errors.Is(err, ErrSessionExpired):
+			return nil
 		}
 		return err
 	}
@@ -811,7 +855,7 @@ func (h *Handle) cachedRead(ctx context.Context, op string, kind uint8, mayFill 
 		return readResult{}, opErr(op, h.path, err)
 	}
 	key, useCache := h.cacheKey(kind)
-	if v, ok := h.c.cacheGet(key, useCache); ok && (kind == kindDir || v.stat.Instance == h.instance) {
+	if v, ok := h.c.cacheGet(key, useCache); ok && (kind == kindDir || v.stat.Instance == h.instance.Load()) {
 		return readResult{v: v, hit: true, kept: true}, nil
 	}
 	fill := useCache && mayFill

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"lockcell/cell/wire"
 )
@@ -22,6 +23,12 @@ var (
 	ErrJeopardy = errors.New("lockcell: session in jeopardy: no answer from the cell within the lease")
 	// ErrReleased: the handle released its lock (Release).
 	ErrReleased = errors.New("lockcell: lock released")
+	// ErrLockLost: the session that held the lock expired, so the cell
+	// freed it and may have granted it to another session since. The
+	// cause also matches ErrSessionExpired. With Config.RenewSession the
+	// handle lives on in the new session but holds no lock there until
+	// Acquire is called again.
+	ErrLockLost = errors.New("lockcell: lock lost: the session that held it expired")
 )
 
 // heldLock is one holding of a handle's lock: from the grant until the
@@ -40,9 +47,11 @@ type heldLock struct {
 // else), when the session expires, on Release, on Close of the handle or
 // of the Client, and when the lock's node is deleted (seen by a call on
 // the handle, or by an OnHandleInvalid event). context.Cause says why,
-// as an error matching ErrJeopardy, ErrSessionExpired, ErrReleased,
-// ErrClosed or ErrHandleInvalid under errors.Is; Err is
-// context.Canceled.
+// as an error matching ErrJeopardy, ErrLockLost (the session expired),
+// ErrReleased, ErrClosed or ErrHandleInvalid under errors.Is; Err is
+// context.Canceled. After the session expired, LockContext returns a
+// context ended with ErrLockLost, even if the one returned before ended
+// earlier with ErrJeopardy.
 //
 // Work done under the lock should run under this context (or one derived
 // from it), so that it stops when the lock may be gone. A fail-over the
@@ -98,6 +107,30 @@ func (h *Handle) endLock(cause error) {
 	h.c.locks.remove(h)
 }
 
+// loseLock records that h's lock died with its session: the context
+// returned before ends (if it had not), LockContext returns one ended
+// with cause from now on, the grant's sequencer is forgotten, and the
+// handle's stream hears LockLost.
+func (h *Handle) loseLock(cause error, now time.Time) {
+	h.mu.Lock()
+	held := h.held
+	if held == nil {
+		h.mu.Unlock()
+		return
+	}
+	held.end(cause)
+	ctx, end := context.WithCancelCause(context.Background())
+	end(cause)
+	h.held = &heldLock{ctx: ctx, end: end, gen: held.gen, mode: held.mode}
+	h.grantSeq, h.grantOf = nil, nil
+	h.mu.Unlock()
+	h.events.push(Event{Kind: LockLost, Time: now, Path: h.path, LockGen: held.gen})
+}
+
+// holdsLock reports whether h was granted a lock that has not ended by
+// its own doing (it may have ended in a jeopardy).
+func (h *Handle) holdsLock() bool { return h.c.locks.has(h) }
+
 // lockTable indexes the handles that were granted a lock by the lock's
 // name, so news about a node (its deletion) ends the lock contexts of
 // every handle on it. Its lock is a leaf: handles are collected under it
@@ -128,6 +161,27 @@ func (t *lockTable) remove(h *Handle) {
 		delete(hs, h)
 		if len(hs) == 0 {
 			delete(t.byPath, h.path)
+		}
+	}
+}
+
+func (t *lockTable) has(h *Handle) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.byPath[h.path][h]
+	return ok
+}
+
+// loseAll empties the table: the session expired, and every lock with it
+// (loseLock).
+func (t *lockTable) loseAll(cause error, now time.Time) {
+	t.mu.Lock()
+	all := t.byPath
+	t.byPath = nil
+	t.mu.Unlock()
+	for _, hs := range all {
+		for h := range hs {
+			h.loseLock(cause, now)
 		}
 	}
 }

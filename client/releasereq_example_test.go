@@ -9,8 +9,8 @@ import (
 )
 
 // A waiter asks the holder of a lock to let go (RequestRelease, with a
-// reason); the holder hears who asked and why on its handle's
-// ReleaseRequested channel, finishes its work and releases, and the
+// reason); the holder hears who asked and why on its handle's Events (a
+// ReleaseRequested event), finishes its work and releases, and the
 // waiter's Acquire is granted.
 func ExampleHandle_RequestRelease() {
 	cfg, stop := exampleCell()
@@ -41,13 +41,19 @@ func ExampleHandle_RequestRelease() {
 	}
 	heard, done := make(chan client.ReleaseRequest, 1), make(chan error, 1)
 	go func() { // the holder's work loop
-		select {
-		case rr := <-h.ReleaseRequested():
-			heard <- rr
-			done <- h.Release(ctx) // after winding the work down
-		case <-h.LockContext().Done():
-			close(heard)
-			done <- context.Cause(h.LockContext())
+		for {
+			select {
+			case e := <-h.Events():
+				if e.Kind != client.ReleaseRequested {
+					continue
+				}
+				heard <- *e.ReleaseRequest
+				done <- h.Release(ctx) // after winding the work down
+			case <-h.LockContext().Done():
+				close(heard)
+				done <- context.Cause(h.LockContext())
+			}
+			return
 		}
 	}()
 

@@ -289,6 +289,11 @@ type callSpec struct {
 	// try bounds one attempt: one that runs out drops that connection and
 	// moves on to the next replica at once. Zero: no bound but ctx.
 	try time.Duration
+	// gen is the session generation the call belongs to (0: any); it is
+	// never sent in another (renew.go). renewal: the call opens the
+	// session that replaces an expired one.
+	gen     uint64
+	renewal bool
 }
 
 // roundTrip is the client's one routing and retry loop, used by every
@@ -317,8 +322,12 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 	// the call at once (ErrTooManyConnections).
 	var named string
 	var tooMany map[string]bool
+	doubt := false // a try went unanswered: a mutating call may have taken effect
 	for {
-		if err := c.sess.usable(); err != nil {
+		if err := c.sess.usableIn(s.gen, s.renewal); err != nil {
+			if errors.Is(err, ErrSessionExpired) {
+				return time.Time{}, &sessionGone{err: err, doubt: doubt}
+			}
 			return time.Time{}, err
 		}
 		retryNow, addr := false, ""
@@ -338,6 +347,7 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 			st, err = cn.call(tctx, &h, s.req, s.resp)
 			tryOver := err != nil && tctx.Err() != nil && ctx.Err() == nil
 			tcancel()
+			doubt = doubt || err != nil && !errors.Is(err, ErrTooManyConnections)
 			switch {
 			case tryOver:
 				// Frozen or cut off: try the next replica.
@@ -371,9 +381,9 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 				case wire.CodeUnavailable:
 				case wire.CodeSessionExpired:
 					if s.method != wire.MethodCloseSession {
-						c.markExpired()
+						c.markExpired(h.Session)
 					}
-					return time.Time{}, st.Err()
+					return time.Time{}, &sessionGone{err: st.Err(), doubt: doubt}
 				default:
 					return time.Time{}, st.Err()
 				}
@@ -430,7 +440,7 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 func (c *Client) header(s callSpec) wire.Header {
 	id, epoch := c.sess.identity()
 	h := wire.Header{Method: s.method, Session: id, Epoch: epoch}
-	if sessionless(s.method) {
+	if sessionless(s.method) || s.method == wire.MethodCreateSession {
 		h.Session = 0
 	}
 	if s.method != wire.MethodKeepAlive {

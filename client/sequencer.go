@@ -87,7 +87,7 @@ func (h *Handle) GetSequencer(ctx context.Context) (Sequencer, error) {
 		return seq, nil
 	}
 	var resp wire.SequencerResponse
-	if err := h.do(ctx, "sequencer", wire.MethodGetSequencer, &wire.HandleRequest{Handle: h.id}, &resp); err != nil {
+	if err := h.do(ctx, "sequencer", wire.MethodGetSequencer, &wire.HandleRequest{Handle: h.id.Load()}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Sequencer, nil

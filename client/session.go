@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 // EventKind names a session or handle event.
 type EventKind int
 
-// Session events (docs/spec.md#jeopardy-and-grace, #fail-over).
+// Session events (docs/spec.md#jeopardy-and-grace, #fail-over), delivered
+// on Client.Events only.
 const (
 	// Jeopardy: the local lease ran out without a KeepAlive reply; the
 	// session may or may not survive, and every lock context has ended
@@ -24,13 +26,17 @@ const (
 	// its handles and locks survived.
 	Safe
 	// Expired: the grace period ended, or the master declared the session
-	// over. Every call fails with ErrSessionExpired.
+	// over, and its locks are lost: every lock context has ended before
+	// it is delivered. Without Config.RenewSession every call fails with
+	// ErrSessionExpired from then on; with it, a Renewed follows.
 	Expired
 	// MasterFailover: a new master took over (a new epoch).
 	MasterFailover
 
-	// Handle events, delivered only for handles opened WithEvents asking
-	// for them. Event.Path names the node, Event.Child the child.
+	// Handle events, delivered on Handle.Events only: the kinds a handle
+	// asked for WithEvents, and those about its lock and its renewal
+	// whatever it asked for. Event.Path names the node, Event.Child the
+	// child.
 
 	// ContentsModified: the file's contents were replaced.
 	ContentsModified
@@ -44,33 +50,53 @@ const (
 	ConflictingLock
 	// HandleInvalid: the node was deleted; handles on it are invalid.
 	HandleInvalid
-	// LockBroken: the cell's admin broke a lock a handle of this session
-	// held (admin.Admin.BreakLock); delivered whatever events the handle asked
-	// for, and that handle's lock context has ended (ErrLockBroken).
+	// LockBroken: the cell's admin broke the lock this handle held
+	// (admin.Admin.BreakLock); its lock context has ended (ErrLockBroken).
 	LockBroken
-	// ReleaseRequested: another session asked a handle of this session
-	// to let go of the lock it holds (Handle.RequestRelease); delivered
-	// whatever events the handle asked for. The requester and its reason
-	// are on that handle's ReleaseRequested channel; the lock stays held
-	// until the holder releases it.
+	// ReleaseRequested: another session asked this handle to let go of
+	// the lock it holds (Handle.RequestRelease); Event.ReleaseRequest says
+	// who and why. The lock stays held until the holder releases it.
 	ReleaseRequested
 
 	// Overflow: the stream it arrives on (Client.Events or Handle.Events)
 	// was full, and at least one event after the ones before it was not
 	// kept; or the master had no room to queue the session's events (the
-	// session did not fetch them for long), and every stream gets one.
-	// Re-read what you rely on (GetContentsAndStat, GetStat, ReadDir):
-	// that read is newer than every event lost. Its position is that of
-	// the first event lost (Path names its node, if any).
+	// session did not fetch them for long), and every handle that hears
+	// events gets one. Re-read what you rely on (GetContentsAndStat,
+	// GetStat, ReadDir): that read is newer than every event lost. Its
+	// position is that of the first event lost (Path names its node, if
+	// any).
 	Overflow
 	// Reannounce: the session survived a fail-over or a jeopardy, and
 	// events the old master had queued for it may be lost; what the
-	// handle heard before may be stale. Delivered only on Handle.Events,
-	// once or more per fail-over or recovery, for every handle opened
-	// WithEvents; re-read the node. Its Epoch is the master's now; its
-	// other position fields repeat the last this handle heard of (zero if
+	// handle heard before may be stale. Delivered once or more per
+	// fail-over or recovery to every handle opened WithEvents or holding
+	// a lock; re-read the node. Its Epoch is the master's now; its other
+	// position fields repeat the last this handle heard of (zero if
 	// none), to compare with what the re-read returns.
 	Reannounce
+
+	// Renewed (session event, Config.RenewSession): after Expired, the
+	// client opened a new session (Event.Session, also Client.Session
+	// from now on) and re-opened its open handles in it, each told so on
+	// its own stream (Reopened or ReopenFailed). No lock carries over.
+	Renewed
+	// LockLost (handle event): the session expired while this handle held
+	// its lock (Event.LockGen), so the cell freed it; its lock context
+	// has ended with a cause matching ErrLockLost. After a renewal the
+	// handle holds no lock until Acquire is called again.
+	LockLost
+	// Reopened (handle event, Config.RenewSession): the handle was
+	// re-opened in the new session (Event.Session) with its name, mode
+	// and options; its position is the node's as the re-open found it (a
+	// new Instance: the node was created again). What it heard before may
+	// be stale: re-read the node.
+	Reopened
+	// ReopenFailed (handle event, Config.RenewSession): the handle could
+	// not be re-opened in the new session; Event.Err says why (its node
+	// is gone: ErrNotFound). Every call on the handle fails with an error
+	// matching ErrHandleInvalid and Event.Err; Close it.
+	ReopenFailed
 )
 
 func (k EventKind) String() string {
@@ -103,6 +129,14 @@ func (k EventKind) String() string {
 		return "overflow"
 	case Reannounce:
 		return "reannounce"
+	case Renewed:
+		return "renewed"
+	case LockLost:
+		return "lock-lost"
+	case Reopened:
+		return "reopened"
+	case ReopenFailed:
+		return "reopen-failed"
 	}
 	return "event"
 }
@@ -111,7 +145,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	// Epoch is the epoch of the master the event came from (zero for
-	// Jeopardy and Expired, which no master sent).
+	// Jeopardy, Expired and LockLost, which no master sent).
 	Epoch uint64
 	// Time is when this client heard the event.
 	Time time.Time
@@ -129,6 +163,12 @@ type Event struct {
 	// Missed is, on an Overflow, the kind of the first event lost (zero
 	// when the master dropped them: it does not say which).
 	Missed EventKind
+	// Session is the new session's id on Renewed and Reopened.
+	Session uint64
+	// Err is why, on ReopenFailed.
+	Err error
+	// ReleaseRequest is the request, on ReleaseRequested.
+	ReleaseRequest *ReleaseRequest
 }
 
 // handleEventKinds maps wire event kinds to handle events.
@@ -139,16 +179,15 @@ var handleEventKinds = map[uint8]EventKind{
 }
 
 // Events delivers the session's events in order: Jeopardy, Safe, Expired,
-// MasterFailover, and the events of every handle opened WithEvents (which
-// also arrive on that handle's own Handle.Events). The channel is closed
-// by Close. It keeps SessionEventBuffer unread events; a reader that falls
-// further behind does not stall the session, and loses nothing silently:
-// the first event it could not keep becomes an Overflow event, after which
-// the reader should re-read what it relies on.
+// Renewed and MasterFailover (handle events go to Handle.Events only).
+// The channel is closed by Close. It keeps SessionEventBuffer unread
+// events; a reader that falls further behind does not stall the session,
+// and loses nothing silently: the first event it could not keep becomes
+// an Overflow event.
 func (c *Client) Events() <-chan Event { return c.events }
 
-// emit delivers a session-level event on Client.Events; a fail-over or a
-// recovery from jeopardy also re-announces every handle's node.
+// emit delivers a session event on Client.Events; a fail-over or a
+// recovery from jeopardy also re-announces every listening handle's node.
 func (c *Client) emit(e Event) {
 	e.Time = c.clock.Now()
 	c.eventsMu.Lock()
@@ -184,6 +223,18 @@ type sessionState struct {
 	expired bool
 	closing bool // Close has begun: the session's end is the application's doing
 	closed  bool
+
+	// gen numbers the sessions this Client has had: 1 for Dial's, one
+	// more for each renewal (renew.go). A call made in one is never sent
+	// in another: the handle ids and request outcomes it names are that
+	// session's.
+	gen uint64
+	// renew is Config.RenewSession. renewing is true from an expiry until
+	// the renewal has re-opened the handles (or the Client closes), and
+	// renewDone is closed then.
+	renew     bool
+	renewing  bool
+	renewDone chan struct{}
 
 	leaseEnd time.Time // on clock, conservative
 	jeopardy bool
@@ -223,12 +274,31 @@ func (s *sessionState) setLeaseLocked(end time.Time, ttlMillis int64) {
 }
 
 // start records the session the master created: its id, the epoch, and
-// the first lease, granted until end.
-func (s *sessionState) start(id, epoch uint64, end time.Time, ttlMillis int64) {
+// the first lease, granted until end; it returns the session's
+// generation, and false (starting nothing) once Close has begun. A
+// renewal's session starts afresh: no jeopardy, no event acknowledged,
+// and a new sure context (the old one ended with the expiry).
+func (s *sessionState) start(id, epoch uint64, end time.Time, ttlMillis int64) (uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closing || s.closed {
+		return 0, false
+	}
 	s.id, s.epoch = id, epoch
 	s.setLeaseLocked(end, ttlMillis)
+	s.gen++
+	s.expired, s.jeopardy, s.ackEvent = false, false, 0
+	if s.sure.Err() != nil {
+		s.sure, s.endSure = context.WithCancelCause(context.Background())
+	}
+	return s.gen, true
+}
+
+// generation returns the current session's generation (see gen).
+func (s *sessionState) generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
 }
 
 // leaseUntil returns the end of the local lease as it stands now, and
@@ -252,16 +322,60 @@ func (s *sessionState) identity() (id, epoch uint64) {
 
 // usable returns ErrClosed once the client is closed and an error
 // matching ErrSessionExpired once the session has expired; nil otherwise.
-func (s *sessionState) usable() error {
+func (s *sessionState) usable() error { return s.usableIn(0, false) }
+
+// usableIn is usable for a call made in session generation gen (0: the
+// current one): one made in an earlier session fails as expired. A
+// renewal's own call (renewal) goes on while the session is expired.
+func (s *sessionState) usableIn(gen uint64, renewal bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
 		return ErrClosed
-	case s.expired:
+	case s.expired && !renewal:
 		return wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id)
+	case gen != 0 && gen != s.gen:
+		return wire.Errorf(wire.CodeSessionExpired, "the session the call was made in has expired (the client renewed it: session %d)", s.id)
 	}
 	return nil
+}
+
+// awaitRenewal waits until the renewal that follows the expiry of
+// session generation gen has finished (the new session is open and the
+// handles re-opened), for at most budget and until ctx ends. Without a
+// renewal to wait for (Config.RenewSession unset) it returns the expiry.
+func (c *Client) awaitRenewal(ctx context.Context, gen uint64, budget time.Duration) error {
+	s := c.sess
+	var timeout <-chan struct{}
+	for {
+		s.mu.Lock()
+		switch {
+		case s.closed || s.closing:
+			s.mu.Unlock()
+			return ErrClosed
+		case !s.renewing && s.gen > gen && !s.expired:
+			s.mu.Unlock()
+			return nil
+		case !s.renewing:
+			s.mu.Unlock()
+			return wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id)
+		}
+		done := s.renewDone
+		s.mu.Unlock()
+		if timeout == nil {
+			tctx, cancel := c.withDeadline(ctx, c.clock.Now().Add(budget))
+			defer cancel()
+			timeout = tctx.Done()
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout:
+			return fmt.Errorf("%w: the session expired and no new one was opened within %v (the client keeps trying)", ErrNoMaster, budget)
+		}
+	}
 }
 
 // whileLive runs f and reports true if the session is neither closed nor
@@ -290,15 +404,42 @@ func (s *sessionState) adoptEpoch(epoch uint64) (changed bool, old uint64) {
 	return false, old
 }
 
-// expire marks the session expired; it reports whether it already was,
-// and whether Close had begun.
-func (s *sessionState) expire() (was, closing bool) {
+// expire marks the session id expired, ending every lock context with
+// cause, and starts a renewal when Config.RenewSession asks for one; it
+// reports whether it already was expired (or id is not the current
+// session: a late answer about an earlier one), and whether Close had
+// begun.
+func (s *sessionState) expire(id uint64, cause error) (was, closing bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if id != s.id || s.expired {
+		return true, s.closing
+	}
 	was, closing = s.expired, s.closing
 	s.expired = true
-	s.endSure(wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id))
+	s.endSure(cause)
+	if s.renew && !s.closing && !s.closed && !s.renewing {
+		s.renewing, s.renewDone = true, make(chan struct{})
+	}
 	return was, closing
+}
+
+// closingOrClosed reports whether Close has begun.
+func (s *sessionState) closingOrClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing || s.closed
+}
+
+// endRenewal marks the renewal over (done, or given up at Close) and
+// wakes the calls waiting for it.
+func (s *sessionState) endRenewal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.renewing {
+		s.renewing = false
+		close(s.renewDone)
+	}
 }
 
 // beginClose marks the start of Close; it reports whether Close already
@@ -313,11 +454,13 @@ func (s *sessionState) beginClose() (closed, expired bool) {
 	return s.closed, s.expired
 }
 
-// finishClose marks the client closed: every call fails with ErrClosed.
+// finishClose marks the client closed: every call fails with ErrClosed,
+// and a call waiting for a renewal stops waiting.
 func (s *sessionState) finishClose() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
+	s.mu.Unlock()
+	s.endRenewal()
 }
 
 // keepAliveLoop keeps exactly one KeepAlive outstanding. The local lease
@@ -336,6 +479,7 @@ func (c *Client) keepAliveLoop() {
 			deadline = s.leaseEnd.Add(c.cfg.GracePeriod)
 		}
 		ack := s.ackEvent
+		id := s.id
 		s.mu.Unlock()
 
 		ctx, cancel := c.withDeadline(c.base, deadline)
@@ -380,7 +524,6 @@ func (c *Client) keepAliveLoop() {
 					// The master dropped handle events it had no room for,
 					// of handles it does not list: every stream re-reads.
 					c.log.Warn("lockcell: the master dropped events for this session; every handle hears an overflow", "session", c.Session())
-					c.emit(Event{Kind: Overflow, Epoch: resp.Epoch, Path: ev.Path})
 					c.streams.overflowAll(resp.Epoch, c.clock.Now())
 				default:
 					if k, ok := handleEventKinds[ev.Kind]; ok {
@@ -390,11 +533,12 @@ func (c *Client) keepAliveLoop() {
 						if k == LockBroken {
 							c.lockBroken(ev)
 						}
-						if k == ReleaseRequested && !c.releaseRequested(ev) {
-							continue // about a holding this client no longer has
-						}
 						e := handleEvent(k, ev, resp.Epoch, c.clock.Now())
-						c.emit(e)
+						if k == ReleaseRequested {
+							if e.ReleaseRequest = c.releaseRequested(ev); e.ReleaseRequest == nil {
+								continue // about a holding this client no longer has
+							}
+						}
 						c.streams.deliver(ev.Handle, e)
 					}
 				}
@@ -424,12 +568,17 @@ func (c *Client) keepAliveLoop() {
 				c.emit(Event{Kind: Safe, Epoch: resp.Epoch})
 			}
 		case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrUnknownSession):
-			c.markExpired()
-			return
+			c.markExpired(id)
+			if !c.renew() {
+				return
+			}
 		case errors.Is(err, context.DeadlineExceeded):
 			if inJeopardy {
-				c.markExpired()
-				return
+				c.markExpired(id)
+				if !c.renew() {
+					return
+				}
+				continue
 			}
 			s.mu.Lock()
 			s.jeopardy = true

@@ -277,7 +277,9 @@ func (e *env) lock(c *cli.Context) error {
 	}()
 
 	lost := held.Done()
-	asked := l.h.ReleaseRequested()
+	// The handle's stream carries the release requests (and the
+	// deletion, which ends the lock's context too).
+	asked := l.h.Events()
 	var why error // the lock's context's cause, once it ended
 	var kill <-chan time.Time
 	for running := true; running; {
@@ -286,8 +288,13 @@ func (e *env) lock(c *cli.Context) error {
 			running = false
 		case sig := <-sigc:
 			ch.signal(sig)
-		case rr := <-asked:
-			l.askedToRelease(rr, onAsked, ch)
+		case ev, ok := <-asked:
+			switch {
+			case !ok:
+				asked = nil // closed with the session: the lock's context says why
+			case ev.Kind == client.ReleaseRequested:
+				l.askedToRelease(*ev.ReleaseRequest, onAsked, ch)
+			}
 		case <-lost:
 			lost, asked, why = nil, nil, context.Cause(held)
 			l.warnf("lock %s may be lost (%s): stopping the command (SIGTERM, SIGKILL in %v)", name, errText(why), killAfter)

@@ -140,8 +140,7 @@ func (e *env) watch(c *cli.Context) error {
 
 	// Node events come from the handle's own stream, which never drops
 	// one silently (an Overflow stands in for what it could not keep) and
-	// carries Reannounce; the session's stream gives the session events
-	// (its copies of the node events are skipped).
+	// carries Reannounce; the session's stream gives the session events.
 	nodeEvents := h.Events()
 	for {
 		var ev client.Event
@@ -161,9 +160,6 @@ func (e *env) watch(c *cli.Context) error {
 		case ev2, ok := <-cl.Events():
 			if !ok {
 				return fail("watch", name, client.ErrClosed)
-			}
-			if ev2.Path != "" {
-				continue // the handle's stream has it
 			}
 			ev = ev2
 		}
