@@ -28,7 +28,6 @@ type ReleaseRequest struct {
 	Time time.Time
 }
 
-
 // RequestRelease asks every other holder of the lock on this handle's node
 // to let it go, with a reason that reaches each of them (a
 // ReleaseRequested event on the holding handle's Events) and the master's
