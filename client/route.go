@@ -370,10 +370,13 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 					retryNow = true
 				case wire.CodeUnavailable:
 				case wire.CodeSessionExpired:
-					if s.method != wire.MethodCloseSession {
-						c.markExpired()
+					err := st.Err()
+					// A resume told its session has ended has none yet
+					// to mark (Dial may go on to create one).
+					if s.method != wire.MethodCloseSession && s.method != wire.MethodResumeSession {
+						c.markEnded(err)
 					}
-					return time.Time{}, st.Err()
+					return time.Time{}, asMoved(err)
 				default:
 					return time.Time{}, st.Err()
 				}
@@ -428,8 +431,8 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 // stand now, and for calls other than KeepAlive the request id and the
 // acknowledgement of completed ones.
 func (c *Client) header(s callSpec) wire.Header {
-	id, epoch := c.sess.identity()
-	h := wire.Header{Method: s.method, Session: id, Epoch: epoch}
+	id, epoch, incarnation := c.sess.callIdentity()
+	h := wire.Header{Method: s.method, Session: id, Epoch: epoch, Incarnation: incarnation}
 	if sessionless(s.method) {
 		h.Session = 0
 	}

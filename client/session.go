@@ -187,8 +187,14 @@ type sessionState struct {
 
 	leaseEnd time.Time // on clock, conservative
 	jeopardy bool
-	ackEvent uint64
-	leaseTTL time.Duration
+	// incarnation is what a resume made the session's (resume.go), carried
+	// by every call; secret is the session's resume secret; moved: another
+	// process resumed the session, which is over for this client.
+	incarnation uint64
+	secret      []byte
+	moved       bool
+	ackEvent    uint64
+	leaseTTL    time.Duration
 
 	// sure is live while the client can be sure its session still holds
 	// what it held: it ends, with why as its cause, on jeopardy, expiry
@@ -259,7 +265,7 @@ func (s *sessionState) usable() error {
 	case s.closed:
 		return ErrClosed
 	case s.expired:
-		return wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id)
+		return s.endedErrLocked()
 	}
 	return nil
 }
@@ -297,7 +303,7 @@ func (s *sessionState) expire() (was, closing bool) {
 	defer s.mu.Unlock()
 	was, closing = s.expired, s.closing
 	s.expired = true
-	s.endSure(wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id))
+	s.endSure(s.endedErrLocked())
 	return was, closing
 }
 
@@ -424,7 +430,7 @@ func (c *Client) keepAliveLoop() {
 				c.emit(Event{Kind: Safe, Epoch: resp.Epoch})
 			}
 		case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrUnknownSession):
-			c.markExpired()
+			c.markEnded(err)
 			return
 		case errors.Is(err, context.DeadlineExceeded):
 			if inJeopardy {
