@@ -3,6 +3,10 @@ package cell_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,4 +218,108 @@ func TestResumeAfterExpiry(t *testing.T) {
 func withTicket(cfg client.Config, ticket []byte) client.Config {
 	cfg.ResumeTicket = ticket
 	return cfg
+}
+
+const (
+	helperResumeEnv   = "LOCKCELL_HELPER_RESUME"
+	helperTicketEnv   = "LOCKCELL_HELPER_TICKET"
+	helperResumeName  = "resume-lock"
+	helperResumeDelay = time.Minute
+)
+
+// TestHelperResumeLock is not a test: it is the client process that
+// TestKilledProcessResumesItsLock starts and kills. It does what an
+// election candidate does (Open with Create, then a blocking Acquire),
+// first on a new session, whose ticket it saves to the file named in
+// its environment (mode 0600), and, when started again with that file
+// holding a ticket, on the session the ticket names. It prints "ready"
+// once it holds the lock and blocks until it is killed.
+func TestHelperResumeLock(t *testing.T) {
+	if os.Getenv(helperResumeEnv) != "1" {
+		t.Skip("helper process of TestKilledProcessResumesItsLock")
+	}
+	fixtures.DieWithParent()
+	cellName := os.Getenv(helperCellEnv)
+	ticketFile := os.Getenv(helperTicketEnv)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := client.Config{Cell: cellName, Replicas: strings.Split(os.Getenv(helperAddrsEnv), ","),
+		RetryTimeout: 20 * time.Second, Logger: fixtures.Logger()}
+	if b, err := os.ReadFile(ticketFile); err == nil && len(b) > 0 {
+		cfg.ResumeTicket = b
+	}
+	cl, err := client.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("helper: dial: %v", err)
+	}
+	if err := os.WriteFile(ticketFile, cl.SessionTicket(), 0o600); err != nil {
+		t.Fatalf("helper: save ticket: %v", err)
+	}
+	h, err := cl.Open(ctx, "/ls/"+cellName+"/"+helperResumeName, client.Read|client.Write|client.Create,
+		client.WithLockDelay(helperResumeDelay))
+	if err != nil {
+		t.Fatalf("helper: open: %v", err)
+	}
+	if err := h.Acquire(ctx, client.Exclusive); err != nil {
+		t.Fatalf("helper: acquire: %v", err)
+	}
+	fmt.Fprintln(os.Stdout, "ready")
+	<-ctx.Done() // killed long before this
+	t.Fatal("helper: not killed within its deadline")
+}
+
+// A process holding a lock is killed with SIGKILL; a new process started
+// with its saved ticket holds the lock again within the lease: the same
+// session, a newer lock generation, no lock-delay (a minute here) and no
+// wait behind a candidate queued meanwhile, who keeps waiting.
+func TestKilledProcessResumesItsLock(t *testing.T) {
+	const lease = 6 * time.Second
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: lease})
+	ctx := ctxT(t, 90*time.Second)
+	ticketFile := filepath.Join(t.TempDir(), "ticket")
+	env := []string{helperResumeEnv + "=1", helperCellEnv + "=" + c.Options().Cell,
+		helperAddrsEnv + "=" + strings.Join(c.Addrs(), ","), helperTicketEnv + "=" + ticketFile}
+	first := fixtures.StartTestProc(t, "TestHelperResumeLock", env...)
+	if err := first.WaitLine("ready", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(ticketFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("saved ticket: %v %v", fi, err)
+	}
+	// Another candidate queues behind the holder.
+	other := c.Client(t)
+	ho := mustOpen(t, ctx, other, c.Name(helperResumeName), client.Read|client.Write)
+	st0, err := ho.GetStat(ctx)
+	if err != nil || st0.LockHolders != 1 {
+		t.Fatalf("the first process does not hold the lock: %+v %v", st0, err)
+	}
+	holder := st0.Holders[0].Session
+	granted := make(chan error, 1)
+	go func() { granted <- ho.Acquire(ctx, client.Exclusive) }()
+	pollUntil(t, 10*time.Second, "the other candidate queued", func() bool { s, _ := ho.GetStat(ctx); return s.LockWaiters == 1 })
+
+	killedAt := time.Now()
+	first.Kill()
+	second := fixtures.StartTestProc(t, "TestHelperResumeLock", env...)
+	if err := second.WaitLine("ready", lease); err != nil {
+		t.Fatalf("the restarted process did not hold the lock within the lease: %v", err)
+	}
+	took := time.Since(killedAt)
+	st, err := ho.GetStat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LockHolders != 1 || st.Holders[0].Session != holder || st.LockGen <= st0.LockGen || st.LockWaiters != 1 {
+		t.Fatalf("after the restart: %+v, want session %d holding at a generation past %d, one waiter", st, holder, st0.LockGen)
+	}
+	select {
+	case err := <-granted:
+		t.Fatalf("the queued candidate got the lock (%v) while the restarted process holds it", err)
+	default:
+	}
+	if !st.LockDelayUntil.IsZero() {
+		t.Fatalf("a lock-delay was imposed: %v", st.LockDelayUntil)
+	}
+	t.Logf("killed at T; the restarted process held the lock again at T+%v (lease %v, lock-delay %v)",
+		took.Round(time.Millisecond), lease, helperResumeDelay)
 }
