@@ -29,16 +29,16 @@ func (f *FSM) staleIncarnation(c *Command) *Error {
 	}
 	if s := f.sessions[c.Session]; s != nil && s.Incarnation != c.Incarnation {
 		return errf(KindSessionExpired, "%s: session %d was resumed by another process (incarnation %d, the call's %d)",
-			sessionMovedMsg, c.Session, s.Incarnation, c.Incarnation)
+			SessionMovedMsg, c.Session, s.Incarnation, c.Incarnation)
 	}
 	return nil
 }
 
-// sessionMovedMsg opens the error message of a request refused by
-// staleIncarnation; it equals wire.SessionMovedMsg, which clients match
-// (TestSessionMovedMessage), and results are replicated, so it never
-// changes.
-const sessionMovedMsg = "session moved"
+// SessionMovedMsg opens the error message of a request refused by
+// staleIncarnation. It equals wire.SessionMovedMsg, which clients match
+// (master.TestSessionMovedMessage), and it never changes: messages of
+// results are replicated state.
+const SessionMovedMsg = "session moved"
 
 // resumeSession gives the session a new incarnation (this command's
 // index), a new lock generation on every lock it holds, and withdraws its
