@@ -73,7 +73,12 @@ func (c *call) resumeSession(ctx context.Context, req *wire.ResumeSessionRequest
 	}
 	// From here on the caller has proven it holds the secret: it may
 	// learn that the session has ended.
-	c.h.Session = req.Session // the command's session, and the audit log's
+	// The command's session, and the audit log's: on a copy of the
+	// header, which the transport keeps counting the call under as it
+	// arrived (session 0).
+	h := *c.h
+	h.Session = req.Session
+	c.h = &h
 	res, err := c.apply(ctx, commandOf(replica.ResumeSessionArgs{}))
 	if err != nil {
 		c.auditResume(req.Session, err)

@@ -551,7 +551,7 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 
 // proposes reports whether a call of method m proposes a Raft command.
 func proposes(m wire.Method) bool {
-	return m.Mutating() || m == wire.MethodCreateSession || m == wire.MethodCloseSession
+	return m.Mutating() || m == wire.MethodCreateSession || m == wire.MethodCloseSession || m == wire.MethodResumeSession
 }
 
 // verifyRead makes a read linearizable: a round of contact with a quorum
