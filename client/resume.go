@@ -121,7 +121,9 @@ type ResumedHandle struct {
 // program that restarts runs the code it always runs (Open, then Acquire;
 // Campaign does exactly that) and finds it still holds its locks. A
 // handle nobody takes back stays open, and its lock held, until the
-// session ends. At most wire.MaxResumeHandles are listed.
+// session ends. A handle taken back keeps what it was opened with (its
+// lock-delay among it), whatever options the Open passes besides the
+// mode and events. At most 1,024 (wire.MaxResumeHandles) are listed.
 func (c *Client) ResumedHandles() []ResumedHandle {
 	c.adopt.mu.Lock()
 	defer c.adopt.mu.Unlock()
