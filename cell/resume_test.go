@@ -119,6 +119,15 @@ func TestResumeSession(t *testing.T) {
 	if ok, err := b.CheckSequencer(ctx, newSeq); !ok || err != nil {
 		t.Fatalf("the new holder's sequencer: valid %v %v", ok, err)
 	}
+	// A resource server that saw the new generation refuses the old one
+	// locally, whatever the cell would say.
+	guard := sequencer.NewGuard(sequencer.GuardConfig{Cell: c.Options().Cell})
+	if _, err := guard.Check(ctx, newSeq); err != nil {
+		t.Fatalf("guard, new sequencer: %v", err)
+	}
+	if _, err := guard.Check(ctx, oldSeq); !errors.Is(err, sequencer.ErrStale) {
+		t.Fatalf("guard, old sequencer after the new: %v, want ErrStale", err)
+	}
 
 	// The old process is fenced: its lock context ends (its parked
 	// KeepAlive is answered), and its calls fail typed.
