@@ -40,9 +40,10 @@ type Record struct {
 	// RFC 3339 in UTC.
 	Time string `json:"time"`
 	// Op names what was done: create_session, close_session,
-	// expire_session, create, open, write, delete, acquire, release,
-	// grant, break_lock, set_acl, member_put, member_remove, epoch,
-	// backup; gap for records this replica never saw.
+	// expire_session, resume_session, create, open, write, delete,
+	// acquire, release, grant, break_lock, set_acl, member_put,
+	// member_remove, epoch, backup; gap for records this replica never
+	// saw.
 	Op string `json:"op"`
 	// Principal is the authenticated caller (empty for the master's own
 	// commands: lock-delay hand-offs, expiries, epochs); Admin says it

@@ -69,6 +69,18 @@ type Config struct {
 	// WithoutCache turns it off for one.
 	CacheBytes   int64
 	DisableCache bool
+	// ResumeTicket, when set, makes Dial resume the session a
+	// SessionTicket of an earlier process names instead of creating one
+	// (see Client.ResumedHandles): the caller must authenticate as that
+	// session's principal. A ticket that is malformed or of another cell
+	// fails Dial with ErrBadRequest; one whose secret or principal does
+	// not match, with ErrUnknownSession (whether or not the session
+	// exists); one whose session has ended, with ErrSessionExpired,
+	// unless ResumeOrCreate is set: then Dial creates a new session
+	// (Client.Resumed tells which happened), and the program saves the
+	// new SessionTicket.
+	ResumeTicket   []byte
+	ResumeOrCreate bool
 	// Dialer opens the TCP connection to a replica (default net.Dialer).
 	// Proxies and fault-injection tests substitute their own.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -201,6 +213,7 @@ type Client struct {
 	ids   requestIDs
 	pool  handlePool
 	locks lockTable // handles granted a lock, by name (lockctx.go)
+	adopt adoption  // handles of a resumed session not yet taken back (resume.go)
 
 	// cache holds what reads returned, kept fresh by invalidations on
 	// KeepAlive replies; nil with Config.DisableCache.
@@ -244,15 +257,22 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	var resp wire.CreateSessionResponse
 	c.route.watchRefusals(true)
-	sent, err := c.roundTrip(ctx, callSpec{method: wire.MethodCreateSession, budget: cfg.RetryTimeout,
-		req: identityRequest(cfg.ClientName, declaredIdentity(&cfg)), resp: &resp})
+	resumed, err := c.resumeFromConfig(ctx)
+	var sent time.Time
+	if err == nil && !resumed {
+		sent, err = c.roundTrip(ctx, callSpec{method: wire.MethodCreateSession, budget: cfg.RetryTimeout,
+			req: identityRequest(cfg.ClientName, declaredIdentity(&cfg)), resp: &resp})
+	}
 	c.route.watchRefusals(false)
 	if err != nil {
 		c.cancel()
 		c.route.close()
 		return nil, opErr("dial", "", err)
 	}
-	c.sess.start(resp.Session, resp.Epoch, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
+	if !resumed {
+		c.sess.start(resp.Session, resp.Epoch, sent.Add(time.Duration(resp.LeaseMillis)*time.Millisecond), resp.LeaseMillis)
+		c.sess.setSecret(resp.ResumeSecret)
+	}
 
 	c.wg.Add(1)
 	go c.keepAliveLoop()
@@ -377,7 +397,10 @@ func (c *Client) cacheStats() cache.Stats {
 // hears LockLost, and the idle handles are forgotten (they died with the
 // session).
 func (c *Client) markExpired(id uint64) {
-	cause := fmt.Errorf("%w (%w)", ErrLockLost, wire.Errorf(wire.CodeSessionExpired, "session %d has expired", id))
+	c.sess.mu.Lock()
+	ended := c.sess.endedErrLocked() // ErrSessionMoved when another process resumed it
+	c.sess.mu.Unlock()
+	cause := fmt.Errorf("%w (%w)", ErrLockLost, ended)
 	was, closing := c.sess.expire(id, cause)
 	if was {
 		return

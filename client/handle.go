@@ -280,6 +280,9 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 	if _, ok := c.cacheGet(mkey, mayMiss); ok {
 		return nil, missingErr(name)
 	}
+	if h := c.adopted(&req, o); h != nil {
+		return h, nil // a handle the resumed session had open (resume.go)
+	}
 	usePool := c.cache != nil && poolable(o)
 	key := poolKey{name: name, flags: req.Flags, lockDelay: req.LockDelayMillis}
 	if usePool {

@@ -122,7 +122,7 @@ const renewBackoffCap = 5 * time.Second
 // closed. It reports false when the keep-alive loop should end: Config.
 // RenewSession is off, or the Client is closing.
 func (c *Client) renew() bool {
-	if !c.cfg.RenewSession {
+	if !c.cfg.RenewSession || c.sess.movedAway() {
 		return false
 	}
 	defer c.sess.endRenewal() // also when Close ends the renewal
@@ -149,6 +149,7 @@ func (c *Client) renew() bool {
 		if !ok {
 			return false // Close has begun; the unused session ends with its lease
 		}
+		c.sess.setSecret(resp.ResumeSecret) // the new session's ticket
 		if c.cache != nil {
 			// The new session's master never sent us invalidations for
 			// what the old one cached.

@@ -380,10 +380,13 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 					retryNow = true
 				case wire.CodeUnavailable:
 				case wire.CodeSessionExpired:
-					if s.method != wire.MethodCloseSession {
-						c.markExpired(h.Session)
+					err := st.Err()
+					// A resume told its session has ended has none yet
+					// to mark (Dial may go on to create one).
+					if s.method != wire.MethodCloseSession && s.method != wire.MethodResumeSession {
+						c.markEnded(h.Session, err)
 					}
-					return time.Time{}, &sessionGone{err: st.Err(), doubt: doubt}
+					return time.Time{}, &sessionGone{err: asMoved(err), doubt: doubt}
 				default:
 					return time.Time{}, st.Err()
 				}
@@ -438,8 +441,8 @@ func (c *Client) roundTrip(ctx context.Context, s callSpec) (time.Time, error) {
 // stand now, and for calls other than KeepAlive the request id and the
 // acknowledgement of completed ones.
 func (c *Client) header(s callSpec) wire.Header {
-	id, epoch := c.sess.identity()
-	h := wire.Header{Method: s.method, Session: id, Epoch: epoch}
+	id, epoch, incarnation := c.sess.callIdentity()
+	h := wire.Header{Method: s.method, Session: id, Epoch: epoch, Incarnation: incarnation}
 	if sessionless(s.method) || s.method == wire.MethodCreateSession {
 		h.Session = 0
 	}

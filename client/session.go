@@ -238,8 +238,14 @@ type sessionState struct {
 
 	leaseEnd time.Time // on clock, conservative
 	jeopardy bool
-	ackEvent uint64
-	leaseTTL time.Duration
+	// incarnation is what a resume made the session's (resume.go), carried
+	// by every call; secret is the session's resume secret; moved: another
+	// process resumed the session, which is over for this client.
+	incarnation uint64
+	secret      []byte
+	moved       bool
+	ackEvent    uint64
+	leaseTTL    time.Duration
 
 	// sure is live while the client can be sure its session still holds
 	// what it held: it ends, with why as its cause, on jeopardy, expiry
@@ -288,6 +294,7 @@ func (s *sessionState) start(id, epoch uint64, end time.Time, ttlMillis int64) (
 	s.setLeaseLocked(end, ttlMillis)
 	s.gen++
 	s.expired, s.jeopardy, s.ackEvent = false, false, 0
+	s.incarnation, s.secret, s.moved = 0, nil, false // a new session: Dial's or a renewal's (a resume sets its own)
 	if s.sure.Err() != nil {
 		s.sure, s.endSure = context.WithCancelCause(context.Background())
 	}
@@ -334,7 +341,7 @@ func (s *sessionState) usableIn(gen uint64, renewal bool) error {
 	case s.closed:
 		return ErrClosed
 	case s.expired && !renewal:
-		return wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id)
+		return s.endedErrLocked()
 	case gen != 0 && gen != s.gen:
 		return wire.Errorf(wire.CodeSessionExpired, "the session the call was made in has expired (the client renewed it: session %d)", s.id)
 	}
@@ -418,7 +425,7 @@ func (s *sessionState) expire(id uint64, cause error) (was, closing bool) {
 	was, closing = s.expired, s.closing
 	s.expired = true
 	s.endSure(cause)
-	if s.renew && !s.closing && !s.closed && !s.renewing {
+	if s.renew && !s.moved && !s.closing && !s.closed && !s.renewing {
 		s.renewing, s.renewDone = true, make(chan struct{})
 	}
 	return was, closing
@@ -568,7 +575,7 @@ func (c *Client) keepAliveLoop() {
 				c.emit(Event{Kind: Safe, Epoch: resp.Epoch})
 			}
 		case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrUnknownSession):
-			c.markExpired(id)
+			c.markEnded(id, err)
 			if !c.renew() {
 				return
 			}

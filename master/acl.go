@@ -25,8 +25,12 @@ func (c *call) checkSessionOwner(r route) error {
 	}
 	return c.state.ReadWith(c, func(v replica.View, arg any) error { // captures nothing: no allocation
 		c := arg.(*call)
-		if owner, ok := v.SessionPrincipal(c.h.Session); ok && owner != "" && owner != c.caller.Principal {
+		owner, incarnation, ok := v.SessionResumeInfo(c.h.Session)
+		if ok && owner != "" && owner != c.caller.Principal {
 			return wire.Errorf(wire.CodePermission, "session %d belongs to another principal", c.h.Session)
+		}
+		if ok {
+			return checkIncarnation(c.h, incarnation)
 		}
 		return nil
 	})

@@ -73,6 +73,9 @@ var routes = map[wire.Method]route{
 	wire.MethodKeepAlive:     {serve: decoded((*call).keepAlive), anyEpoch: true, inRecovery: true},
 	wire.MethodCloseSession:  {serve: bodiless((*call).closeSession), inRecovery: true},
 	wire.MethodCellStatus:    {anyEpoch: true, newSession: true},
+	// Rationed like a read: a principal cannot make the master hash
+	// secrets without bound (docs/limits.md).
+	wire.MethodResumeSession: {serve: decoded((*call).resumeSession), anyEpoch: true, newSession: true, rationed: true},
 
 	wire.MethodOpen:          {serve: decoded((*call).open)},
 	wire.MethodSetContents:   {serve: decoded((*call).setContents)},

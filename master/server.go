@@ -375,8 +375,10 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	}
 	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch, stop: stop}
 	if err := c.checkSessionOwner(r); err != nil {
-		s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
-			"result", wire.CodePermission.String())
+		if wire.CodeOf(err) == wire.CodePermission { // not the moved session's old process
+			s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
+				"result", wire.CodePermission.String())
+		}
 		return nil, epoch, err
 	}
 	ration := r.rationed && caller.Principal != s.cfg.Admin
@@ -431,8 +433,10 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 	}
 	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch}
 	if err := c.checkSessionOwner(r); err != nil {
-		s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
-			"result", wire.CodePermission.String())
+		if wire.CodeOf(err) == wire.CodePermission { // not the moved session's old process
+			s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
+				"result", wire.CodePermission.String())
+		}
 		done(nil, epoch, err)
 		return nil
 	}
@@ -510,7 +514,7 @@ const maxPooledNames = 64
 // the names to invalidate and the handle's name for the audit log.
 func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error) {
 	cmd.Time = c.now()
-	cmd.Session = c.h.Session
+	cmd.Session, cmd.Incarnation = c.h.Session, c.h.Incarnation
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
 	c.setQuota(cmd)
 	r := applyReads.Get().(*applyRead)
@@ -547,7 +551,7 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 
 // proposes reports whether a call of method m proposes a Raft command.
 func proposes(m wire.Method) bool {
-	return m.Mutating() || m == wire.MethodCreateSession || m == wire.MethodCloseSession
+	return m.Mutating() || m == wire.MethodCreateSession || m == wire.MethodCloseSession || m == wire.MethodResumeSession
 }
 
 // verifyRead makes a read linearizable: a round of contact with a quorum
@@ -606,7 +610,7 @@ var eventOf = map[replica.ChangeKind]struct {
 // sessionChanged reports whether changes created or closed a session.
 func sessionChanged(changes []replica.Change) bool {
 	for i := range changes {
-		if k := changes[i].Kind; k == replica.ChangeSessionCreated || k == replica.ChangeSessionClosed {
+		if k := changes[i].Kind; k == replica.ChangeSessionCreated || k == replica.ChangeSessionClosed || k == replica.ChangeSessionResumed {
 			return true
 		}
 	}

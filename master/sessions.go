@@ -17,6 +17,9 @@ type lease struct {
 	end    time.Time
 	parked []*parkedCall // KeepAlives of the session held at the master (parked.go)
 	closed bool
+	// moved: closed because another process resumed the session; the
+	// KeepAlives parked on it are told so (wire.SessionMovedMsg).
+	moved  bool
 	events []wire.Event
 	// failoverSeq is the sequence of this master's fail-over event for the
 	// session (0 if it had none).
@@ -395,6 +398,7 @@ type keepAliveArgs struct {
 	clientEpoch uint64 // the epoch the client's header names
 	ack         uint64 // the highest event sequence the client acknowledges
 	prompt      bool   // answer at once
+	incarnation uint64 // the session incarnation the client's header names
 	// admit is asked, holding the sessions' lock, when the session has no
 	// lease: nil lets the call adopt the session (created just now, not
 	// yet seen by the observer) with a fresh lease, an error ends the call.
@@ -597,6 +601,12 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 	replied := ss.clock.Now()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	if l.moved || a.call != nil && a.call.movedSince(a.session, a.incarnation) {
+		// The session was resumed while the call was held (or between
+		// its admission and its arrival): its process is no longer the
+		// session's, and must not hear of a lease.
+		return nil, movedErr(a.session)
+	}
 	if l.closed {
 		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", a.session)
 	}
@@ -783,6 +793,21 @@ func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (end
 			if _, ok := ss.leases[c.Session]; !ok && ss.active {
 				ss.leases[c.Session] = newLease(ss.clock.Now().Add(ss.ttl))
 			}
+		case replica.ChangeSessionResumed:
+			// The old process's lease ends here, its parked KeepAlive
+			// told the session moved; the new process starts with a
+			// full lease of its own, and nothing cached (so the
+			// invalidator forgets what the old one cached).
+			if l, ok := ss.leases[c.Session]; ok {
+				l.closed, l.moved = true, true
+				l.wakeLocked()
+				l.signalAckLocked()
+				ended = append(ended, c.Session)
+				ss.dropLocked(c.Session, l)
+			}
+			if ss.active {
+				ss.leases[c.Session] = newLease(ss.clock.Now().Add(ss.ttl))
+			}
 		case replica.ChangeSessionClosed:
 			ss.ackedLocked(c.Session)
 			if l, ok := ss.leases[c.Session]; ok {
@@ -849,7 +874,8 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 		return nil, err
 	}
 	c.sess.created(res.Session, c.caller.Conn)
-	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds()}, nil
+	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds(),
+		ResumeSecret: c.sessionSecret(res.Session)}, nil
 }
 
 // keepAlive serves a KeepAlive through the sessions part. A session the
@@ -862,7 +888,7 @@ func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire
 // keepAliveArgs is the call as the sessions part serves it.
 func (c *call) keepAliveArgs(req *wire.KeepAliveRequest) keepAliveArgs {
 	return keepAliveArgs{session: c.h.Session, epoch: c.epoch, clientEpoch: c.h.Epoch,
-		ack: req.AckEvent, prompt: req.Prompt, call: c}
+		ack: req.AckEvent, prompt: req.Prompt, incarnation: c.h.Incarnation, call: c}
 }
 
 // admitKeepAlive admits a KeepAlive of session id that has no lease (see
@@ -908,7 +934,7 @@ func replyEvents(evs []wire.Event) []wire.Event {
 
 func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
 	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(),
-		Principal: c.caller.Principal, Admin: c.isAdmin(), Payload: &replica.CloseSessionArgs{}})
+		Principal: c.caller.Principal, Admin: c.isAdmin(), Incarnation: c.h.Incarnation, Payload: &replica.CloseSessionArgs{}})
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,8 @@ func (f *FSM) auditSubjectOf(c *Command) auditSubject {
 		s.op = "member_remove"
 	case *BreakLockArgs:
 		s.op, s.name = "break_lock", p.Path
+	case *ResumeSessionArgs:
+		s.op = "resume_session"
 	case *NoteArgs:
 		s.op, s.name = p.Op, p.Name
 		if p.Op == "" || p.Op == audit.OpGap || len(p.Op) > maxNoteLen || len(p.Name) > maxNoteLen {

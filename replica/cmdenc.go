@@ -29,7 +29,7 @@ import (
 // encoded by hand, as its encoder writes them.
 var cmdTags = map[reflect.Type]string{
 	reflect.TypeFor[envelope](): "Type:t Time:tm,omitempty Session:s,omitempty Seq:q,omitempty Ack:a,omitempty " +
-		"Principal:pr,omitempty Admin:ad,omitempty Client:cl,omitempty Fence:fc,omitempty",
+		"Principal:pr,omitempty Admin:ad,omitempty Client:cl,omitempty Fence:fc,omitempty Incarnation:in,omitempty",
 	reflect.TypeFor[Fence](): "Path:p Mode:m Generation:g",
 	reflect.TypeFor[Quota](): "Nodes:n,omitempty ContentBytes:b,omitempty NodesPerPrincipal:pn,omitempty " +
 		"ContentBytesPerPrincipal:pb,omitempty NodesAdminReserve:rn,omitempty ContentBytesAdminReserve:rb,omitempty",
@@ -84,7 +84,7 @@ func (c *Command) encodeByHand(e *msgpack.Encoder, t CmdType) error {
 	w := cmdWriter{e: e}
 	w.check(e.EncodeArrayLen(2))
 	w.mapLen(1, c.Time != 0, c.Session != 0, c.Seq != 0, c.Ack != 0, c.Principal != "", c.Admin, c.Client != "",
-		c.Fence != nil)
+		c.Fence != nil, c.Incarnation != 0)
 	w.key("t")
 	w.check(e.EncodeUint8(uint8(t)))
 	w.int("tm", c.Time)
@@ -104,6 +104,7 @@ func (c *Command) encodeByHand(e *msgpack.Encoder, t CmdType) error {
 		w.key("g")
 		w.check(e.EncodeUint64(f.Generation))
 	}
+	w.uint("in", c.Incarnation)
 	if w.err != nil {
 		return w.err
 	}

@@ -36,6 +36,7 @@ const (
 	CmdBreakLock     CmdType = 17 // the admin frees a lock from every holder (breaklock.go)
 	CmdBatch         CmdType = 18 // commands applied in order, each as its own entry would be (batch.go)
 	CmdNote          CmdType = 19 // the admin's mutation outside the state machine (a backup) enters the audit trail (audit.go)
+	CmdResumeSession CmdType = 20 // a new process takes over a live session: a new incarnation (resume.go)
 )
 
 func (t CmdType) String() string {
@@ -78,6 +79,8 @@ func (t CmdType) String() string {
 		return "Batch"
 	case CmdNote:
 		return "Note"
+	case CmdResumeSession:
+		return "ResumeSession"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }
@@ -137,6 +140,12 @@ type Command struct {
 	// Fence, when set, makes the command apply only if the lock it names
 	// is still held at that generation in that mode (SetSequencer).
 	Fence *Fence
+	// Incarnation is the incarnation of Session the client request speaks
+	// for (0 until the session is first resumed): a client request (one
+	// with a Principal) of an incarnation that is not the session's
+	// current one is refused, so nothing the process that held the
+	// session before a ResumeSession sent applies after it (resume.go).
+	Incarnation uint64
 	// Payload is what the command does: one of the *Args types.
 	Payload Payload
 }
@@ -168,6 +177,9 @@ type envelope struct {
 	Admin     bool    `msgpack:"ad,omitempty"`
 	Client    string  `msgpack:"cl,omitempty"`
 	Fence     *Fence  `msgpack:"fc,omitempty"`
+	// Incarnation is omitted while 0: entries of sessions never resumed
+	// encode as they did before it existed.
+	Incarnation uint64 `msgpack:"in,omitempty"`
 }
 
 // typeOf checks that c's Type agrees with its Payload and returns it.
@@ -198,7 +210,7 @@ func (c *Command) EncodeMsgpack(enc *msgpack.Encoder) error {
 		return err
 	}
 	if err := enc.Encode(&envelope{Type: t, Time: c.Time, Session: c.Session, Seq: c.Seq, Ack: c.Ack,
-		Principal: c.Principal, Admin: c.Admin, Client: c.Client, Fence: c.Fence}); err != nil {
+		Principal: c.Principal, Admin: c.Admin, Client: c.Client, Fence: c.Fence, Incarnation: c.Incarnation}); err != nil {
 		return err
 	}
 	return enc.Encode(c.Payload)
@@ -233,7 +245,7 @@ func (c *Command) DecodeMsgpack(dec *msgpack.Decoder) error {
 		return fmt.Errorf("%s payload: %w", e.Type, err)
 	}
 	*c = Command{Type: e.Type, Time: e.Time, Session: e.Session, Seq: e.Seq, Ack: e.Ack,
-		Principal: e.Principal, Admin: e.Admin, Client: e.Client, Fence: e.Fence, Payload: p}
+		Principal: e.Principal, Admin: e.Admin, Client: e.Client, Fence: e.Fence, Incarnation: e.Incarnation, Payload: p}
 	return nil
 }
 

@@ -34,6 +34,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"CmdMemberPut", uint64(CmdMemberPut), 15},
 		{"CmdMemberRemove", uint64(CmdMemberRemove), 16},
 		{"CmdBreakLock", uint64(CmdBreakLock), 17},
+		{"CmdResumeSession", uint64(CmdResumeSession), 20},
 		// Error kinds: stored with de-duplicated results in snapshots.
 		{"KindNone", uint64(KindNone), 0},
 		{"KindNotFound", uint64(KindNotFound), 1},
@@ -67,7 +68,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		// Format versions.
 		{"commandV1", uint64(commandV1), 1},
 		{"commandVersion", uint64(commandVersion), 2},
-		{"snapshotVersion", uint64(snapshotVersion), 3},
+		{"snapshotVersion", uint64(snapshotVersion), 4},
 		{"BackupFormat", uint64(BackupFormat), 1},
 	}
 	for _, p := range pins {

@@ -171,6 +171,11 @@ func (f *FSM) applyDedup(index uint64, c *Command) *Result {
 // applyOnce is applyDedup without the audit record: fresh says the
 // result is this application's own, not a retry's first result.
 func (f *FSM) applyOnce(index uint64, c *Command) (r *Result, fresh bool) {
+	if err := f.staleIncarnation(c); err != nil {
+		// Not kept in the de-duplication table: the request id is the
+		// old process's, and the new one may use it (resume.go).
+		return &Result{Err: err}, true
+	}
 	if c.Session == 0 || c.Seq == 0 {
 		if err := f.checkFence(c); err != nil {
 			return &Result{Err: err}, true
@@ -255,6 +260,8 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return f.breakLock(index, c, p)
 	case *NoteArgs:
 		return f.applyNote(c, p)
+	case *ResumeSessionArgs:
+		return f.resumeSession(index, c, p)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d (payload %T) at index %d", c.Type, c.Payload, index))
 }

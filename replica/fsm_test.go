@@ -1843,7 +1843,7 @@ func TestFSMDeterminism(t *testing.T) {
 // fsmtEveryPayload is one command of every type, every field set.
 func fsmtEveryPayload() []Command {
 	env := Command{Time: 42, Session: 7, Seq: 9, Ack: 8, Principal: "pr", Admin: true, Client: "cl",
-		Fence: &Fence{Path: "/ls/c/l", Mode: LockShared, Generation: 6}}
+		Fence: &Fence{Path: "/ls/c/l", Mode: LockShared, Generation: 6}, Incarnation: 11}
 	q := &Quota{Nodes: 1, ContentBytes: 2, NodesPerPrincipal: 3, ContentBytesPerPrincipal: 4, NodesAdminReserve: 5, ContentBytesAdminReserve: 6}
 	ms := []MemberAddrs{{ID: "r1", ClientAddr: "a:1", RaftAddr: "a:2"}, {ID: "r2"}}
 	var out []Command
@@ -1865,6 +1865,7 @@ func fsmtEveryPayload() []Command {
 		&MemberPutArgs{Members: ms},
 		&MemberRemoveArgs{Members: ms},
 		&BreakLockArgs{Path: "/ls/c/x", Reason: "stuck"},
+		&ResumeSessionArgs{},
 	} {
 		c := env
 		c.Payload = p
@@ -1891,6 +1892,9 @@ func TestCommandEncodeRoundTrip(t *testing.T) {
 			t.Fatalf("round trip: %+v %v, want %+v", got, err, c)
 		}
 		seen[c.Type] = true
+	}
+	if !seen[CmdResumeSession] {
+		t.Error("no ResumeSession command round-tripped")
 	}
 	for typ := CmdEpoch; typ <= CmdBreakLock; typ++ {
 		if s := typ.String(); strings.HasPrefix(s, "CmdType(") {

@@ -680,7 +680,7 @@ func TestRestoreRejectsInconsistentImages(t *testing.T) {
 		return nil
 	}
 	images := map[string]func(img *snapshotImage){
-		"version":              func(img *snapshotImage) { img.Version++ },
+		"version":              func(img *snapshotImage) { img.Version = snapshotVersion + 1 },
 		"other cell":           func(img *snapshotImage) { img.Cell = "other" },
 		"nil node":             func(img *snapshotImage) { img.Nodes = append(img.Nodes, nil) },
 		"nil session":          func(img *snapshotImage) { img.Sessions = append(img.Sessions, nil) },

@@ -52,7 +52,7 @@ const (
 var modelOps = []string{
 	"open", "acquire", "release", "set", "open", "acquire", "retry", "close session", "close",
 	"cancel", "set acl", "release", "delete", "new session", "acquire", "open", "set", "retry",
-	"grant", "pause", "close session", "epoch", "cancel", "new session", "break",
+	"grant", "pause", "close session", "epoch", "cancel", "new session", "break", "resume",
 }
 
 // modelNames are the names (below the root) the sequences use: two levels
@@ -119,6 +119,7 @@ type mSession struct {
 	created           int64
 	ack               uint64
 	results           map[uint64]mResult
+	incarnation       uint64
 }
 
 // mResult is what the test compares of a Result: the error kind and every
@@ -134,6 +135,8 @@ type mResult struct {
 	LockGen uint64
 	Stat    Stat
 	Broken  []Holder
+	// Incarnation and NextSeq answer a ResumeSession.
+	Incarnation, NextSeq uint64
 }
 
 func (r mResult) short() string {
@@ -142,7 +145,8 @@ func (r mResult) short() string {
 
 func resultOf(r *Result) mResult {
 	m := mResult{Epoch: r.Epoch, Session: r.Session, Handle: r.Handle, Created: r.Created,
-		Granted: r.Granted, Queued: r.Queued, LockGen: r.LockGen, Stat: r.Stat, Broken: r.Broken}
+		Granted: r.Granted, Queued: r.Queued, LockGen: r.LockGen, Stat: r.Stat, Broken: r.Broken,
+		Incarnation: r.Incarnation, NextSeq: r.NextSeq}
 	if r.Err != nil {
 		m.Kind = r.Err.Kind
 	}
@@ -280,6 +284,11 @@ func errResult(k Kind) mResult { return mResult{Kind: k} }
 
 // apply is the model's Apply: request de-duplication, then the command.
 func (m *model) apply(idx uint64, c mCmd) mResult {
+	// A client request of a session's earlier incarnation (its process
+	// was replaced by a resume) is refused and leaves no result behind.
+	if s := m.sessions[c.Session]; s != nil && c.Principal != "" && c.Type != CmdResumeSession && c.Incarnation != s.incarnation {
+		return errResult(KindSessionExpired)
+	}
 	if c.Session == 0 || c.Seq == 0 {
 		return m.exec(idx, c)
 	}
@@ -471,6 +480,49 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		}
 		m.afterRelease(idx, c.Path, c.Time)
 		return mResult{LockGen: n.lgen, Broken: broken}
+	case CmdResumeSession:
+		// A new incarnation; every lock of the session a new generation;
+		// its queued waits withdrawn (in handle order, each as a close
+		// would withdraw it).
+		s := m.sessions[c.Session]
+		switch {
+		case s == nil:
+			return errResult(KindSessionExpired)
+		case s.principal != c.Principal:
+			return errResult(KindPermission)
+		}
+		s.incarnation = idx
+		var ids []uint64
+		for id, h := range m.handles {
+			if h.session == c.Session {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			h := m.handles[id]
+			n := m.nodes[h.path]
+			if n == nil || n.inst != h.inst {
+				continue
+			}
+			for i, w := range n.waiters {
+				if w.Handle == id {
+					n.waiters = slices.Delete(slices.Clone(n.waiters), i, i+1)
+					m.grantWaiters(idx, h.path, c.Time)
+					break
+				}
+			}
+			for _, ho := range n.holders {
+				if ho.Handle == id {
+					n.lgen = idx
+				}
+			}
+		}
+		next := s.ack
+		for q := range s.results {
+			next = max(next, q)
+		}
+		return mResult{Session: c.Session, Incarnation: idx, NextSeq: next + 1}
 	case CmdSetACL:
 		_, n, k := m.liveHandle(c)
 		if k != KindNone {
@@ -711,6 +763,7 @@ type obsSession struct {
 	Created           int64
 	Ack               uint64
 	Results           map[uint64]mResult
+	Incarnation       uint64
 }
 
 type obsHandle struct {
@@ -744,7 +797,7 @@ func (m *model) observe() observed {
 			res[q] = r
 		}
 		o.Sessions = append(o.Sessions, obsSession{ID: id, Client: s.client, Principal: s.principal, Created: s.created, Ack: s.ack, Results: res,
-			Host: s.host, PID: s.pid, Program: s.program})
+			Host: s.host, PID: s.pid, Program: s.program, Incarnation: s.incarnation})
 	}
 	for _, id := range sortedKeys(m.handles) {
 		h := m.handles[id]
@@ -769,7 +822,7 @@ func modelObserve(t testing.TB, f *FSM) observed {
 	byID := map[uint64]*obsSession{}
 	for _, s := range img.Sessions {
 		o.Sessions = append(o.Sessions, obsSession{ID: s.ID, Client: s.Client, Principal: s.Principal, Created: s.Created, Ack: s.AckSeq, Results: map[uint64]mResult{},
-			Host: s.Host, PID: s.PID, Program: s.Program})
+			Host: s.Host, PID: s.PID, Program: s.Program, Incarnation: s.Incarnation})
 	}
 	for i := range o.Sessions {
 		byID[o.Sessions[i].ID] = &o.Sessions[i]
@@ -843,6 +896,7 @@ type modelRun struct {
 	last      map[uint64]Command // session -> last request, for retries
 	issued    []uint64           // every handle id an open returned
 	waits     map[uint64]uint64  // handle -> request id of its last blocking acquire
+	inc       map[uint64]uint64  // session -> the incarnation its client speaks for
 	trace     []string
 	stats     map[string]int
 	fifo      *fifoCheck // the FIFO property of lock queues, checked on the FSM (fifo_test.go)
@@ -950,7 +1004,7 @@ func modelApplyOne(rt *rapid.T, f *FSM, e *raft.Log) *Result {
 // completed, as a sequential client sends).
 func (r *modelRun) request(s uint64, c Command) mResult {
 	r.seq[s]++
-	c.Session, c.Seq, c.Ack = s, r.seq[s], r.seq[s]-1
+	c.Session, c.Seq, c.Ack, c.Incarnation = s, r.seq[s], r.seq[s]-1, r.inc[s]
 	if c.Principal == "" {
 		if ms := r.m.sessions[s]; ms != nil {
 			c.Principal = ms.principal
@@ -1034,7 +1088,7 @@ func TestFSMMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		sequences++
 		r := &modelRun{rt: rt, t: t, f: NewFSM(fsmtCell, fsmtLogger()), m: newModel(), now: fsmtBase,
-			seq: map[uint64]uint64{}, last: map[uint64]Command{}, waits: map[uint64]uint64{}, stats: total, fifo: newFIFOCheck()}
+			seq: map[uint64]uint64{}, last: map[uint64]Command{}, waits: map[uint64]uint64{}, inc: map[uint64]uint64{}, stats: total, fifo: newFIFOCheck()}
 		r.f.SetObserver(r.fifo.observe)
 		// Setup: the admin makes the ACL files and lets everyone create
 		// at the root; what is created below inherits that.
@@ -1223,9 +1277,26 @@ func TestFSMMatchesModel(t *testing.T) {
 				}
 				c.Time = 0
 				r.stats["retry"]++
+				if c.Incarnation != r.inc[s] {
+					r.stats["stale incarnation"]++ // the process before a resume
+				}
 				r.applyEntry(c)
 			case "epoch":
 				r.applyEntry(Command{Payload: &EpochArgs{}})
+			case "resume":
+				// A new process takes the session over (rarely, another
+				// principal tries); it goes on from the request id the
+				// resume names, under the new incarnation, and the old
+				// process's retries ("retry") are refused.
+				s := pickSession()
+				p := "p1"
+				if ms := r.m.sessions[s]; ms != nil && !modelChance(rt, 6, "other principal") {
+					p = ms.principal
+				}
+				res := r.applyEntry(Command{Session: s, Principal: p, Payload: &ResumeSessionArgs{}})
+				if res.Kind == KindNone {
+					r.inc[s], r.seq[s] = res.Incarnation, res.NextSeq-1
+				}
 			case "pause":
 				// Time passes (a lock-delay may run out).
 				r.now += int64(rapid.IntRange(0, 6000).Draw(rt, "long pause")) * int64(time.Millisecond)
@@ -1255,7 +1326,7 @@ func TestFSMMatchesModel(t *testing.T) {
 	})
 	t.Logf("%d sequences; entries applied by type and outcome (errN: error kind N): %v", sequences, total)
 	// The sequences must exercise what they claim to.
-	for _, k := range []string{"Open", "Acquire", "CloseSession", "SetContents", "SetACL", "CancelWait", "Release", "Delete", "retry", "Grant", "BreakLock"} {
+	for _, k := range []string{"Open", "Acquire", "CloseSession", "SetContents", "SetACL", "CancelWait", "Release", "Delete", "retry", "Grant", "BreakLock", "ResumeSession", "stale incarnation"} {
 		if total[k] == 0 && sequences >= 100 {
 			t.Errorf("no %s succeeded in any sequence", k)
 		}

@@ -232,6 +232,8 @@ func newPayload(t CmdType) Payload {
 		return &BatchArgs{}
 	case CmdNote:
 		return &NoteArgs{}
+	case CmdResumeSession:
+		return &ResumeSessionArgs{}
 	}
 	return nil
 }

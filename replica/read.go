@@ -278,6 +278,16 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 		set[p.Path] = true
 	case *BreakLockArgs:
 		set[p.Path] = true
+	case *ResumeSessionArgs:
+		// Its held locks take a new generation and its waits leave
+		// their queues: each node's stat changes.
+		if s := f.sessions[cmd.Session]; s != nil {
+			for id := range s.handles {
+				if h := f.handles[id]; h != nil {
+					set[h.Path] = true
+				}
+			}
+		}
 	case *CloseSessionArgs:
 		if s := f.sessions[cmd.Session]; s != nil {
 			for id := range s.handles {

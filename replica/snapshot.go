@@ -49,8 +49,28 @@ type sessionResult struct {
 // Version 3: sessions carry their declared identity (Host, PID, Program),
 // holders and waiters their Since, nodes their LockDelayBy. Every one of
 // those is optional, so a version-2 snapshot restores as it is, with them
-// empty (minSnapshotVersion).
-const snapshotVersion = 3
+// empty (minSnapshotVersion). Version 4: sessions carry their
+// Incarnation (resume.go), optional too, so versions 2 and 3 restore as
+// they are, with every session never resumed. A state in which no live
+// session was ever resumed is still written as version 3
+// (imageVersion): its bytes are exactly a version-3 snapshot's, so a
+// replica of the version before can still install it during a rolling
+// upgrade, and a state's hash does not change with the upgrade.
+const snapshotVersion = 4
+
+// snapshotV3 is the version written while no session was resumed.
+const snapshotV3 = 3
+
+// imageVersion is the version an image of these sessions is written as:
+// the oldest whose fields hold them.
+func imageVersion(sessions []*Session) uint8 {
+	for _, s := range sessions {
+		if s.Incarnation != 0 {
+			return snapshotVersion
+		}
+	}
+	return snapshotV3
+}
 
 // minSnapshotVersion is the oldest snapshot version Restore accepts.
 const minSnapshotVersion = 2
@@ -134,6 +154,7 @@ func (f *FSM) writeStateLocked(w io.Writer) error {
 		img.Handles = append(img.Handles, f.handles[id])
 	}
 	f.members.image(&img)
+	img.Version = imageVersion(img.Sessions)
 	enc := msgpack.NewEncoder(w)
 	enc.SetSortMapKeys(true) // identical states give identical bytes
 	if err := enc.Encode(&img); err != nil {

@@ -132,6 +132,11 @@ type Session struct {
 	Program string `msgpack:"pg,omitempty"`
 	// AckSeq: every request id at or below it has completed.
 	AckSeq uint64 `msgpack:"a,omitempty"`
+	// Incarnation is the command index of the session's latest
+	// ResumeSession (0: never resumed); only client requests of this
+	// incarnation apply (resume.go). Omitted while 0, so the snapshots of
+	// cells that never resumed a session encode as before.
+	Incarnation uint64 `msgpack:"in,omitempty"`
 	// Results de-duplicates retried requests: request id -> first result.
 	// Snapshots carry it as a sorted list (Go maps encode in random order).
 	Results map[uint64]*Result `msgpack:"-"`
@@ -177,6 +182,10 @@ type Result struct {
 	Stat    Stat   `msgpack:"st,omitempty"`
 	// Broken lists the holders a BreakLock freed, in grant order.
 	Broken []Holder `msgpack:"bk,omitempty"`
+	// Incarnation and NextSeq answer a ResumeSession: the session's new
+	// incarnation, and the first request id its new process may use.
+	Incarnation uint64 `msgpack:"in,omitempty"`
+	NextSeq     uint64 `msgpack:"ns,omitempty"`
 }
 
 // ChangeKind says what a Change reports. Changes live only in memory, on
@@ -199,6 +208,7 @@ const (
 	ChangeLockConflict                         // Handle asked for the lock on Path while others hold it
 	ChangeACL                                  // Path's ACL names changed
 	ChangeLockBroken                           // Handle of Session lost Path's lock, held at generation Seq, to an admin's break
+	ChangeSessionResumed                       // Session was resumed by a new process: its incarnation is Seq
 )
 
 // Change is one effect of an applied command, for the master's in-memory

@@ -98,6 +98,8 @@ var fzTypes = []fzType{
 	{"AuditReadResponse", func() any { return new(wire.AuditReadResponse) }},
 	{"QuotaUsageRequest", func() any { return new(wire.QuotaUsageRequest) }},
 	{"QuotaUsageResponse", func() any { return new(wire.QuotaUsageResponse) }},
+	{"ResumeSessionRequest", func() any { return new(wire.ResumeSessionRequest) }},
+	{"ResumeSessionResponse", func() any { return new(wire.ResumeSessionResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -184,6 +186,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.AuditReadRequest)
 	case wire.MethodQuotaUsage:
 		return new(wire.QuotaUsageRequest)
+	case wire.MethodResumeSession:
+		return new(wire.ResumeSessionRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -267,6 +271,10 @@ func fzSamples() []any {
 			{Name: wire.QuotaContentBytes, Used: 1 << 20, Max: 512 << 20, Reserve: 4 << 20, Bytes: true}},
 			TopByNodes:        []wire.PrincipalUsage{{Principal: "bob", Nodes: 9, ContentBytes: 10}},
 			TopByContentBytes: []wire.PrincipalUsage{{Principal: "carol", Nodes: 1, ContentBytes: 1 << 30}}},
+		&wire.ResumeSessionRequest{Session: 1 << 40, Secret: make([]byte, wire.ResumeSecretSize)},
+		&wire.ResumeSessionResponse{Session: 1 << 40, Epoch: 3, LeaseMillis: 12000, Incarnation: 1 << 41, NextSeq: 17,
+			Handles: []wire.ResumedHandle{{Handle: 9, Path: "/ls/c/leader", Instance: 4, Flags: wire.OpenRead | wire.OpenWrite,
+				EventMask: wire.MaskLockAcquired, LockMode: wire.LockExclusive, LockGen: 1 << 41}}, Truncated: true},
 	}
 }
 
@@ -589,7 +597,7 @@ func FuzzRoundTrip(f *testing.F) {
 				Handles: u32, Locks: []string{s3, s1}[:i%3], Host: s2, PID: i1, Program: s3})
 		}
 		vals := []any{
-			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3},
+			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3, Incarnation: u2 ^ u3},
 			&wire.CreateSessionRequest{ClientName: s1, Host: s2, PID: i1, Program: s3},
 			&wire.KeepAliveRequest{AckEvent: u1},
 			&wire.CloseSessionRequest{},
@@ -603,7 +611,7 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ListSessionsRequest{},
 			&wire.SetACLRequest{Handle: u1, Read: s1, Write: s2, ChangeACL: s3},
 			&wire.Status{Code: wire.Code(u32), Msg: s1, Leader: s2, Epoch: u1},
-			&wire.CreateSessionResponse{Session: u1, Epoch: u2, LeaseMillis: i1},
+			&wire.CreateSessionResponse{Session: u1, Epoch: u2, LeaseMillis: i1, ResumeSecret: b2},
 			&wire.KeepAliveResponse{Epoch: u1, HeldMillis: i1, LeaseMillis: -i1, Events: events},
 			&wire.OpenResponse{Handle: u1, Created: bit(6), Stat: st, Cacheable: bit(7), Missing: bit(5)},
 			&wire.SequencerResponse{Sequencer: b1},
@@ -640,6 +648,10 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.QuotaUsageResponse{Principal: s1, Admin: bit(0), Limits: []wire.QuotaLimit{{Name: s2, Used: i1, Max: -i1, Reserve: i1 ^ 1,
 				Bytes: bit(1), Exempt: bit(2)}}[:n%2], TopByNodes: []wire.PrincipalUsage{{Principal: s3, Nodes: i1, ContentBytes: -i1}}[:n%2],
 				TopByContentBytes: []wire.PrincipalUsage{{Principal: s2, Nodes: -i1, ContentBytes: i1}}[:(n/2)%2]},
+			&wire.ResumeSessionRequest{Session: u1, Secret: b1},
+			&wire.ResumeSessionResponse{Session: u1, Epoch: u2, LeaseMillis: i1, Incarnation: u3, NextSeq: u1 ^ u2,
+				Handles: []wire.ResumedHandle{{Handle: u2, Path: s1, Instance: u3, Flags: u32, EventMask: ^u32, LockMode: uint8(u32),
+					LockGen: u1}}[:n%2], Truncated: bit(3)},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))

@@ -29,7 +29,7 @@ import (
 // encoded by hand, as its encoder writes them.
 var handTags = map[reflect.Type]string{
 	reflect.TypeFor[Header](): "Method:m Session:s,omitempty Epoch:e,omitempty Seq:q,omitempty Ack:a,omitempty " +
-		"KeepStream:k,omitempty",
+		"KeepStream:k,omitempty Incarnation:in,omitempty",
 	reflect.TypeFor[Status](): "Code:c Msg:g,omitempty Leader:l,omitempty Epoch:e,omitempty",
 	reflect.TypeFor[HandleRequest](): "Handle:h Sequencer:sq,omitempty Cache:c,omitempty After:a,omitempty " +
 		"Limit:l,omitempty",
@@ -90,13 +90,14 @@ func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 		if !headerByHand || m == nil {
 			return false, nil
 		}
-		w.mapLen(1, m.Session != 0, m.Epoch != 0, m.Seq != 0, m.Ack != 0, m.KeepStream)
+		w.mapLen(1, m.Session != 0, m.Epoch != 0, m.Seq != 0, m.Ack != 0, m.KeepStream, m.Incarnation != 0)
 		w.uint("m", uint64(m.Method), true)
 		w.uint("s", m.Session, false)
 		w.uint("e", m.Epoch, false)
 		w.uint("q", m.Seq, false)
 		w.uint("a", m.Ack, false)
 		w.boolean("k", m.KeepStream)
+		w.uint("in", m.Incarnation, false)
 	case *Status:
 		if !statusByHand || m == nil {
 			return false, nil

@@ -85,6 +85,9 @@ type Header struct {
 	Seq        uint64 `msgpack:"q,omitempty"`
 	Ack        uint64 `msgpack:"a,omitempty"`
 	KeepStream bool   `msgpack:"k,omitempty"`
+	// Incarnation: see above; omitted while 0, so a session never
+	// resumed sends what it always did.
+	Incarnation uint64 `msgpack:"in,omitempty"`
 }
 
 // Status opens every response. Leader is the client address of the current
@@ -260,6 +263,11 @@ type CreateSessionResponse struct {
 	Epoch   uint64 `msgpack:"e"`
 	// LeaseMillis is the lease remaining when the master replied.
 	LeaseMillis int64 `msgpack:"l"`
+	// ResumeSecret is the session's secret (ResumeSecretSize bytes): with
+	// the session id, what a new process of the same principal presents
+	// to resume the session (MethodResumeSession). Empty from a master
+	// that cannot resume sessions.
+	ResumeSecret []byte `msgpack:"rs,omitempty"`
 }
 
 // KeepAliveRequest extends the session named in the header. AckEvent

@@ -12,7 +12,8 @@ import (
 )
 
 // AuditRecord is one mutation of the cell's audit trail: what was done
-// (Op: create_session, close_session, expire_session, create, write,
+// (Op: create_session, close_session, expire_session, resume_session,
+// create, write,
 // delete, acquire, release, grant, break_lock, set_acl, member_put,
 // member_remove, member_seed, epoch, backup; "gap" for records the
 // answering replica does not hold), by whom, to which name, with what
