@@ -40,6 +40,7 @@ BEGIN {
     "sequencer/httpfence: =sequencer client cell/wire cell/certs acl backupfile cache\n" \
     "selfcheck: client cell/wire cell/certs acl backupfile cache =sequencer\n" \
     "bench: client cell/wire cell/certs acl backupfile cache =sequencer\n" \
+    "examples: client cell/wire cell/certs acl backupfile cache sequencer\n" \
     "sequencer: -\n" \
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \
@@ -52,7 +53,7 @@ BEGIN {
   }
   # Packages that serve clients or resource servers never carry the
   # server side third-party stores with them.
-  nostore = "client cache sequencer acl audit backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck bench"
+  nostore = "client cache sequencer acl audit backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }
