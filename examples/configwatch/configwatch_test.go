@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +90,13 @@ func TestConfigWatch(t *testing.T) {
 		if seen[r] != last {
 			t.Errorf("reader %d ended on version %d, want %d", r, seen[r], last)
 		}
+	}
+	// SIGTERM closes the 100 sessions together and exits cleanly.
+	p.Signal(syscall.SIGTERM)
+	if !p.Wait(10 * time.Second) {
+		t.Errorf("configwatch still runs 10s after SIGTERM")
+	} else if code := p.ProcessState().ExitCode(); code != 0 {
+		t.Errorf("configwatch exited %d on SIGTERM; stderr:\n%s", code, p.Stderr())
 	}
 	if hits == 0 {
 		t.Errorf("no read came from the cache: the test would not test it")

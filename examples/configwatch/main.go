@@ -67,7 +67,6 @@ func main() {
 		if r.c, err = client.Dial(ctx, cfg); err != nil {
 			log.Fatal(err)
 		}
-		defer r.c.Close()
 		if r.h, err = r.c.Open(ctx, *name, client.Read, client.WithEvents(client.OnContentsModified)); err != nil {
 			log.Fatal(err)
 		}
@@ -76,7 +75,10 @@ func main() {
 		}
 	}
 	for _, r := range readers {
-		wg.Go(func() { r.watch(ctx) })
+		wg.Go(func() {
+			defer r.c.Close() // all at once on the way out, each bounded by Config.CloseTimeout
+			r.watch(ctx)
+		})
 	}
 
 	ln, err := net.Listen("tcp", *listen)

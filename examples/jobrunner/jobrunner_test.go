@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,6 +170,17 @@ func TestJobRunnerCrash(t *testing.T) {
 			}
 		} else if len(startedBy[job]) != 1 {
 			t.Errorf("%s started by %v; only the lost job may run twice", job, startedBy[job])
+		}
+	}
+	for _, w := range workers {
+		if w == victim {
+			continue
+		}
+		w.Signal(syscall.SIGTERM)
+		if !w.Wait(10 * time.Second) {
+			t.Errorf("%s still runs 10s after SIGTERM", w.Name)
+		} else if code := w.ProcessState().ExitCode(); code != 0 {
+			t.Errorf("%s exited %d on SIGTERM; stderr:\n%s", w.Name, code, w.Stderr())
 		}
 	}
 	t.Logf("%d jobs done by %d workers; %s lost with the killed worker, run again %v after the kill (lease %v, lock-delay %v)",

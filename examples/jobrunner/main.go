@@ -125,8 +125,10 @@ func (w *worker) take(ctx context.Context, name string) error {
 	}
 	defer job.Close()
 	got, err := job.TryAcquire(ctx, client.Exclusive)
-	if !got || errors.Is(err, client.ErrHandleInvalid) {
-		return err // someone runs it, or it is done and deleted
+	if errors.Is(err, client.ErrLockDelay) || errors.Is(err, client.ErrHandleInvalid) {
+		return nil // its last worker died a moment ago, or it is done and deleted
+	} else if !got || err != nil {
+		return err // someone runs it, or the call failed
 	}
 	data, _, err := job.GetContentsAndStat(ctx)
 	if errors.Is(err, client.ErrHandleInvalid) {

@@ -121,6 +121,8 @@ func (w *worker) lead(ctx, lockCtx context.Context, seq client.Sequencer) error 
 			return err
 		}
 		select {
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-lockCtx.Done():
 		case <-time.After(w.every):
 		}
