@@ -27,6 +27,7 @@
 //	prepare n=N gen=G    it starts preparing write N
 //	wrote n=N gen=G      the store accepted write N
 //	refused n=N gen=G: R the store refused it (R: stale, forged...)
+//	failed n=N gen=G: E  the store could not be reached (it goes on)
 //	stopped gen=G: WHY   it stopped leading
 package main
 
@@ -102,6 +103,10 @@ func (w *worker) run(ctx context.Context) error {
 	return nil
 }
 
+// storeClient bounds a write, so a store that does not answer does not
+// keep the loop from noticing that leadership ended.
+var storeClient = &http.Client{Timeout: 10 * time.Second}
+
 // errFenced: the store refused a write; a newer leader exists.
 var errFenced = errors.New("fenced out by the store")
 
@@ -117,8 +122,10 @@ func (w *worker) lead(ctx, lockCtx context.Context, seq client.Sequencer) error 
 		fmt.Printf("prepare n=%d gen=%d\n", n, seq.Generation())
 		time.Sleep(w.prepare) // the work that makes the value
 		value := fmt.Sprintf("%s wrote %d", w.id, n)
-		if err := w.write(ctx, seq, n, value); err != nil {
+		if err := w.write(ctx, seq, n, value); errors.Is(err, errFenced) {
 			return err
+		} else if err != nil {
+			fmt.Printf("failed n=%d gen=%d: %v\n", n, seq.Generation(), err) // the store is down: try the next while leading
 		}
 		select {
 		case <-ctx.Done():
@@ -136,7 +143,7 @@ func (w *worker) write(ctx context.Context, seq client.Sequencer, n int, value s
 		return err
 	}
 	httpfence.SetHeader(req.Header, seq)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := storeClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
