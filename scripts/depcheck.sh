@@ -44,6 +44,7 @@ BEGIN {
     "sequencer/httpfence: =sequencer client cell/wire cell/certs acl backupfile cache internal/testhook\n" \
     "selfcheck: client cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "bench: client cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "examples: client cell/wire cell/certs acl backupfile cache sequencer internal/testhook\n" \
     "sequencer: -\n" \
     "backupfile: cell/wire/bound\n" \
     "cache: -\n" \
@@ -56,16 +57,18 @@ BEGIN {
   }
   # Packages that must keep to a public API: besides the transitive rule,
   # their own imports of lockcell packages are only these. The election
-  # recipe is built on the public API of client, so it never names the wire.
+  # recipe and the example programs are built on the public API of client,
+  # so they never name the wire.
   nd = split("" \
-    "client/recipe: =client =sequencer", drule, "\n")
+    "client/recipe: =client =sequencer\n" \
+    "examples: =client client/recipe client/admin =sequencer sequencer/httpfence", drule, "\n")
   for (i = 1; i <= nd; i++) {
     split(drule[i], kv, ": ")
     dpat[i] = kv[1]; dallow[i] = kv[2]
   }
   # Packages that serve clients or resource servers never carry the
   # server side third-party stores with them.
-  nostore = "client cache sequencer acl audit backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck bench"
+  nostore = "client cache sequencer acl audit backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }
