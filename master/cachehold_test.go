@@ -3,7 +3,6 @@ package master
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,7 +32,7 @@ func TestInvalidatorNeverHeardSessionHoldsNoWrite(t *testing.T) {
 	ackOn := func(ack uint64) {
 		go func() {
 			_, _ = ss.keepAlive(context.Background(), stop, keepAliveArgs{session: 2, epoch: testEpoch, clientEpoch: testEpoch,
-				ack: ack, admit: func() error { return errors.New("no lease") }})
+				ack: ack})
 		}()
 	}
 	if inv.register(1, "p", name) {

@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -141,7 +140,7 @@ func TestEventBudgetsHoldExactlyUnderConcurrency(t *testing.T) {
 		var ack uint64
 		for {
 			resp, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: honest, epoch: testEpoch,
-				clientEpoch: testEpoch, ack: ack, prompt: true, admit: func() error { return errors.New("no lease") }})
+				clientEpoch: testEpoch, ack: ack, prompt: true})
 			if err != nil {
 				errs <- err
 				return

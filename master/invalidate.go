@@ -117,10 +117,8 @@ const holdLogEvery = time.Second
 // travel in the sessions' queues, which the sessions part (sessions.go)
 // owns; the invalidator reaches them through sessionLink.
 //
-// Lock order: invalidator.mu, then the sessions' lock (inside
-// sessionLink), then the state's read lock. The invalidator calls
-// sessionLink holding its mu; no code holding Server.mu or the sessions'
-// lock calls the invalidator.
+// Its mu comes first in the lock order (lockorder.go): it calls
+// sessionLink holding it.
 type invalidator struct {
 	clock    Clock
 	sessions sessionLink

@@ -217,7 +217,7 @@ func (l Limits) Check() error {
 type reservations struct {
 	sess *sessions // counts the live sessions by connection
 
-	mu        sync.Mutex // before the sessions' lock and the state's
+	mu        sync.Mutex // third in the lock order (lockorder.go)
 	principal map[string]int
 	cell      int
 	conn      map[uint64]int

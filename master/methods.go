@@ -70,9 +70,11 @@ func bodiless[Resp any](h func(c *call, ctx context.Context) (Resp, error)) func
 // BadRequest.
 var routes = map[wire.Method]route{
 	wire.MethodCreateSession: {serve: decoded((*call).createSession), anyEpoch: true, newSession: true},
-	wire.MethodKeepAlive:     {serve: decoded((*call).keepAlive), anyEpoch: true, inRecovery: true},
-	wire.MethodCloseSession:  {serve: bodiless((*call).closeSession), inRecovery: true},
-	wire.MethodCellStatus:    {anyEpoch: true, newSession: true},
+	// Served by DispatchKeepAlive (Dispatch hands it there): its entry
+	// holds only its admission.
+	wire.MethodKeepAlive:    {anyEpoch: true, inRecovery: true},
+	wire.MethodCloseSession: {serve: bodiless((*call).closeSession), inRecovery: true},
+	wire.MethodCellStatus:   {anyEpoch: true, newSession: true},
 	// Rationed like a read: a principal cannot make the master hash
 	// secrets without bound (docs/limits.md).
 	wire.MethodResumeSession: {serve: decoded((*call).resumeSession), anyEpoch: true, newSession: true, rationed: true},

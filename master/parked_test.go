@@ -35,8 +35,7 @@ func (r *asyncResult) done(resp *wire.KeepAliveResponse, err error) {
 func parkAsync(t *testing.T, ss *sessions, session, conn, ack uint64) (*asyncResult, *parkedCall) {
 	t.Helper()
 	r := &asyncResult{ch: make(chan keepAliveResult, 2)}
-	p := ss.keepAliveAsync(keepAliveArgs{session: session, epoch: testEpoch, clientEpoch: testEpoch, ack: ack,
-		admit: func() error { return errors.New("no lease") }}, conn, r.done)
+	p := ss.keepAliveAsync(keepAliveArgs{session: session, epoch: testEpoch, clientEpoch: testEpoch, ack: ack}, conn, r.done)
 	if p == nil {
 		t.Fatalf("the KeepAlive of session %d did not park: %+v", session, <-r.ch)
 	}

@@ -158,12 +158,7 @@ type Server struct {
 // call its epoch and stop channel when it admits it, so no handler reads
 // or changes the Server's own fields.
 //
-// Lock order: inv runs cache invalidation (invalidate.go) and its lock
-// comes first: it calls the sessions part (sessionLink) holding it, and no
-// code holding Server.mu, the reservations' or the sessions' lock calls
-// it. Then Server.mu, then the reservations' lock, then the sessions' lock
-// (sessions.go), then the leaf locks (waits, the lock-delay timers, the
-// stats, backups, audit ration), and the state's read lock last.
+// Their locks are taken in the order of lockorder.go.
 type parts struct {
 	cfg   Config
 	cons  Consensus
@@ -206,6 +201,7 @@ func New(cfg Config, cons Consensus, state State) *Server {
 		p.read(func(v replica.View) { principal, _ = v.SessionPrincipal(id) })
 		return principal
 	}
+	p.sess.known = p
 	p.reserved.sess = p.sess
 	p.inv = newInvalidator(cfg.Clock, p.sess, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
 	p.inv.limit(cfg.Limits.CacheRegistrations, cfg.Limits.CacheRegistrationsPerPrincipal)
@@ -365,6 +361,9 @@ func (s *Server) checkServing(h *wire.Header, r route) (uint64, <-chan struct{},
 // failure, a *wire.Error; the epoch is the master's, for the caller's
 // Status.
 func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, body []byte) (any, uint64, error) {
+	if h.Method == wire.MethodKeepAlive {
+		return s.keepAliveWaiting(ctx, caller, h, body)
+	}
 	r := routes[h.Method]
 	epoch, stop, err := s.checkServing(h, r)
 	if err != nil {
@@ -404,84 +403,6 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	c.audit(err)
 	return resp, epoch, err
 }
-
-// DispatchKeepAlive serves a KeepAlive (h.Method must be it) without
-// holding the caller's goroutine while the call is parked: it admits the
-// call and decodes it as Dispatch does, then done gets the response value
-// (or a *wire.Error) and the master's epoch exactly once. A call answered
-// at once (refused, events waiting, a prompt KeepAlive) gets it in this
-// goroutine before DispatchKeepAlive returns; a parked one later, from
-// another goroutine that holds none of the master's locks, when its hold
-// ends (its timer, an event, the master going unproven, Stop, or
-// ConnClosed for caller.Conn, or the cancel it returns). done may block
-// writing the reply. cancel, nil when the call was answered at once, ends
-// a parked call early (its client left it): done gets a CodeCanceled
-// error nobody will read; once the hold has ended it does nothing.
-func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, done func(resp any, epoch uint64, err error)) (cancel func()) {
-	if h.Method != wire.MethodKeepAlive {
-		done(nil, 0, wire.Errorf(wire.CodeBadRequest, "method %s is not a KeepAlive", h.Method))
-		return nil
-	}
-	r := routes[h.Method]
-	epoch, _, err := s.checkServing(h, r)
-	if err != nil {
-		done(nil, epoch, err)
-		return nil
-	}
-	if caller.Principal == "" {
-		caller.Principal = AnonymousPrincipal
-	}
-	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch}
-	if err := c.checkSessionOwner(r); err != nil {
-		if wire.CodeOf(err) == wire.CodePermission { // not the moved session's old process
-			s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
-				"result", wire.CodePermission.String())
-		}
-		done(nil, epoch, err)
-		return nil
-	}
-	// Decoded into a pooled request (it holds no strings or slices, so
-	// nothing decoded can alias one): the master's most frequent call.
-	req := keepAliveReqs.Get().(*wire.KeepAliveRequest)
-	*req = wire.KeepAliveRequest{}
-	err = wire.Decode(body, req)
-	args := c.keepAliveArgs(req)
-	keepAliveReqs.Put(req)
-	if err != nil {
-		err = toWire(err)
-		c.audit(err)
-		done(nil, epoch, err)
-		return nil
-	}
-	p := s.sess.keepAliveAsync(args, caller.Conn, func(resp *wire.KeepAliveResponse, err error) {
-		err = toWire(err)
-		c.audit(err)
-		if err != nil {
-			done(nil, epoch, err)
-			return
-		}
-		done(resp, epoch, nil)
-	})
-	if p == nil {
-		return nil
-	}
-	return func() { s.sess.cancelParked(p, errClientLeft) }
-}
-
-// keepAliveReqs are DispatchKeepAlive's requests, decoded into and
-// copied out of (keepAliveArgs) at once.
-var keepAliveReqs = sync.Pool{New: func() any { return new(wire.KeepAliveRequest) }}
-
-// ParkedKeepAlives reports how many KeepAlives are parked at this master
-// (DispatchKeepAlive), and over how many client connections.
-func (s *Server) ParkedKeepAlives() (calls, conns int) { return s.sess.parkedCount() }
-
-// ConnClosed ends every KeepAlive parked by DispatchKeepAlive for a call
-// that came over conn (Caller.Conn), which closed: each one's done is
-// called, in this goroutine, with a CodeCanceled error nobody will read.
-// A client that resets only its KeepAlive's stream keeps the call parked
-// until its hold ends; the transport bounds how many a session may have.
-func (s *Server) ConnClosed(conn uint64) { s.sess.connClosed(conn) }
 
 // call is one request in flight: the parts it may use, and what Dispatch
 // admitted it with.

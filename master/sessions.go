@@ -134,12 +134,8 @@ func (l *lease) wakeLocked() {
 // session's event queue and acknowledgements, KeepAlive parking, expiry,
 // fail-over recovery and event numbering, under one mutex of its own.
 //
-// Lock order: the invalidator's mutex and Server.mu may be held when
-// calling its methods (sessionLink, admission, reservations); while it
-// holds its mutex it calls nothing of the master's, only the state's Read
-// (through the admit function a KeepAlive passes), the stats' atomics, the
-// leadership proof's stale signal and the clock's timers. It never calls
-// a parked KeepAlive's reply callback holding it.
+// Its mu is fourth in the lock order (lockorder.go), which says what it
+// may call holding it.
 type sessions struct {
 	clock Clock
 	ttl   time.Duration
@@ -164,6 +160,10 @@ type sessions struct {
 	// principalOf finds a session's principal for it in the state.
 	budget      eventBudget
 	principalOf func(session uint64) string
+	// known is what the lease table asks of the replicated state, holding
+	// mu (the state's lock comes after it): the master's parts, set by
+	// New; until then knownNone.
+	known leaseState
 	// recovering: after a fail-over the master accepts only KeepAlives
 	// until every session has acknowledged its fail-over event or ended
 	// (docs/spec.md#fail-over). pendingAck holds the sessions still to answer.
@@ -231,8 +231,30 @@ func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *mas
 		leases: map[uint64]*lease{}, byConn: map[uint64]int{}, overflowing: map[uint64]struct{}{},
 		budget:     newEventBudget(DefaultLimits.EventBytes, DefaultLimits.EventBytesPerPrincipal),
 		watchEvery: expiryPeriod(ttl), connParked: map[uint64]*parkedCall{},
-		termCtx: context.Background(), kick: make(chan struct{}, 1)}
+		termCtx: context.Background(), kick: make(chan struct{}, 1), known: knownNone{}}
 }
+
+// leaseState is what the lease table asks of the replicated state about
+// a KeepAlive's session (parts is one, sessionendpoints.go).
+type leaseState interface {
+	// adopt is asked when the session has no lease: nil lets the call
+	// adopt it (created just now, not yet seen by the observer) with a
+	// fresh lease, an error ends the call.
+	adopt(session uint64) error
+	// movedSince reports whether the session was resumed by another
+	// process since the incarnation the call named.
+	movedSince(session, incarnation uint64) bool
+}
+
+// knownNone is the leaseState of a sessions part that knows no state: it
+// adopts nothing and sees no session move.
+type knownNone struct{}
+
+func (knownNone) adopt(session uint64) error {
+	return wire.Errorf(wire.CodeSessionExpired, "session %d has no lease here", session)
+}
+
+func (knownNone) movedSince(uint64, uint64) bool { return false }
 
 // lengthen lets leases grow under load up to maxTTL, to keep the
 // sessions' KeepAlives under target per second (grantTTLLocked). Call it
@@ -389,250 +411,6 @@ func (ss *sessions) ackedLocked(session uint64) {
 		ss.recovering = false
 		ss.log.Info("fail-over complete: every session acknowledged or expired", "epoch", ss.epoch)
 	}
-}
-
-// keepAliveArgs is one KeepAlive call as the sessions part serves it.
-type keepAliveArgs struct {
-	session     uint64
-	epoch       uint64 // the master's epoch the call is served at
-	clientEpoch uint64 // the epoch the client's header names
-	ack         uint64 // the highest event sequence the client acknowledges
-	prompt      bool   // answer at once
-	incarnation uint64 // the session incarnation the client's header names
-	// admit is asked, holding the sessions' lock, when the session has no
-	// lease: nil lets the call adopt the session (created just now, not
-	// yet seen by the observer) with a fresh lease, an error ends the call.
-	// It may read the state (whose lock comes after the sessions').
-	admit func() error
-	// call, when admit is nil, admits instead (call.admitKeepAlive): the
-	// master's own KeepAlives are admitted so, without a closure
-	// allocated for every call that is almost never asked.
-	call *call
-}
-
-// admitted runs the call's admission (see keepAliveArgs.admit).
-func (a *keepAliveArgs) admitted() error {
-	if a.admit != nil {
-		return a.admit()
-	}
-	return a.call.admitKeepAlive(a.session)
-}
-
-// keepAlive is the long poll of docs/spec.md#keepalive, for a caller that
-// waits for its answer (Dispatch): keepAliveAsync, with ctx and stop
-// ending the park. The transport parks a KeepAlive without a goroutine
-// through keepAliveAsync itself.
-func (ss *sessions) keepAlive(ctx context.Context, stop <-chan struct{}, a keepAliveArgs) (*wire.KeepAliveResponse, error) {
-	type result struct {
-		resp *wire.KeepAliveResponse
-		err  error
-	}
-	ch := make(chan result, 1)
-	p := ss.keepAliveAsync(a, 0, func(resp *wire.KeepAliveResponse, err error) { ch <- result{resp, err} })
-	if p != nil {
-		select {
-		case r := <-ch:
-			return r.resp, r.err
-		case <-ctx.Done():
-			ss.cancelParked(p, ctx.Err())
-		case <-stop:
-			ss.cancelParked(p, errStopped)
-		}
-	}
-	r := <-ch // the park's end, or the answer already on its way
-	return r.resp, r.err
-}
-
-// keepAliveAsync is the long poll of docs/spec.md#keepalive. The lease is
-// extended when the call arrives and the call parks until a quarter of
-// the lease is left (or an event is queued for the session, or the
-// master goes unproven, or stop or the end of its connection ends it);
-// then leadership is proven, the lease is extended again and the reply
-// carries the oldest unacknowledged events. The reply says how long the
-// call was held and how much lease remains, so the client can compute a
-// lease end that never exceeds the master's.
-//
-// A parked call is data, not a goroutine (parked.go): done is called
-// exactly once, with the reply or the error. A call answered on arrival
-// gets it in this goroutine, and keepAliveAsync returns nil; a parked one
-// is returned and gets it later from another goroutine, never holding the
-// sessions' lock. conn is the client connection the call came over (0:
-// none to end it).
-func (ss *sessions) keepAliveAsync(a keepAliveArgs, conn uint64, done func(*wire.KeepAliveResponse, error)) *parkedCall {
-	arrived := ss.clock.Now()
-	ss.mu.Lock()
-	if !ss.active || a.epoch != ss.epoch {
-		// The term the call was admitted in has ended.
-		ss.mu.Unlock()
-		done(nil, errStopped)
-		return nil
-	}
-	l, holdUntil, pending, err := ss.arriveLocked(a, arrived)
-	if err != nil {
-		ss.mu.Unlock()
-		done(nil, err)
-		return nil
-	}
-	ctx := ss.termCtx
-	if d := holdUntil.Sub(arrived); !pending && d > 0 {
-		sig := ss.auth.stale()
-		if isClosed(sig) {
-			// No proof for half a lease (its Raft is stuck or
-			// deposed): answer NotMaster now, while the client still
-			// trusts its lease, rather than at the lease's end.
-			ss.mu.Unlock()
-			done(nil, errStopped)
-			return nil
-		}
-		a.admit = nil // used; the parked call need not keep what it holds
-		p := &parkedCall{ss: ss, l: l, a: a, arrived: arrived, conn: conn, stale: sig, ctx: ctx, done: done}
-		p.timer = ss.clock.AfterFunc(d, p.holdOver)
-		ss.parkLocked(p)
-		ss.mu.Unlock()
-		select { // the stale watch looks at the signal this call was parked under
-		case ss.kick <- struct{}{}:
-		default:
-		}
-		return p
-	}
-	ss.mu.Unlock()
-	done(ss.answer(ctx, l, a, arrived))
-	return nil
-}
-
-// answer is a KeepAlive's reply once its hold is over. ctx is the term's:
-// the proof is not waited for past stop.
-func (ss *sessions) answer(ctx context.Context, l *lease, a keepAliveArgs, arrived time.Time) (*wire.KeepAliveResponse, error) {
-	if !ss.auth.leads() {
-		return nil, errStopped // never extend a lease once deposed
-	}
-	// Belief is not enough (leadership.go): the lease granted ends by the
-	// start of a round of contact with a quorum plus one lease. A master
-	// that gets no such round within an eighth of a lease (its Raft is
-	// stuck or deposed; a healthy round takes milliseconds) answers
-	// NotMaster while the client still has an eighth of its lease to
-	// spare: it searches elsewhere without doubting its session (no
-	// jeopardy), and abandons the calls it left at this master.
-	// (Bounded by a pooled timer, not a context.WithTimeout, which would
-	// cost a context, a timer and a channel on every KeepAlive.)
-	proven, err := ss.auth.provenSince(ctx, ss.clock.Now().Add(-ss.ttl/10), ss.ttl/8)
-	if err != nil {
-		return nil, errStopped
-	}
-	return ss.reply(l, a, arrived, proven)
-}
-
-// arriveLocked is a KeepAlive's arrival: the lease is extended and the
-// acknowledgement recorded. It returns until when the call may be held,
-// and whether something is to be sent at once. ss.mu is held.
-func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, holdUntil time.Time, pending bool, err error) {
-	l, ok := ss.leases[a.session]
-	if !ok {
-		if err := a.admitted(); err != nil {
-			return nil, time.Time{}, false, err
-		}
-		l = newLease(arrived.Add(ss.ttl))
-		ss.leases[a.session] = l
-	}
-	// A KeepAlive that waited in the socket while the master stalled may
-	// run before the expiry loop's tick does: it credits the stall first.
-	ss.creditStallLocked(arrived)
-	if l.end.Before(arrived) {
-		// Late by more than the quarter lease a client keeps to spare:
-		// the network, the client or this master was slow; worth a line.
-		ss.log.Info("a KeepAlive arrived after its lease ended", "session", a.session, "late", arrived.Sub(l.end),
-			"served", !ss.pastSlack(l, arrived))
-		if ss.pastSlack(l, arrived) {
-			return nil, time.Time{}, false, wire.Errorf(wire.CodeSessionExpired, "session %d: lease ran out before this KeepAlive arrived", a.session)
-		}
-	}
-	l.heard = true
-	ss.stats.leaseLeft.Observe(l.end.Sub(arrived))
-	// The previous lease end bounds how long the call may be held: reply
-	// with a quarter of the lease to spare so the next call arrives in time.
-	// So does one lease from now: the master's lease end can be well past
-	// the one the client was told (a fail-over grants the longest lease
-	// any master may have granted, a stall is credited), and a call held
-	// past the client's end would put it in jeopardy.
-	ttl := ss.grantTTLLocked()
-	holdUntil = l.end.Add(-ttl / 4)
-	if h := arrived.Add(ttl - ttl/4); h.Before(holdUntil) {
-		holdUntil = h
-	}
-	if e := arrived.Add(ttl); e.After(l.end) {
-		l.end = e
-	}
-	ss.stats.noteAcked(l.events, a.ack)
-	ss.dropAckedLocked(l, a.ack)
-	if a.ack > l.acked {
-		l.acked = a.ack
-		l.signalAckLocked()
-		ss.noteOverflowLocked(a.session, l)
-	}
-	redeliver := false
-	if a.ack < l.delivered {
-		// Events we sent are not acknowledged: the reply was lost, or the
-		// client ignores them. Send them again at once, but only once in
-		// a row, so a client that ignores them cannot make us answer in
-		// a loop.
-		l.ignored++
-		redeliver = !l.redelivered
-		l.redelivered = true
-	} else {
-		// Everything sent is acknowledged: the session is in good
-		// standing again.
-		l.redelivered, l.ignored = false, 0
-	}
-	if l.failoverSeq != 0 && a.ack >= l.failoverSeq {
-		ss.ackedLocked(a.session)
-	}
-	if a.clientEpoch != a.epoch && len(l.events) == 0 {
-		// The client last spoke to another master and has no fail-over
-		// event queued: tell it (docs/spec.md#fail-over), so it flushes its cache.
-		ss.queueForcedLocked(a.session, l, wire.Event{Kind: wire.EventMasterFailover})
-	}
-	pending = redeliver || a.prompt || l.undeliveredLocked()
-	return l, holdUntil, pending, nil
-}
-
-// reply extends l once more and builds the KeepAlive's answer: the lease
-// granted ends no later than proven plus one lease.
-func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) (*wire.KeepAliveResponse, error) {
-	replied := ss.clock.Now()
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if l.moved || a.call != nil && a.call.movedSince(a.session, a.incarnation) {
-		// The session was resumed while the call was held (or between
-		// its admission and its arrival): its process is no longer the
-		// session's, and must not hear of a lease.
-		return nil, movedErr(a.session)
-	}
-	if l.closed {
-		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", a.session)
-	}
-	ttl := ss.grantTTLLocked()
-	if e := replied.Add(ttl); e.After(l.end) {
-		l.end = e
-	}
-	granted := l.end
-	if e := proven.Add(ttl); e.Before(granted) {
-		granted = e
-	}
-	// The reply carries the oldest unacknowledged events, as many as fit a
-	// bounded reply; acknowledgements are cumulative, so the rest follow
-	// on the next calls. Every lease extension therefore travels with
-	// every outstanding invalidation it could cover (invalidate.go).
-	events := replyEvents(l.events)
-	if n := len(events); n > 0 {
-		l.delivered = max(l.delivered, events[n-1].Seq)
-		ss.noteOverflowLocked(a.session, l)
-	}
-	return &wire.KeepAliveResponse{
-		Epoch:       a.epoch,
-		HeldMillis:  replied.Sub(arrived).Milliseconds(),
-		LeaseMillis: granted.Sub(replied).Milliseconds(),
-		Events:      events,
-	}, nil
 }
 
 // expirySlack is how long after a lease ends the master still waits
@@ -857,90 +635,6 @@ func (ss *sessions) ackState(l *lease, seq uint64) (bool, bool, <-chan struct{})
 	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackCh
 }
 
-func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest) (*wire.CreateSessionResponse, error) {
-	if len(req.ClientName) > 256 {
-		return nil, wire.Errorf(wire.CodeBadRequest, "client name of %d bytes exceeds 256", len(req.ClientName))
-	}
-	if err := wire.CheckIdentity(req.Host, req.PID, req.Program); err != nil {
-		return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
-	}
-	unreserve, err := c.reserveSession(ctx, c.caller)
-	if err != nil {
-		return nil, err
-	}
-	defer unreserve() // after the lease below counts it on its connection
-	res, err := c.apply(ctx, &replica.Command{Client: req.ClientName, Payload: &replica.CreateSessionArgs{Host: req.Host, PID: req.PID, Program: req.Program}})
-	if err != nil {
-		return nil, err
-	}
-	c.sess.created(res.Session, c.caller.Conn)
-	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds(),
-		ResumeSecret: c.sessionSecret(res.Session)}, nil
-}
-
-// keepAlive serves a KeepAlive through the sessions part. A session the
-// part holds no lease for is adopted only if the state has it live and
-// this replica still leads.
-func (c *call) keepAlive(ctx context.Context, req *wire.KeepAliveRequest) (*wire.KeepAliveResponse, error) {
-	return c.sess.keepAlive(ctx, c.stop, c.keepAliveArgs(req))
-}
-
-// keepAliveArgs is the call as the sessions part serves it.
-func (c *call) keepAliveArgs(req *wire.KeepAliveRequest) keepAliveArgs {
-	return keepAliveArgs{session: c.h.Session, epoch: c.epoch, clientEpoch: c.h.Epoch,
-		ack: req.AckEvent, prompt: req.Prompt, incarnation: c.h.Incarnation, call: c}
-}
-
-// admitKeepAlive admits a KeepAlive of session id that has no lease (see
-// keepAliveArgs.admit).
-func (c *call) admitKeepAlive(id uint64) error {
-	if !c.cons.IsLeader() {
-		return errStopped
-	}
-	var live bool
-	var applied uint64
-	c.read(func(v replica.View) {
-		live = v.SessionExists(id)
-		_, _, _, applied = v.Counts()
-	})
-	if id == 0 || !live {
-		if id == 0 || id > applied {
-			return wire.Errorf(wire.CodeUnknownSession, "session %d was never created in this cell", id)
-		}
-		return wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", id)
-	}
-	return nil
-}
-
-// Bounds on one KeepAlive reply's events, well inside a frame (names are
-// at most 1 KiB).
-const (
-	maxReplyEvents     = 1024
-	maxReplyEventBytes = 512 << 10
-)
-
-// replyEvents copies the oldest events that fit one reply.
-func replyEvents(evs []wire.Event) []wire.Event {
-	n, size := 0, 0
-	for n < len(evs) && n < maxReplyEvents {
-		size += 64 + len(evs[n].Path) + len(evs[n].Child) + len(evs[n].Reason) + len(evs[n].FromPrincipal)
-		if n > 0 && size > maxReplyEventBytes {
-			break
-		}
-		n++
-	}
-	return append([]wire.Event(nil), evs[:n]...)
-}
-
-func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(),
-		Principal: c.caller.Principal, Admin: c.isAdmin(), Incarnation: c.h.Incarnation, Payload: &replica.CloseSessionArgs{}})
-	if err != nil {
-		return nil, err
-	}
-	return &wire.Empty{}, resultErr(res)
-}
-
 // expireLoop expires sessions whose lease ran out, through Raft, so every
 // replica releases their locks and deletes their ephemeral nodes (docs/spec.md#session-expiry).
 //
@@ -983,79 +677,4 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 			}
 		}
 	}
-}
-
-// listSessions reports live sessions with the lease this master grants
-// each (memory), what each holds and the identity its client declared
-// (replicated state): every session to the admin, to anyone else only the
-// sessions of its own principal, and Total counts only what the caller
-// may see. Others' sessions would name their principals, clients, hosts
-// and the locks they hold. The list stops short of MaxListedSessions when
-// it would outgrow listSessionsBytes (Total still counts them all).
-func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, error) {
-	if err := c.verifyRead(ctx); err != nil {
-		return nil, err
-	}
-	var views []replica.SessionView
-	var ids []replica.Identity
-	c.read(func(v replica.View) {
-		views = v.Sessions()
-		if !c.isAdmin() {
-			own := views[:0]
-			for _, sv := range views {
-				if sv.Principal == c.caller.Principal {
-					own = append(own, sv)
-				}
-			}
-			views = own
-		}
-		ids = make([]replica.Identity, min(len(views), wire.MaxListedSessions))
-		for i := range ids {
-			ids[i], _ = v.SessionIdentity(views[i].ID)
-		}
-	})
-	now := c.cfg.Clock.Now()
-	out := &wire.ListSessionsResponse{Total: uint64(len(views))}
-	views = views[:len(ids)]
-	sids := make([]uint64, len(views))
-	for i, v := range views {
-		sids[i] = v.ID
-	}
-	left := c.sess.leaseLeft(sids, now)
-	out.Sessions = sessionInfos(views, ids, left, listSessionsBytes)
-	return out, nil
-}
-
-// sessionInfos turns listed sessions, with their identities (ids[i] is
-// views[i]'s) and lease left, into their wire form, in order, until they
-// would add up to more than budget bytes (sessionInfoBytes). The first is
-// always kept.
-func sessionInfos(views []replica.SessionView, ids []replica.Identity, left map[uint64]time.Duration, budget int) []wire.SessionInfo {
-	out := make([]wire.SessionInfo, 0, len(views))
-	for i, v := range views {
-		size := sessionInfoBytes(v, ids[i])
-		if size > budget && len(out) > 0 {
-			break
-		}
-		budget -= size
-		out = append(out, wire.SessionInfo{ID: v.ID, Client: v.Client, Principal: v.Principal, Created: v.Created,
-			Handles: uint32(v.Handles), Locks: v.Locks, LeaseMillis: left[v.ID].Milliseconds(),
-			Host: ids[i].Host, PID: ids[i].PID, Program: ids[i].Program})
-	}
-	return out
-}
-
-// listSessionsBytes bounds what a ListSessions reply's sessions may add
-// up to (sessionInfoBytes, an over-estimate of their encoding), well
-// inside a frame: MaxListedSessions sessions that declared the longest
-// hosts and programs would not fit one.
-const listSessionsBytes = wire.MaxFrameSize / 2
-
-// sessionInfoBytes over-estimates the encoding of one listed session.
-func sessionInfoBytes(v replica.SessionView, id replica.Identity) int {
-	n := 64 + len(v.Client) + len(v.Principal) + len(id.Host) + len(id.Program)
-	for _, l := range v.Locks {
-		n += len(l) + 4
-	}
-	return n
 }

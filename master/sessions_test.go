@@ -29,6 +29,37 @@ func (a alwaysLeader) provenSince(context.Context, time.Time, time.Duration) (ti
 
 func (a alwaysLeader) stale() <-chan struct{} { return nil }
 
+// adoptWith is a leaseState that answers every adoption with err.
+type adoptWith struct{ err error }
+
+func (a adoptWith) adopt(uint64) error { return a.err }
+
+func (adoptWith) movedSince(uint64, uint64) bool { return false }
+
+// keepAlive serves a KeepAlive through keepAliveAsync and waits for its
+// answer, ctx and stop ending the park, as the tests of the lease table
+// call it.
+func (ss *sessions) keepAlive(ctx context.Context, stop <-chan struct{}, a keepAliveArgs) (*wire.KeepAliveResponse, error) {
+	type result struct {
+		resp *wire.KeepAliveResponse
+		err  error
+	}
+	ch := make(chan result, 1)
+	p := ss.keepAliveAsync(a, 0, func(resp *wire.KeepAliveResponse, err error) { ch <- result{resp, err} })
+	if p != nil {
+		select {
+		case r := <-ch:
+			return r.resp, r.err
+		case <-ctx.Done():
+			ss.cancelParked(p, ctx.Err())
+		case <-stop:
+			ss.cancelParked(p, errStopped)
+		}
+	}
+	r := <-ch
+	return r.resp, r.err
+}
+
 const testEpoch = 3
 
 func newTestSessions(t *testing.T, ids ...uint64) (*sessions, *fakeClock, chan struct{}) {
@@ -48,7 +79,7 @@ func keepAliveAsync(t *testing.T, ss *sessions, clock *fakeClock, stop chan stru
 	out := make(chan keepAliveResult, 1)
 	go func() {
 		resp, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: session, epoch: testEpoch,
-			clientEpoch: testEpoch, ack: ack, admit: func() error { return errors.New("no lease") }})
+			clientEpoch: testEpoch, ack: ack})
 		out <- keepAliveResult{resp, err}
 	}()
 	eventually(t, "the KeepAlive parks or answers", func() bool { return clock.armed() > armed || len(out) > 0 })
@@ -248,14 +279,16 @@ func TestClosedSessionEndsItsParkedKeepAlive(t *testing.T) {
 	if r := answered(t, ch); codeOf(r.err) != wire.CodeSessionExpired {
 		t.Fatalf("parked KeepAlive of a closed session: %+v, %v; want SessionExpired", r.resp, r.err)
 	}
-	// A session with no lease is adopted only as admit says.
+	// A session with no lease is adopted only as the state says.
 	refused := errors.New("not live")
+	ss.known = adoptWith{refused}
 	if _, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: 5, epoch: testEpoch, clientEpoch: testEpoch,
-		prompt: true, admit: func() error { return refused }}); !errors.Is(err, refused) {
-		t.Fatalf("KeepAlive of an unknown session: %v; want admit's error", err)
+		prompt: true}); !errors.Is(err, refused) {
+		t.Fatalf("KeepAlive of an unknown session: %v; want adopt's error", err)
 	}
+	ss.known = adoptWith{nil}
 	resp, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: 5, epoch: testEpoch, clientEpoch: testEpoch,
-		prompt: true, admit: func() error { return nil }})
+		prompt: true})
 	if err != nil || resp.LeaseMillis != testLease.Milliseconds() {
 		t.Fatalf("adopted session's KeepAlive: %+v, %v; want a full lease", resp, err)
 	}
@@ -334,7 +367,7 @@ func TestKeepAliveAfterAMasterStallIsServed(t *testing.T) {
 	ss.watch(clock.Now(), true)  // the expiry loop waits for its tick
 	clock.Advance(2 * testLease) // the master stalls for two leases
 	resp, err := ss.keepAlive(context.Background(), stop, keepAliveArgs{session: 1, epoch: testEpoch, clientEpoch: testEpoch,
-		prompt: true, admit: func() error { return errors.New("no lease") }})
+		prompt: true})
 	if err != nil || resp.LeaseMillis != testLease.Milliseconds() {
 		t.Fatalf("KeepAlive after the master's stall: %+v, %v; want a full lease", resp, err)
 	}

@@ -10,11 +10,7 @@ import (
 // through Read (or ReadWith): one call, one read lock, one applied index, so what a
 // handler checks and what it answers agree. *replica.FSM is one; tests
 // may give the master an FSM they feed without Raft.
-//
-// Lock order: the master's own locks (the invalidator's, Server.mu, the
-// reservations', the sessions') may be held when calling Read; the state
-// never calls back into the master while it holds its lock (its observer
-// runs after the apply has unlocked).
+// Its read lock is the last in the lock order (lockorder.go).
 type State interface {
 	// Read runs fn with a view of the state under one read lock.
 	Read(fn func(replica.View) error) error

@@ -1,0 +1,31 @@
+package master
+
+// The master's lock order, stated here once; every other mention in the
+// master's code and docs points here. A lock may be taken while holding
+// only locks above it:
+//
+//  1. invalidator.mu (invalidate.go). The invalidator calls the sessions
+//     part (sessionLink) holding it; so no code holding Server.mu, the
+//     reservations' or the sessions' mutex calls the invalidator (the
+//     observer forgets an ended session's registrations after releasing
+//     them).
+//  2. Server.mu (server.go): the term of service.
+//  3. reservations.mu (limits.go): sessions and handles being created.
+//  4. sessions.mu (sessions.go): the lease table. Holding it the sessions
+//     part calls nothing of the master's, only the state's Read and Raft's
+//     IsLeader (through its KeepAlive admission, sessions.adopt), the
+//     leadership proof's stale signal, the stats' atomics and the clock's
+//     timers; it never runs a parked call's reply callback holding it.
+//  5. the leaves, which call nothing holding their mutex: acquire waits
+//     (waits.go), lock-delay timers (lockdelay.go), stats, backups, audit
+//     and read rations, release asks, the leadership proof, the fan-out's
+//     backlog.
+//  6. the state's read lock (State.Read, State.ReadWith) last. The state
+//     never calls into the master holding it: its observer runs after the
+//     apply has unlocked. sessions.overflowMu guards one set and calls
+//     nothing; it is the one master lock also taken under the state's
+//     read lock (by the fan-out), and under sessions.mu.
+//
+// The membership semaphore (membership.go) is not a mutex: it serialises
+// membership changes and is held across Raft calls, never under any lock
+// above.
