@@ -13,18 +13,14 @@ import (
 // against the same state, after VerifyLeader, and keeps sessions bound to
 // the principal that created them.
 
-// isAdmin reports whether the caller is the cell's admin principal.
-func (c *call) isAdmin() bool { return c.caller.Principal == c.cfg.Admin }
-
 // checkSessionOwner refuses a call on a session created by another
 // principal: session ids are small integers, and a guessed one must not let
 // a caller act with someone else's handles and locks.
-func (c *call) checkSessionOwner(r route) error {
+func (s *parts) checkSessionOwner(c *call, r route) error {
 	if c.h.Session == 0 || r.newSession {
 		return nil
 	}
-	return c.state.ReadWith(c, func(v replica.View, arg any) error { // captures nothing: no allocation
-		c := arg.(*call)
+	return s.r.view(func(v replica.View) error {
 		owner, incarnation, ok := v.SessionResumeInfo(c.h.Session)
 		if ok && owner != "" && owner != c.caller.Principal {
 			return wire.Errorf(wire.CodePermission, "session %d belongs to another principal", c.h.Session)
@@ -53,22 +49,22 @@ func (c *call) checkRead(v replica.View, handle uint64) error {
 
 // setACL replaces the three ACL names of the handle's node. It needs the
 // change-ACL permission, which the state machine checks.
-func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatResponse, error) {
-	if err := c.checkACLPatterns(req); err != nil {
+func (e *fileEndpoint) setACL(ctx context.Context, c *call, req *wire.SetACLRequest) (*wire.StatResponse, error) {
+	if err := e.checkACLPatterns(c, req); err != nil {
 		return nil, err
 	}
 	for _, name := range []string{req.Read, req.Write, req.ChangeACL} {
 		if name == "" {
 			continue
 		}
-		if err := wire.ValidateName(c.cfg.Cell, "/ls/"+c.cfg.Cell+"/"+replica.ACLDirName+"/"+name); err != nil {
+		if err := wire.ValidateName(e.cfg.Cell, "/ls/"+e.cfg.Cell+"/"+replica.ACLDirName+"/"+name); err != nil {
 			return nil, wire.Errorf(wire.CodeInvalidName, "ACL file name %q: %v", name, err)
 		}
 	}
-	if err := c.checkACLNames(req); err != nil {
+	if err := e.checkACLNames(c, req); err != nil {
 		return nil, err
 	}
-	res, err := c.apply(ctx, &replica.Command{Payload: &replica.SetACLArgs{Handle: req.Handle,
+	res, err := e.w.apply(ctx, c, &replica.Command{Payload: &replica.SetACLArgs{Handle: req.Handle,
 		ACL: &replica.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}}})
 	if err != nil {
 		return nil, err
@@ -80,11 +76,11 @@ func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatR
 // file in the ACL folder) and every permission denial within its
 // principal's ration (auditrate.go), with who, what, where and the
 // outcome. Contents are never logged.
-func (c *call) audit(err error) {
+func (s *parts) audit(c *call, err error) {
 	code := wire.CodeOf(err)
 	aclChange := c.h.Method == wire.MethodSetACL ||
 		(c.h.Method == wire.MethodSetContents || c.h.Method == wire.MethodOpen || c.h.Method == wire.MethodDelete) &&
-			c.isACLPath(c.path)
+			s.isACLPath(c.path)
 	if code != wire.CodePermission && !aclChange {
 		return
 	}
@@ -95,7 +91,7 @@ func (c *call) audit(err error) {
 	args := []any{"principal", c.caller.Principal, "op", c.h.Method.String(), "path", c.path,
 		"session", c.h.Session, "result", result}
 	if !aclChange {
-		ok, held := c.auditRation.admit(c.caller.Principal)
+		ok, held := s.auditRation.admit(c.caller.Principal)
 		if !ok {
 			return
 		}
@@ -103,7 +99,7 @@ func (c *call) audit(err error) {
 			args = append(args, "not_logged_before", held)
 		}
 	}
-	c.cfg.Audit.Info("audit", args...)
+	s.cfg.Audit.Info("audit", args...)
 }
 
 // AuditSuppressed counts the denial lines the audit stream did not get

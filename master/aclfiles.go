@@ -11,8 +11,8 @@ import (
 // checkACLPatterns refuses a principal pattern given as an ACL name ("*"
 // for everyone) with a message that says how to grant everyone, where
 // name validation would only call it an invalid name.
-func (c *call) checkACLPatterns(req *wire.SetACLRequest) error {
-	dir := "/ls/" + c.cfg.Cell + "/" + replica.ACLDirName + "/"
+func (e *fileEndpoint) checkACLPatterns(c *call, req *wire.SetACLRequest) error {
+	dir := "/ls/" + e.cfg.Cell + "/" + replica.ACLDirName + "/"
 	for _, name := range []string{req.Read, req.Write, req.ChangeACL} {
 		if strings.Contains(name, "*") {
 			return wire.Errorf(wire.CodeInvalidName,
@@ -33,10 +33,10 @@ func (c *call) checkACLPatterns(req *wire.SetACLRequest) error {
 // and only for a caller who may change the node's ACL names, so nobody
 // learns through this which ACL files exist (the others get the state
 // machine's Permission refusal). "" stays the default rule.
-func (c *call) checkACLNames(req *wire.SetACLRequest) error {
-	dir := "/ls/" + c.cfg.Cell + "/" + replica.ACLDirName + "/"
+func (e *fileEndpoint) checkACLNames(c *call, req *wire.SetACLRequest) error {
+	dir := "/ls/" + e.cfg.Cell + "/" + replica.ACLDirName + "/"
 	var err error
-	c.read(func(v replica.View) {
+	e.r.read(func(v replica.View) {
 		hv, herr := v.LookupHandle(c.h.Session, req.Handle)
 		if herr != nil {
 			return // the apply reports the invalid handle

@@ -45,19 +45,19 @@ type termer interface{ Term() uint64 }
 // admin may take one: a backup holds every node, ACL and the sequencer key.
 // Anyone else is refused before anything is read, with a message that
 // names nothing of the cell.
-func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.BackupResponse, error) {
+func (e *adminEndpoint) backup(ctx context.Context, c *call, req *wire.BackupRequest) (*wire.BackupResponse, error) {
 	if !c.isAdmin() {
 		return nil, wire.Errorf(wire.CodePermission, "only the cell's admin may take a backup")
 	}
-	st := &c.backups
+	st := e.backups
 	if req.ID == 0 {
-		id, err := c.startBackup(ctx)
+		id, err := e.startBackup(ctx, c)
 		if err != nil {
 			return nil, err
 		}
 		req.ID = id
 	}
-	b, ok := st.get(c.cfg.Clock, req.ID)
+	b, ok := st.get(e.cfg.Clock, req.ID)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeBadRequest,
 			"backup %d is not held by this master (finished, idle for %s, or the master changed): start the backup again", req.ID, backupIdle)
@@ -89,9 +89,9 @@ func (c *call) backup(ctx context.Context, req *wire.BackupRequest) (*wire.Backu
 // before the build and a take after it let every concurrent caller pass
 // the check while the others were still building, each with its own copy
 // of the state. A build that fails gives its slot back.
-func (c *call) startBackup(ctx context.Context) (uint64, error) {
-	st := &c.backups
-	limit := c.cfg.Limits.Backups
+func (e *adminEndpoint) startBackup(ctx context.Context, c *call) (uint64, error) {
+	st := e.backups
+	limit := e.cfg.Limits.Backups
 	if !st.reserve(limit) {
 		return 0, wire.Errorf(wire.CodeTooMany, "%d backups are being taken, the limit; finish or abandon one (an abandoned one is dropped after %s)", limit, backupIdle)
 	}
@@ -103,18 +103,18 @@ func (c *call) startBackup(ctx context.Context) (uint64, error) {
 	}()
 	// The snapshot holds every write acknowledged before this call: a
 	// quorum confirms this replica still leads, so they are applied here.
-	if err := c.verifyRead(ctx); err != nil {
+	if err := e.r.verify(ctx); err != nil {
 		return 0, err
 	}
-	if err := c.state.Read(c.liveSession); err != nil {
+	if err := e.r.view(c.liveSession); err != nil {
 		return 0, err
 	}
 	var term uint64
-	if t, ok := c.cons.(termer); ok {
+	if t, ok := e.w.cons.(termer); ok {
 		term = t.Term()
 	}
 	st.build.Lock()
-	b, err := c.state.Backup(term, c.cfg.Clock.Now())
+	b, err := e.r.state.Backup(term, e.cfg.Clock.Now())
 	st.build.Unlock()
 	if err != nil {
 		return 0, wire.Errorf(wire.CodeInternal, "backup: %v", err)
@@ -124,14 +124,14 @@ func (c *call) startBackup(ctx context.Context) (uint64, error) {
 	// replica's trail says who took which.
 	note := &replica.NoteArgs{Op: "backup", Detail: fmt.Sprintf("state at index %d, %d nodes, %d sessions, %d bytes, checksum %x",
 		b.Header.Applied, b.Header.Nodes, b.Header.Sessions, b.Size, b.Checksum[:8])}
-	if _, err := c.apply(ctx, &replica.Command{Payload: note}); err != nil {
+	if _, err := e.w.apply(ctx, c, &replica.Command{Payload: note}); err != nil {
 		b.Close()
 		return 0, err
 	}
-	c.log.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", b.Size,
+	e.cfg.Logger.Info("backup taken", "index", b.Header.Applied, "nodes", b.Header.Nodes, "bytes", b.Size,
 		"lock_held", b.LockHeld)
 	held = true
-	return st.add(c.cfg.Clock, b), nil
+	return st.add(e.cfg.Clock, b), nil
 }
 
 // reserve takes one of limit slots for a backup about to be built, or

@@ -16,12 +16,12 @@ import (
 // Every break asked for by the admin, done or failed, is one audit line
 // with the reason and the sessions freed; a refused non-admin is the
 // dispatcher's denial line.
-func (c *call) breakLock(ctx context.Context, req *wire.BreakLockRequest) (*wire.BreakLockResponse, error) {
+func (e *lockEndpoint) breakLock(ctx context.Context, c *call, req *wire.BreakLockRequest) (*wire.BreakLockResponse, error) {
 	c.path = req.Path
 	if !c.isAdmin() {
 		return nil, wire.Errorf(wire.CodePermission, "%s: only the cell's admin may break a lock", req.Path)
 	}
-	resp, err := c.breakLockAsAdmin(ctx, req)
+	resp, err := e.breakLockAsAdmin(ctx, c, req)
 	result := "ok"
 	var freed []uint64
 	if err != nil {
@@ -32,24 +32,24 @@ func (c *call) breakLock(ctx context.Context, req *wire.BreakLockRequest) (*wire
 			freed = append(freed, h.Session)
 		}
 	}
-	c.cfg.Audit.Info("audit", "principal", c.caller.Principal, "op", c.h.Method.String(), "path", req.Path,
+	e.cfg.Audit.Info("audit", "principal", c.caller.Principal, "op", c.h.Method.String(), "path", req.Path,
 		"session", c.h.Session, "reason", req.Reason, "freed_sessions", freed, "result", result)
 	return resp, err
 }
 
-func (c *call) breakLockAsAdmin(ctx context.Context, req *wire.BreakLockRequest) (*wire.BreakLockResponse, error) {
-	if err := wire.ValidateName(c.cfg.Cell, req.Path); err != nil {
+func (e *lockEndpoint) breakLockAsAdmin(ctx context.Context, c *call, req *wire.BreakLockRequest) (*wire.BreakLockResponse, error) {
+	if err := wire.ValidateName(e.cfg.Cell, req.Path); err != nil {
 		return nil, wire.Errorf(wire.CodeInvalidName, "%v", err)
 	}
 	if len(req.Reason) > wire.MaxBreakReason || !utf8.ValidString(req.Reason) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "a break's reason must be valid UTF-8 of at most %d bytes", wire.MaxBreakReason)
 	}
-	res, err := c.apply(ctx, &replica.Command{Payload: &replica.BreakLockArgs{Path: req.Path, Reason: req.Reason}})
+	res, err := e.w.apply(ctx, c, &replica.Command{Payload: &replica.BreakLockArgs{Path: req.Path, Reason: req.Reason}})
 	if err != nil {
 		return nil, err
 	}
 	resp := &wire.BreakLockResponse{LockGen: res.LockGen}
-	c.read(func(v replica.View) {
+	e.r.read(func(v replica.View) {
 		for _, ho := range res.Broken {
 			p, _ := v.SessionPrincipal(ho.Session)
 			resp.Holders = append(resp.Holders, wire.LockHolder{Session: ho.Session, Principal: p})

@@ -178,7 +178,7 @@ func (f *fanout) record(changes []replica.Change) {
 		}
 	}
 	items := r.items[:0]
-	if cap(items) > maxPooledNames {
+	if cap(items) > maxPooledItems {
 		items = nil // a session's close can report thousands: not kept
 	}
 	clear(r.items) // the pool keeps no changes alive
@@ -389,3 +389,6 @@ func (s *Server) fanoutCounts() (backlog int, lost uint64) {
 	}
 	return backlog, s.fanLost.Load()
 }
+
+// maxPooledItems bounds the items array a fanRead keeps in the pool.
+const maxPooledItems = 64

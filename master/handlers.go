@@ -3,17 +3,15 @@ package master
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"lockcell/acl"
 	"lockcell/replica"
-	"lockcell/sequencer"
 	"lockcell/wire"
 )
 
-func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenResponse, error) {
-	if err := wire.ValidateName(c.cfg.Cell, req.Path); err != nil {
+func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest) (*wire.OpenResponse, error) {
+	if err := wire.ValidateName(e.cfg.Cell, req.Path); err != nil {
 		return nil, err
 	}
 	if req.EventMask&^(wire.MaskContentsModified|wire.MaskChildAdded|wire.MaskChildRemoved|
@@ -29,7 +27,7 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	if req.Flags&wire.OpenCreate == 0 && (req.Flags&(wire.OpenExcl|wire.OpenEphemeral) != 0 || len(req.Contents) > 0) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "%s: exclusive, ephemeral and initial contents need the create flag", req.Path)
 	}
-	unreserve, err := c.reserveHandle(ctx, c.h.Session)
+	unreserve, err := e.reserveHandle(ctx, c.h.Session)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +38,7 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 	case delay < 0 || delay > MaxLockDelay:
 		return nil, wire.Errorf(wire.CodeBadRequest, "lock-delay %v is outside 0..%v", delay, MaxLockDelay)
 	case delay == 0:
-		delay = c.cfg.DefaultLockDelay
+		delay = e.cfg.DefaultLockDelay
 	}
 	// As for a cached read: register before the open is applied, so a
 	// delete that follows invalidates the handle the caller may reuse.
@@ -55,15 +53,15 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 		var readable, negative bool
 		var principal string
 		admin := c.isAdmin()
-		c.read(func(v replica.View) {
+		e.r.read(func(v replica.View) {
 			principal, _ = v.SessionPrincipal(c.h.Session)
 			readable = v.Exists(req.Path) && v.Allowed(req.Path, c.caller.Principal, admin, acl.Read) == nil
 			negative = cacheMissing && negativeCacher(v, req.Path, c.caller.Principal, admin)
 		})
-		cacheable = req.Cache && readable && c.registerCacher(c.h.Session, principal, req.Path)
-		missingCacheable = negative && c.registerCacher(c.h.Session, principal, wire.Parent(req.Path))
+		cacheable = req.Cache && readable && e.inv.register(c.h.Session, principal, req.Path)
+		missingCacheable = negative && e.inv.register(c.h.Session, principal, wire.Parent(req.Path))
 	}
-	res, err := c.apply(ctx, commandOf(replica.OpenArgs{Path: req.Path, Flags: req.Flags,
+	res, err := e.w.apply(ctx, c, commandOf(replica.OpenArgs{Path: req.Path, Flags: req.Flags,
 		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask}))
 	if re := (*replica.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == replica.KindNotFound {
 		return &wire.OpenResponse{Missing: true, Cacheable: missingCacheable}, nil
@@ -104,172 +102,184 @@ func negativeCacher(v replica.View, name, principal string, admin bool) bool {
 		(v.Allowed(name, principal, admin, acl.Read) != nil && v.Allowed(name, principal, admin, acl.Write) != nil)
 }
 
-func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*wire.StatResponse, error) {
+func (e *fileEndpoint) setContents(ctx context.Context, c *call, req *wire.SetContentsRequest) (*wire.StatResponse, error) {
 	if len(req.Contents) > wire.MaxContents {
 		return nil, wire.Errorf(wire.CodeTooLarge, "contents of %d bytes exceed the limit of %d", len(req.Contents), wire.MaxContents)
 	}
-	fence, err := c.fence(req.Sequencer)
+	fence, err := e.r.fence(req.Sequencer)
 	if err != nil {
 		return nil, err
 	}
 	cmd := commandOf(replica.SetContentsArgs{Handle: req.Handle,
 		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration})
 	cmd.Fence = fence
-	res, err := c.apply(ctx, cmd)
+	res, err := e.w.apply(ctx, c, cmd)
 	if err != nil {
 		return nil, err
 	}
 	return &wire.StatResponse{Stat: toStat(res.Stat)}, nil
 }
 
-func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, error) {
-	fence, err := c.fence(req.Sequencer)
+// close closes a handle. Closing is always allowed: a stale holder must be
+// able to let go. A sequencer is checked, as on every handle call, though
+// closing is never fenced.
+func (e *fileEndpoint) close(ctx context.Context, c *call, req *wire.HandleRequest) (*wire.Empty, error) {
+	if _, err := e.r.fence(req.Sequencer); err != nil {
+		return nil, err
+	}
+	_, err := e.w.apply(ctx, c, commandOf(replica.CloseArgs{Handle: req.Handle}))
+	return &wire.Empty{}, err
+}
+
+// delete deletes the handle's node, fenced by a sequencer if one is given.
+func (e *fileEndpoint) delete(ctx context.Context, c *call, req *wire.HandleRequest) (*wire.Empty, error) {
+	fence, err := e.r.fence(req.Sequencer)
 	if err != nil {
 		return nil, err
 	}
-	switch c.h.Method {
-	case wire.MethodClose:
-		// Closing is always allowed: a stale holder must be able to let go.
-		_, err := c.apply(ctx, commandOf(replica.CloseArgs{Handle: req.Handle}))
-		return &wire.Empty{}, err
-	case wire.MethodDelete:
-		cmd := commandOf(replica.DeleteArgs{Handle: req.Handle})
-		cmd.Fence = fence
-		_, err := c.apply(ctx, cmd)
-		return &wire.Empty{}, err
-	case wire.MethodRelease:
-		// A sequencer makes the release fenced: it applies only while the
-		// lock is held at the sequencer's generation, checked in the same
-		// entry, so a holder acting on an old grant cannot free a later one.
-		if fence != nil {
-			var path string
-			var ok bool
-			c.read(func(v replica.View) { path, ok = v.HandlePath(c.h.Session, req.Handle) })
-			if ok && path != fence.Path {
-				return nil, wire.Errorf(wire.CodeBadRequest, "the sequencer names the lock of %s, not of this handle's %s", fence.Path, path)
-			}
-		}
-		cmd := commandOf(replica.ReleaseArgs{Handle: req.Handle})
-		cmd.Fence = fence
-		_, err := c.apply(ctx, cmd)
-		return &wire.Empty{}, err
-	}
-	// Both reads of the state are functions that capture nothing, handed
-	// hr, a pooled handleRead (capturing closures cost four allocations).
-	hr := handleReads.Get().(*handleRead)
-	*hr = handleRead{c: c, req: req, fence: fence, isRead: c.h.Method != wire.MethodGetSequencer}
-	defer func() {
-		*hr = handleRead{}
-		handleReads.Put(hr)
-	}()
-	// Checked before registering as a cacher too, so a caller that may
-	// not read the node is never sent its invalidations. Registering
-	// comes before the read, so a write that starts after this point
-	// invalidates what we are about to return.
-	if hr.isRead {
-		err := c.state.ReadWith(hr, func(v replica.View, arg any) error {
-			hr := arg.(*handleRead)
-			c := hr.c
-			if err := c.checkRead(v, hr.req.Handle); err != nil || !hr.req.Cache {
-				return err
-			}
-			hr.name, hr.named = v.HandlePath(c.h.Session, hr.req.Handle)
-			hr.principal, _ = v.SessionPrincipal(c.h.Session)
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		if hr.named {
-			hr.cacheable = c.registerCacher(c.h.Session, hr.principal, hr.name)
-		}
-	}
-	if err := c.verifyRead(ctx); err != nil {
+	cmd := commandOf(replica.DeleteArgs{Handle: req.Handle})
+	cmd.Fence = fence
+	_, err = e.w.apply(ctx, c, cmd)
+	return &wire.Empty{}, err
+}
+
+// getContentsAndStat answers a file's contents and Stat.
+func (e *fileEndpoint) getContentsAndStat(ctx context.Context, c *call, req *wire.HandleRequest) (*wire.ContentsResponse, error) {
+	fence, cacheable, err := e.readable(ctx, c, req)
+	if err != nil {
 		return nil, err
 	}
-	// The answer comes from one view of the state, after VerifyLeader.
-	err = c.state.ReadWith(hr, func(v replica.View, arg any) error {
-		hr := arg.(*handleRead)
-		c := hr.c
-		if err := c.liveSession(v); err != nil {
+	var resp *wire.ContentsResponse
+	err = e.r.view(func(v replica.View) error {
+		if err := e.stillReadable(v, c, req.Handle, fence); err != nil {
 			return err
 		}
-		if hr.isRead {
-			// Decided again after VerifyLeader: an ACL change
-			// acknowledged before this read began binds it.
-			if err := c.checkRead(v, hr.req.Handle); err != nil {
-				return err
-			}
+		hv, err := v.LookupHandle(c.h.Session, req.Handle)
+		if err != nil {
+			return err
 		}
-		if hr.fence != nil {
-			if ok, reason := v.FenceValidFor(hr.fence, c.caller.Principal, c.isAdmin()); !ok {
-				return wire.Errorf(wire.CodeStaleSequencer, "%s", reason)
-			}
+		if hv.Stat.Dir {
+			return wire.Errorf(wire.CodeIsDir, "%s is a directory", hv.Handle.Path)
 		}
-		var err error
-		hr.resp, err = c.readHandle(v, hr.req, hr.cacheable)
+		resp = &wire.ContentsResponse{Contents: hv.Contents, Stat: readStat(v, hv), Cacheable: cacheable}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// getStat answers a node's Stat.
+func (e *fileEndpoint) getStat(ctx context.Context, c *call, req *wire.HandleRequest) (*wire.StatResponse, error) {
+	fence, cacheable, err := e.readable(ctx, c, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp *wire.StatResponse
+	err = e.r.view(func(v replica.View) error {
+		if err := e.stillReadable(v, c, req.Handle, fence); err != nil {
+			return err
+		}
+		hv, err := v.LookupHandle(c.h.Session, req.Handle)
+		if err != nil {
+			return err
+		}
+		resp = &wire.StatResponse{Stat: readStat(v, hv), Cacheable: cacheable}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// readDir answers one page of a listing (the cursor and limit are in the
+// request), as the caller sees it: children it may neither read nor write
+// are left out, exactly as Open reports them absent. A page is at most
+// wire.MaxDirPage entries and wire.DirPageBytes of names, so the reply
+// always fits a frame however large the directory.
+func (e *fileEndpoint) readDir(ctx context.Context, c *call, req *wire.HandleRequest) (*wire.ReadDirResponse, error) {
+	fence, cacheable, err := e.readable(ctx, c, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp *wire.ReadDirResponse
+	err = e.r.view(func(v replica.View) error {
+		if err := e.stillReadable(v, c, req.Handle, fence); err != nil {
+			return err
+		}
+		resp, err = readDirPage(v, c, req, cacheable)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return hr.resp, nil
+	return resp, nil
 }
 
-// handleReads hold handleCall's handleReads between calls; nothing keeps
-// one past its call (its answer is returned by value).
-var handleReads = sync.Pool{New: func() any { return new(handleRead) }}
-
-// handleRead is what handleCall's two reads of the state are given and
-// find.
-type handleRead struct {
-	c      *call
-	req    *wire.HandleRequest
-	fence  *replica.Fence
-	isRead bool // not GetSequencer
-	// Before VerifyLeader: the handle's name and the session's
-	// principal, for registering a cacher (named: the handle has one),
-	// and whether it was registered.
-	name, principal  string
-	named, cacheable bool
-	// After it: the answer.
-	resp any
-}
-
-// readHandle answers a read on a handle (GetSequencer, ReadDir, GetStat,
-// GetContentsAndStat) in view v.
-func (c *call) readHandle(v replica.View, req *wire.HandleRequest, cacheable bool) (any, error) {
-	switch c.h.Method {
-	case wire.MethodGetSequencer:
-		held, err := v.HeldLock(c.h.Session, req.Handle)
-		if err != nil {
-			return nil, err
-		}
-		seq := sequencer.Sign(v.CellKey(), sequencer.Sequencer{Cell: c.cfg.Cell, Path: held.Path,
-			Mode: sequencer.Mode(held.Mode), Generation: held.Generation})
-		return &wire.SequencerResponse{Sequencer: seq}, nil
-	case wire.MethodReadDir:
-		return c.readDir(v, req, cacheable)
-	case wire.MethodGetStat:
-		hv, err := v.LookupHandle(c.h.Session, req.Handle)
-		if err != nil {
-			return nil, err
-		}
-		st := toStat(hv.Stat)
-		st.Holders, st.Waiters, st.LockDelayBy = lockHolders(v, hv), lockWaiters(v, hv), lockDelayBy(v, hv)
-		return &wire.StatResponse{Stat: st, Cacheable: cacheable}, nil
-	default: // GetContentsAndStat
-		hv, err := v.LookupHandle(c.h.Session, req.Handle)
-		if err != nil {
-			return nil, err
-		}
-		if hv.Stat.Dir {
-			return nil, wire.Errorf(wire.CodeIsDir, "%s is a directory", hv.Handle.Path)
-		}
-		st := toStat(hv.Stat)
-		st.Holders, st.Waiters, st.LockDelayBy = lockHolders(v, hv), lockWaiters(v, hv), lockDelayBy(v, hv)
-		return &wire.ContentsResponse{Contents: hv.Contents, Stat: st, Cacheable: cacheable}, nil
+// readable is the check and verify of a read on a handle: its sequencer
+// (fence), the caller's right to read the node, and its registration as a
+// cacher if it asked, then the leadership proof. The right is checked
+// before registering too, so a caller that may not read the node is never
+// sent its invalidations; registering comes before the read, so a write
+// that starts after this point invalidates what the read returns.
+func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRequest) (fence *replica.Fence, cacheable bool, err error) {
+	if fence, err = e.r.fence(req.Sequencer); err != nil {
+		return nil, false, err
 	}
+	var name, principal string
+	var named bool
+	err = e.r.view(func(v replica.View) error {
+		if err := c.checkRead(v, req.Handle); err != nil || !req.Cache {
+			return err
+		}
+		name, named = v.HandlePath(c.h.Session, req.Handle)
+		principal, _ = v.SessionPrincipal(c.h.Session)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if named {
+		cacheable = e.inv.register(c.h.Session, principal, name)
+	}
+	if err := e.r.verify(ctx); err != nil {
+		return nil, false, err
+	}
+	return fence, cacheable, nil
+}
+
+// stillReadable is a read's check again in the view that answers it, after
+// the leadership proof: the session is live, the caller may read (an ACL
+// change acknowledged before the read began binds it) and its sequencer,
+// if any, is still valid.
+func (e *fileEndpoint) stillReadable(v replica.View, c *call, handle uint64, fence *replica.Fence) error {
+	if err := c.liveSession(v); err != nil {
+		return err
+	}
+	if err := c.checkRead(v, handle); err != nil {
+		return err
+	}
+	return validFence(v, c, fence)
+}
+
+// validFence answers StaleSequencer unless fence (nil: none) is valid in v.
+func validFence(v replica.View, c *call, fence *replica.Fence) error {
+	if fence != nil {
+		if ok, reason := v.FenceValidFor(fence, c.caller.Principal, c.isAdmin()); !ok {
+			return wire.Errorf(wire.CodeStaleSequencer, "%s", reason)
+		}
+	}
+	return nil
+}
+
+// readStat is a read's Stat of the node of hv, with its lock's holders,
+// waiters and lock-delay cause.
+func readStat(v replica.View, hv replica.HandleView) wire.Stat {
+	st := toStat(hv.Stat)
+	st.Holders, st.Waiters, st.LockDelayBy = lockHolders(v, hv), lockWaiters(v, hv), lockDelayBy(v, hv)
+	return st
 }
 
 // lockHolders names the holders of the lock on the node of hv, looked up
@@ -306,12 +316,8 @@ func lockDelayBy(v replica.View, hv replica.HandleView) *wire.LockDelayCause {
 	return &wire.LockDelayCause{Session: by.Session, Principal: by.Principal, Host: by.Host, PID: by.PID, Program: by.Program, Time: by.Time}
 }
 
-// readDir answers one page of a listing (the cursor and limit are in the
-// request), as the caller sees it: children it may neither read nor write
-// are left out, exactly as Open reports them absent. A page is at most
-// wire.MaxDirPage entries and wire.DirPageBytes of names, so the reply
-// always fits a frame however large the directory.
-func (c *call) readDir(v replica.View, req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
+// readDirPage is readDir's answer in view v.
+func readDirPage(v replica.View, c *call, req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
 	if len(req.After) > wire.MaxNameLen {
 		return nil, wire.Errorf(wire.CodeBadRequest, "listing cursor of %d bytes: no name is longer than %d", len(req.After), wire.MaxNameLen)
 	}
@@ -332,133 +338,6 @@ func (c *call) readDir(v replica.View, req *wire.HandleRequest, cacheable bool) 
 	return out, nil
 }
 
-// acquire takes a lock. A blocking acquire queues in the replicated FIFO
-// and parks here until the state machine hands it the lock (in the entry
-// that released it), the node goes away, or the caller gives up; giving up
-// withdraws the wait through Raft, undoing a grant that raced the cancel.
-func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.AcquireResponse, error) {
-	if req.Mode != wire.LockExclusive && req.Mode != wire.LockShared {
-		return nil, wire.Errorf(wire.CodeBadRequest, "unknown lock mode %d", req.Mode)
-	}
-	var woke chan struct{}
-	key := waitKey{c.h.Session, req.Handle, c.h.Seq}
-	if req.Wait {
-		// Attached before proposing, so no wake-up is missed; a retry of
-		// this request id re-attaches to a wait it left detached.
-		var err error
-		if woke, err = c.waits.attach(ctx, key); err != nil {
-			return nil, err
-		}
-	}
-	res, err := c.apply(ctx, commandOf(replica.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}))
-	if woke != nil && (err != nil || res.Granted) {
-		c.waits.leave(key, woke)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if res.Granted {
-		return c.granted(req, res.LockGen), nil
-	}
-	// Queued (now, or by an earlier try of this request id at another master).
-	for {
-		var state replica.WaitState
-		var gen uint64
-		var err error
-		c.read(func(v replica.View) { state, gen, err = v.LockWait(c.h.Session, req.Handle, c.h.Seq) })
-		switch {
-		case err != nil:
-			c.waits.leave(key, woke)
-			return nil, err
-		case state == replica.WaitGranted:
-			c.waits.leave(key, woke)
-			return c.granted(req, gen), nil
-		case state == replica.WaitGone:
-			c.waits.leave(key, woke)
-			return nil, wire.Errorf(wire.CodeCanceled, "the wait for the lock was withdrawn")
-		}
-		select {
-		case <-woke:
-		case <-c.stop:
-			// Leave the wait queued: the client retries this request id at
-			// the new master, which finds it queued (or granted).
-			c.waits.leave(key, woke)
-			return nil, errStopped
-		case <-ctx.Done():
-			// The stream ended: the client gave up (it says so with a
-			// CancelAcquire) or lost the connection and retries this
-			// request id. Either way the wait keeps its place for now:
-			// withdrawing it here would send a client that only redialled
-			// to the tail of the queue (acquireWaits).
-			session, handle, seq := c.h.Session, req.Handle, c.h.Seq
-			c.waits.detach(key, woke, c.stop, c.detachedFor(session), func() { c.withdraw(session, handle, seq) })
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// granted answers a granted Acquire with the grant's generation and its
-// sequencer, signed as GetSequencer would sign it, so the holder needs no
-// second call to fence its work. A sequencer for a grant that has since
-// moved on is no harm: every check of it (the master's, a Guard's)
-// compares its generation with the lock's.
-func (c *call) granted(req *wire.AcquireRequest, gen uint64) *wire.AcquireResponse {
-	var key []byte
-	var path string
-	var ok bool
-	c.read(func(v replica.View) {
-		key = v.CellKey()
-		path, ok = v.HandlePath(c.h.Session, req.Handle)
-	})
-	resp := &wire.AcquireResponse{LockGen: gen}
-	if ok {
-		resp.Sequencer = sequencer.Sign(key, sequencer.Sequencer{Cell: c.cfg.Cell, Path: path,
-			Mode: sequencer.Mode(req.Mode), Generation: gen})
-	}
-	return resp
-}
-
-// detachedFor is how long a wait of session whose call broke off is kept
-// for the client's retry, asked again whenever that runs out: until the
-// session's lease ends (a live client renews it, a gone one does not),
-// and for one lease at most, renewed or not.
-func (c *call) detachedFor(session uint64) func() time.Duration {
-	deadline := c.cfg.Clock.Now().Add(c.sess.grantTTL())
-	return func() time.Duration {
-		now := c.cfg.Clock.Now()
-		d := deadline.Sub(now)
-		if left, ok := c.sess.leaseLeft([]uint64{session}, now)[session]; ok {
-			d = min(d, left)
-		}
-		return max(d, 0)
-	}
-}
-
-// withdraw removes an abandoned wait (or undoes its grant) through Raft:
-// the wait detached (its call's stream ended) and no call of its request
-// id came back in time (detachedFor).
-func (c *call) withdraw(session, handle, seq uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: session, Time: c.now(),
-		Payload: &replica.CancelWaitArgs{Handle: handle, WaitSeq: seq}})
-	if err == nil {
-		err = resultErr(res)
-	}
-	var re *replica.Error
-	if err != nil && !(errors.As(err, &re) && re.Kind == replica.KindHandleInvalid) {
-		c.log.Warn("withdrawing an abandoned lock wait failed; the client retries it", "handle", handle, "seq", seq, "err", err)
-	}
-}
-
-func (c *call) cancelAcquire(ctx context.Context, req *wire.CancelAcquireRequest) (*wire.Empty, error) {
-	_, err := c.apply(ctx, commandOf(replica.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}))
-	if err == nil { // the client withdrew it itself: nothing left to withdraw
-		c.waits.forget(waitKey{c.h.Session, req.Handle, req.WaitSeq})
-	}
-	return &wire.Empty{}, err
-}
-
 func toStat(s replica.Stat) wire.Stat {
 	return wire.Stat{
 		Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
@@ -467,61 +346,6 @@ func toStat(s replica.Stat) wire.Stat {
 		LockMode: s.LockMode, LockHolders: s.LockHolders, LockWaiters: s.LockWaiters,
 		LockDelayUntil: s.LockDelayUntil,
 	}
-}
-
-// fence verifies a sequencer attached to a handle call (signature, cell)
-// and turns it into the claim the state machine checks atomically.
-func (c *call) fence(seq []byte) (*replica.Fence, error) {
-	if len(seq) == 0 {
-		return nil, nil
-	}
-	s, err := c.verifySequencer(seq)
-	if err != nil {
-		return nil, err
-	}
-	return &replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}, nil
-}
-
-func (c *call) verifySequencer(seq []byte) (sequencer.Sequencer, error) {
-	var key []byte
-	c.read(func(v replica.View) { key = v.CellKey() })
-	s, err := sequencer.Verify(key, seq)
-	if err != nil {
-		return s, wire.Errorf(wire.CodeBadSequencer, "%v", err)
-	}
-	if s.Cell != c.cfg.Cell {
-		return s, wire.Errorf(wire.CodeBadSequencer, "sequencer of cell %q, this is cell %q", s.Cell, c.cfg.Cell)
-	}
-	return s, nil
-}
-
-// checkSequencer answers whether a sequencer is still valid: signed by
-// this cell, and its lock held at that generation in that mode right now
-// (a linearizable read). It reads the lock's state, so it needs read on
-// the lock's node: a caller without it hears what it would of a lock
-// whose node is gone, which tells it nothing about the name.
-func (c *call) checkSequencer(ctx context.Context, req *wire.CheckSequencerRequest) (*wire.CheckSequencerResponse, error) {
-	s, err := c.verifySequencer(req.Sequencer)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.verifyRead(ctx); err != nil {
-		return nil, err
-	}
-	var ok bool
-	var reason string
-	err = c.state.Read(func(v replica.View) error {
-		if err := c.liveSession(v); err != nil {
-			return err
-		}
-		ok, reason = v.FenceValidFor(&replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation},
-			c.caller.Principal, c.isAdmin())
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &wire.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
 }
 
 // commandOf returns a command whose payload is args, both in one

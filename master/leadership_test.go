@@ -150,10 +150,10 @@ func TestLeadershipProofStaleSignal(t *testing.T) {
 func TestReadProofIsBounded(t *testing.T) {
 	g := &gatedVerify{verdict: make(chan error)}
 	p := &leadershipProof{verify: g.verify, now: time.Now}
-	c := &call{parts: &parts{cfg: Config{LeaseTTL: 100 * time.Millisecond}, proof: p}}
+	r := &reads{proof: p, bound: 50 * time.Millisecond} // half a lease of 100 ms
 	for range 3 {
 		start := time.Now()
-		if err := c.verifyRead(context.Background()); err != errStopped {
+		if err := r.verify(context.Background()); err != errStopped {
 			t.Fatalf("a read Raft never vouches for: %v; want errStopped", err)
 		}
 		if d := time.Since(start); d < 50*time.Millisecond {
@@ -162,7 +162,7 @@ func TestReadProofIsBounded(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := c.verifyRead(ctx); !errors.Is(err, context.Canceled) {
+	if err := r.verify(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a read whose caller left: %v; want context.Canceled", err)
 	}
 

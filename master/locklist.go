@@ -11,16 +11,16 @@ import (
 // with holders and waiters: every one to the admin, to anyone else only
 // those it may read (a lock it may not read is left out, as its Stat
 // would be refused). The listing is linearizable, like a read.
-func (c *call) listLocks(ctx context.Context, req *wire.ListLocksRequest) (*wire.ListLocksResponse, error) {
+func (e *lockEndpoint) listLocks(ctx context.Context, c *call, req *wire.ListLocksRequest) (*wire.ListLocksResponse, error) {
 	c.path = req.Prefix
-	if err := wire.ValidateName(c.cfg.Cell, req.Prefix); err != nil {
+	if err := wire.ValidateName(e.cfg.Cell, req.Prefix); err != nil {
 		return nil, wire.Errorf(wire.CodeInvalidName, "%v", err)
 	}
-	if err := c.verifyRead(ctx); err != nil {
+	if err := e.r.verify(ctx); err != nil {
 		return nil, err
 	}
 	out := &wire.ListLocksResponse{}
-	err := c.state.Read(func(v replica.View) error {
+	err := e.r.view(func(v replica.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}

@@ -97,48 +97,48 @@ func (s *parts) unlockMembers() { <-s.members.sem }
 // ReplicaList; session-less) before its body is read: changes are the
 // admin's alone; the read-only ReplicaList is also open to the monitoring
 // role (monitor.go). Only on a replica that can change its membership.
-func (c *call) membershipAdmit() error {
+func (e *adminEndpoint) membershipAdmit(c *call) error {
 	switch {
-	case c.h.Method == wire.MethodReplicaList && !c.mayMonitor(c.caller.Principal):
-		return c.monitorDenied(c.caller.Principal, "list the replicas")
+	case c.h.Method == wire.MethodReplicaList && !e.m.mayMonitor(c.caller.Principal):
+		return e.m.monitorDenied(c.caller.Principal, "list the replicas")
 	case c.h.Method != wire.MethodReplicaList && !c.isAdmin():
 		return wire.Errorf(wire.CodePermission, "only the cell admin may change the replicas (%s is not)", c.caller.Principal)
 	}
-	_, err := c.ops()
+	_, err := e.m.ops()
 	return err
 }
 
-func (c *call) replicaAddCall(ctx context.Context, req *wire.ReplicaAddRequest) (*wire.ReplicaListResponse, error) {
-	ops, err := c.ops()
+func (e *adminEndpoint) replicaAddCall(ctx context.Context, c *call, req *wire.ReplicaAddRequest) (*wire.ReplicaListResponse, error) {
+	ops, err := e.m.ops()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.replicaAdd(ctx, ops, req)
-	c.auditChange(err, "id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
+	resp, err := e.replicaAdd(ctx, c, ops, req)
+	e.auditChange(c, err, "id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
 	return resp, err
 }
 
-func (c *call) replicaRemoveCall(ctx context.Context, req *wire.ReplicaRemoveRequest) (*wire.ReplicaListResponse, error) {
-	ops, err := c.ops()
+func (e *adminEndpoint) replicaRemoveCall(ctx context.Context, c *call, req *wire.ReplicaRemoveRequest) (*wire.ReplicaListResponse, error) {
+	ops, err := e.m.ops()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.replicaRemove(ctx, ops, req)
-	c.auditChange(err, "id", req.ID)
+	resp, err := e.replicaRemove(ctx, c, ops, req)
+	e.auditChange(c, err, "id", req.ID)
 	return resp, err
 }
 
-func (c *call) replicaList(_ context.Context, _ *wire.ReplicaListRequest) (*wire.ReplicaListResponse, error) {
-	ops, err := c.ops()
+func (e *adminEndpoint) replicaList(_ context.Context, c *call, _ *wire.ReplicaListRequest) (*wire.ReplicaListResponse, error) {
+	ops, err := e.m.ops()
 	if err != nil {
 		return nil, err
 	}
-	return c.listMembers(ops)
+	return e.m.listMembers(ops)
 }
 
 // auditChange writes one audit line per membership change asked for,
 // done or refused (denials are the dispatcher's to log).
-func (c *call) auditChange(err error, kv ...any) {
+func (e *adminEndpoint) auditChange(c *call, err error, kv ...any) {
 	result := "ok"
 	if err != nil {
 		we := toWire(err).(*wire.Error)
@@ -148,7 +148,7 @@ func (c *call) auditChange(err error, kv ...any) {
 		result = we.Code.String() + ": " + we.Msg
 	}
 	args := append([]any{"principal", c.caller.Principal, "op", c.h.Method.String()}, kv...)
-	c.cfg.Audit.Info("audit", append(args, "result", result)...)
+	e.cfg.Audit.Info("audit", append(args, "result", result)...)
 }
 
 // validMemberID applies the rule the client library applies too: a
@@ -186,16 +186,16 @@ func validMemberAddr(what, addr string) error {
 // semaphore, bounds the change by changeTimeout, seeds the member table if
 // it is empty and reads the configuration the change is made against.
 // done releases what it took; on an error nothing is held.
-func (c *call) beginChange(ctx context.Context, ops membershipOps) (context.Context, replica.Configuration, func(), error) {
-	if err := c.lockMembers(ctx, c.stop); err != nil {
+func (e *adminEndpoint) beginChange(ctx context.Context, c *call, ops membershipOps) (context.Context, replica.Configuration, func(), error) {
+	if err := e.m.lockMembers(ctx, c.stop); err != nil {
 		return nil, replica.Configuration{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
 	done := func() {
 		cancel()
-		c.unlockMembers()
+		e.m.unlockMembers()
 	}
-	if err := c.seedMembers(ctx, ops); err != nil {
+	if err := e.m.seedMembers(ctx, ops); err != nil {
 		done()
 		return nil, replica.Configuration{}, nil, err
 	}
@@ -207,7 +207,7 @@ func (c *call) beginChange(ctx context.Context, ops membershipOps) (context.Cont
 	return ctx, cfg, done, nil
 }
 
-func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.ReplicaAddRequest) (*wire.ReplicaListResponse, error) {
+func (e *adminEndpoint) replicaAdd(ctx context.Context, c *call, ops membershipOps, req *wire.ReplicaAddRequest) (*wire.ReplicaListResponse, error) {
 	if err := validMemberID(req.ID); err != nil {
 		return nil, err
 	}
@@ -217,12 +217,12 @@ func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.Repl
 	if err := validMemberAddr("Raft address", req.RaftAddr); err != nil {
 		return nil, err
 	}
-	ctx, cfg, done, err := c.beginChange(ctx, ops)
+	ctx, cfg, done, err := e.beginChange(ctx, c, ops)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	table := c.memberTable()
+	table := e.m.memberTable()
 	if sv, ok := cfg.Find(req.ID); ok {
 		m, known := table[req.ID]
 		if sv.RaftAddr != req.RaftAddr || known && m.ClientAddr != req.ClientAddr {
@@ -231,7 +231,7 @@ func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.Repl
 				req.ID, m.ClientAddr, sv.RaftAddr)
 		}
 		if known {
-			return c.listMembers(ops) // there already: nothing changes
+			return e.m.listMembers(ops) // there already: nothing changes
 		}
 	}
 	for _, sv := range cfg.Servers {
@@ -246,7 +246,7 @@ func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.Repl
 	// The table first: once Raft lists the member, every replica can name
 	// its client address.
 	m := replica.MemberAddrs{ID: req.ID, ClientAddr: req.ClientAddr, RaftAddr: req.RaftAddr}
-	if _, err := c.cons.Apply(ctx, &replica.Command{Time: c.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
+	if _, err := e.w.cons.Apply(ctx, &replica.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
 		Payload: &replica.MemberPutArgs{Members: []replica.MemberAddrs{m}}}); err != nil {
 		return nil, err
 	}
@@ -254,28 +254,28 @@ func (c *call) replicaAdd(ctx context.Context, ops membershipOps, req *wire.Repl
 		if _, err := ops.AddNonvoter(ctx, req.ID, req.RaftAddr, cfg.Index); err != nil {
 			return nil, changeErr(err)
 		}
-		c.log.Info("member added as a non-voter; it is promoted once caught up", "id", req.ID,
+		e.cfg.Logger.Info("member added as a non-voter; it is promoted once caught up", "id", req.ID,
 			"client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
 	}
 	select {
-	case c.members.kick <- struct{}{}:
+	case e.m.members.kick <- struct{}{}:
 	default:
 	}
-	return c.listMembers(ops)
+	return e.m.listMembers(ops)
 }
 
-func (c *call) replicaRemove(ctx context.Context, ops membershipOps, req *wire.ReplicaRemoveRequest) (*wire.ReplicaListResponse, error) {
+func (e *adminEndpoint) replicaRemove(ctx context.Context, c *call, ops membershipOps, req *wire.ReplicaRemoveRequest) (*wire.ReplicaListResponse, error) {
 	if err := validMemberID(req.ID); err != nil {
 		return nil, err
 	}
-	ctx, cfg, done, err := c.beginChange(ctx, ops)
+	ctx, cfg, done, err := e.beginChange(ctx, c, ops)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	sv, ok := cfg.Find(req.ID)
 	if ok && sv.Voter {
-		if err := c.checkVotersPatiently(ctx, ops, cfg, req.ID); err != nil {
+		if err := e.m.checkVotersPatiently(ctx, ops, cfg, req.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -295,15 +295,15 @@ func (c *call) replicaRemove(ctx context.Context, ops membershipOps, req *wire.R
 		if _, err := ops.Remove(ctx, req.ID, cfg.Index); err != nil {
 			return nil, changeErr(err)
 		}
-		c.log.Info("member removed", "id", req.ID, "raft_addr", sv.RaftAddr, "voter", sv.Voter)
+		e.cfg.Logger.Info("member removed", "id", req.ID, "raft_addr", sv.RaftAddr, "voter", sv.Voter)
 	}
-	if _, known := c.memberTable()[req.ID]; known {
-		if _, err := c.cons.Apply(ctx, &replica.Command{Time: c.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
+	if _, known := e.m.memberTable()[req.ID]; known {
+		if _, err := e.w.cons.Apply(ctx, &replica.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
 			Payload: &replica.MemberRemoveArgs{Members: []replica.MemberAddrs{{ID: req.ID}}}}); err != nil {
 			return nil, err
 		}
 	}
-	return c.listMembers(ops)
+	return e.m.listMembers(ops)
 }
 
 // changeErr types a failed Raft configuration change.

@@ -16,7 +16,7 @@ type route struct {
 	// serve decodes the body into the method's request and runs its
 	// handler; nil for a method the master does not serve itself (the
 	// cell answers CellStatus), which Dispatch refuses as unknown.
-	serve func(c *call, ctx context.Context, body []byte) (any, error)
+	serve func(ctx context.Context, c *call, body []byte) (any, error)
 	// anyEpoch: admitted whatever epoch the header names. Calls that
 	// start a session or learn the master's epoch (KeepAlive), and the
 	// session-less ones, carry none worth checking.
@@ -44,9 +44,9 @@ type route struct {
 // the Req is zeroed before each decode, so every string and byte slice in
 // it is a fresh copy of the body's (wire.Decode), never memory a later
 // call decodes into.
-func decoded[Req, Resp any](h func(c *call, ctx context.Context, req *Req) (Resp, error)) func(*call, context.Context, []byte) (any, error) {
+func decoded[Req, Resp any](h func(ctx context.Context, c *call, req *Req) (Resp, error)) func(context.Context, *call, []byte) (any, error) {
 	pool := sync.Pool{New: func() any { return new(Req) }}
-	return func(c *call, ctx context.Context, body []byte) (any, error) {
+	return func(ctx context.Context, c *call, body []byte) (any, error) {
 		req := pool.Get().(*Req)
 		var zero Req
 		*req = zero
@@ -57,51 +57,57 @@ func decoded[Req, Resp any](h func(c *call, ctx context.Context, req *Req) (Resp
 		if err := wire.Decode(body, req); err != nil {
 			return nil, err
 		}
-		return h(c, ctx, req)
+		return h(ctx, c, req)
 	}
 }
 
 // bodiless wraps a handler whose call has no request fields.
-func bodiless[Resp any](h func(c *call, ctx context.Context) (Resp, error)) func(*call, context.Context, []byte) (any, error) {
-	return func(c *call, ctx context.Context, _ []byte) (any, error) { return h(c, ctx) }
+func bodiless[Resp any](h func(ctx context.Context, c *call) (Resp, error)) func(context.Context, *call, []byte) (any, error) {
+	return func(ctx context.Context, c *call, _ []byte) (any, error) { return h(ctx, c) }
 }
 
-// routes is the method table. A method missing from it is answered
-// BadRequest.
-var routes = map[wire.Method]route{
-	wire.MethodCreateSession: {serve: decoded((*call).createSession), anyEpoch: true, newSession: true},
-	// Served by DispatchKeepAlive (Dispatch hands it there): its entry
-	// holds only its admission.
-	wire.MethodKeepAlive:    {anyEpoch: true, inRecovery: true},
-	wire.MethodCloseSession: {serve: bodiless((*call).closeSession), inRecovery: true},
-	wire.MethodCellStatus:   {anyEpoch: true, newSession: true},
-	// Rationed like a read: a principal cannot make the master hash
-	// secrets without bound (docs/limits.md).
-	wire.MethodResumeSession: {serve: decoded((*call).resumeSession), anyEpoch: true, newSession: true, rationed: true},
+// routeTable is the method table, each method served by its endpoint's
+// method (endpoints.go). A method missing from it is answered BadRequest.
+func routeTable(e *endpoints) map[wire.Method]route {
+	ss, fs, ls, as := &e.sessions, &e.files, &e.locks, &e.admin
+	return map[wire.Method]route{
+		wire.MethodCreateSession: {serve: decoded(ss.createSession), anyEpoch: true, newSession: true},
+		// Served by DispatchKeepAlive (Dispatch hands it there): its entry
+		// holds only its admission.
+		wire.MethodKeepAlive:    {anyEpoch: true, inRecovery: true},
+		wire.MethodCloseSession: {serve: bodiless(ss.closeSession), inRecovery: true},
+		wire.MethodCellStatus:   {anyEpoch: true, newSession: true},
+		// Rationed like a read: a principal cannot make the master hash
+		// secrets without bound (docs/limits.md).
+		wire.MethodResumeSession: {serve: decoded(ss.resumeSession), anyEpoch: true, newSession: true, rationed: true},
 
-	wire.MethodOpen:          {serve: decoded((*call).open)},
-	wire.MethodSetContents:   {serve: decoded((*call).setContents)},
-	wire.MethodSetACL:        {serve: decoded((*call).setACL)},
-	wire.MethodAcquire:       {serve: decoded((*call).acquireTimed)},
-	wire.MethodCancelAcquire: {serve: decoded((*call).cancelAcquire)},
+		wire.MethodOpen:          {serve: decoded(fs.open)},
+		wire.MethodSetContents:   {serve: decoded(fs.setContents)},
+		wire.MethodSetACL:        {serve: decoded(fs.setACL)},
+		wire.MethodAcquire:       {serve: decoded(ls.acquireTimed)},
+		wire.MethodCancelAcquire: {serve: decoded(ls.cancelAcquire)},
 
-	wire.MethodClose:              {serve: decoded((*call).handleCall)},
-	wire.MethodDelete:             {serve: decoded((*call).handleCall)},
-	wire.MethodRelease:            {serve: decoded((*call).handleCall)},
-	wire.MethodGetSequencer:       {serve: decoded((*call).handleCall)},
-	wire.MethodGetContentsAndStat: {serve: decoded((*call).handleCall), rationed: true},
-	wire.MethodGetStat:            {serve: decoded((*call).handleCall), rationed: true},
-	wire.MethodReadDir:            {serve: decoded((*call).handleCall), rationed: true},
+		wire.MethodClose:              {serve: decoded(fs.close)},
+		wire.MethodDelete:             {serve: decoded(fs.delete)},
+		wire.MethodRelease:            {serve: decoded(ls.release)},
+		wire.MethodGetSequencer:       {serve: decoded(ls.getSequencer)},
+		wire.MethodGetContentsAndStat: {serve: decoded(fs.getContentsAndStat), rationed: true},
+		wire.MethodGetStat:            {serve: decoded(fs.getStat), rationed: true},
+		wire.MethodReadDir:            {serve: decoded(fs.readDir), rationed: true},
 
-	wire.MethodListSessions:   {serve: bodiless((*call).listSessions), rationed: true},
-	wire.MethodCheckSequencer: {serve: decoded((*call).checkSequencer), rationed: true},
-	wire.MethodBackup:         {serve: decoded((*call).backup)},
-	wire.MethodBreakLock:      {serve: decoded((*call).breakLock)},
-	wire.MethodListLocks:      {serve: decoded((*call).listLocks), rationed: true},
-	wire.MethodRequestRelease: {serve: decoded((*call).requestRelease), rationed: true},
-	wire.MethodQuotaUsage:     {serve: decoded((*call).quotaUsage), rationed: true},
+		wire.MethodListSessions:   {serve: bodiless(ss.listSessions), rationed: true},
+		wire.MethodCheckSequencer: {serve: decoded(ls.checkSequencer), rationed: true},
+		wire.MethodBackup:         {serve: decoded(as.backup)},
+		wire.MethodBreakLock:      {serve: decoded(ls.breakLock)},
+		wire.MethodListLocks:      {serve: decoded(ls.listLocks), rationed: true},
+		wire.MethodRequestRelease: {serve: decoded(ls.requestRelease), rationed: true},
+		wire.MethodQuotaUsage:     {serve: decoded(as.quotaUsage), rationed: true},
 
-	wire.MethodReplicaAdd:    {serve: decoded((*call).replicaAddCall), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},
-	wire.MethodReplicaRemove: {serve: decoded((*call).replicaRemoveCall), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},
-	wire.MethodReplicaList:   {serve: decoded((*call).replicaList), anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit},
+		wire.MethodReplicaAdd:    {serve: decoded(as.replicaAddCall), anyEpoch: true, inRecovery: true, admit: as.membershipAdmit},
+		wire.MethodReplicaRemove: {serve: decoded(as.replicaRemoveCall), anyEpoch: true, inRecovery: true, admit: as.membershipAdmit},
+		wire.MethodReplicaList:   {serve: decoded(as.replicaList), anyEpoch: true, inRecovery: true, admit: as.membershipAdmit},
+		// Session-less, serialised with the configuration changes, and
+		// audited (transfer.go).
+		wire.MethodReplicaTransferLeadership: {serve: decoded(as.replicaTransferCall), anyEpoch: true, inRecovery: true, admit: as.membershipAdmit},
+	}
 }

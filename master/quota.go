@@ -17,20 +17,20 @@ import "lockcell/replica"
 // setQuota puts the quota into an Open that may create, or a
 // SetContents; other commands cannot grow the namespace and carry none,
 // so they stay the size they were.
-func (s *parts) setQuota(cmd *replica.Command) {
+func (w *writes) setQuota(cmd *replica.Command) {
 	switch p := cmd.Payload.(type) {
 	case *replica.OpenArgs:
 		if p.Flags&replica.FlagCreate != 0 {
-			p.Quota = s.quota
+			p.Quota = w.quota
 		}
 	case *replica.SetContentsArgs:
-		p.Quota = s.quota
+		p.Quota = w.quota
 	}
 }
 
 // quotaOf is the quota the master puts into commands: the configured
 // limits, the same for every command, so one value is shared by all of
-// them (parts.quota) rather than allocated for each. Nothing changes it:
+// them (writes.quota) rather than allocated for each. Nothing changes it:
 // a command is encoded before anything reads it.
 func quotaOf(l Limits) *replica.Quota {
 	return &replica.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal),

@@ -23,7 +23,7 @@ import (
 // quotaUsage answers QuotaUsage for the principal the request names (the
 // caller's own when none): a principal other than the caller's is the
 // admin's to ask about.
-func (c *call) quotaUsage(ctx context.Context, req *wire.QuotaUsageRequest) (*wire.QuotaUsageResponse, error) {
+func (e *adminEndpoint) quotaUsage(ctx context.Context, c *call, req *wire.QuotaUsageRequest) (*wire.QuotaUsageResponse, error) {
 	who := req.Principal
 	if who == "" {
 		who = c.caller.Principal
@@ -34,15 +34,15 @@ func (c *call) quotaUsage(ctx context.Context, req *wire.QuotaUsageRequest) (*wi
 	if who != c.caller.Principal && !c.isAdmin() {
 		return nil, wire.Errorf(wire.CodePermission, "only the cell's admin may see another principal's quota usage (you are %q)", c.caller.Principal)
 	}
-	if err := c.verifyRead(ctx); err != nil {
+	if err := e.r.verify(ctx); err != nil {
 		return nil, err
 	}
-	l := c.cfg.Limits
-	admin := who == c.cfg.Admin
+	l := e.cfg.Limits
+	admin := who == e.cfg.Admin
 	var mine, cell replica.Usage
 	var sessions, cellSessions, handles, cellHandles int
 	var byNodes, byBytes []replica.CreatorUsage
-	err := c.state.Read(func(v replica.View) error {
+	err := e.r.view(func(v replica.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}
@@ -57,8 +57,8 @@ func (c *call) quotaUsage(ctx context.Context, req *wire.QuotaUsageRequest) (*wi
 	if err != nil {
 		return nil, err
 	}
-	regs, cellRegs := c.inv.principalRegistrations(who)
-	events, cellEvents := c.sess.queuedEventBytes(who)
+	regs, cellRegs := e.inv.principalRegistrations(who)
+	events, cellEvents := e.sess.queuedEventBytes(who)
 	nodesReserve, bytesReserve := l.Reserves()
 	out := &wire.QuotaUsageResponse{Principal: who, Admin: admin, Limits: []wire.QuotaLimit{
 		{Name: wire.QuotaNodesPerPrincipal, Used: mine.Nodes, Max: int64(l.NodesPerPrincipal), Exempt: admin},

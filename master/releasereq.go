@@ -31,11 +31,11 @@ const releaseInterval = wire.RequestReleaseIntervalMillis * time.Millisecond
 // the state after VerifyLeader, so an ACL change or a release acknowledged
 // before the call binds it. Every request that asks holders is one audit
 // line with the reason and the sessions asked.
-func (c *call) requestRelease(ctx context.Context, req *wire.RequestReleaseRequest) (*wire.RequestReleaseResponse, error) {
+func (e *lockEndpoint) requestRelease(ctx context.Context, c *call, req *wire.RequestReleaseRequest) (*wire.RequestReleaseResponse, error) {
 	if len(req.Reason) > wire.MaxReleaseReason || !utf8.ValidString(req.Reason) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "a release request's reason must be valid UTF-8 of at most %d bytes", wire.MaxReleaseReason)
 	}
-	if err := c.verifyRead(ctx); err != nil {
+	if err := e.r.verify(ctx); err != nil {
 		return nil, err
 	}
 	var target struct { // what one view of the state decided
@@ -44,7 +44,7 @@ func (c *call) requestRelease(ctx context.Context, req *wire.RequestReleaseReque
 		holders         []replica.Holder
 		canRead         bool
 	}
-	err := c.state.Read(func(v replica.View) error {
+	err := e.r.view(func(v replica.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func (c *call) requestRelease(ctx context.Context, req *wire.RequestReleaseReque
 	if err != nil {
 		return nil, err
 	}
-	if wait, ok := c.asks.allow(c.h.Session, target.path, c.cfg.Clock.Now()); !ok {
+	if wait, ok := e.asks.allow(c.h.Session, target.path, e.cfg.Clock.Now()); !ok {
 		return nil, wire.Errorf(wire.CodeTooMany, "%s: session %d asked its holders less than %v ago; ask again in %v",
 			target.path, c.h.Session, releaseInterval, wait.Round(time.Millisecond))
 	}
@@ -80,11 +80,11 @@ func (c *call) requestRelease(ctx context.Context, req *wire.RequestReleaseReque
 		}
 		ev := wire.Event{Kind: wire.EventReleaseRequested, Path: target.path, Handle: ho.Handle, Gen: target.gen,
 			Reason: req.Reason, From: c.h.Session, FromPrincipal: target.principal}
-		if c.sess.ask(ho.Session, ev) {
+		if e.sess.ask(ho.Session, ev) {
 			asked = append(asked, ho.Session)
 		}
 	}
-	c.cfg.Audit.Info("audit", "principal", c.caller.Principal, "op", c.h.Method.String(), "path", target.path,
+	e.cfg.Audit.Info("audit", "principal", c.caller.Principal, "op", c.h.Method.String(), "path", target.path,
 		"session", c.h.Session, "reason", req.Reason, "asked_sessions", asked, "result", "ok")
 	n := uint32(len(asked))
 	if !target.canRead {

@@ -54,21 +54,21 @@ func ResumeSecret(cellKey []byte, cell string, id uint64, principal string) []by
 }
 
 // sessionSecret is the secret of session id of the calling principal.
-func (c *call) sessionSecret(id uint64) []byte {
+func (e *sessionEndpoint) sessionSecret(c *call, id uint64) []byte {
 	var key []byte
-	c.read(func(v replica.View) { key = v.CellKey() })
-	return ResumeSecret(key, c.cfg.Cell, id, c.caller.Principal)
+	e.r.read(func(v replica.View) { key = v.CellKey() })
+	return ResumeSecret(key, e.cfg.Cell, id, c.caller.Principal)
 }
 
 // resumeSession checks the caller's secret, proposes the new incarnation
 // and answers with a fresh lease and the session's open handles. The
 // sessions part (observe) has by then closed the old process's lease and
 // answered its parked KeepAlive with the session-moved error.
-func (c *call) resumeSession(ctx context.Context, req *wire.ResumeSessionRequest) (*wire.ResumeSessionResponse, error) {
-	want := c.sessionSecret(req.Session)
+func (e *sessionEndpoint) resumeSession(ctx context.Context, c *call, req *wire.ResumeSessionRequest) (*wire.ResumeSessionResponse, error) {
+	want := e.sessionSecret(c, req.Session)
 	if req.Session == 0 || len(want) == 0 || !hmac.Equal(want, req.Secret) {
 		err := wire.Errorf(wire.CodeUnknownSession, "no session %d with that secret for principal %q", req.Session, c.caller.Principal)
-		c.auditResume(req.Session, err)
+		e.auditResume(c, req.Session, err)
 		return nil, err
 	}
 	// From here on the caller has proven it holds the secret: it may
@@ -79,15 +79,15 @@ func (c *call) resumeSession(ctx context.Context, req *wire.ResumeSessionRequest
 	h := *c.h
 	h.Session = req.Session
 	c.h = &h
-	res, err := c.apply(ctx, commandOf(replica.ResumeSessionArgs{}))
+	res, err := e.w.apply(ctx, c, commandOf(replica.ResumeSessionArgs{}))
 	if err != nil {
-		c.auditResume(req.Session, err)
+		e.auditResume(c, req.Session, err)
 		return nil, err
 	}
-	c.sess.created(req.Session, c.caller.Conn)
-	out := &wire.ResumeSessionResponse{Session: req.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds(),
+	e.sess.created(req.Session, c.caller.Conn)
+	out := &wire.ResumeSessionResponse{Session: req.Session, Epoch: c.epoch, LeaseMillis: e.cfg.LeaseTTL.Milliseconds(),
 		Incarnation: res.Incarnation, NextSeq: res.NextSeq}
-	c.read(func(v replica.View) {
+	e.r.read(func(v replica.View) {
 		hs, more := v.SessionOpenHandles(req.Session, wire.MaxResumeHandles)
 		out.Truncated = more
 		for _, h := range hs {
@@ -96,22 +96,22 @@ func (c *call) resumeSession(ctx context.Context, req *wire.ResumeSessionRequest
 				LockMode: h.LockMode, LockGen: h.LockGen})
 		}
 	})
-	c.auditResume(req.Session, nil)
+	e.auditResume(c, req.Session, nil)
 	return out, nil
 }
 
 // auditResume puts a resume, taken or refused, on the audit stream: a
 // session changing hands is what an operator looks for after the fact
 // (the replicated trail has the ones that applied, as resume_session).
-func (c *call) auditResume(session uint64, err error) {
+func (e *sessionEndpoint) auditResume(c *call, session uint64, err error) {
 	result := "ok"
 	if err != nil {
 		result = wire.CodeOf(toWire(err)).String()
-		if ok, _ := c.auditRation.admit(c.caller.Principal); !ok {
+		if ok, _ := e.auditRation.admit(c.caller.Principal); !ok {
 			return
 		}
 	}
-	c.cfg.Audit.Info("audit", "principal", c.caller.Principal, "op", wire.MethodResumeSession.String(),
+	e.cfg.Audit.Info("audit", "principal", c.caller.Principal, "op", wire.MethodResumeSession.String(),
 		"session", session, "result", result)
 }
 

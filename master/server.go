@@ -149,24 +149,29 @@ type Server struct {
 	// service; fanLost counts the changes fan-outs could not keep.
 	fan     *fanout
 	fanLost atomic.Uint64
+	// routes is the method table (methods.go), bound to this master's
+	// endpoints.
+	routes map[wire.Method]route
 }
 
-// parts are what a call's handler may use: the configuration, the
-// replicated state and consensus, and the master's parts, each with a lock
-// of its own (DESIGN.md "The master in parts"). The term of service
-// (Server.mu and what it guards) is not among them: Dispatch hands each
-// call its epoch and stop channel when it admits it, so no handler reads
-// or changes the Server's own fields.
+// parts are the master's parts, each with a lock of its own (DESIGN.md
+// "The master in parts"), with the configuration, the replicated state and
+// consensus: what the master's loops use, and what New hands each
+// endpoint its share of (endpoints.go). The term of service (Server.mu and
+// what it guards) is not among them: Dispatch hands each call its epoch
+// and stop channel when it admits it, so no handler reads or changes the
+// Server's own fields.
 //
 // Their locks are taken in the order of lockorder.go.
 type parts struct {
 	cfg   Config
 	cons  Consensus
-	state State
+	state *replica.FSM
 	log   *slog.Logger
-	// quota is what commands that may grow the namespace carry, shared
-	// by all of them and never changed (quota.go).
-	quota *replica.Quota
+	// w and r are how the state is changed and read, by the endpoints
+	// and the master's loops alike (endpoints.go).
+	w *writes
+	r *reads
 
 	// proof vouches for leadership before a lease is granted, a call
 	// admitted or a read answered (leadership.go).
@@ -185,9 +190,9 @@ type parts struct {
 
 // New returns a master for the replica's state machine. It installs itself
 // as the state's observer.
-func New(cfg Config, cons Consensus, state State) *Server {
+func New(cfg Config, cons Consensus, state *replica.FSM) *Server {
 	cfg.setDefaults()
-	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger, quota: quotaOf(cfg.Limits),
+	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
 		members:  newMembership(),
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}, principalHandles: map[string]int{}}}
 	s := &Server{parts: p}
@@ -207,6 +212,9 @@ func New(cfg Config, cons Consensus, state State) *Server {
 	p.inv.limit(cfg.Limits.CacheRegistrations, cfg.Limits.CacheRegistrationsPerPrincipal)
 	p.auditRation = newAuditRation(cfg.Clock.Now)
 	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
+	p.w = &writes{clock: cfg.Clock, state: state, cons: cons, inv: p.inv, quota: quotaOf(cfg.Limits)}
+	p.r = &reads{cell: cfg.Cell, state: state, proof: s.proof, bound: cfg.LeaseTTL / 2}
+	s.routes = routeTable(newEndpoints(p))
 	state.SetObserver(s.observe)
 	return s
 }
@@ -364,7 +372,7 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if h.Method == wire.MethodKeepAlive {
 		return s.keepAliveWaiting(ctx, caller, h, body)
 	}
-	r := routes[h.Method]
+	r := s.routes[h.Method]
 	epoch, stop, err := s.checkServing(h, r)
 	if err != nil {
 		return nil, epoch, err
@@ -372,8 +380,8 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
 	}
-	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch, stop: stop}
-	if err := c.checkSessionOwner(r); err != nil {
+	c := &call{caller: caller, admin: caller.Principal == s.cfg.Admin, h: h, epoch: epoch, stop: stop}
+	if err := s.checkSessionOwner(c, r); err != nil {
 		if wire.CodeOf(err) == wire.CodePermission { // not the moved session's old process
 			s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
 				"result", wire.CodePermission.String())
@@ -394,119 +402,19 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 		err = r.admit(c)
 	}
 	if err == nil {
-		resp, err = r.serve(c, ctx, body)
+		resp, err = r.serve(ctx, c, body)
 	}
 	if ration {
 		s.reads.charge(caller.Principal, replyBytes(resp))
 	}
 	err = toWire(err)
-	c.audit(err)
+	s.audit(c, err)
 	return resp, epoch, err
-}
-
-// call is one request in flight: the parts it may use, and what Dispatch
-// admitted it with.
-type call struct {
-	*parts
-	caller Caller
-	h      *wire.Header
-	path   string // the node the call is about, once known (for the audit log)
-	epoch  uint64
-	stop   <-chan struct{}
-}
-
-// applyRead is apply's read of the state: the call and its command, and
-// the names the command will change, which stay busy until it is applied.
-// They are pooled (names' array with them) rather than kept in call,
-// which a parked KeepAlive holds for as long as it is parked.
-type applyRead struct {
-	c     *call
-	cmd   *replica.Command
-	names []string
-}
-
-var applyReads = sync.Pool{New: func() any { return new(applyRead) }}
-
-// maxPooledNames bounds the names array an applyRead keeps in the pool.
-const maxPooledNames = 64
-
-// apply proposes a command carrying the call's request id and returns the
-// state machine's result, or its error. One read of the state finds both
-// the names to invalidate and the handle's name for the audit log.
-func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error) {
-	cmd.Time = c.now()
-	cmd.Session, cmd.Incarnation = c.h.Session, c.h.Incarnation
-	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
-	c.setQuota(cmd)
-	r := applyReads.Get().(*applyRead)
-	defer func() { // once the names are no longer busy (applyAfter)
-		names := r.names[:0]
-		if cap(names) > maxPooledNames {
-			names = nil // a session's close can name thousands: not kept
-		}
-		clear(r.names) // the pool keeps no names alive
-		*r = applyRead{names: names}
-		applyReads.Put(r)
-	}()
-	r.c, r.cmd = c, cmd
-	_ = c.state.ReadWith(r, func(v replica.View, arg any) error { // captures nothing: no allocation
-		r := arg.(*applyRead)
-		if handle := r.cmd.HandleOf(); r.c.path == "" && handle != 0 {
-			r.c.path, _ = v.HandlePath(r.c.h.Session, handle) // for the audit log
-		}
-		r.names = v.AppendAffectedPaths(r.names[:0], r.cmd)
-		return nil
-	})
-	if c.h.Method.Mutating() {
-		if c.h.Seq == 0 {
-			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a request id (header seq)", c.h.Method)
-		}
-		cmd.Seq, cmd.Ack = c.h.Seq, c.h.Ack
-	}
-	res, err := c.applyAfter(ctx, c.stop, r.names, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return res, resultErr(res)
 }
 
 // proposes reports whether a call of method m proposes a Raft command.
 func proposes(m wire.Method) bool {
 	return m.Mutating() || m == wire.MethodCreateSession || m == wire.MethodCloseSession || m == wire.MethodResumeSession
-}
-
-// verifyRead makes a read linearizable: a round of contact with a quorum
-// that began after the read arrived succeeded, so this replica was still
-// the leader after the read began and every write acknowledged before it
-// is in the local state machine. The caller then reads the state once,
-// checking first that the session is live (liveSession).
-//
-// Reads share rounds (leadershipProof.since): every read that arrives
-// while a round is in flight is answered by the one round after it, so a
-// thousand concurrent reads cost the leader one or two rounds, not a
-// thousand. A round that began before a read arrived never vouches for
-// it: it might have been answered by a quorum that has since elected a
-// successor.
-func (c *call) verifyRead(ctx context.Context) error {
-	// Bounded: a Raft that cannot confirm within half a lease (its leader
-	// loop hung on a stalled disk) is answered NotMaster, so the client
-	// goes on to a successor instead of waiting out its call.
-	_, err := c.proof.sinceWithin(ctx, c.proof.now(), c.cfg.LeaseTTL/2)
-	if err != nil && !bugReadNoVerify {
-		if err == errProofTimeout {
-			return errStopped
-		}
-		return err
-	}
-	return nil
-}
-
-// liveSession answers SessionExpired unless the call's session is live in v.
-func (c *call) liveSession(v replica.View) error {
-	if !v.SessionExists(c.h.Session) {
-		return wire.Errorf(wire.CodeSessionExpired, "session %d does not exist or has expired", c.h.Session)
-	}
-	return nil
 }
 
 type sessionEvent struct {

@@ -234,7 +234,7 @@ func TestKeepAliveAdmitsOnlyLiveSessions(t *testing.T) {
 // written by the next decode.
 func TestDecodedRequestsAreFreshEachCall(t *testing.T) {
 	var kept []wire.OpenRequest
-	serve := decoded(func(_ *call, _ context.Context, req *wire.OpenRequest) (*wire.Empty, error) {
+	serve := decoded(func(_ context.Context, _ *call, req *wire.OpenRequest) (*wire.Empty, error) {
 		kept = append(kept, *req)
 		return &wire.Empty{}, nil
 	})
@@ -243,7 +243,7 @@ func TestDecodedRequestsAreFreshEachCall(t *testing.T) {
 		{Path: "/ls/c/b", Contents: []byte("yyyy")},
 		{Path: "/ls/c/c"},
 	} {
-		if _, err := serve(nil, context.Background(), mustMarshal(req)); err != nil {
+		if _, err := serve(context.Background(), nil, mustMarshal(req)); err != nil {
 			t.Fatal(err)
 		}
 	}

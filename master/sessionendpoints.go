@@ -11,25 +11,25 @@ import (
 
 // The session endpoints: CreateSession, KeepAlive, CloseSession and
 // ListSessions. The lease table they serve through is sessions.go.
-func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest) (*wire.CreateSessionResponse, error) {
+func (e *sessionEndpoint) createSession(ctx context.Context, c *call, req *wire.CreateSessionRequest) (*wire.CreateSessionResponse, error) {
 	if len(req.ClientName) > 256 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "client name of %d bytes exceeds 256", len(req.ClientName))
 	}
 	if err := wire.CheckIdentity(req.Host, req.PID, req.Program); err != nil {
 		return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
 	}
-	unreserve, err := c.reserveSession(ctx, c.caller)
+	unreserve, err := e.reserveSession(ctx, c.caller)
 	if err != nil {
 		return nil, err
 	}
 	defer unreserve() // after the lease below counts it on its connection
-	res, err := c.apply(ctx, &replica.Command{Client: req.ClientName, Payload: &replica.CreateSessionArgs{Host: req.Host, PID: req.PID, Program: req.Program}})
+	res, err := e.w.apply(ctx, c, &replica.Command{Client: req.ClientName, Payload: &replica.CreateSessionArgs{Host: req.Host, PID: req.PID, Program: req.Program}})
 	if err != nil {
 		return nil, err
 	}
-	c.sess.created(res.Session, c.caller.Conn)
-	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds(),
-		ResumeSecret: c.sessionSecret(res.Session)}, nil
+	e.sess.created(res.Session, c.caller.Conn)
+	return &wire.CreateSessionResponse{Session: res.Session, Epoch: c.epoch, LeaseMillis: e.cfg.LeaseTTL.Milliseconds(),
+		ResumeSecret: e.sessionSecret(c, res.Session)}, nil
 }
 
 // adopt admits a KeepAlive of session id that has no lease (leaseState):
@@ -54,8 +54,8 @@ func (s *parts) adopt(id uint64) error {
 	return nil
 }
 
-func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(),
+func (e *sessionEndpoint) closeSession(ctx context.Context, c *call) (*wire.Empty, error) {
+	res, err := e.w.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: e.w.now(),
 		Principal: c.caller.Principal, Admin: c.isAdmin(), Incarnation: c.h.Incarnation, Payload: &replica.CloseSessionArgs{}})
 	if err != nil {
 		return nil, err
@@ -70,13 +70,13 @@ func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
 // may see. Others' sessions would name their principals, clients, hosts
 // and the locks they hold. The list stops short of MaxListedSessions when
 // it would outgrow listSessionsBytes (Total still counts them all).
-func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, error) {
-	if err := c.verifyRead(ctx); err != nil {
+func (e *sessionEndpoint) listSessions(ctx context.Context, c *call) (*wire.ListSessionsResponse, error) {
+	if err := e.r.verify(ctx); err != nil {
 		return nil, err
 	}
 	var views []replica.SessionView
 	var ids []replica.Identity
-	c.read(func(v replica.View) {
+	e.r.read(func(v replica.View) {
 		views = v.Sessions()
 		if !c.isAdmin() {
 			own := views[:0]
@@ -92,14 +92,14 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 			ids[i], _ = v.SessionIdentity(views[i].ID)
 		}
 	})
-	now := c.cfg.Clock.Now()
+	now := e.cfg.Clock.Now()
 	out := &wire.ListSessionsResponse{Total: uint64(len(views))}
 	views = views[:len(ids)]
 	sids := make([]uint64, len(views))
 	for i, v := range views {
 		sids[i] = v.ID
 	}
-	left := c.sess.leaseLeft(sids, now)
+	left := e.sess.leaseLeft(sids, now)
 	out.Sessions = sessionInfos(views, ids, left, listSessionsBytes)
 	return out, nil
 }
@@ -155,7 +155,7 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 		done(nil, 0, wire.Errorf(wire.CodeBadRequest, "method %s is not a KeepAlive", h.Method))
 		return nil
 	}
-	r := routes[h.Method]
+	r := s.routes[h.Method]
 	epoch, _, err := s.checkServing(h, r)
 	if err != nil {
 		done(nil, epoch, err)
@@ -164,8 +164,8 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
 	}
-	c := &call{parts: s.parts, caller: caller, h: h, epoch: epoch}
-	if err := c.checkSessionOwner(r); err != nil {
+	c := &call{caller: caller, admin: caller.Principal == s.cfg.Admin, h: h, epoch: epoch}
+	if err := s.checkSessionOwner(c, r); err != nil {
 		if wire.CodeOf(err) == wire.CodePermission { // not the moved session's old process
 			s.cfg.Audit.Info("audit", "principal", caller.Principal, "op", h.Method.String(), "session", h.Session,
 				"result", wire.CodePermission.String())
@@ -183,13 +183,13 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 	keepAliveReqs.Put(req)
 	if err != nil {
 		err = toWire(err)
-		c.audit(err)
+		s.audit(c, err)
 		done(nil, epoch, err)
 		return nil
 	}
 	p := s.sess.keepAliveAsync(args, caller.Conn, func(resp *wire.KeepAliveResponse, err error) {
 		err = toWire(err)
-		c.audit(err)
+		s.audit(c, err)
 		if err != nil {
 			done(nil, epoch, err)
 			return

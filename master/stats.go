@@ -63,15 +63,15 @@ func (s *Server) Stats() Stats {
 
 // acquireTimed runs acquire, counts a grant against the lock's name and,
 // for a blocking acquire, the time it took.
-func (c *call) acquireTimed(ctx context.Context, req *wire.AcquireRequest) (*wire.AcquireResponse, error) {
-	start := c.cfg.Clock.Now()
-	resp, err := c.acquire(ctx, req)
+func (e *lockEndpoint) acquireTimed(ctx context.Context, c *call, req *wire.AcquireRequest) (*wire.AcquireResponse, error) {
+	start := e.cfg.Clock.Now()
+	resp, err := e.acquire(ctx, c, req)
 	if err == nil {
 		if req.Wait {
-			c.stats.lockWait.Observe(c.cfg.Clock.Now().Sub(start))
+			e.stats.lockWait.Observe(e.cfg.Clock.Now().Sub(start))
 		}
 		if c.path != "" { // set by apply, for the audit log
-			c.stats.grants.note(c.path)
+			e.stats.grants.note(c.path)
 		}
 	}
 	return resp, err

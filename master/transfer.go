@@ -14,13 +14,6 @@ import (
 // up-to-date other voter. It is a membership call: the admin's alone,
 // session-less, serialised with the configuration changes, and audited.
 
-func init() {
-	// Here rather than in methods.go's table, so this method's wiring
-	// lives in one file.
-	routes[wire.MethodReplicaTransferLeadership] = route{serve: decoded((*call).replicaTransferCall),
-		anyEpoch: true, inRecovery: true, admit: (*call).membershipAdmit}
-}
-
 // transferOps is what a transfer to a named voter needs of the replica
 // beyond membershipOps (*replica.Replica provides it).
 type transferOps interface {
@@ -28,40 +21,40 @@ type transferOps interface {
 	Leader() (id, raftAddr string)
 }
 
-func (c *call) replicaTransferCall(ctx context.Context, req *wire.ReplicaTransferLeadershipRequest) (*wire.ReplicaTransferLeadershipResponse, error) {
-	ops, err := c.ops()
+func (e *adminEndpoint) replicaTransferCall(ctx context.Context, c *call, req *wire.ReplicaTransferLeadershipRequest) (*wire.ReplicaTransferLeadershipResponse, error) {
+	ops, err := e.m.ops()
 	if err != nil {
 		return nil, err
 	}
-	if resp := c.handedOver(ops, req); resp != nil {
+	if resp := e.handedOver(c, ops, req); resp != nil {
 		return resp, nil // a retry: nothing changes, so nothing to audit
 	}
-	resp, err := c.transferLeadership(ctx, ops, req)
+	resp, err := e.transferLeadership(ctx, c, ops, req)
 	to := ""
 	if resp != nil {
 		to = resp.To
 	}
-	c.auditChange(err, "id", req.ID, "from", ops.ID(), "to", to)
+	e.auditChange(c, err, "id", req.ID, "from", ops.ID(), "to", to)
 	return resp, err
 }
 
 // handedOver answers a transfer away from req.From that has happened
 // already (this master is not From, and is the voter asked for or none
 // was named), or returns nil.
-func (c *call) handedOver(ops membershipOps, req *wire.ReplicaTransferLeadershipRequest) *wire.ReplicaTransferLeadershipResponse {
+func (e *adminEndpoint) handedOver(c *call, ops membershipOps, req *wire.ReplicaTransferLeadershipRequest) *wire.ReplicaTransferLeadershipResponse {
 	self := ops.ID()
 	if req.From == "" || req.From == self || req.ID != "" && req.ID != self {
 		return nil
 	}
-	return &wire.ReplicaTransferLeadershipResponse{From: req.From, To: self, ToClientAddr: c.clientAddrOf(self)}
+	return &wire.ReplicaTransferLeadershipResponse{From: req.From, To: self, ToClientAddr: e.clientAddrOf(c, self)}
 }
 
 // clientAddrOf is member id's client address, "" when unknown.
-func (c *call) clientAddrOf(id string) string {
-	if addr := c.memberTable()[id].ClientAddr; addr != "" {
+func (e *adminEndpoint) clientAddrOf(c *call, id string) string {
+	if addr := e.m.memberTable()[id].ClientAddr; addr != "" {
 		return addr
 	}
-	return c.bootstrapAddr(id)
+	return e.m.bootstrapAddr(id)
 }
 
 // transferLeadership refuses a target that could not take over (not a
@@ -69,13 +62,13 @@ func (c *call) clientAddrOf(id string) string {
 // lately: BadRequest) before anything changes, then hands over (without
 // an ID, to the healthy voter with the highest proven log index) and waits
 // until this replica has heard of its successor.
-func (c *call) transferLeadership(ctx context.Context, ops membershipOps, req *wire.ReplicaTransferLeadershipRequest) (*wire.ReplicaTransferLeadershipResponse, error) {
+func (e *adminEndpoint) transferLeadership(ctx context.Context, c *call, ops membershipOps, req *wire.ReplicaTransferLeadershipRequest) (*wire.ReplicaTransferLeadershipResponse, error) {
 	if req.ID != "" {
 		if err := validMemberID(req.ID); err != nil {
 			return nil, err
 		}
 	}
-	ctx, cfg, done, err := c.beginChange(ctx, ops)
+	ctx, cfg, done, err := e.beginChange(ctx, c, ops)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +85,7 @@ func (c *call) transferLeadership(ctx context.Context, ops membershipOps, req *w
 		case !sv.Voter:
 			return nil, wire.Errorf(wire.CodeBadRequest,
 				"replica %s is a non-voter: it cannot lead until the master promotes it (once it has caught up)", req.ID)
-		case !c.healthy(ops, req.ID, prog, now, within):
+		case !e.m.healthy(ops, req.ID, prog, now, within):
 			// BadRequest, not Unavailable: the client would retry an
 			// Unavailable until its timeout, for a member that is down.
 			return nil, wire.Errorf(wire.CodeBadRequest,
@@ -105,7 +98,7 @@ func (c *call) transferLeadership(ctx context.Context, ops membershipOps, req *w
 		// here rather than by raft, whose pick may be a voter that is down.
 		var best uint64
 		for _, sv := range cfg.Servers {
-			if !sv.Voter || sv.ID == self || !c.healthy(ops, sv.ID, prog, now, within) {
+			if !sv.Voter || sv.ID == self || !e.m.healthy(ops, sv.ID, prog, now, within) {
 				continue
 			}
 			if m := prog[sv.ID].Match; target == "" || m > best || m == best && sv.ID < target {
@@ -117,20 +110,20 @@ func (c *call) transferLeadership(ctx context.Context, ops membershipOps, req *w
 		}
 	}
 
-	to, err := c.transferTo(ctx, ops, target)
+	to, err := e.transferTo(ctx, c, ops, target)
 	if err != nil {
 		// Unavailable: the client retries, and a retry that finds the
 		// hand-over done after all is answered so (handedOver).
 		return nil, wire.Errorf(wire.CodeUnavailable, "leadership transfer from %s to %s: %v", self, target, err)
 	}
-	c.log.Info("leadership handed over on the admin's request", "from", self, "to", to, "asked_for", target)
-	return &wire.ReplicaTransferLeadershipResponse{From: self, To: to, ToClientAddr: c.clientAddrOf(to)}, nil
+	e.cfg.Logger.Info("leadership handed over on the admin's request", "from", self, "to", to, "asked_for", target)
+	return &wire.ReplicaTransferLeadershipResponse{From: self, To: to, ToClientAddr: e.clientAddrOf(c, to)}, nil
 }
 
 // transferTo hands leadership to the voter id and waits until this
 // replica hears of a leader other than itself (id, unless another voter
 // won the election the transfer started), for at most ctx.
-func (c *call) transferTo(ctx context.Context, ops membershipOps, id string) (string, error) {
+func (e *adminEndpoint) transferTo(ctx context.Context, c *call, ops membershipOps, id string) (string, error) {
 	tops, ok := ops.(transferOps)
 	if !ok {
 		return "", fmt.Errorf("this master's replica cannot hand leadership to a named voter")
