@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"lockcell/replica"
@@ -192,10 +193,25 @@ type adminEndpoint struct {
 	inv     *invalidator
 	sess    *sessions
 	backups *backupStore
-	// members is the membership part (membership.go, transfer.go): its
-	// methods are shared with the master's membership loop.
-	m *parts
+	// members is the membership part (membership.go, monitor.go), which
+	// the master's membership loop shares.
+	members *memberPart
 }
+
+// memberPart is the membership part: the changes of the Raft
+// configuration, serialised by one semaphore (membership), the member
+// table, the health of voters and the monitoring role.
+type memberPart struct {
+	cfg     *Config
+	cons    Consensus
+	r       *reads
+	log     *slog.Logger
+	changes *membership
+}
+
+func (s *memberPart) now() int64 { return s.cfg.Clock.Now().UnixNano() }
+
+func (s *memberPart) read(fn func(v replica.View)) { s.r.read(fn) }
 
 // endpoints are a Server's endpoints, one per area.
 type endpoints struct {
@@ -211,7 +227,7 @@ func newEndpoints(p *parts) *endpoints {
 		sessions: sessionEndpoint{cfg: &p.cfg, w: p.w, r: p.r, sess: p.sess, auditRation: p.auditRation, reserveSession: p.reserveSession},
 		files:    fileEndpoint{cfg: &p.cfg, w: p.w, r: p.r, inv: p.inv, reserveHandle: p.reserveHandle},
 		locks:    lockEndpoint{cfg: &p.cfg, w: p.w, r: p.r, waits: &p.waits, sess: p.sess, stats: &p.stats, asks: &p.asks},
-		admin:    adminEndpoint{cfg: &p.cfg, w: p.w, r: p.r, inv: p.inv, sess: p.sess, backups: &p.backups, m: p},
+		admin:    adminEndpoint{cfg: &p.cfg, w: p.w, r: p.r, inv: p.inv, sess: p.sess, backups: &p.backups, members: p.mp},
 	}
 }
 

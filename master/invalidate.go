@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"lockcell/replica"
 )
 
 // The cache-invalidation protocol (docs/spec.md#cache-invalidation). The master remembers which
@@ -574,31 +572,6 @@ func (inv *invalidator) registrations() (now, peak int, refused, bars uint64, ch
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	return inv.regs, inv.regsPeak, inv.regsRefused, inv.bars, inv.charged
-}
-
-// registerCacher records that session (of principal) may cache name; see
-// invalidator.register.
-func (s *parts) registerCacher(session uint64, principal, name string) bool {
-	return s.inv.register(session, principal, name)
-}
-
-// applyInvalidating applies cmd after invalidating every cache of a name
-// it could change.
-func (s *parts) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd *replica.Command) (*replica.Result, error) {
-	var names []string
-	s.read(func(v replica.View) { names = v.AffectedPaths(cmd) })
-	return s.applyAfter(ctx, stop, names, cmd)
-}
-
-// applyAfter applies cmd after invalidating every cache of names, the
-// names cmd could change.
-func (s *parts) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *replica.Command) (*replica.Result, error) {
-	err := s.inv.invalidate(ctx, stop, names)
-	defer s.inv.release(names)
-	if err != nil {
-		return nil, err
-	}
-	return s.cons.Apply(ctx, cmd)
 }
 
 // InvalidationStats counts invalidations sent, those the cacher

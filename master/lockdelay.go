@@ -98,7 +98,7 @@ func (d *lockDelays) armed() int {
 func (s *Server) grantAfterDelay(stop <-chan struct{}, path string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.applyInvalidating(ctx, stop, &replica.Command{Time: s.now(), Payload: &replica.GrantArgs{Path: path}}); err != nil {
+	if _, err := s.w.applyInvalidating(ctx, stop, &replica.Command{Time: s.now(), Payload: &replica.GrantArgs{Path: path}}); err != nil {
 		s.log.Warn("lock-delay hand-off failed", "path", path, "err", err)
 	}
 }

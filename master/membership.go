@@ -64,7 +64,7 @@ const (
 // changeTimeout bounds one Raft configuration change.
 const changeTimeout = 10 * time.Second
 
-func (s *parts) ops() (membershipOps, error) {
+func (s *memberPart) ops() (membershipOps, error) {
 	ops, ok := s.cons.(membershipOps)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeInternal, "this master's replica cannot change the membership")
@@ -80,9 +80,9 @@ func healthyWithin(ops membershipOps) time.Duration { return 2 * ops.HeartbeatTi
 
 // lock takes the change semaphore, or gives up with ctx or the master's
 // stop.
-func (s *parts) lockMembers(ctx context.Context, stop <-chan struct{}) error {
+func (s *memberPart) lockMembers(ctx context.Context, stop <-chan struct{}) error {
 	select {
-	case s.members.sem <- struct{}{}:
+	case s.changes.sem <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return toWire(ctx.Err())
@@ -91,7 +91,7 @@ func (s *parts) lockMembers(ctx context.Context, stop <-chan struct{}) error {
 	}
 }
 
-func (s *parts) unlockMembers() { <-s.members.sem }
+func (s *memberPart) unlockMembers() { <-s.changes.sem }
 
 // membershipAdmit admits a membership call (ReplicaAdd, ReplicaRemove,
 // ReplicaList; session-less) before its body is read: changes are the
@@ -99,17 +99,17 @@ func (s *parts) unlockMembers() { <-s.members.sem }
 // role (monitor.go). Only on a replica that can change its membership.
 func (e *adminEndpoint) membershipAdmit(c *call) error {
 	switch {
-	case c.h.Method == wire.MethodReplicaList && !e.m.mayMonitor(c.caller.Principal):
-		return e.m.monitorDenied(c.caller.Principal, "list the replicas")
+	case c.h.Method == wire.MethodReplicaList && !e.members.mayMonitor(c.caller.Principal):
+		return e.members.monitorDenied(c.caller.Principal, "list the replicas")
 	case c.h.Method != wire.MethodReplicaList && !c.isAdmin():
 		return wire.Errorf(wire.CodePermission, "only the cell admin may change the replicas (%s is not)", c.caller.Principal)
 	}
-	_, err := e.m.ops()
+	_, err := e.members.ops()
 	return err
 }
 
 func (e *adminEndpoint) replicaAddCall(ctx context.Context, c *call, req *wire.ReplicaAddRequest) (*wire.ReplicaListResponse, error) {
-	ops, err := e.m.ops()
+	ops, err := e.members.ops()
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func (e *adminEndpoint) replicaAddCall(ctx context.Context, c *call, req *wire.R
 }
 
 func (e *adminEndpoint) replicaRemoveCall(ctx context.Context, c *call, req *wire.ReplicaRemoveRequest) (*wire.ReplicaListResponse, error) {
-	ops, err := e.m.ops()
+	ops, err := e.members.ops()
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +129,11 @@ func (e *adminEndpoint) replicaRemoveCall(ctx context.Context, c *call, req *wir
 }
 
 func (e *adminEndpoint) replicaList(_ context.Context, c *call, _ *wire.ReplicaListRequest) (*wire.ReplicaListResponse, error) {
-	ops, err := e.m.ops()
+	ops, err := e.members.ops()
 	if err != nil {
 		return nil, err
 	}
-	return e.m.listMembers(ops)
+	return e.members.listMembers(ops)
 }
 
 // auditChange writes one audit line per membership change asked for,
@@ -187,15 +187,15 @@ func validMemberAddr(what, addr string) error {
 // it is empty and reads the configuration the change is made against.
 // done releases what it took; on an error nothing is held.
 func (e *adminEndpoint) beginChange(ctx context.Context, c *call, ops membershipOps) (context.Context, replica.Configuration, func(), error) {
-	if err := e.m.lockMembers(ctx, c.stop); err != nil {
+	if err := e.members.lockMembers(ctx, c.stop); err != nil {
 		return nil, replica.Configuration{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
 	done := func() {
 		cancel()
-		e.m.unlockMembers()
+		e.members.unlockMembers()
 	}
-	if err := e.m.seedMembers(ctx, ops); err != nil {
+	if err := e.members.seedMembers(ctx, ops); err != nil {
 		done()
 		return nil, replica.Configuration{}, nil, err
 	}
@@ -222,7 +222,7 @@ func (e *adminEndpoint) replicaAdd(ctx context.Context, c *call, ops membershipO
 		return nil, err
 	}
 	defer done()
-	table := e.m.memberTable()
+	table := e.members.memberTable()
 	if sv, ok := cfg.Find(req.ID); ok {
 		m, known := table[req.ID]
 		if sv.RaftAddr != req.RaftAddr || known && m.ClientAddr != req.ClientAddr {
@@ -231,7 +231,7 @@ func (e *adminEndpoint) replicaAdd(ctx context.Context, c *call, ops membershipO
 				req.ID, m.ClientAddr, sv.RaftAddr)
 		}
 		if known {
-			return e.m.listMembers(ops) // there already: nothing changes
+			return e.members.listMembers(ops) // there already: nothing changes
 		}
 	}
 	for _, sv := range cfg.Servers {
@@ -258,10 +258,10 @@ func (e *adminEndpoint) replicaAdd(ctx context.Context, c *call, ops membershipO
 			"client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
 	}
 	select {
-	case e.m.members.kick <- struct{}{}:
+	case e.members.changes.kick <- struct{}{}:
 	default:
 	}
-	return e.m.listMembers(ops)
+	return e.members.listMembers(ops)
 }
 
 func (e *adminEndpoint) replicaRemove(ctx context.Context, c *call, ops membershipOps, req *wire.ReplicaRemoveRequest) (*wire.ReplicaListResponse, error) {
@@ -275,7 +275,7 @@ func (e *adminEndpoint) replicaRemove(ctx context.Context, c *call, ops membersh
 	defer done()
 	sv, ok := cfg.Find(req.ID)
 	if ok && sv.Voter {
-		if err := e.m.checkVotersPatiently(ctx, ops, cfg, req.ID); err != nil {
+		if err := e.members.checkVotersPatiently(ctx, ops, cfg, req.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -297,13 +297,13 @@ func (e *adminEndpoint) replicaRemove(ctx context.Context, c *call, ops membersh
 		}
 		e.cfg.Logger.Info("member removed", "id", req.ID, "raft_addr", sv.RaftAddr, "voter", sv.Voter)
 	}
-	if _, known := e.m.memberTable()[req.ID]; known {
+	if _, known := e.members.memberTable()[req.ID]; known {
 		if _, err := e.w.cons.Apply(ctx, &replica.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
 			Payload: &replica.MemberRemoveArgs{Members: []replica.MemberAddrs{{ID: req.ID}}}}); err != nil {
 			return nil, err
 		}
 	}
-	return e.m.listMembers(ops)
+	return e.members.listMembers(ops)
 }
 
 // changeErr types a failed Raft configuration change.
@@ -321,7 +321,7 @@ func changeErr(err error) error {
 // heartbeat answered by every member, and must not refuse for members it
 // simply has not contacted yet; a member that is really down is still
 // refused, a health window later.
-func (s *parts) checkVotersPatiently(ctx context.Context, ops membershipOps, cfg replica.Configuration, id string) error {
+func (s *memberPart) checkVotersPatiently(ctx context.Context, ops membershipOps, cfg replica.Configuration, id string) error {
 	deadline := time.Now().Add(healthyWithin(ops))
 	for {
 		err, forHealth := s.voterCheck(ops, cfg, id, false)
@@ -340,14 +340,14 @@ func (s *parts) checkVotersPatiently(ctx context.Context, ops membershipOps, cfg
 
 // checkVoters applies the refusal rules to the configuration cfg would
 // become with id removed (or, with promote, made a voter).
-func (s *parts) checkVoters(ops membershipOps, cfg replica.Configuration, id string, promote bool) error {
+func (s *memberPart) checkVoters(ops membershipOps, cfg replica.Configuration, id string, promote bool) error {
 	err, _ := s.voterCheck(ops, cfg, id, promote)
 	return err
 }
 
 // voterCheck is checkVoters, also saying whether a refusal is for want of
 // healthy voters (which time may mend) rather than of voters.
-func (s *parts) voterCheck(ops membershipOps, cfg replica.Configuration, id string, promote bool) (err error, forHealth bool) {
+func (s *memberPart) voterCheck(ops membershipOps, cfg replica.Configuration, id string, promote bool) (err error, forHealth bool) {
 	voters := map[string]bool{}
 	for _, sv := range cfg.Servers {
 		if sv.Voter {
@@ -386,7 +386,7 @@ func (s *parts) voterCheck(ops membershipOps, cfg replica.Configuration, id stri
 
 // healthy reports whether the master heard from member id lately (the
 // master itself is healthy).
-func (s *parts) healthy(ops membershipOps, id string, prog map[string]replica.PeerProgress, now time.Time, within time.Duration) bool {
+func (s *memberPart) healthy(ops membershipOps, id string, prog map[string]replica.PeerProgress, now time.Time, within time.Duration) bool {
 	if id == ops.ID() {
 		return true
 	}
@@ -394,7 +394,7 @@ func (s *parts) healthy(ops membershipOps, id string, prog map[string]replica.Pe
 	return ok && !pp.LastContact.IsZero() && now.Sub(pp.LastContact) <= within
 }
 
-func (s *parts) memberTable() map[string]replica.MemberAddrs {
+func (s *memberPart) memberTable() map[string]replica.MemberAddrs {
 	table, _ := s.memberTableSized(replica.Configuration{})
 	return table
 }
@@ -402,7 +402,7 @@ func (s *parts) memberTable() map[string]replica.MemberAddrs {
 // memberTableSized reads the member table by id and the cell's
 // configured size in one view; until the table is seeded the size is
 // cfg's voter count.
-func (s *parts) memberTableSized(cfg replica.Configuration) (map[string]replica.MemberAddrs, int) {
+func (s *memberPart) memberTableSized(cfg replica.Configuration) (map[string]replica.MemberAddrs, int) {
 	var ms []replica.MemberAddrs
 	var size int
 	s.read(func(v replica.View) { ms, size = v.MemberTable() })
@@ -418,7 +418,7 @@ func (s *parts) memberTableSized(cfg replica.Configuration) (map[string]replica.
 
 // listMembers describes the Raft configuration joined with the member
 // table, with the master's view of each member's health.
-func (s *parts) listMembers(ops membershipOps) (*wire.ReplicaListResponse, error) {
+func (s *memberPart) listMembers(ops membershipOps) (*wire.ReplicaListResponse, error) {
 	cfg, err := ops.Configuration()
 	if err != nil {
 		return nil, err
@@ -447,7 +447,7 @@ func (s *parts) listMembers(ops membershipOps) (*wire.ReplicaListResponse, error
 
 // bootstrapAddr is the client address the bootstrap configuration gave
 // id, until the member table is seeded.
-func (s *parts) bootstrapAddr(id string) string {
+func (s *memberPart) bootstrapAddr(id string) string {
 	for _, m := range s.cfg.Members {
 		if m.ID == id {
 			return m.ClientAddr
@@ -461,7 +461,7 @@ func (s *parts) bootstrapAddr(id string) string {
 // and records the cell's configured size: the voter count now. The state
 // machine keeps the first seed ever applied, so two masters racing (or a
 // restored cell, whose backup carries no table) cannot overwrite a table.
-func (s *parts) seedMembers(ctx context.Context, ops membershipOps) error {
+func (s *memberPart) seedMembers(ctx context.Context, ops membershipOps) error {
 	var ms []replica.MemberAddrs
 	var size int
 	s.read(func(v replica.View) { ms, size = v.MemberTable() })
@@ -508,16 +508,16 @@ func (s *Server) membershipLoop(stop <-chan struct{}) {
 	tick := time.NewTicker(max(ops.HeartbeatTimeout()/2, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
-		if err := s.lockMembers(ctx, stop); err != nil {
+		if err := s.mp.lockMembers(ctx, stop); err != nil {
 			return
 		}
 		cctx, ccancel := context.WithTimeout(ctx, changeTimeout)
-		err := s.seedMembers(cctx, ops)
+		err := s.mp.seedMembers(cctx, ops)
 		if err == nil {
-			err = s.promoteCaughtUp(cctx, ops)
+			err = s.mp.promoteCaughtUp(cctx, ops)
 		}
 		ccancel()
-		s.unlockMembers()
+		s.mp.unlockMembers()
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("membership upkeep failed; retrying", "err", err)
 		}
@@ -525,7 +525,7 @@ func (s *Server) membershipLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-tick.C:
-		case <-s.members.kick:
+		case <-s.mp.changes.kick:
 		}
 	}
 }
@@ -533,7 +533,7 @@ func (s *Server) membershipLoop(stop <-chan struct{}) {
 // promoteCaughtUp promotes at most one non-voter of the member table: one
 // whose log holds every entry committed as of this check and that the
 // master heard from lately, and whose promotion the refusal rules allow.
-func (s *parts) promoteCaughtUp(ctx context.Context, ops membershipOps) error {
+func (s *memberPart) promoteCaughtUp(ctx context.Context, ops membershipOps) error {
 	cfg, err := ops.Configuration()
 	if err != nil {
 		return err

@@ -52,13 +52,13 @@ func TestRemovalWaitsAHealthWindowForMembersNotYetHeard(t *testing.T) {
 	// Removing 3 leaves 1 and 2; 2 answers only from the third look.
 	ops := &progressOps{heard: map[string]time.Time{}, late: "2", answerAt: 3}
 	ctx := context.Background()
-	if err := m.parts.checkVotersPatiently(ctx, ops, threeVoters(), "3"); err != nil {
+	if err := m.parts.mp.checkVotersPatiently(ctx, ops, threeVoters(), "3"); err != nil {
 		t.Fatalf("removal with a member heard from within the health window: %v", err)
 	}
 	// Silent for good: refused with the typed error, after the window.
 	ops = &progressOps{heard: map[string]time.Time{}}
 	start := time.Now()
-	err := m.parts.checkVotersPatiently(ctx, ops, threeVoters(), "3")
+	err := m.parts.mp.checkVotersPatiently(ctx, ops, threeVoters(), "3")
 	if codeOf(err) != wire.CodeBadRequest {
 		t.Fatalf("removal leaving a silent member a quorum's half: %v; want a bad-request refusal", err)
 	}
@@ -66,7 +66,7 @@ func TestRemovalWaitsAHealthWindowForMembersNotYetHeard(t *testing.T) {
 		t.Fatalf("refused after %v, before the health window %v ended", waited, healthyWithin(ops))
 	}
 	// The promoter does not wait: it looks again on its next round.
-	if err := m.parts.checkVoters(ops, threeVoters(), "3", false); codeOf(err) != wire.CodeBadRequest {
+	if err := m.parts.mp.checkVoters(ops, threeVoters(), "3", false); codeOf(err) != wire.CodeBadRequest {
 		t.Fatalf("checkVoters: %v; want a refusal at once", err)
 	}
 }

@@ -24,9 +24,9 @@ func MonitorACLPath(cell string) string {
 // detail: it is the cell's admin, or the monitor ACL file lists it (or
 // the wildcard) in this replica's applied state. A missing or broken
 // file grants nobody but the admin.
-func (s *Server) MayMonitor(principal string) bool { return s.mayMonitor(principal) }
+func (s *Server) MayMonitor(principal string) bool { return s.mp.mayMonitor(principal) }
 
-func (s *parts) mayMonitor(principal string) bool {
+func (s *memberPart) mayMonitor(principal string) bool {
 	if principal == s.cfg.Admin {
 		return true
 	}
@@ -38,9 +38,11 @@ func (s *parts) mayMonitor(principal string) bool {
 // MonitorDenied is the CodePermission error for a caller without the
 // monitoring role who asked for what needs it: it names the ACL file that
 // grants the role, so the operator knows what to change.
-func (s *Server) MonitorDenied(principal, what string) error { return s.monitorDenied(principal, what) }
+func (s *Server) MonitorDenied(principal, what string) error {
+	return s.mp.monitorDenied(principal, what)
+}
 
-func (s *parts) monitorDenied(principal, what string) error {
+func (s *memberPart) monitorDenied(principal, what string) error {
 	return wire.Errorf(wire.CodePermission,
 		"only the cell admin or a principal listed in the ACL file %s may %s (%s is not)",
 		MonitorACLPath(s.cfg.Cell), what, principal)
@@ -52,9 +54,9 @@ func (s *parts) monitorDenied(principal, what string) error {
 // health figures mean something only on the Raft leader, which alone
 // hears from every member; the caller asks only there.
 func (s *Server) ListMembers() (*wire.ReplicaListResponse, error) {
-	ops, err := s.ops()
+	ops, err := s.mp.ops()
 	if err != nil {
 		return nil, err
 	}
-	return s.listMembers(ops)
+	return s.mp.listMembers(ops)
 }

@@ -94,17 +94,27 @@ func (r *readRations) charge(principal string, n int) {
 	b.tokens -= float64(n)
 }
 
-// replyBytes estimates the encoded size of a rationed read's reply.
+// replyBytes estimates the encoded size of a rationed read's reply. A
+// refused call's reply is a nil pointer of its type (the endpoints'
+// methods return their own response types): it costs the call alone.
 func replyBytes(resp any) int {
 	n := readCallCost
 	switch r := resp.(type) {
 	case *wire.ReadDirResponse:
+		if r == nil {
+			break
+		}
 		for _, e := range r.Entries {
 			n += len(e.Name) + 4
 		}
 	case *wire.ContentsResponse:
-		n += len(r.Contents)
+		if r != nil {
+			n += len(r.Contents)
+		}
 	case *wire.ListSessionsResponse:
+		if r == nil {
+			break
+		}
 		for _, s := range r.Sessions {
 			n += 64 + len(s.Client) + len(s.Principal) + len(s.Host) + len(s.Program)
 			for _, l := range s.Locks {

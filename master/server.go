@@ -184,7 +184,7 @@ type parts struct {
 	stats       masterStats  // operators' figures (stats.go)
 	backups     backupStore  // backups being paged out (backup.go)
 	auditRation *auditRation // denial lines per principal (auditrate.go)
-	members     membership   // membership changes (membership.go)
+	mp          *memberPart  // membership changes (membership.go)
 	asks        releaseAsks  // RequestRelease's rate limit (releasereq.go)
 }
 
@@ -193,7 +193,6 @@ type parts struct {
 func New(cfg Config, cons Consensus, state *replica.FSM) *Server {
 	cfg.setDefaults()
 	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
-		members:  newMembership(),
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}, principalHandles: map[string]int{}}}
 	s := &Server{parts: p}
 	s.delays = newLockDelays(cfg.Clock, &s.wg, s.grantAfterDelay)
@@ -214,6 +213,8 @@ func New(cfg Config, cons Consensus, state *replica.FSM) *Server {
 	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
 	p.w = &writes{clock: cfg.Clock, state: state, cons: cons, inv: p.inv, quota: quotaOf(cfg.Limits)}
 	p.r = &reads{cell: cfg.Cell, state: state, proof: s.proof, bound: cfg.LeaseTTL / 2}
+	members := newMembership()
+	p.mp = &memberPart{cfg: &p.cfg, cons: cons, r: p.r, log: cfg.Logger, changes: &members}
 	s.routes = routeTable(newEndpoints(p))
 	state.SetObserver(s.observe)
 	return s

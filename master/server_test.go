@@ -257,3 +257,30 @@ func TestDecodedRequestsAreFreshEachCall(t *testing.T) {
 		t.Fatalf("the third request carries earlier fields: %+v", kept[2])
 	}
 }
+
+// TestRefusedRationedReadsAreAnswered: a rationed read refused by its
+// handler (here: a handle never opened) is answered its error, and its
+// caller's ration charged the call alone: each endpoint returns a nil
+// reply of its own type, which the ration must not read.
+func TestRefusedRationedReadsAreAnswered(t *testing.T) {
+	m := newTestMaster(t)
+	alice := Caller{Principal: "alice"}
+	dispatch := func(method wire.Method, session uint64, req any) (any, error) {
+		var body []byte
+		if req != nil {
+			body = mustMarshal(req)
+		}
+		resp, _, err := m.Dispatch(context.Background(), alice, &wire.Header{Method: method, Session: session, Epoch: m.epoch}, body)
+		return resp, err
+	}
+	resp, err := dispatch(wire.MethodCreateSession, 0, &wire.CreateSessionRequest{ClientName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := resp.(*wire.CreateSessionResponse).Session
+	for _, method := range []wire.Method{wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir} {
+		if _, err := dispatch(method, sess, &wire.HandleRequest{Handle: 999}); codeOf(err) != wire.CodeHandleInvalid {
+			t.Errorf("%s of a handle never opened: %v; want HandleInvalid", method, err)
+		}
+	}
+}

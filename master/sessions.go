@@ -659,7 +659,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		s.sess.watch(now, false)
 		for _, id := range s.sess.expired(now) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := s.applyInvalidating(ctx, stop, &replica.Command{Session: id, Time: s.now(), Payload: &replica.CloseSessionArgs{Expired: true}})
+			res, err := s.w.applyInvalidating(ctx, stop, &replica.Command{Session: id, Time: s.now(), Payload: &replica.CloseSessionArgs{Expired: true}})
 			cancel()
 			switch {
 			case err != nil:

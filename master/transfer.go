@@ -22,7 +22,7 @@ type transferOps interface {
 }
 
 func (e *adminEndpoint) replicaTransferCall(ctx context.Context, c *call, req *wire.ReplicaTransferLeadershipRequest) (*wire.ReplicaTransferLeadershipResponse, error) {
-	ops, err := e.m.ops()
+	ops, err := e.members.ops()
 	if err != nil {
 		return nil, err
 	}
@@ -51,10 +51,10 @@ func (e *adminEndpoint) handedOver(c *call, ops membershipOps, req *wire.Replica
 
 // clientAddrOf is member id's client address, "" when unknown.
 func (e *adminEndpoint) clientAddrOf(c *call, id string) string {
-	if addr := e.m.memberTable()[id].ClientAddr; addr != "" {
+	if addr := e.members.memberTable()[id].ClientAddr; addr != "" {
 		return addr
 	}
-	return e.m.bootstrapAddr(id)
+	return e.members.bootstrapAddr(id)
 }
 
 // transferLeadership refuses a target that could not take over (not a
@@ -85,7 +85,7 @@ func (e *adminEndpoint) transferLeadership(ctx context.Context, c *call, ops mem
 		case !sv.Voter:
 			return nil, wire.Errorf(wire.CodeBadRequest,
 				"replica %s is a non-voter: it cannot lead until the master promotes it (once it has caught up)", req.ID)
-		case !e.m.healthy(ops, req.ID, prog, now, within):
+		case !e.members.healthy(ops, req.ID, prog, now, within):
 			// BadRequest, not Unavailable: the client would retry an
 			// Unavailable until its timeout, for a member that is down.
 			return nil, wire.Errorf(wire.CodeBadRequest,
@@ -98,7 +98,7 @@ func (e *adminEndpoint) transferLeadership(ctx context.Context, c *call, ops mem
 		// here rather than by raft, whose pick may be a voter that is down.
 		var best uint64
 		for _, sv := range cfg.Servers {
-			if !sv.Voter || sv.ID == self || !e.m.healthy(ops, sv.ID, prog, now, within) {
+			if !sv.Voter || sv.ID == self || !e.members.healthy(ops, sv.ID, prog, now, within) {
 				continue
 			}
 			if m := prog[sv.ID].Match; target == "" || m > best || m == best && sv.ID < target {
