@@ -109,7 +109,7 @@ prometheus-deps:
 # targets' executions are slow (their test binary instruments raft and badger
 # too), so they get more.
 FUZZTIME     ?= 4s
-FUZZ_TARGETS := cell/wire:FuzzFrame,FuzzDecodeRequest,FuzzRoundTrip,FuzzPath \
+FUZZ_TARGETS := wire:FuzzFrame,FuzzDecodeRequest,FuzzRoundTrip,FuzzPath \
 	replica:FuzzDecodeRaftEntry@10s,FuzzSnapshotRestore@10s sequencer:FuzzSequencer acl:FuzzACLFile
 fuzz-short:
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cache=$$($(GO) env GOCACHE)/fuzz/lockcell; \

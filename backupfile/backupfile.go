@@ -22,7 +22,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire/bound"
+	"lockcell/wire/bound"
 )
 
 // Magic opens every backup file.

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // The ACL matrix's checks of every answer that could name something the

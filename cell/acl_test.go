@@ -15,10 +15,10 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // docs/testplan.md#acl-matrix: the ACL enforcement matrix, through real

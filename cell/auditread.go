@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"lockcell/audit"
-	"lockcell/cell/wire"
 	"lockcell/master"
+	"lockcell/wire"
 )
 
 // auditRead answers AuditRead from this replica's own trail: every

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/master"
+	"lockcell/wire"
 )
 
 // Concurrent backups are admitted up to their cap and no further: the

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/master"
+	"lockcell/wire"
 )
 
 // createSessions fires n concurrent CreateSession calls over mux and

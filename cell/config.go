@@ -17,9 +17,9 @@ import (
 	"github.com/hashicorp/raft"
 
 	"lockcell/cell/certs"
-	"lockcell/cell/wire"
 	"lockcell/master"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Peer is one member of the cell.

@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"lockcell/cell"
-	"lockcell/cell/wire"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // tryTLSMux dials addr from the address from as user and runs one call:

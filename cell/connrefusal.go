@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // A connection over a cap is told why before it is closed

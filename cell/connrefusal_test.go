@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"lockcell/cell"
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // dialRefused dials with cfg and expects the replica's refusal over a cap

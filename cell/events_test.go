@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
 	"lockcell/master"
+	"lockcell/wire"
 )
 
 // Handles opened WithEvents hear of changes made by other clients:

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/recipe"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // Fault tests of sessions, lock-delay and fail-over

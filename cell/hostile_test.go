@@ -15,9 +15,9 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"lockcell/cell"
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // Hostile clients on the client port: raw TCP and hand-built yamux

@@ -19,9 +19,9 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"lockcell/cell"
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // keptCall runs one call on s, asking the replica to keep the stream when

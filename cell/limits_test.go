@@ -17,11 +17,11 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"lockcell/cell"
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/master"
+	"lockcell/wire"
 )
 
 // A session may have at most MaxCallsPerSession calls in flight on its

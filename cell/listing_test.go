@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/internal/testhook"
+	"lockcell/wire"
 )
 
 // bigChildren is enough 255-byte names that the whole listing, encoded as

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
 	"lockcell/fixtures/hostile"
+	"lockcell/wire"
 )
 
 // envMemProfile names a file for a heap profile of the replica taken at

@@ -1,8 +1,8 @@
 package cell
 
 import (
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // members describes the cell's members as this replica knows them: the

@@ -5,9 +5,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"lockcell/cell/wire"
 	"lockcell/master"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // metrics are one replica's Prometheus metrics, in a registry of its own

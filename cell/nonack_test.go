@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // rawSession is a session spoken over the raw wire, so a test can break

@@ -15,9 +15,9 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"lockcell/cell/wire"
 	"lockcell/fixtures"
 	"lockcell/master"
+	"lockcell/wire"
 )
 
 // BenchmarkParkedKeepAlives measures what a parked KeepAlive costs the

@@ -9,8 +9,8 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"lockcell/cell/wire"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // createSessionOn creates a session over sess with a raw CreateSession.

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/master"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // QuotaUsage through a real TLS cell: a principal sees its own counts

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/master"
+	"lockcell/wire"
 )
 
 // The ranges of a replica's numeric settings: every duration, count and

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"lockcell/cell"
-	"lockcell/cell/wire"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // A stream that delivers part of its request and then nothing is closed

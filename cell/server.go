@@ -18,9 +18,9 @@ import (
 
 	"lockcell/audit"
 	"lockcell/cell/certs"
-	"lockcell/cell/wire"
 	"lockcell/master"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Server is one replica process: replica, master and client port.

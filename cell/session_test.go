@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/client/recipe"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // eventLog records a client's events for later assertions.

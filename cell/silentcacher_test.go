@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // An attacker that makes a fresh session every tenth of a lease, caches

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"lockcell/cell/certs"
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // Every replica reports the same state hash at the same applied index; a

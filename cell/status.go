@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/master"
+	"lockcell/wire"
 )
 
 // DefaultStateHashInterval is the least time between two state hashes one

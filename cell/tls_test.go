@@ -13,10 +13,10 @@ import (
 
 	"lockcell/cell"
 	"lockcell/cell/certs"
-	"lockcell/cell/wire"
 	"lockcell/client"
 	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // Mutual TLS on the client and Raft ports, and the client port's

@@ -3,7 +3,7 @@ package client
 import (
 	"context"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // ACL names the three ACL files of a node (docs/spec.md#acls): base names of

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // addrSet is the set of replica client addresses a Client tries, in

@@ -3,7 +3,7 @@ package client
 import (
 	"fmt"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // lockBroken ends the lock context of the handle a LockBroken event names

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"lockcell/cache"
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // Config configures a Client.

@@ -3,7 +3,7 @@ package client
 import (
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // The codes of the typed errors, named here so that the declarations of

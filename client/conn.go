@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // conn is one TCP connection to one replica, multiplexed with yamux: every

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"lockcell/cell/certs"
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // The environment variables ConfigFromEnv reads. The lockcell CLI reads

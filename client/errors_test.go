@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/wire"
 )
 
 // client's typed errors are its own values, yet every error of a kind the

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // Event buffers. A stream keeps this many unread events; the next one it

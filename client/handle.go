@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"lockcell/cache"
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // OpenMode says what a handle may do and how Open treats a missing node.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"lockcell/cache"
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // The open-handle cache (docs/spec.md#caching, Chubby §2.5): a handle the

@@ -8,7 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // Identity is what a client declares about itself when it creates its

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // What Dial declares: the process as it is by default (made acceptable to

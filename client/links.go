@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"lockcell/cache"
-	"lockcell/cell/wire"
 	"lockcell/client/internal/link"
 	"lockcell/internal/testhook"
+	"lockcell/wire"
 )
 
 // The admin package's and the tests' ways in, set once before main runs.

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // Causes of a lock context's end (context.Cause of Handle.LockContext),

@@ -3,7 +3,7 @@ package client
 import (
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // LockWaiter is one queued Acquire of a lock, as Locks and Stat report

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // WithParents makes an Open with Create first create the missing parent

@@ -2,7 +2,7 @@ package client
 
 import (
 	"lockcell/cache"
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // Negative caching (docs/spec.md#caching): an Open without Create of a

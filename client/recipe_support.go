@@ -5,7 +5,7 @@ import (
 	"context"
 	"sync"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // The two calls below let a program follow a file through this Client's

@@ -6,7 +6,7 @@ import (
 	"net"
 	"sync"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // connRefusedError is a replica's refusal of a connection: it matches

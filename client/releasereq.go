@@ -5,7 +5,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // ReleaseRequest is another session's request that a handle let go of the

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // A supervised session (Config.RenewSession): after an expiry the

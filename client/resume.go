@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // Resuming a session after a process restart (ZooKeeper's session id and

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // routing is where calls go: the replica believed to be master, the

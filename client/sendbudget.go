@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // maxBytesInFlight bounds the request bytes one connection has sent and

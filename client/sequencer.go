@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
-	"lockcell/cell/wire"
 	"lockcell/sequencer"
+	"lockcell/wire"
 )
 
 // Sequencer is a lock's sequencer as the cell signed it: the bytes to

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // EventKind names a session or handle event.

@@ -1,6 +1,6 @@
 package client
 
-import "lockcell/cell/wire"
+import "lockcell/wire"
 
 // sessionless reports whether calls of method m go without a session: the
 // membership calls, whose outcome must not hang on the caller's session

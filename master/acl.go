@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"lockcell/acl"
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // The replicated state machine decides every permission a write needs, in

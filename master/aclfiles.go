@@ -4,8 +4,8 @@ import (
 	"strings"
 
 	"lockcell/acl"
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // checkACLPatterns refuses a principal pattern given as an ACL name ("*"

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Backups in flight are held between pages in unlinked temporary files

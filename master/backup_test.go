@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // unconfirmed is a localConsensus whose leadership a quorum does not

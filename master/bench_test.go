@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // The master's own cost per call, without Raft or the network: Dispatch

@@ -4,8 +4,8 @@ import (
 	"context"
 	"unicode/utf8"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // breakLock frees the lock on req.Path from every holder, for the cell's

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 var kindCodes = map[replica.Kind]wire.Code{

@@ -3,7 +3,7 @@ package master
 import (
 	"unsafe"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // The byte budget of queued events. Every event a session has queued and

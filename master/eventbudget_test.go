@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // The byte budgets of queued events hold exactly under concurrency: many

@@ -1,6 +1,6 @@
 package master
 
-import "lockcell/cell/wire"
+import "lockcell/wire"
 
 // overflowQueued reports whether l's queue ends with an EventOverflow that
 // no reply has carried yet: a handle event dropped now is said by it,

@@ -3,7 +3,7 @@ package master
 import (
 	"testing"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // A session's queue of handle events never drops one silently: past its

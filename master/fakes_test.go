@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // fakeClock is a Clock that moves only when the test advances it. Due

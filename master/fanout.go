@@ -4,8 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // The handle-event fan-out. A change to a node can concern any number of

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Applying a write to a node that thousands of handles watch does no work

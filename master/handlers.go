@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"lockcell/acl"
-	"lockcell/cell/wire"
 	"lockcell/replica"
 	"lockcell/sequencer"
+	"lockcell/wire"
 )
 
 func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenResponse, error) {

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Limits cap what one principal, connection or session may hold, so one

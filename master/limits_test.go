@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // A check that finds a cap reached only because a session that has just

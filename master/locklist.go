@@ -3,8 +3,8 @@ package master
 import (
 	"context"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // listLocks lists the locks held or waited for at req.Prefix and below,

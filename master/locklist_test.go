@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // The most a ListLocks reply can hold — a thousand locks, each naming 64

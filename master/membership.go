@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Membership changes. The master changes the Raft configuration on the

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // progressOps is the membership operations of a master whose follower

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // route is how the master admits and serves one wire method. Every call

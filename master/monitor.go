@@ -1,8 +1,8 @@
 package master
 
 import (
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // The monitoring role. Health probes and dashboards need more than the

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // parkedCall is a KeepAlive held at the master as data, not as a

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // KeepAlives parked as data (parked.go), through keepAliveAsync as the

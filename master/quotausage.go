@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"lockcell/acl"
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // QuotaUsage (wire.MethodQuotaUsage) tells an operator how near each

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // Reads cost the master work that no Raft queue paces: a linearizable read

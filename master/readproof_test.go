@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // gatedConsensus is localConsensus whose VerifyLeader, once armed, is a

@@ -7,8 +7,8 @@ import (
 	"unicode/utf8"
 
 	"lockcell/acl"
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Cooperative revocation: a waiter (or the admin) asks the holders of a

@@ -6,8 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Resuming a session (wire.MethodResumeSession): a new process of the

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // The state machine's refusal of an old incarnation's request and the

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Consensus is what the master needs from its replica: proposing commands

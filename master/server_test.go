@@ -12,8 +12,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // A master over a real state machine fed without Raft: localConsensus

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // The most a ListSessions reply could be asked to hold, MaxListedSessions

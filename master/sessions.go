@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // lease is a session's lease in master memory. Extensions are never

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // The sessions part against a fake clock and a fake leadership, without

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/replica"
+	"lockcell/wire"
 )
 
 // Operators' figures about the master: how long blocking acquires waited,

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // Leadership transfer on the admin's request: the master hands Raft

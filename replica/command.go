@@ -7,7 +7,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire/bound"
+	"lockcell/wire/bound"
 )
 
 // CmdType names a replicated command's type; every encoded command

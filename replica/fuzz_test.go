@@ -31,7 +31,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire/bound"
+	"lockcell/wire/bound"
 
 	"lockcell/fixtures/fuzzbound"
 )

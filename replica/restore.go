@@ -8,7 +8,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire/bound"
+	"lockcell/wire/bound"
 )
 
 // Reading a snapshot back: Restore bounds, shape-checks, decodes and

@@ -16,8 +16,8 @@ trap 'rm -f "$list"' EXIT
 "$GO" list -f '{{.ImportPath}}|{{join .Imports " "}}|{{join .Deps " "}}' "$@" >"$list" || exit 1
 
 awk -F'|' '
-# The rules, first match wins. A pattern names a package tree: "cell/wire"
-# is lockcell/cell/wire and every package below it; "=sequencer" is that
+# The rules, first match wins. A pattern names a package tree: "wire"
+# is lockcell/wire and every package below it; "=sequencer" is that
 # one package. Each package may depend on its own tree and on the trees
 # after the colon ("*": any lockcell package; "-": none), and on nothing
 # else of lockcell. A package no rule matches is itself an error: a new
@@ -26,27 +26,27 @@ BEGIN {
   n = split("" \
     "fixtures: *\n" \
     "deploy: -\n" \
-    "cmd/lockcelld: cell master replica backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
-    "=cmd/lockcell: client cache cell/wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
-    "cmd/lockcell-kv: client cache cell/wire cell/certs acl backupfile sequencer internal/testhook\n" \
-    "cell/wire/bound: -\n" \
-    "cell/wire: -\n" \
+    "cmd/lockcelld: cell wire master replica backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
+    "=cmd/lockcell: client cache wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
+    "cmd/lockcell-kv: client cache wire cell/certs acl backupfile sequencer internal/testhook\n" \
+    "wire/bound: -\n" \
+    "wire: -\n" \
     "cell/certs: acl\n" \
-    "cell: master replica backupfile acl audit =sequencer buildinfo\n" \
-    "master: cell/wire replica backupfile acl audit =sequencer\n" \
-    "replica: cell/wire/bound backupfile acl audit\n" \
-    "client/admin: client cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
-    "=client: client/internal internal/testhook cell/wire cell/certs acl backupfile cache =sequencer\n" \
-    "client: cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
-    "client/recipe: client client/internal cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "cell: wire master replica backupfile acl audit =sequencer buildinfo\n" \
+    "master: wire replica backupfile acl audit =sequencer\n" \
+    "replica: wire/bound backupfile acl audit\n" \
+    "client/admin: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "=client: client/internal internal/testhook wire cell/certs acl backupfile cache =sequencer\n" \
+    "client: wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "client/recipe: client client/internal wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "internal/testhook: -\n" \
-    "sequencer/kv: =sequencer client cell/wire cell/certs acl backupfile cache internal/testhook\n" \
-    "sequencer/httpfence: =sequencer client cell/wire cell/certs acl backupfile cache internal/testhook\n" \
-    "selfcheck: client cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
-    "bench: client cell/wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
-    "examples: client cell/wire cell/certs acl backupfile cache sequencer internal/testhook\n" \
+    "sequencer/kv: =sequencer client wire cell/certs acl backupfile cache internal/testhook\n" \
+    "sequencer/httpfence: =sequencer client wire cell/certs acl backupfile cache internal/testhook\n" \
+    "selfcheck: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "bench: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "examples: client wire cell/certs acl backupfile cache sequencer internal/testhook\n" \
     "sequencer: -\n" \
-    "backupfile: cell/wire/bound\n" \
+    "backupfile: wire/bound\n" \
     "cache: -\n" \
     "acl: -\n" \
     "audit: -\n" \
@@ -68,7 +68,7 @@ BEGIN {
   }
   # Packages that serve clients or resource servers never carry the
   # server side third-party stores with them.
-  nostore = "client cache sequencer acl audit backupfile cell/wire =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
+  nostore = "client cache sequencer acl audit backupfile wire =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
 )
 
 // AuditRecord is one mutation of the cell's audit trail: what was done

@@ -13,9 +13,9 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"lockcell/backupfile"
-	"lockcell/cell/wire"
-	"lockcell/cell/wire/bound"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
+	"lockcell/wire/bound"
 )
 
 // BackupInfo describes a backup file: the cell and index of the state it

@@ -3,9 +3,9 @@ package admin
 import (
 	"context"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
 )
 
 // BreakResult is what a BreakLock did.

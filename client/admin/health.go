@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/wire"
 )
 
 // DiskUsage is what one replica keeps on disk, in bytes: the whole data

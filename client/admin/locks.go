@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
 )
 
 // LockInfo is one lock that is held or waited for, as Locks reports it:

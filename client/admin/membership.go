@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
 )
 
 // Suffrage values of ReplicaStatus.Suffrage: a voter counts toward the

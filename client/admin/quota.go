@@ -3,8 +3,8 @@ package admin
 import (
 	"context"
 
-	"lockcell/cell/wire"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
 )
 
 // QuotaLimit is one limit of the cell and what it counts now, as

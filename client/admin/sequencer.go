@@ -3,8 +3,8 @@ package admin
 import (
 	"context"
 
-	"lockcell/cell/wire"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
 )
 
 // SequencerStatus is the master's verdict on a sequencer.

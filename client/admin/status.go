@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
 )
 
 // ReplicaStatus describes one member as the answering replica sees it.

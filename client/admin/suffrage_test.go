@@ -3,7 +3,7 @@ package admin
 import (
 	"testing"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // The suffrage values admin reports are the ones the master sends.

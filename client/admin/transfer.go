@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client/internal/link"
+	"lockcell/wire"
 )
 
 // transferPoll is how often TransferLeadership asks whether the new

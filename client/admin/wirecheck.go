@@ -1,6 +1,6 @@
 package admin
 
-import "lockcell/cell/wire"
+import "lockcell/wire"
 
 // The docs of Admin's calls give the wire's limits as numbers; each line
 // fails to compile when the wire's changes (a negative constant overflows

@@ -13,8 +13,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/backupfile"
-	"lockcell/cell/wire"
 	"lockcell/client/admin"
+	"lockcell/wire"
 )
 
 // backupCommand writes a backup of the cell to a file, or checks one.

@@ -6,9 +6,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/client/admin"
+	"lockcell/wire"
 )
 
 // breakCommand frees a lock by the admin's decision.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/wire"
 )
 
 // env is what the verbs share during one run: the streams, the global

@@ -17,9 +17,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/sequencer"
+	"lockcell/wire"
 )
 
 const (

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/wire"
 )
 
 // lsCommand lists a directory.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
 	"lockcell/fixtures"
+	"lockcell/wire"
 )
 
 // lsBigName is the i-th child of the big directory: 255 bytes, sorting in

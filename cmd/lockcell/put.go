@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/wire"
 )
 
 // putCommand writes a file's contents, creating the file (and by default

@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/wire"
 	"lockcell/sequencer"
+	"lockcell/wire"
 )
 
 // seqEnv is the environment variable lock hands its command the sequencer

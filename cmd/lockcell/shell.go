@@ -20,8 +20,8 @@ import (
 	"github.com/chzyer/readline"
 	"github.com/urfave/cli/v2"
 
-	"lockcell/cell/wire"
 	"lockcell/client"
+	"lockcell/wire"
 )
 
 // shellCommand runs an interactive shell on one session (docs/spec.md#cli).

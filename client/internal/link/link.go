@@ -10,7 +10,7 @@ import (
 	"context"
 
 	"lockcell/cache"
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 var (

@@ -9,7 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire/bound"
+	"lockcell/wire/bound"
 )
 
 // MaxFrameSize bounds one encoded message on the wire (etcd's default

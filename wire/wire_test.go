@@ -13,7 +13,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // A declared identity is refused when a Stat could not show it as it is,

@@ -27,7 +27,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 
 	"lockcell/fixtures/fuzzbound"
 )

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"lockcell/cell/wire"
+	"lockcell/wire"
 )
 
 // A refusal reads back as the typed error it was written with; one that
