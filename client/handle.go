@@ -576,7 +576,10 @@ func (h *Handle) Delete(ctx context.Context) error {
 }
 
 // TryAcquire takes the lock in mode if it can right now. It returns false
-// (and a nil error) when the lock is held in a conflicting mode. Like
+// (and a nil error) when the lock is held in a conflicting mode, and fails
+// with ErrLockDelay while the lock is free but under the lock-delay of a
+// holder whose session failed (Stat.LockDelayUntil says until when): a
+// caller that only wants "not now" treats both alike. Like
 // Acquire, a grant brings its sequencer with it.
 func (h *Handle) TryAcquire(ctx context.Context, mode LockMode) (bool, error) {
 	h.markDirty()

@@ -29,6 +29,11 @@ var (
 	// handle lives on in the new session but holds no lock there until
 	// Acquire is called again.
 	ErrLockLost = errors.New("lockcell: lock lost: the session that held it expired")
+	// ErrSessionMoved: another process resumed this session with its
+	// ticket (Config.ResumeTicket): this Client's session is over, as if
+	// it had expired, and errors carrying it also match
+	// ErrSessionExpired. The locks stay held, by the other process.
+	ErrSessionMoved = errors.New("lockcell: session moved: another process resumed this session")
 )
 
 // heldLock is one holding of a handle's lock: from the grant until the

@@ -23,12 +23,6 @@ import (
 // session (its lock contexts end, it gets Expired), and every lock the
 // session holds has a new generation, so its sequencers are stale.
 
-// ErrSessionMoved means another process resumed this session with its
-// ticket (Config.ResumeTicket): this Client's session is over, as if it
-// had expired, and errors carrying it also match ErrSessionExpired. The
-// locks stay held, by the other process.
-var ErrSessionMoved = errors.New("lockcell: session moved: another process resumed this session")
-
 // movedError is ErrSessionMoved with the master's answer, which matches
 // ErrSessionExpired.
 type movedError struct{ answer error }
