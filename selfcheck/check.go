@@ -248,19 +248,19 @@ var fileModel = func() porcupine.Model {
 
 // fileKinds maps the file operations onto the model's: a write is a Put
 // (the file exists before the history begins, created by Run's setup).
-var fileKinds = map[Kind]filemodel.Kind{KindRead: filemodel.Read, KindWrite: filemodel.Put, KindCAS: filemodel.CAS}
+var fileKinds = map[Kind]filemodel.Kind{KindRead: filemodel.Get, KindWrite: filemodel.Put, KindCAS: filemodel.CAS}
 
 // fileCall is the model's view of a file operation.
 func fileCall(o *Op) filemodel.Call {
-	k, ok := fileKinds[o.Kind]
-	c := filemodel.Call{Object: o.Object, Kind: k, Value: o.Value, IfGen: o.IfGen, Gen: o.Gen, Unknown: o.Unknown}
-	switch {
-	case !ok:
-		c.Result = filemodel.Failed // a kind the model does not know is never legal
-	case o.Err == ErrMismatch:
+	// A kind the model does not know ("") is never legal, nor is a
+	// failure it does not know.
+	c := filemodel.Call{Object: o.Object, Kind: fileKinds[o.Kind], Value: o.Value, IfGen: o.IfGen, Gen: o.Gen, Unknown: o.Unknown}
+	switch o.Err {
+	case "":
+	case ErrMismatch:
 		c.Result = filemodel.Mismatch
-	case o.Err != "":
-		c.Result = filemodel.Failed
+	default:
+		c.Result = "selfcheck: " + filemodel.Result(o.Err)
 	}
 	return c
 }

@@ -15,7 +15,7 @@ func TestPutNeedsNoCreate(t *testing.T) {
 		{"put", Call{Kind: Put, Value: "a", Gen: 5}, true},
 		{"unknown put", Call{Kind: Put, Value: "a", Unknown: true}, true},
 		{"set", Call{Kind: Set, Value: "a", Gen: 5}, false},
-		{"read", Call{Kind: Read, Value: "", Gen: 5}, false},
+		{"get", Call{Kind: Get, Value: "", Gen: 5}, false},
 		{"cas", Call{Kind: CAS, Value: "a", IfGen: 1, Gen: 5}, false},
 	} {
 		ok, s := Step(State{}, &tc.c)
