@@ -42,6 +42,7 @@ BEGIN {
     "internal/testhook: -\n" \
     "sequencer/kv: =sequencer client wire cell/certs acl backupfile cache internal/testhook\n" \
     "sequencer/httpfence: =sequencer client wire cell/certs acl backupfile cache internal/testhook\n" \
+    "selfcheck/filemodel: -\n" \
     "selfcheck: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "bench: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "examples: client wire cell/certs acl backupfile cache sequencer internal/testhook\n" \
