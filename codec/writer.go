@@ -56,9 +56,9 @@ func TagGuard(want map[reflect.Type]string) map[reflect.Type]bool {
 // A Writer is a value kept on the caller's stack: writing allocates
 // nothing beyond what the encoder does.
 type Writer struct {
-	E       *msgpack.Encoder
-	Compact bool
-	Err     error
+	E       *msgpack.Encoder // the encoder written to
+	Compact bool             // E writes compact integers (UseCompactInts)
+	Err     error            // the first error E returned, if any
 }
 
 // Check keeps err if it is the first error.
