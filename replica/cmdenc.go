@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/codec"
 )
 
 // Commands are encoded by hand in Command.Encode, for the reason nodes
@@ -49,13 +51,7 @@ var cmdTags = map[reflect.Type]string{
 
 // cmdByHand says, per type, whether its fields are still those its
 // encoder writes (see cmdTags).
-var cmdByHand = func() map[reflect.Type]bool {
-	m := make(map[reflect.Type]bool, len(cmdTags))
-	for t, tags := range cmdTags {
-		m[t] = exportedTags(t) == tags
-	}
-	return m
-}()
+var cmdByHand = codec.TagGuard(cmdTags)
 
 // The answers of cmdByHand, read on every command without a map lookup.
 // A type that holds a Fence or a Quota is written by hand only while
@@ -81,213 +77,137 @@ func (c *Command) encodeByHand(e *msgpack.Encoder, t CmdType) error {
 	if !envelopeByHand {
 		return e.Encode(c)
 	}
-	w := cmdWriter{e: e}
-	w.check(e.EncodeArrayLen(2))
-	w.mapLen(1, c.Time != 0, c.Session != 0, c.Seq != 0, c.Ack != 0, c.Principal != "", c.Admin, c.Client != "",
+	w := codec.Writer{E: e} // full-width integers, as Encode's encoder
+	w.Check(e.EncodeArrayLen(2))
+	w.MapLen(1, c.Time != 0, c.Session != 0, c.Seq != 0, c.Ack != 0, c.Principal != "", c.Admin, c.Client != "",
 		c.Fence != nil, c.Incarnation != 0)
-	w.key("t")
-	w.check(e.EncodeUint8(uint8(t)))
-	w.int("tm", c.Time)
-	w.uint("s", c.Session)
-	w.uint("q", c.Seq)
-	w.uint("a", c.Ack)
-	w.str("pr", c.Principal)
-	w.boolean("ad", c.Admin)
-	w.str("cl", c.Client)
+	w.Uint8("t", uint8(t), true)
+	w.Int("tm", c.Time, false)
+	w.Uint("s", c.Session, false)
+	w.Uint("q", c.Seq, false)
+	w.Uint("a", c.Ack, false)
+	w.Str("pr", c.Principal, false)
+	w.Bool("ad", c.Admin)
+	w.Str("cl", c.Client, false)
 	if f := c.Fence; f != nil {
-		w.key("fc")
-		w.check(e.EncodeMapLen(3))
-		w.key("p")
-		w.check(e.EncodeString(f.Path))
-		w.key("m")
-		w.check(e.EncodeUint8(f.Mode))
-		w.key("g")
-		w.check(e.EncodeUint64(f.Generation))
+		w.Key("fc")
+		w.MapLen(3)
+		w.Str("p", f.Path, true)
+		w.Uint8("m", f.Mode, true)
+		w.Uint("g", f.Generation, true)
 	}
-	w.uint("in", c.Incarnation)
-	if w.err != nil {
-		return w.err
+	w.Uint("in", c.Incarnation, false)
+	if w.Err != nil {
+		return w.Err
 	}
-	if !w.payload(c.Payload) {
+	if !writePayload(&w, c.Payload) {
 		return e.Encode(c.Payload)
 	}
-	return w.err
+	return w.Err
 }
 
-// payload writes p if its type is written by hand, reporting whether it
+// writePayload writes p if its type is written by hand, reporting whether it
 // was.
-func (w *cmdWriter) payload(p Payload) bool {
+func writePayload(w *codec.Writer, p Payload) bool {
 	switch p := p.(type) {
 	case *CreateSessionArgs:
 		if !createSessByHand {
 			return false
 		}
-		w.mapLen(0, p.Host != "", p.PID != 0, p.Program != "")
-		w.str("ho", p.Host)
-		w.int("pi", p.PID)
-		w.str("pg", p.Program)
+		w.MapLen(0, p.Host != "", p.PID != 0, p.Program != "")
+		w.Str("ho", p.Host, false)
+		w.Int("pi", p.PID, false)
+		w.Str("pg", p.Program, false)
 	case *CloseSessionArgs:
 		if !closeSessByHand {
 			return false
 		}
-		w.mapLen(0, p.Expired)
-		w.boolean("x", p.Expired)
+		w.MapLen(0, p.Expired)
+		w.Bool("x", p.Expired)
 	case *OpenArgs:
 		if !openByHand {
 			return false
 		}
-		w.mapLen(0, p.Path != "", p.Flags != 0, len(p.Contents) != 0, p.LockDelay != 0, p.EventMask != 0, p.Quota != nil)
-		w.str("p", p.Path)
-		w.uint32("f", p.Flags)
-		w.bytes("c", p.Contents)
-		w.int("ld", p.LockDelay)
-		w.uint32("em", p.EventMask)
-		w.quota("qu", p.Quota)
+		w.MapLen(0, p.Path != "", p.Flags != 0, len(p.Contents) != 0, p.LockDelay != 0, p.EventMask != 0, p.Quota != nil)
+		w.Str("p", p.Path, false)
+		w.Uint32("f", p.Flags, false)
+		w.Bytes("c", p.Contents, false)
+		w.Int("ld", p.LockDelay, false)
+		w.Uint32("em", p.EventMask, false)
+		writeQuota(w, "qu", p.Quota)
 	case *CloseArgs:
 		if !closeByHand {
 			return false
 		}
-		w.handleOnly(p.Handle)
+		writeHandleOnly(w, p.Handle)
 	case *SetContentsArgs:
 		if !setContentsByHand {
 			return false
 		}
-		w.mapLen(0, p.Handle != 0, len(p.Contents) != 0, p.IfGen != 0, p.HasIfGen, p.Quota != nil, p.Path != "")
-		w.uint("h", p.Handle)
-		w.bytes("c", p.Contents)
-		w.uint("ig", p.IfGen)
-		w.boolean("hi", p.HasIfGen)
-		w.quota("qu", p.Quota)
-		w.str("p", p.Path)
+		w.MapLen(0, p.Handle != 0, len(p.Contents) != 0, p.IfGen != 0, p.HasIfGen, p.Quota != nil, p.Path != "")
+		w.Uint("h", p.Handle, false)
+		w.Bytes("c", p.Contents, false)
+		w.Uint("ig", p.IfGen, false)
+		w.Bool("hi", p.HasIfGen)
+		writeQuota(w, "qu", p.Quota)
+		w.Str("p", p.Path, false)
 	case *DeleteArgs:
 		if !deleteByHand {
 			return false
 		}
-		w.handleOnly(p.Handle)
+		writeHandleOnly(w, p.Handle)
 	case *AcquireArgs:
 		if !acquireByHand {
 			return false
 		}
-		w.mapLen(0, p.Handle != 0, p.Mode != 0, p.Wait)
-		w.uint("h", p.Handle)
-		if p.Mode != 0 {
-			w.key("m")
-			w.check(w.e.EncodeUint8(p.Mode))
-		}
-		w.boolean("w", p.Wait)
+		w.MapLen(0, p.Handle != 0, p.Mode != 0, p.Wait)
+		w.Uint("h", p.Handle, false)
+		w.Uint8("m", p.Mode, false)
+		w.Bool("w", p.Wait)
 	case *ReleaseArgs:
 		if !releaseByHand {
 			return false
 		}
-		w.handleOnly(p.Handle)
+		writeHandleOnly(w, p.Handle)
 	case *CancelWaitArgs:
 		if !cancelWaitByHand {
 			return false
 		}
-		w.mapLen(0, p.Handle != 0, p.WaitSeq != 0)
-		w.uint("h", p.Handle)
-		w.uint("ws", p.WaitSeq)
+		w.MapLen(0, p.Handle != 0, p.WaitSeq != 0)
+		w.Uint("h", p.Handle, false)
+		w.Uint("ws", p.WaitSeq, false)
 	case *GrantArgs:
 		if !grantByHand {
 			return false
 		}
-		w.mapLen(0, p.Path != "")
-		w.str("p", p.Path)
+		w.MapLen(0, p.Path != "")
+		w.Str("p", p.Path, false)
 	default:
 		return false
 	}
 	return true
 }
 
-// handleOnly writes a payload whose one field is an omitempty Handle.
-func (w *cmdWriter) handleOnly(h uint64) {
-	w.mapLen(0, h != 0)
-	w.uint("h", h)
+// writeHandleOnly writes a payload whose one field is an omitempty Handle.
+func writeHandleOnly(w *codec.Writer, h uint64) {
+	w.MapLen(0, h != 0)
+	w.Uint("h", h, false)
 }
 
-// quota writes an omitempty *Quota field.
-func (w *cmdWriter) quota(k string, q *Quota) {
+// writeQuota writes an omitempty *Quota field.
+func writeQuota(w *codec.Writer, k string, q *Quota) {
 	if q == nil {
 		return
 	}
-	w.key(k)
-	w.mapLen(0, q.Nodes != 0, q.ContentBytes != 0, q.NodesPerPrincipal != 0, q.ContentBytesPerPrincipal != 0,
+	w.Key(k)
+	w.MapLen(0, q.Nodes != 0, q.ContentBytes != 0, q.NodesPerPrincipal != 0, q.ContentBytesPerPrincipal != 0,
 		q.NodesAdminReserve != 0, q.ContentBytesAdminReserve != 0)
-	w.int("n", q.Nodes)
-	w.int("b", q.ContentBytes)
-	w.int("pn", q.NodesPerPrincipal)
-	w.int("pb", q.ContentBytesPerPrincipal)
-	w.int("rn", q.NodesAdminReserve)
-	w.int("rb", q.ContentBytesAdminReserve)
-}
-
-// cmdWriter writes a command's fields, keeping the first error. Every
-// field it writes is omitempty: written only when not empty.
-type cmdWriter struct {
-	e   *msgpack.Encoder
-	err error
-}
-
-func (w *cmdWriter) check(err error) {
-	if w.err == nil {
-		w.err = err
-	}
-}
-
-// mapLen writes the length of a map of always fields, plus one for each
-// omitempty field that is set.
-func (w *cmdWriter) mapLen(always int, set ...bool) {
-	n := always
-	for _, s := range set {
-		if s {
-			n++
-		}
-	}
-	w.check(w.e.EncodeMapLen(n))
-}
-
-func (w *cmdWriter) key(k string) { w.check(w.e.EncodeString(k)) }
-
-func (w *cmdWriter) str(k, v string) {
-	if v != "" {
-		w.key(k)
-		w.check(w.e.EncodeString(v))
-	}
-}
-
-func (w *cmdWriter) bytes(k string, v []byte) {
-	if len(v) != 0 {
-		w.key(k)
-		w.check(w.e.EncodeBytes(v))
-	}
-}
-
-func (w *cmdWriter) boolean(k string, v bool) {
-	if v {
-		w.key(k)
-		w.check(w.e.EncodeBool(v))
-	}
-}
-
-func (w *cmdWriter) uint(k string, v uint64) {
-	if v != 0 {
-		w.key(k)
-		w.check(w.e.EncodeUint64(v))
-	}
-}
-
-func (w *cmdWriter) uint32(k string, v uint32) {
-	if v != 0 {
-		w.key(k)
-		w.check(w.e.EncodeUint32(v))
-	}
-}
-
-func (w *cmdWriter) int(k string, v int64) {
-	if v != 0 {
-		w.key(k)
-		w.check(w.e.EncodeInt64(v))
-	}
+	w.Int("n", q.Nodes, false)
+	w.Int("b", q.ContentBytes, false)
+	w.Int("pn", q.NodesPerPrincipal, false)
+	w.Int("pb", q.ContentBytesPerPrincipal, false)
+	w.Int("rn", q.NodesAdminReserve, false)
+	w.Int("rb", q.ContentBytesAdminReserve, false)
 }
 
 // cmdBuffers hold Encode's scratch between commands: a command is encoded

@@ -7,7 +7,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/wire/bound"
+	"lockcell/codec"
 )
 
 // CmdType names a replicated command's type; every encoded command
@@ -292,44 +292,21 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if b[0] != commandV1 && b[0] != commandVersion {
 		return nil, fmt.Errorf("%w: command version %d is neither %d nor %d", ErrMalformedCommand, b[0], commandV1, commandVersion)
 	}
-	if err := bound.Check(b[1:]); err != nil {
+	if err := codec.CheckBounds(b[1:]); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedCommand, err)
 	}
 	if b[0] == commandV1 {
 		return decodeV1(b[1:])
 	}
-	d := cmdDecoders.Get().(*cmdDecoder)
-	d.r.Reset(b[1:])
-	d.dec.Reset(&d.r) // flags cleared: as msgpack.Unmarshal decodes
+	// A pooled decoder: decoding an entry allocates no decoder or reader
+	// (what msgpack.Unmarshal did besides the decoding). Nothing decoded
+	// aliases the entry.
 	c := new(Command)
-	err := d.dec.Decode(c)
-	d.r.Reset(nil) // the pool holds no entry
-	d.dec.Reset(nil)
-	if len(b) <= maxPooledCmdBuffer {
-		cmdDecoders.Put(d)
-	}
-	if err != nil {
+	if err := codec.DecodeChecked(b[1:], c); err != nil {
 		return nil, fmt.Errorf("%w: decode: %w", ErrMalformedCommand, err)
 	}
 	return c, nil
 }
-
-// cmdDecoder is a msgpack decoder with the reader it decodes entries
-// from, kept together so that decoding an entry allocates neither (what
-// msgpack.Unmarshal did besides the decoding). Nothing decoded aliases
-// the entry: msgpack copies strings and byte slices out of its reader.
-// A decoder that read an entry larger than maxPooledCmdBuffer (its
-// scratch grows to the longest string it read) is not pooled.
-type cmdDecoder struct {
-	dec *msgpack.Decoder
-	r   bytes.Reader
-}
-
-var cmdDecoders = sync.Pool{New: func() any {
-	d := &cmdDecoder{}
-	d.dec = msgpack.NewDecoder(&d.r)
-	return d
-}}
 
 // envelopes are DecodeMsgpack's scratch: a local envelope would escape
 // to the heap through the decoder.

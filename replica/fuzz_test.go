@@ -31,7 +31,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/wire/bound"
+	"lockcell/codec"
 
 	"lockcell/fixtures/fuzzbound"
 )
@@ -777,7 +777,7 @@ func TestDecodeCommandRejectionsTyped(t *testing.T) {
 // (docs/testplan.md#allocation-bound),
 // 64 x the input + 1 MiB: a valid snapshot of many nodes, sessions,
 // handles and remembered results, and hostile ones of the densest elements
-// bound.Check lets through (which the count check must refuse before they
+// codec.CheckBounds lets through (which the count check must refuse before they
 // are decoded, or which are decoded and then refused).
 func TestRestoreAllocationBound(t *testing.T) {
 	const n = 10000
@@ -827,8 +827,8 @@ func TestRestoreAllocationBound(t *testing.T) {
 		"empty-path nodes":      fzRaw(t, "v", 2, "c", fzCell, "n", fzRawArray(n, []byte{0x81, 0xa1, 'p', 0xa0})),
 		"results, unpadded":     fzRaw(t, "v", 2, "c", fzCell, "r", fzRawArray(n, []byte{0x81, 0xa1, 'r', 0x80})),
 	} {
-		if err := bound.Check(in); err != nil {
-			t.Fatalf("%s: bound.Check: %v", name, err)
+		if err := codec.CheckBounds(in); err != nil {
+			t.Fatalf("%s: codec.CheckBounds: %v", name, err)
 		}
 		r := fzNewFSM()
 		var err error

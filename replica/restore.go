@@ -8,7 +8,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/wire/bound"
+	"lockcell/codec"
 )
 
 // Reading a snapshot back: Restore bounds, shape-checks, decodes and
@@ -20,7 +20,7 @@ import (
 const maxSnapshotSize = 1 << 30
 
 // Restore replaces the whole state with a snapshot's. The snapshot is read
-// into memory (at most maxSnapshotSize bytes), its bytes pass bound.Check
+// into memory (at most maxSnapshotSize bytes), its bytes pass codec.CheckBounds
 // and a count check before they are decoded, so hostile or corrupt bytes
 // cannot make decoding allocate more than a small multiple of their size,
 // and the decoded image is validated as a whole before any of it is used.
@@ -94,14 +94,14 @@ var snapshotFields = map[string]int{
 	"ms": 0, "mb": minMemberBytes, "li": 0,
 }
 
-// decodeSnapshot decodes snapshot bytes into an image. bound.Check caps
+// decodeSnapshot decodes snapshot bytes into an image. codec.CheckBounds caps
 // every claimed length by the bytes present, but it lets a short array's
 // elements take one byte each and a long one's two, while an element
 // decodes into a Node of some 300 bytes or slices twice the size of its
 // elements; so the bytes must also have the shape Snapshot writes (see
 // checkSnapshotShape) before they are decoded.
 func decodeSnapshot(b []byte) (*snapshotImage, error) {
-	if err := bound.Check(b); err != nil {
+	if err := codec.CheckBounds(b); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedSnapshot, err)
 	}
 	if err := checkSnapshotShape(b); err != nil {
@@ -114,7 +114,7 @@ func decodeSnapshot(b []byte) (*snapshotImage, error) {
 	return &img, nil
 }
 
-// checkSnapshotShape checks bytes that passed bound.Check have the shape
+// checkSnapshotShape checks bytes that passed codec.CheckBounds have the shape
 // Snapshot writes: a map of snapshotImage's keys, each at most once (a key
 // this version does not know would be dropped silently), whose array
 // fields hold maps, and whose arrays, with the lock holders and waiters

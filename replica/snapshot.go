@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"strings"
 
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/codec"
 )
 
 // The snapshot codec's writing side: the persisted image of the state,
@@ -296,18 +297,7 @@ const nodeTags = "Path:p Dir:d,omitempty Ephemeral:e,omitempty Owner:o,omitempty
 	"ReadACL:ra,omitempty WriteACL:wa,omitempty ChangeACL:ca,omitempty LockMode:lm,omitempty Holders:lh,omitempty " +
 	"Waiters:lw,omitempty LockDelayUntil:ld,omitempty Creator:cr,omitempty LockDelayBy:lb,omitempty"
 
-var nodeByHand = exportedTags(reflect.TypeFor[Node]()) == nodeTags
-
-// exportedTags lists t's exported fields as "Name:tag", space-separated.
-func exportedTags(t reflect.Type) string {
-	var out []string
-	for f := range t.Fields() {
-		if f.IsExported() {
-			out = append(out, f.Name+":"+f.Tag.Get("msgpack"))
-		}
-	}
-	return strings.Join(out, " ")
-}
+var nodeByHand = codec.FieldTags(reflect.TypeFor[Node]()) == nodeTags
 
 // EncodeMsgpack writes n as msgpack's reflection does for Node (see
 // nodeTags): a map of its fields in declaration order, the omitempty ones
@@ -316,93 +306,41 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 	if !nodeByHand {
 		return e.Encode((*plainNode)(n))
 	}
-	fields := 5 // p, i, cg, ct, mt
-	for _, set := range [...]bool{n.Dir, n.Ephemeral, n.Owner != 0, len(n.Contents) != 0, n.LockGen != 0,
+	// Integers at their full width, as snapshots' encoder writes them; five
+	// fields always (p, i, cg, ct, mt).
+	w := codec.Writer{E: e}
+	w.MapLen(5, n.Dir, n.Ephemeral, n.Owner != 0, len(n.Contents) != 0, n.LockGen != 0,
 		n.ACLGen != 0, n.Checksum != 0, n.ReadACL != "", n.WriteACL != "", n.ChangeACL != "", n.LockMode != 0,
-		len(n.Holders) != 0, len(n.Waiters) != 0, n.LockDelayUntil != 0, n.Creator != "", n.LockDelayBy != nil} {
-		if set {
-			fields++
-		}
-	}
-	w := nodeWriter{e: e}
-	w.check(e.EncodeMapLen(fields))
-	w.str("p", n.Path, true)
-	w.boolean("d", n.Dir)
-	w.boolean("e", n.Ephemeral)
-	w.uint("o", n.Owner, false)
-	if len(n.Contents) != 0 {
-		w.key("c")
-		w.check(e.EncodeBytes(n.Contents))
-	}
-	w.uint("i", n.Instance, true)
-	w.uint("cg", n.ContentGen, true)
-	w.uint("lg", n.LockGen, false)
-	w.uint("ag", n.ACLGen, false)
-	w.uint("ck", n.Checksum, false)
-	w.int("ct", n.CTime, true)
-	w.int("mt", n.MTime, true)
-	w.str("ra", n.ReadACL, false)
-	w.str("wa", n.WriteACL, false)
-	w.str("ca", n.ChangeACL, false)
-	if n.LockMode != 0 {
-		w.key("lm")
-		w.check(e.EncodeUint8(n.LockMode))
-	}
+		len(n.Holders) != 0, len(n.Waiters) != 0, n.LockDelayUntil != 0, n.Creator != "", n.LockDelayBy != nil)
+	w.Str("p", n.Path, true)
+	w.Bool("d", n.Dir)
+	w.Bool("e", n.Ephemeral)
+	w.Uint("o", n.Owner, false)
+	w.Bytes("c", n.Contents, false)
+	w.Uint("i", n.Instance, true)
+	w.Uint("cg", n.ContentGen, true)
+	w.Uint("lg", n.LockGen, false)
+	w.Uint("ag", n.ACLGen, false)
+	w.Uint("ck", n.Checksum, false)
+	w.Int("ct", n.CTime, true)
+	w.Int("mt", n.MTime, true)
+	w.Str("ra", n.ReadACL, false)
+	w.Str("wa", n.WriteACL, false)
+	w.Str("ca", n.ChangeACL, false)
+	w.Uint8("lm", n.LockMode, false)
 	if len(n.Holders) != 0 {
-		w.key("lh")
-		w.check(e.Encode(n.Holders))
+		w.Key("lh")
+		w.Check(e.Encode(n.Holders))
 	}
 	if len(n.Waiters) != 0 {
-		w.key("lw")
-		w.check(e.Encode(n.Waiters))
+		w.Key("lw")
+		w.Check(e.Encode(n.Waiters))
 	}
-	w.int("ld", n.LockDelayUntil, false)
-	w.str("cr", n.Creator, false)
+	w.Int("ld", n.LockDelayUntil, false)
+	w.Str("cr", n.Creator, false)
 	if n.LockDelayBy != nil {
-		w.key("lb")
-		w.check(e.Encode(n.LockDelayBy))
+		w.Key("lb")
+		w.Check(e.Encode(n.LockDelayBy))
 	}
-	return w.err
-}
-
-// nodeWriter writes a Node's fields, keeping the first error.
-type nodeWriter struct {
-	e   *msgpack.Encoder
-	err error
-}
-
-func (w *nodeWriter) check(err error) {
-	if w.err == nil {
-		w.err = err
-	}
-}
-
-func (w *nodeWriter) key(k string) { w.check(w.e.EncodeString(k)) }
-
-func (w *nodeWriter) str(k, v string, always bool) {
-	if always || v != "" {
-		w.key(k)
-		w.check(w.e.EncodeString(v))
-	}
-}
-
-func (w *nodeWriter) boolean(k string, v bool) {
-	if v {
-		w.key(k)
-		w.check(w.e.EncodeBool(v))
-	}
-}
-
-func (w *nodeWriter) uint(k string, v uint64, always bool) {
-	if always || v != 0 {
-		w.key(k)
-		w.check(w.e.EncodeUint64(v))
-	}
-}
-
-func (w *nodeWriter) int(k string, v int64, always bool) {
-	if always || v != 0 {
-		w.key(k)
-		w.check(w.e.EncodeInt64(v))
-	}
+	return w.Err
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/codec"
 )
 
 // A snapshot spanning many chunks has the bytes the contiguous encoder
@@ -131,7 +133,7 @@ func TestChunkBufferRanges(t *testing.T) {
 func TestNodeEncodingMatchesReflection(t *testing.T) {
 	if !nodeByHand {
 		t.Fatalf("Node's fields are not those EncodeMsgpack writes, so snapshots fall back to reflection:\n got %s\nwant %s",
-			exportedTags(reflect.TypeFor[Node]()), nodeTags)
+			codec.FieldTags(reflect.TypeFor[Node]()), nodeTags)
 	}
 	rng := rand.New(rand.NewSource(2))
 	uints := []uint64{0, 1, 127, 128, 255, 256, 65535, 65536, 1 << 32, 1<<64 - 1}

@@ -1,7 +1,6 @@
-package wire
+package frame
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
@@ -13,13 +12,6 @@ import (
 // while a peer that never reads costs no more than this beyond what the
 // kernel's socket buffers hold.
 const BatchConnBuffer = 64 << 10
-
-// yamux's frame header: version, type, flags (2 bytes), stream id (4),
-// length (4). Only a data frame (type 0) has a body: length bytes of it.
-const (
-	yamuxHeaderSize = 12
-	yamuxTypeData   = 0
-)
 
 // batchBufKeep is the largest buffer a BatchConn gives back to the pool
 // for reuse: one that grew past it for a large frame is left to the
@@ -74,7 +66,7 @@ type BatchConn struct {
 	flushing bool      // the writing goroutine runs
 	err      error     // the first failed write
 	closed   bool
-	frames   frameScanner
+	frames   Scanner
 	waiting  int // Writes blocked for room (tests watch it)
 	flusher  sync.WaitGroup
 }
@@ -117,7 +109,7 @@ func (c *BatchConn) Write(p []byte) (int, error) {
 		}
 		start := len(c.buf.b)
 		c.buf.b = append(c.buf.b, p[:k]...)
-		if end := c.frames.scan(p[:k]); end >= 0 {
+		if end := c.frames.Scan(p[:k]); end >= 0 {
 			c.whole = start + end
 		}
 		p, n = p[k:], n+k
@@ -185,7 +177,7 @@ func (c *BatchConn) flush() {
 		c.room.Broadcast()
 		if err != nil {
 			if c.err == nil && !c.closed {
-				c.err = fmt.Errorf("wire: write: %w", err)
+				c.err = fmt.Errorf("frame: write: %w", err)
 			}
 			c.buf, c.whole = nil, 0
 			// Closed outside the lock: a TLS close writes an alert.
@@ -216,42 +208,4 @@ func (c *BatchConn) Close() error {
 	err := c.Conn.Close()
 	c.flusher.Wait()
 	return err
-}
-
-// frameScanner follows yamux frames across the writes that carry them.
-type frameScanner struct {
-	hdr  [yamuxHeaderSize]byte
-	have int    // header bytes so far
-	body uint64 // body bytes of the current data frame still to come
-}
-
-// scan moves over b and returns the offset in b just past the last frame
-// that ends in it, or -1 if none does.
-func (s *frameScanner) scan(b []byte) int {
-	last := -1
-	for i := 0; i < len(b); {
-		if s.body > 0 {
-			k := min(uint64(len(b)-i), s.body)
-			s.body -= k
-			i += int(k)
-			if s.body == 0 {
-				last = i
-			}
-			continue
-		}
-		k := copy(s.hdr[s.have:], b[i:])
-		s.have += k
-		i += k
-		if s.have < yamuxHeaderSize {
-			break
-		}
-		s.have = 0
-		if s.hdr[1] == yamuxTypeData {
-			s.body = uint64(binary.BigEndian.Uint32(s.hdr[8:12]))
-		}
-		if s.body == 0 {
-			last = i
-		}
-	}
-	return last
 }

@@ -1,4 +1,4 @@
-package wire
+package frame
 
 import (
 	"bytes"
@@ -275,12 +275,12 @@ func frameStats(t *testing.T, lens []int, data []byte) (frames, dataFrames, cuts
 	t.Helper()
 	ends := map[int]bool{0: true}
 	for i := 0; i < len(data); {
-		if len(data)-i < yamuxHeaderSize {
+		if len(data)-i < HeaderSize {
 			t.Fatalf("%d bytes of a header at the end", len(data)-i)
 		}
-		h := data[i : i+yamuxHeaderSize]
-		i += yamuxHeaderSize
-		if h[1] == yamuxTypeData {
+		h := data[i : i+HeaderSize]
+		i += HeaderSize
+		if h[1] == TypeData {
 			dataFrames++
 			i += int(binary.BigEndian.Uint32(h[8:12]))
 		}
@@ -409,7 +409,7 @@ func TestBatchConnOneRecordPerFrameOverTLS(t *testing.T) {
 
 // dataFrame is a yamux data frame of n body bytes on stream 1.
 func dataFrame(n int) []byte {
-	f := make([]byte, yamuxHeaderSize+n)
+	f := make([]byte, HeaderSize+n)
 	binary.BigEndian.PutUint32(f[4:8], 1)
 	binary.BigEndian.PutUint32(f[8:12], uint32(n))
 	return f
@@ -509,7 +509,7 @@ func TestFrameScannerFindsFrameEnds(t *testing.T) {
 	ends := map[int]bool{}
 	for range 200 {
 		if r.IntN(3) == 0 {
-			h := make([]byte, yamuxHeaderSize)
+			h := make([]byte, HeaderSize)
 			h[1] = byte(1 + r.IntN(3)) // window update, ping, go away: no body
 			binary.BigEndian.PutUint32(h[8:12], r.Uint32())
 			stream = append(stream, h...)
@@ -519,11 +519,11 @@ func TestFrameScannerFindsFrameEnds(t *testing.T) {
 		ends[len(stream)] = true
 	}
 	for range 50 {
-		var s frameScanner
+		var s Scanner
 		last := 0
 		for at := 0; at < len(stream); {
 			n := min(1+r.IntN(60), len(stream)-at)
-			if end := s.scan(stream[at : at+n]); end >= 0 {
+			if end := s.Scan(stream[at : at+n]); end >= 0 {
 				last = at + end
 				if !ends[last] {
 					t.Fatalf("scan reported a frame end at %d, inside a frame", last)

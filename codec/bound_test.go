@@ -1,11 +1,11 @@
-package bound
+package codec
 
 import (
 	"bytes"
 	"testing"
 )
 
-func TestCheck(t *testing.T) {
+func TestCheckBounds(t *testing.T) {
 	arr32 := func(n int, elem []byte) []byte {
 		b := []byte{0xdd, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
 		return append(b, bytes.Repeat(elem, n)...)
@@ -33,8 +33,8 @@ func TestCheck(t *testing.T) {
 		{"depth 32", append(bytes.Repeat([]byte{0x91}, 32), 0x01), true},
 		{"depth 33", append(bytes.Repeat([]byte{0x91}, 33), 0x01), false},
 	} {
-		if err := Check(c.b); (err == nil) != c.ok {
-			t.Errorf("%s: Check(% x) = %v, want ok=%v", c.name, c.b[:min(len(c.b), 12)], err, c.ok)
+		if err := CheckBounds(c.b); (err == nil) != c.ok {
+			t.Errorf("%s: CheckBounds(% x) = %v, want ok=%v", c.name, c.b[:min(len(c.b), 12)], err, c.ok)
 		}
 	}
 }

@@ -1,10 +1,10 @@
-// Package bound checks untrusted msgpack bytes before they are decoded.
-// msgpack v5.4.1 allocates a claimed str/bin/array size before it notices
-// the input is short (8 hostile bytes can cost 4 GiB even when decoding
-// into typed fields), so every decoder of bytes that crossed a trust
-// boundary runs Check first. It is a leaf: the wire codec and the replica's
-// log decoder both use it.
-package bound
+package codec
+
+// The bounds check on untrusted msgpack bytes, run before they are
+// decoded. msgpack v5.4.1 allocates a claimed str/bin/array size before it
+// notices the input is short (8 hostile bytes can cost 4 GiB even when
+// decoding into typed fields), so every decoder of bytes that crossed a
+// trust boundary runs CheckBounds first (Decode does).
 
 import (
 	"encoding/binary"
@@ -22,12 +22,12 @@ const MaxDepth = 32
 // allocation within a small multiple of the input.
 const MinArrayElem = 2
 
-// Check walks the single msgpack value that must fill b and rejects any
+// CheckBounds walks the single msgpack value that must fill b and rejects any
 // length or count that claims more than the bytes left in b, any array
 // whose elements would average under MinArrayElem bytes, nesting deeper
 // than MaxDepth, and trailing bytes. After it, decoding b into concrete
 // types allocates at most a small multiple of len(b).
-func Check(b []byte) error {
+func CheckBounds(b []byte) error {
 	n, err := skipValue(b, 0, 0)
 	if err != nil {
 		return err
