@@ -26,15 +26,16 @@ BEGIN {
   n = split("" \
     "fixtures: *\n" \
     "deploy: -\n" \
-    "cmd/lockcelld: cell wire master replica backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
+    "cmd/lockcelld: cell wire master replica fsm backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
     "=cmd/lockcell: client cache wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
     "cmd/lockcell-kv: client cache wire cell/certs acl backupfile sequencer internal/testhook\n" \
     "wire/bound: -\n" \
     "wire: -\n" \
     "cell/certs: acl\n" \
-    "cell: wire master replica backupfile acl audit =sequencer buildinfo\n" \
-    "master: wire replica backupfile acl audit =sequencer\n" \
-    "replica: wire/bound backupfile acl audit\n" \
+    "cell: wire master replica fsm backupfile acl audit =sequencer buildinfo\n" \
+    "master: wire fsm backupfile acl audit =sequencer\n" \
+    "replica: fsm wire/bound backupfile acl audit\n" \
+    "fsm: wire/bound backupfile acl audit\n" \
     "client/admin: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "=client: client/internal internal/testhook wire cell/certs acl backupfile cache =sequencer\n" \
     "client: wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
@@ -67,8 +68,9 @@ BEGIN {
     dpat[i] = kv[1]; dallow[i] = kv[2]
   }
   # Packages that serve clients or resource servers never carry the
-  # server side third-party stores with them.
-  nostore = "client cache sequencer acl audit backupfile wire =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
+  # server side third-party stores with them, and neither do the state
+  # machine and the master: Raft and badger belong to the node (replica).
+  nostore = "fsm master client cache sequencer acl audit backupfile wire =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }
