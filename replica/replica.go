@@ -1,8 +1,9 @@
 // Package replica is one Raft node of a lockcell cell: hashicorp/raft over a
 // badger log and stable store with fsync on every batch, raft's file
-// snapshot store, and the replicated state machine (FSM) that holds the
-// namespace, sessions, handles, locks and the request de-duplication table.
-// It knows nothing of clients or the wire protocol.
+// snapshot store, the Raft transports, group commit, membership changes and
+// fault points, applying committed entries to the state machine of package
+// fsm (raftfsm.go adapts it to raft.FSM). It knows nothing of clients or
+// the wire protocol.
 package replica
 
 import (
