@@ -338,7 +338,7 @@ func SeedState(b *BackupContents, cell string) ([]byte, *SeedResult, error) {
 }
 
 // stripSessions returns the image without sessions and what hangs on them
-// (see Seed). img's nodes are copied, not changed.
+// (see replica.Seed). img's nodes are copied, not changed.
 func stripSessions(img *snapshotImage) (*snapshotImage, *SeedResult) {
 	res := &SeedResult{Sessions: len(img.Sessions)}
 	out := &snapshotImage{Version: img.Version, Cell: img.Cell, Epoch: img.Epoch, Applied: img.Applied, Key: img.Key,
@@ -358,7 +358,7 @@ func stripSessions(img *snapshotImage) (*snapshotImage, *SeedResult) {
 	return out, res
 }
 
-// BackupPreview returns what Seed would keep and drop of b, writing
+// BackupPreview returns what replica.Seed would keep and drop of b, writing
 // nothing (for a dry run).
 func BackupPreview(b *BackupContents) (nodes, droppedEphemeral, sessions int) {
 	img, res := stripSessions(b.img)

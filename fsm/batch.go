@@ -2,7 +2,7 @@ package fsm
 
 import "fmt"
 
-// Group commit. While one Raft entry proposed through Replica.Apply is in
+// Group commit. While one Raft entry proposed through the node (replica.Replica.Apply) is in
 // flight, the commands that arrive queue; when it has been applied, the
 // queued ones go out together as one Batch entry, so a loaded master pays
 // one log entry, one fsync per replica, one AppendEntries per follower and
@@ -50,7 +50,7 @@ const (
 
 // MaxBatchBytes bounds a batch entry's encoding: no larger than one command
 // may be (MaxCommandSize), so the Raft port's field and request limits
-// (rafttransport_limits.go) and raft's MaxAppendEntries hold as they did.
+// (the node's rafttransport_limits.go) and raft's MaxAppendEntries hold as they did.
 const MaxBatchBytes = MaxCommandSize
 
 // commands decodes the batch's commands. A batch of fewer than two
