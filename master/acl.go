@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"lockcell/acl"
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -23,7 +23,7 @@ func (c *call) checkSessionOwner(r route) error {
 	if c.h.Session == 0 || r.newSession {
 		return nil
 	}
-	return c.state.ReadWith(c, func(v replica.View, arg any) error { // captures nothing: no allocation
+	return c.state.ReadWith(c, func(v fsm.View, arg any) error { // captures nothing: no allocation
 		c := arg.(*call)
 		owner, incarnation, ok := v.SessionResumeInfo(c.h.Session)
 		if ok && owner != "" && owner != c.caller.Principal {
@@ -37,7 +37,7 @@ func (c *call) checkSessionOwner(r route) error {
 }
 
 // checkRead decides a read of the node behind a handle, in view v.
-func (c *call) checkRead(v replica.View, handle uint64) error {
+func (c *call) checkRead(v fsm.View, handle uint64) error {
 	name, ok := v.HandlePath(c.h.Session, handle)
 	if !ok {
 		return nil // the read itself reports the invalid handle
@@ -45,7 +45,7 @@ func (c *call) checkRead(v replica.View, handle uint64) error {
 	c.path = name
 	// A node gone since the handle opened is the read's to report (handle
 	// invalid); there is nothing left to protect.
-	if err := v.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil && err.Kind != replica.KindNotFound {
+	if err := v.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil && err.Kind != fsm.KindNotFound {
 		return err
 	}
 	return nil
@@ -61,15 +61,15 @@ func (c *call) setACL(ctx context.Context, req *wire.SetACLRequest) (*wire.StatR
 		if name == "" {
 			continue
 		}
-		if err := wire.ValidateName(c.cfg.Cell, "/ls/"+c.cfg.Cell+"/"+replica.ACLDirName+"/"+name); err != nil {
+		if err := wire.ValidateName(c.cfg.Cell, "/ls/"+c.cfg.Cell+"/"+fsm.ACLDirName+"/"+name); err != nil {
 			return nil, wire.Errorf(wire.CodeInvalidName, "ACL file name %q: %v", name, err)
 		}
 	}
 	if err := c.checkACLNames(req); err != nil {
 		return nil, err
 	}
-	res, err := c.apply(ctx, &replica.Command{Payload: &replica.SetACLArgs{Handle: req.Handle,
-		ACL: &replica.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}}})
+	res, err := c.apply(ctx, &fsm.Command{Payload: &fsm.SetACLArgs{Handle: req.Handle,
+		ACL: &fsm.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}}})
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +111,6 @@ func (c *call) audit(err error) {
 func (s *Server) AuditSuppressed() uint64 { return s.auditRation.Suppressed() }
 
 func (s *parts) isACLPath(name string) bool {
-	dir := "/ls/" + s.cfg.Cell + "/" + replica.ACLDirName + "/"
+	dir := "/ls/" + s.cfg.Cell + "/" + fsm.ACLDirName + "/"
 	return len(name) > len(dir) && name[:len(dir)] == dir
 }

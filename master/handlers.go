@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"lockcell/acl"
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/sequencer"
 	"lockcell/wire"
 )
@@ -55,7 +55,7 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 		var readable, negative bool
 		var principal string
 		admin := c.isAdmin()
-		c.read(func(v replica.View) {
+		c.read(func(v fsm.View) {
 			principal, _ = v.SessionPrincipal(c.h.Session)
 			readable = v.Exists(req.Path) && v.Allowed(req.Path, c.caller.Principal, admin, acl.Read) == nil
 			negative = cacheMissing && negativeCacher(v, req.Path, c.caller.Principal, admin)
@@ -63,9 +63,9 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 		cacheable = req.Cache && readable && c.registerCacher(c.h.Session, principal, req.Path)
 		missingCacheable = negative && c.registerCacher(c.h.Session, principal, wire.Parent(req.Path))
 	}
-	res, err := c.apply(ctx, commandOf(replica.OpenArgs{Path: req.Path, Flags: req.Flags,
+	res, err := c.apply(ctx, commandOf(fsm.OpenArgs{Path: req.Path, Flags: req.Flags,
 		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask}))
-	if re := (*replica.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == replica.KindNotFound {
+	if re := (*fsm.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == fsm.KindNotFound {
 		return &wire.OpenResponse{Missing: true, Cacheable: missingCacheable}, nil
 	}
 	if err != nil {
@@ -95,7 +95,7 @@ func (c *call) open(ctx context.Context, req *wire.OpenRequest) (*wire.OpenRespo
 // not read it is never registered, so its answers are the uncached ones,
 // word for word. Whether it is registered depends only on what the caller
 // may know: the parent's readability and name's invisibility to it.
-func negativeCacher(v replica.View, name, principal string, admin bool) bool {
+func negativeCacher(v fsm.View, name, principal string, admin bool) bool {
 	parent := wire.Parent(name)
 	if parent == "" || v.Allowed(parent, principal, admin, acl.Read) != nil {
 		return false
@@ -112,7 +112,7 @@ func (c *call) setContents(ctx context.Context, req *wire.SetContentsRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	cmd := commandOf(replica.SetContentsArgs{Handle: req.Handle,
+	cmd := commandOf(fsm.SetContentsArgs{Handle: req.Handle,
 		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration})
 	cmd.Fence = fence
 	res, err := c.apply(ctx, cmd)
@@ -130,10 +130,10 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 	switch c.h.Method {
 	case wire.MethodClose:
 		// Closing is always allowed: a stale holder must be able to let go.
-		_, err := c.apply(ctx, commandOf(replica.CloseArgs{Handle: req.Handle}))
+		_, err := c.apply(ctx, commandOf(fsm.CloseArgs{Handle: req.Handle}))
 		return &wire.Empty{}, err
 	case wire.MethodDelete:
-		cmd := commandOf(replica.DeleteArgs{Handle: req.Handle})
+		cmd := commandOf(fsm.DeleteArgs{Handle: req.Handle})
 		cmd.Fence = fence
 		_, err := c.apply(ctx, cmd)
 		return &wire.Empty{}, err
@@ -144,12 +144,12 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		if fence != nil {
 			var path string
 			var ok bool
-			c.read(func(v replica.View) { path, ok = v.HandlePath(c.h.Session, req.Handle) })
+			c.read(func(v fsm.View) { path, ok = v.HandlePath(c.h.Session, req.Handle) })
 			if ok && path != fence.Path {
 				return nil, wire.Errorf(wire.CodeBadRequest, "the sequencer names the lock of %s, not of this handle's %s", fence.Path, path)
 			}
 		}
-		cmd := commandOf(replica.ReleaseArgs{Handle: req.Handle})
+		cmd := commandOf(fsm.ReleaseArgs{Handle: req.Handle})
 		cmd.Fence = fence
 		_, err := c.apply(ctx, cmd)
 		return &wire.Empty{}, err
@@ -167,7 +167,7 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 	// comes before the read, so a write that starts after this point
 	// invalidates what we are about to return.
 	if hr.isRead {
-		err := c.state.ReadWith(hr, func(v replica.View, arg any) error {
+		err := c.state.ReadWith(hr, func(v fsm.View, arg any) error {
 			hr := arg.(*handleRead)
 			c := hr.c
 			if err := c.checkRead(v, hr.req.Handle); err != nil || !hr.req.Cache {
@@ -188,7 +188,7 @@ func (c *call) handleCall(ctx context.Context, req *wire.HandleRequest) (any, er
 		return nil, err
 	}
 	// The answer comes from one view of the state, after VerifyLeader.
-	err = c.state.ReadWith(hr, func(v replica.View, arg any) error {
+	err = c.state.ReadWith(hr, func(v fsm.View, arg any) error {
 		hr := arg.(*handleRead)
 		c := hr.c
 		if err := c.liveSession(v); err != nil {
@@ -225,7 +225,7 @@ var handleReads = sync.Pool{New: func() any { return new(handleRead) }}
 type handleRead struct {
 	c      *call
 	req    *wire.HandleRequest
-	fence  *replica.Fence
+	fence  *fsm.Fence
 	isRead bool // not GetSequencer
 	// Before VerifyLeader: the handle's name and the session's
 	// principal, for registering a cacher (named: the handle has one),
@@ -238,7 +238,7 @@ type handleRead struct {
 
 // readHandle answers a read on a handle (GetSequencer, ReadDir, GetStat,
 // GetContentsAndStat) in view v.
-func (c *call) readHandle(v replica.View, req *wire.HandleRequest, cacheable bool) (any, error) {
+func (c *call) readHandle(v fsm.View, req *wire.HandleRequest, cacheable bool) (any, error) {
 	switch c.h.Method {
 	case wire.MethodGetSequencer:
 		held, err := v.HeldLock(c.h.Session, req.Handle)
@@ -275,7 +275,7 @@ func (c *call) readHandle(v replica.View, req *wire.HandleRequest, cacheable boo
 // lockHolders names the holders of the lock on the node of hv, looked up
 // in v, for a read's Stat (the caller passed the read check in v). A free
 // lock costs nothing, so the common read allocates no more than before.
-func lockHolders(v replica.View, hv replica.HandleView) []wire.LockHolder {
+func lockHolders(v fsm.View, hv fsm.HandleView) []wire.LockHolder {
 	if hv.Stat.LockHolders == 0 {
 		return nil
 	}
@@ -289,13 +289,13 @@ func lockHolders(v replica.View, hv replica.HandleView) []wire.LockHolder {
 
 // wireHolder is a holder as the wire names it: session, principal,
 // declared identity and acquisition time.
-func wireHolder(h replica.LockHolderView) wire.LockHolder {
+func wireHolder(h fsm.LockHolderView) wire.LockHolder {
 	return wire.LockHolder{Session: h.Session, Principal: h.Principal, Host: h.Host, PID: h.PID, Program: h.Program, Since: h.Since}
 }
 
 // lockDelayBy names what started the latest lock-delay on the node of hv,
 // for a read's Stat like its holders; nil when none was ever imposed.
-func lockDelayBy(v replica.View, hv replica.HandleView) *wire.LockDelayCause {
+func lockDelayBy(v fsm.View, hv fsm.HandleView) *wire.LockDelayCause {
 	if hv.Stat.LockDelayUntil == 0 {
 		return nil
 	}
@@ -311,7 +311,7 @@ func lockDelayBy(v replica.View, hv replica.HandleView) *wire.LockDelayCause {
 // are left out, exactly as Open reports them absent. A page is at most
 // wire.MaxDirPage entries and wire.DirPageBytes of names, so the reply
 // always fits a frame however large the directory.
-func (c *call) readDir(v replica.View, req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
+func (c *call) readDir(v fsm.View, req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
 	if len(req.After) > wire.MaxNameLen {
 		return nil, wire.Errorf(wire.CodeBadRequest, "listing cursor of %d bytes: no name is longer than %d", len(req.After), wire.MaxNameLen)
 	}
@@ -319,7 +319,7 @@ func (c *call) readDir(v replica.View, req *wire.HandleRequest, cacheable bool) 
 	if limit <= 0 || limit > wire.MaxDirPage {
 		limit = wire.MaxDirPage
 	}
-	page, err := v.ReadDirPage(c.h.Session, req.Handle, replica.DirQuery{
+	page, err := v.ReadDirPage(c.h.Session, req.Handle, fsm.DirQuery{
 		After: req.After, Limit: limit, MaxBytes: wire.DirPageBytes, EntryOverhead: wire.DirEntryOverhead,
 		Principal: c.caller.Principal, Admin: c.isAdmin()})
 	if err != nil {
@@ -350,7 +350,7 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 			return nil, err
 		}
 	}
-	res, err := c.apply(ctx, commandOf(replica.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}))
+	res, err := c.apply(ctx, commandOf(fsm.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}))
 	if woke != nil && (err != nil || res.Granted) {
 		c.waits.leave(key, woke)
 	}
@@ -362,18 +362,18 @@ func (c *call) acquire(ctx context.Context, req *wire.AcquireRequest) (*wire.Acq
 	}
 	// Queued (now, or by an earlier try of this request id at another master).
 	for {
-		var state replica.WaitState
+		var state fsm.WaitState
 		var gen uint64
 		var err error
-		c.read(func(v replica.View) { state, gen, err = v.LockWait(c.h.Session, req.Handle, c.h.Seq) })
+		c.read(func(v fsm.View) { state, gen, err = v.LockWait(c.h.Session, req.Handle, c.h.Seq) })
 		switch {
 		case err != nil:
 			c.waits.leave(key, woke)
 			return nil, err
-		case state == replica.WaitGranted:
+		case state == fsm.WaitGranted:
 			c.waits.leave(key, woke)
 			return c.granted(req, gen), nil
-		case state == replica.WaitGone:
+		case state == fsm.WaitGone:
 			c.waits.leave(key, woke)
 			return nil, wire.Errorf(wire.CodeCanceled, "the wait for the lock was withdrawn")
 		}
@@ -406,7 +406,7 @@ func (c *call) granted(req *wire.AcquireRequest, gen uint64) *wire.AcquireRespon
 	var key []byte
 	var path string
 	var ok bool
-	c.read(func(v replica.View) {
+	c.read(func(v fsm.View) {
 		key = v.CellKey()
 		path, ok = v.HandlePath(c.h.Session, req.Handle)
 	})
@@ -440,26 +440,26 @@ func (c *call) detachedFor(session uint64) func() time.Duration {
 func (c *call) withdraw(session, handle, seq uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: session, Time: c.now(),
-		Payload: &replica.CancelWaitArgs{Handle: handle, WaitSeq: seq}})
+	res, err := c.applyInvalidating(ctx, c.stop, &fsm.Command{Session: session, Time: c.now(),
+		Payload: &fsm.CancelWaitArgs{Handle: handle, WaitSeq: seq}})
 	if err == nil {
 		err = resultErr(res)
 	}
-	var re *replica.Error
-	if err != nil && !(errors.As(err, &re) && re.Kind == replica.KindHandleInvalid) {
+	var re *fsm.Error
+	if err != nil && !(errors.As(err, &re) && re.Kind == fsm.KindHandleInvalid) {
 		c.log.Warn("withdrawing an abandoned lock wait failed; the client retries it", "handle", handle, "seq", seq, "err", err)
 	}
 }
 
 func (c *call) cancelAcquire(ctx context.Context, req *wire.CancelAcquireRequest) (*wire.Empty, error) {
-	_, err := c.apply(ctx, commandOf(replica.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}))
+	_, err := c.apply(ctx, commandOf(fsm.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}))
 	if err == nil { // the client withdrew it itself: nothing left to withdraw
 		c.waits.forget(waitKey{c.h.Session, req.Handle, req.WaitSeq})
 	}
 	return &wire.Empty{}, err
 }
 
-func toStat(s replica.Stat) wire.Stat {
+func toStat(s fsm.Stat) wire.Stat {
 	return wire.Stat{
 		Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
 		Checksum: s.Checksum, Size: s.Size, CTime: s.CTime, MTime: s.MTime, Dir: s.Dir,
@@ -471,7 +471,7 @@ func toStat(s replica.Stat) wire.Stat {
 
 // fence verifies a sequencer attached to a handle call (signature, cell)
 // and turns it into the claim the state machine checks atomically.
-func (c *call) fence(seq []byte) (*replica.Fence, error) {
+func (c *call) fence(seq []byte) (*fsm.Fence, error) {
 	if len(seq) == 0 {
 		return nil, nil
 	}
@@ -479,12 +479,12 @@ func (c *call) fence(seq []byte) (*replica.Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}, nil
+	return &fsm.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}, nil
 }
 
 func (c *call) verifySequencer(seq []byte) (sequencer.Sequencer, error) {
 	var key []byte
-	c.read(func(v replica.View) { key = v.CellKey() })
+	c.read(func(v fsm.View) { key = v.CellKey() })
 	s, err := sequencer.Verify(key, seq)
 	if err != nil {
 		return s, wire.Errorf(wire.CodeBadSequencer, "%v", err)
@@ -510,11 +510,11 @@ func (c *call) checkSequencer(ctx context.Context, req *wire.CheckSequencerReque
 	}
 	var ok bool
 	var reason string
-	err = c.state.Read(func(v replica.View) error {
+	err = c.state.Read(func(v fsm.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}
-		ok, reason = v.FenceValidFor(&replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation},
+		ok, reason = v.FenceValidFor(&fsm.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation},
 			c.caller.Principal, c.isAdmin())
 		return nil
 	})
@@ -529,8 +529,8 @@ func (c *call) checkSequencer(ctx context.Context, req *wire.CheckSequencerReque
 // calls on every request's path propose their commands through it.
 func commandOf[P any, PP interface {
 	*P
-	replica.Payload
-}](args P) *replica.Command {
+	fsm.Payload
+}](args P) *fsm.Command {
 	c := &commandWith[P]{args: args}
 	c.cmd.Payload = PP(&c.args)
 	return &c.cmd
@@ -538,6 +538,6 @@ func commandOf[P any, PP interface {
 
 // commandWith is a command and its payload, allocated together.
 type commandWith[P any] struct {
-	cmd  replica.Command
+	cmd  fsm.Command
 	args P
 }

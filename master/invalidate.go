@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 )
 
 // The cache-invalidation protocol (docs/spec.md#cache-invalidation). The master remembers which
@@ -586,15 +586,15 @@ func (s *parts) registerCacher(session uint64, principal, name string) bool {
 
 // applyInvalidating applies cmd after invalidating every cache of a name
 // it could change.
-func (s *parts) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd *replica.Command) (*replica.Result, error) {
+func (s *parts) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd *fsm.Command) (*fsm.Result, error) {
 	var names []string
-	s.read(func(v replica.View) { names = v.AffectedPaths(cmd) })
+	s.read(func(v fsm.View) { names = v.AffectedPaths(cmd) })
 	return s.applyAfter(ctx, stop, names, cmd)
 }
 
 // applyAfter applies cmd after invalidating every cache of names, the
 // names cmd could change.
-func (s *parts) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *replica.Command) (*replica.Result, error) {
+func (s *parts) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *fsm.Command) (*fsm.Result, error) {
 	err := s.inv.invalidate(ctx, stop, names)
 	defer s.inv.release(names)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -56,7 +56,7 @@ func ResumeSecret(cellKey []byte, cell string, id uint64, principal string) []by
 // sessionSecret is the secret of session id of the calling principal.
 func (c *call) sessionSecret(id uint64) []byte {
 	var key []byte
-	c.read(func(v replica.View) { key = v.CellKey() })
+	c.read(func(v fsm.View) { key = v.CellKey() })
 	return ResumeSecret(key, c.cfg.Cell, id, c.caller.Principal)
 }
 
@@ -79,7 +79,7 @@ func (c *call) resumeSession(ctx context.Context, req *wire.ResumeSessionRequest
 	h := *c.h
 	h.Session = req.Session
 	c.h = &h
-	res, err := c.apply(ctx, commandOf(replica.ResumeSessionArgs{}))
+	res, err := c.apply(ctx, commandOf(fsm.ResumeSessionArgs{}))
 	if err != nil {
 		c.auditResume(req.Session, err)
 		return nil, err
@@ -87,7 +87,7 @@ func (c *call) resumeSession(ctx context.Context, req *wire.ResumeSessionRequest
 	c.sess.created(req.Session, c.caller.Conn)
 	out := &wire.ResumeSessionResponse{Session: req.Session, Epoch: c.epoch, LeaseMillis: c.cfg.LeaseTTL.Milliseconds(),
 		Incarnation: res.Incarnation, NextSeq: res.NextSeq}
-	c.read(func(v replica.View) {
+	c.read(func(v fsm.View) {
 		hs, more := v.SessionOpenHandles(req.Session, wire.MaxResumeHandles)
 		out.Truncated = more
 		for _, h := range hs {
@@ -121,7 +121,7 @@ func (c *call) auditResume(session uint64, err error) {
 // KeepAlive's header may have been reused by its stream.)
 func (s *parts) movedSince(session, incarnation uint64) bool {
 	moved := false
-	s.read(func(v replica.View) {
+	s.read(func(v fsm.View) {
 		_, current, ok := v.SessionResumeInfo(session)
 		moved = ok && current != incarnation
 	})

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -22,7 +22,7 @@ import (
 // and confirming leadership. Declared here, where it is used.
 type Consensus interface {
 	// Apply proposes cmd and returns its result once applied locally.
-	Apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error)
+	Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error)
 	// VerifyLeader confirms leadership with a quorum right now.
 	VerifyLeader(ctx context.Context) error
 	// IsLeader reports, without a network round, whether Raft still
@@ -71,7 +71,7 @@ type Config struct {
 	// Members are the bootstrap peers' addresses: the first master that
 	// finds the replicated member table empty seeds it with them (for
 	// the members of the Raft configuration) and the configured size.
-	Members []replica.MemberAddrs
+	Members []fsm.MemberAddrs
 }
 
 // AnonymousPrincipal is the one principal of a cell without TLS: every
@@ -171,7 +171,7 @@ type parts struct {
 	log   *slog.Logger
 	// quota is what commands that may grow the namespace carry, shared
 	// by all of them and never changed (quota.go).
-	quota *replica.Quota
+	quota *fsm.Quota
 
 	// proof vouches for leadership before a lease is granted, a call
 	// admitted or a read answered (leadership.go).
@@ -203,7 +203,7 @@ func New(cfg Config, cons Consensus, state State) *Server {
 	p.sess.lengthen(cfg.MaxLeaseTTL, cfg.KeepAliveTarget)
 	p.sess.budgetEvents(cfg.Limits.EventBytes, cfg.Limits.EventBytesPerPrincipal)
 	p.sess.principalOf = func(id uint64) (principal string) {
-		p.read(func(v replica.View) { principal, _ = v.SessionPrincipal(id) })
+		p.read(func(v fsm.View) { principal, _ = v.SessionPrincipal(id) })
 		return principal
 	}
 	p.reserved.sess = p.sess
@@ -229,13 +229,13 @@ func (s *Server) Serving() (bool, uint64) {
 // the hand-off of locks waiting out a lock-delay.
 func (s *Server) Start(ctx context.Context) error {
 	proposed := s.cfg.Clock.Now()
-	res, err := s.cons.Apply(ctx, &replica.Command{Time: s.now(), Payload: &replica.EpochArgs{}})
+	res, err := s.cons.Apply(ctx, &fsm.Command{Time: s.now(), Payload: &fsm.EpochArgs{}})
 	if err != nil {
 		return fmt.Errorf("master: take epoch: %w", err)
 	}
 	s.proof.note(proposed) // committed: a quorum followed us after proposed
 	var keyed bool
-	s.read(func(v replica.View) { keyed = len(v.CellKey()) > 0 })
+	s.read(func(v fsm.View) { keyed = len(v.CellKey()) > 0 })
 	if !keyed {
 		// The first master of a cell draws its secret sequencer key; the
 		// state machine keeps the first one ever applied.
@@ -243,7 +243,7 @@ func (s *Server) Start(ctx context.Context) error {
 		if _, err := rand.Read(key); err != nil {
 			return fmt.Errorf("master: draw cell key: %w", err)
 		}
-		if _, err := s.cons.Apply(ctx, &replica.Command{Time: s.now(), Payload: &replica.CellKeyArgs{Key: key}}); err != nil {
+		if _, err := s.cons.Apply(ctx, &fsm.Command{Time: s.now(), Payload: &fsm.CellKeyArgs{Key: key}}); err != nil {
 			return fmt.Errorf("master: store cell key: %w", err)
 		}
 	}
@@ -256,7 +256,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.stop = make(chan struct{})
 	var ids []uint64
 	var delays map[string]int64
-	s.read(func(v replica.View) { ids, delays = v.SessionIDs(), v.LockDelays() })
+	s.read(func(v fsm.View) { ids, delays = v.SessionIDs(), v.LockDelays() })
 	recovering := s.sess.start(s.epoch, ids)
 	s.delays.start(s.stop)
 	for path, until := range delays {
@@ -308,7 +308,7 @@ func (s *parts) now() int64 { return s.cfg.Clock.Now().UnixNano() }
 // made by the term's fan-out (fanout.go), which it hands each change with
 // its position. The sessions' lock is taken only for an entry that
 // created or closed a session.
-func (s *Server) observe(index uint64, changes []replica.Change) {
+func (s *Server) observe(index uint64, changes []fsm.Change) {
 	s.mu.Lock()
 	serving, fan := s.serving, s.fan
 	s.mu.Unlock()
@@ -322,9 +322,9 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 	s.mu.Lock()
 	for _, c := range changes {
 		switch c.Kind {
-		case replica.ChangeLockGranted, replica.ChangeWaitEnded:
+		case fsm.ChangeLockGranted, fsm.ChangeWaitEnded:
 			s.waits.wake(waitKey{c.Session, c.Handle, c.Seq})
-		case replica.ChangeLockDelay:
+		case fsm.ChangeLockDelay:
 			if s.serving { // under mu: never armed after Stop's stopAll
 				s.delays.arm(c.Path, c.Time)
 			}
@@ -500,7 +500,7 @@ type call struct {
 // which a parked KeepAlive holds for as long as it is parked.
 type applyRead struct {
 	c     *call
-	cmd   *replica.Command
+	cmd   *fsm.Command
 	names []string
 }
 
@@ -512,7 +512,7 @@ const maxPooledNames = 64
 // apply proposes a command carrying the call's request id and returns the
 // state machine's result, or its error. One read of the state finds both
 // the names to invalidate and the handle's name for the audit log.
-func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error) {
+func (c *call) apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	cmd.Time = c.now()
 	cmd.Session, cmd.Incarnation = c.h.Session, c.h.Incarnation
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
@@ -528,7 +528,7 @@ func (c *call) apply(ctx context.Context, cmd *replica.Command) (*replica.Result
 		applyReads.Put(r)
 	}()
 	r.c, r.cmd = c, cmd
-	_ = c.state.ReadWith(r, func(v replica.View, arg any) error { // captures nothing: no allocation
+	_ = c.state.ReadWith(r, func(v fsm.View, arg any) error { // captures nothing: no allocation
 		r := arg.(*applyRead)
 		if handle := r.cmd.HandleOf(); r.c.path == "" && handle != 0 {
 			r.c.path, _ = v.HandlePath(r.c.h.Session, handle) // for the audit log
@@ -581,7 +581,7 @@ func (c *call) verifyRead(ctx context.Context) error {
 }
 
 // liveSession answers SessionExpired unless the call's session is live in v.
-func (c *call) liveSession(v replica.View) error {
+func (c *call) liveSession(v fsm.View) error {
 	if !v.SessionExists(c.h.Session) {
 		return wire.Errorf(wire.CodeSessionExpired, "session %d does not exist or has expired", c.h.Session)
 	}
@@ -595,22 +595,22 @@ type sessionEvent struct {
 
 // eventOf maps a state change to the event kind and mask bit handles ask
 // for, if any.
-var eventOf = map[replica.ChangeKind]struct {
+var eventOf = map[fsm.ChangeKind]struct {
 	kind uint8
 	mask uint32
 }{
-	replica.ChangeContents:     {wire.EventContents, wire.MaskContentsModified},
-	replica.ChangeChildAdded:   {wire.EventChildAdded, wire.MaskChildAdded},
-	replica.ChangeChildRemoved: {wire.EventChildRemoved, wire.MaskChildRemoved},
-	replica.ChangeDeleted:      {wire.EventHandleInvalid, wire.MaskHandleInvalid},
-	replica.ChangeLockGranted:  {wire.EventLockAcquired, wire.MaskLockAcquired},
-	replica.ChangeLockConflict: {wire.EventLockConflict, wire.MaskConflictingLock},
+	fsm.ChangeContents:     {wire.EventContents, wire.MaskContentsModified},
+	fsm.ChangeChildAdded:   {wire.EventChildAdded, wire.MaskChildAdded},
+	fsm.ChangeChildRemoved: {wire.EventChildRemoved, wire.MaskChildRemoved},
+	fsm.ChangeDeleted:      {wire.EventHandleInvalid, wire.MaskHandleInvalid},
+	fsm.ChangeLockGranted:  {wire.EventLockAcquired, wire.MaskLockAcquired},
+	fsm.ChangeLockConflict: {wire.EventLockConflict, wire.MaskConflictingLock},
 }
 
 // sessionChanged reports whether changes created or closed a session.
-func sessionChanged(changes []replica.Change) bool {
+func sessionChanged(changes []fsm.Change) bool {
 	for i := range changes {
-		if k := changes[i].Kind; k == replica.ChangeSessionCreated || k == replica.ChangeSessionClosed || k == replica.ChangeSessionResumed {
+		if k := changes[i].Kind; k == fsm.ChangeSessionCreated || k == fsm.ChangeSessionClosed || k == fsm.ChangeSessionResumed {
 			return true
 		}
 	}
@@ -619,7 +619,7 @@ func sessionChanged(changes []replica.Change) bool {
 
 // placeEvent fills in ev's position: the instance and generations of the
 // node ev's handle has open, when that node still exists.
-func placeEvent(v replica.View, session uint64, ev *wire.Event) {
+func placeEvent(v fsm.View, session uint64, ev *wire.Event) {
 	if hv, err := v.LookupHandle(session, ev.Handle); err == nil {
 		ev.Pos = &wire.EventPos{Instance: hv.Stat.Instance, ContentGen: hv.Stat.ContentGen, LockGen: hv.Stat.LockGen}
 	}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -777,7 +777,7 @@ func (ss *sessions) leaseLeft(ids []uint64, now time.Time) map[uint64]time.Durat
 // gets a lease; a session closed ends its parked KeepAlive and its
 // fail-over wait. It returns the sessions that ended, for the invalidator
 // to forget (after this lock is released).
-func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (ended []uint64) {
+func (ss *sessions) observe(notes []sessionEvent, changes []fsm.Change) (ended []uint64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.active {
@@ -789,11 +789,11 @@ func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (end
 	}
 	for _, c := range changes {
 		switch c.Kind {
-		case replica.ChangeSessionCreated:
+		case fsm.ChangeSessionCreated:
 			if _, ok := ss.leases[c.Session]; !ok && ss.active {
 				ss.leases[c.Session] = newLease(ss.clock.Now().Add(ss.ttl))
 			}
-		case replica.ChangeSessionResumed:
+		case fsm.ChangeSessionResumed:
 			// The old process's lease ends here, its parked KeepAlive
 			// told the session moved; the new process starts with a
 			// full lease of its own, and nothing cached (so the
@@ -808,7 +808,7 @@ func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (end
 			if ss.active {
 				ss.leases[c.Session] = newLease(ss.clock.Now().Add(ss.ttl))
 			}
-		case replica.ChangeSessionClosed:
+		case fsm.ChangeSessionClosed:
 			ss.ackedLocked(c.Session)
 			if l, ok := ss.leases[c.Session]; ok {
 				l.closed = true
@@ -869,7 +869,7 @@ func (c *call) createSession(ctx context.Context, req *wire.CreateSessionRequest
 		return nil, err
 	}
 	defer unreserve() // after the lease below counts it on its connection
-	res, err := c.apply(ctx, &replica.Command{Client: req.ClientName, Payload: &replica.CreateSessionArgs{Host: req.Host, PID: req.PID, Program: req.Program}})
+	res, err := c.apply(ctx, &fsm.Command{Client: req.ClientName, Payload: &fsm.CreateSessionArgs{Host: req.Host, PID: req.PID, Program: req.Program}})
 	if err != nil {
 		return nil, err
 	}
@@ -899,7 +899,7 @@ func (c *call) admitKeepAlive(id uint64) error {
 	}
 	var live bool
 	var applied uint64
-	c.read(func(v replica.View) {
+	c.read(func(v fsm.View) {
 		live = v.SessionExists(id)
 		_, _, _, applied = v.Counts()
 	})
@@ -933,8 +933,8 @@ func replyEvents(evs []wire.Event) []wire.Event {
 }
 
 func (c *call) closeSession(ctx context.Context) (*wire.Empty, error) {
-	res, err := c.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: c.now(),
-		Principal: c.caller.Principal, Admin: c.isAdmin(), Incarnation: c.h.Incarnation, Payload: &replica.CloseSessionArgs{}})
+	res, err := c.applyInvalidating(ctx, c.stop, &fsm.Command{Session: c.h.Session, Time: c.now(),
+		Principal: c.caller.Principal, Admin: c.isAdmin(), Incarnation: c.h.Incarnation, Payload: &fsm.CloseSessionArgs{}})
 	if err != nil {
 		return nil, err
 	}
@@ -965,7 +965,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		s.sess.watch(now, false)
 		for _, id := range s.sess.expired(now) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := s.applyInvalidating(ctx, stop, &replica.Command{Session: id, Time: s.now(), Payload: &replica.CloseSessionArgs{Expired: true}})
+			res, err := s.applyInvalidating(ctx, stop, &fsm.Command{Session: id, Time: s.now(), Payload: &fsm.CloseSessionArgs{Expired: true}})
 			cancel()
 			switch {
 			case err != nil:
@@ -996,9 +996,9 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 	if err := c.verifyRead(ctx); err != nil {
 		return nil, err
 	}
-	var views []replica.SessionView
-	var ids []replica.Identity
-	c.read(func(v replica.View) {
+	var views []fsm.SessionView
+	var ids []fsm.Identity
+	c.read(func(v fsm.View) {
 		views = v.Sessions()
 		if !c.isAdmin() {
 			own := views[:0]
@@ -1009,7 +1009,7 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 			}
 			views = own
 		}
-		ids = make([]replica.Identity, min(len(views), wire.MaxListedSessions))
+		ids = make([]fsm.Identity, min(len(views), wire.MaxListedSessions))
 		for i := range ids {
 			ids[i], _ = v.SessionIdentity(views[i].ID)
 		}
@@ -1030,7 +1030,7 @@ func (c *call) listSessions(ctx context.Context) (*wire.ListSessionsResponse, er
 // views[i]'s) and lease left, into their wire form, in order, until they
 // would add up to more than budget bytes (sessionInfoBytes). The first is
 // always kept.
-func sessionInfos(views []replica.SessionView, ids []replica.Identity, left map[uint64]time.Duration, budget int) []wire.SessionInfo {
+func sessionInfos(views []fsm.SessionView, ids []fsm.Identity, left map[uint64]time.Duration, budget int) []wire.SessionInfo {
 	out := make([]wire.SessionInfo, 0, len(views))
 	for i, v := range views {
 		size := sessionInfoBytes(v, ids[i])
@@ -1052,7 +1052,7 @@ func sessionInfos(views []replica.SessionView, ids []replica.Identity, left map[
 const listSessionsBytes = wire.MaxFrameSize / 2
 
 // sessionInfoBytes over-estimates the encoding of one listed session.
-func sessionInfoBytes(v replica.SessionView, id replica.Identity) int {
+func sessionInfoBytes(v fsm.SessionView, id fsm.Identity) int {
 	n := 64 + len(v.Client) + len(v.Principal) + len(id.Host) + len(id.Program)
 	for _, l := range v.Locks {
 		n += len(l) + 4

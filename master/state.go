@@ -3,12 +3,12 @@ package master
 import (
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 )
 
 // State is the replicated state as the master uses it. Every read goes
 // through Read (or ReadWith): one call, one read lock, one applied index, so what a
-// handler checks and what it answers agree. *replica.FSM is one; tests
+// handler checks and what it answers agree. *fsm.FSM is one; tests
 // may give the master an FSM they feed without Raft.
 //
 // Lock order: the master's own locks (the invalidator's, Server.mu, the
@@ -17,18 +17,18 @@ import (
 // runs after the apply has unlocked).
 type State interface {
 	// Read runs fn with a view of the state under one read lock.
-	Read(fn func(replica.View) error) error
+	Read(fn func(fsm.View) error) error
 	// ReadWith runs fn(view, arg) under one read lock: Read without a
 	// closure, for the calls on every request's path (see
-	// replica.FSM.ReadWith).
-	ReadWith(arg any, fn func(v replica.View, arg any) error) error
+	// fsm.FSM.ReadWith).
+	ReadWith(arg any, fn func(v fsm.View, arg any) error) error
 	// Backup copies the state into a backup file (one read lock).
-	Backup(term uint64, now time.Time) (*replica.Backup, error)
+	Backup(term uint64, now time.Time) (*fsm.Backup, error)
 	// SetObserver installs the function told of every applied change.
-	SetObserver(o replica.Observer)
+	SetObserver(o fsm.Observer)
 }
 
 // read runs fn on a view of the replicated state under one lock.
-func (s *parts) read(fn func(v replica.View)) {
-	_ = s.state.Read(func(v replica.View) error { fn(v); return nil })
+func (s *parts) read(fn func(v fsm.View)) {
+	_ = s.state.Read(func(v fsm.View) error { fn(v); return nil })
 }

@@ -26,16 +26,17 @@ BEGIN {
   n = split("" \
     "fixtures: *\n" \
     "deploy: -\n" \
-    "cmd/lockcelld: cell wire codec frame master replica backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
+    "cmd/lockcelld: cell wire codec frame master replica fsm backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
     "=cmd/lockcell: client cache wire codec frame cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
     "cmd/lockcell-kv: client cache wire codec frame cell/certs acl backupfile sequencer internal/testhook\n" \
     "codec: -\n" \
     "frame: -\n" \
     "wire: codec\n" \
     "cell/certs: acl\n" \
-    "cell: wire codec frame master replica backupfile acl audit =sequencer buildinfo\n" \
-    "master: wire codec replica backupfile acl audit =sequencer\n" \
-    "replica: codec backupfile acl audit\n" \
+    "cell: wire codec frame master replica fsm backupfile acl audit =sequencer buildinfo\n" \
+    "master: wire codec fsm backupfile acl audit =sequencer\n" \
+    "replica: fsm codec backupfile acl audit\n" \
+    "fsm: codec backupfile acl audit\n" \
     "client/admin: client wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "=client: client/internal internal/testhook wire codec frame cell/certs acl backupfile cache =sequencer\n" \
     "client: wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
@@ -69,8 +70,9 @@ BEGIN {
     dpat[i] = kv[1]; dallow[i] = kv[2]
   }
   # Packages that serve clients or resource servers never carry the
-  # server side third-party stores with them.
-  nostore = "client cache sequencer acl audit backupfile wire codec frame =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
+  # server side third-party stores with them, and neither do the state
+  # machine and the master: Raft and badger belong to the node (replica).
+  nostore = "fsm master client cache sequencer acl audit backupfile wire codec frame =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }
