@@ -113,10 +113,16 @@ func (w *Writer) Bool(k string, v bool) {
 	}
 }
 
-// Uint writes a uint64 field.
+// Uint writes a uint64 field. It encodes v itself rather than through
+// uint: most integers written are uint64s, and the call is a tenth of
+// their cost.
 func (w *Writer) Uint(k string, v uint64, always bool) {
-	if w.field(k, always || v != 0) {
-		w.uint(v, 8)
+	switch {
+	case !w.field(k, always || v != 0):
+	case w.Compact:
+		w.Check(w.E.EncodeUint(v))
+	default:
+		w.Check(w.E.EncodeUint64(v))
 	}
 }
 

@@ -81,7 +81,8 @@ func (c *Command) encodeByHand(e *msgpack.Encoder, t CmdType) error {
 	w.Check(e.EncodeArrayLen(2))
 	w.MapLen(1, c.Time != 0, c.Session != 0, c.Seq != 0, c.Ack != 0, c.Principal != "", c.Admin, c.Client != "",
 		c.Fence != nil, c.Incarnation != 0)
-	w.Uint8("t", uint8(t), true)
+	w.Key("t") // every command has one: written here, without Uint8's call
+	w.Check(e.EncodeUint8(uint8(t)))
 	w.Int("tm", c.Time, false)
 	w.Uint("s", c.Session, false)
 	w.Uint("q", c.Seq, false)
