@@ -204,7 +204,7 @@ torture:
 	echo "torture: 4/5 seeded bugs (SEEDS=$${SEEDS:-5})"; \
 	GO=$(GO) sh scripts/seeded-bugs.sh; sb=$$?; \
 	echo "torture: 5/5 state machine model (10,000 sequences)"; \
-	LOCKCELL_CHAOS_TORTURE=1 $(GO) test -count=1 -timeout 60m -v -run '^TestFSMMatchesModel$$' ./replica/; mo=$$?; \
+	LOCKCELL_CHAOS_TORTURE=1 $(GO) test -count=1 -timeout 60m -v -run '^TestFSMMatchesModel$$' ./fsm/; mo=$$?; \
 	echo "torture: chaos exit $$st, safety exit $$sf, hostile exit $$ho, summary exit $$sum, seeded bugs exit $$sb, model exit $$mo"; \
 	test $$st -eq 0 -a $$sf -eq 0 -a $$ho -eq 0 -a $$sum -eq 0 -a $$sb -eq 0 -a $$mo -eq 0
 

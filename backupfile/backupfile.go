@@ -22,7 +22,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/wire/bound"
+	"lockcell/codec"
 )
 
 // Magic opens every backup file.
@@ -119,7 +119,7 @@ func Read(r io.Reader, maxSnapshot uint64, errBad error) (*File, error) {
 		return bad("truncated in the header: %d of %d bytes (%v)", n, hl, err)
 	}
 	var f File
-	if err := bound.Check(hb); err != nil {
+	if err := codec.CheckBounds(hb); err != nil {
 		return bad("header: %v", err)
 	}
 	if err := msgpack.Unmarshal(hb, &f.Header); err != nil {

@@ -1,7 +1,6 @@
 package cell
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"lockcell/frame"
 )
 
 // Memory budgets of the client port.
@@ -156,16 +157,6 @@ const fairShareFloor = 1 << 20
 // cutMemory is how many BufferStalls an address or principal that had a
 // connection closed over a budget stays out of the reserve.
 const cutMemory = 10
-
-// yamux frame header: version, type, flags (2), stream id (4), length (4).
-const (
-	muxHeaderSize = 12
-	muxTypeData   = 0
-	muxTypeWindow = 1
-	muxFlagSYN    = 1
-	muxFlagFIN    = 4
-	muxFlagRST    = 8
-)
 
 // budgetLevel is where a budget or a count bound: the connection, its
 // IP, its principal or the process.
@@ -1128,30 +1119,11 @@ func (bc *budgetConn) Close() error {
 	return bc.Conn.Close()
 }
 
-// muxParser follows yamux frames across reads or writes.
+// muxParser follows yamux frames across reads or writes, and the stream
+// the current data frame's body is charged to.
 type muxParser struct {
-	hdr     [muxHeaderSize]byte
-	have    int          // header bytes so far
-	payload uint32       // data bytes of the current frame still to come
-	st      *streamBytes // the stream they are charged to (nil: none)
-}
-
-// header is a complete frame header: its type, flags and stream.
-func (p *muxParser) header() (typ byte, flags uint16, id, length uint32) {
-	h := p.hdr[:]
-	return h[1], binary.BigEndian.Uint16(h[2:4]), binary.BigEndian.Uint32(h[4:8]), binary.BigEndian.Uint32(h[8:12])
-}
-
-// fill takes header bytes from b and reports how many it took and whether
-// the header is complete.
-func (p *muxParser) fill(b []byte) (int, bool) {
-	k := copy(p.hdr[p.have:], b)
-	p.have += k
-	if p.have < muxHeaderSize {
-		return k, false
-	}
-	p.have = 0
-	return k, true
+	frames frame.Scanner
+	st     *streamBytes // the stream the body is charged to (nil: none)
 }
 
 // received charges the data payloads in b, bytes just read from the
@@ -1168,33 +1140,32 @@ func (c *connBudget) received(p *muxParser, b []byte) error {
 	var total, extra int64
 	defer func() { c.chargeInExtra(extra) }()
 	for len(b) > 0 {
-		if p.payload > 0 {
-			k := min(uint32(min(len(b), 1<<30)), p.payload)
-			p.payload -= k
+		if p.frames.Body() > 0 {
+			k := p.frames.SkipBody(len(b))
 			b = b[k:]
 			if st := p.st; st != nil && !st.gone {
 				fire = st.peerLocked(fire)
 				st.held += int64(k)
 				st.buffered += int64(k)
 				total += int64(k)
-				if p.payload == 0 {
+				if p.frames.Body() == 0 {
 					st.frameEnd()
 				}
 				extra += st.recharge()
 			}
 			continue
 		}
-		k, ok := p.fill(b)
+		k, h, ok := p.frames.FillHeader(b)
 		b = b[k:]
 		if !ok {
 			break
 		}
-		typ, flags, id, length := p.header()
+		typ, flags, id, length := h.Type(), h.Flags(), h.StreamID(), h.Length()
 		p.st = nil
-		if typ != muxTypeData && typ != muxTypeWindow {
+		if typ != frame.TypeData && typ != frame.TypeWindowUpdate {
 			continue // ping and go-away: no stream, no payload
 		}
-		if flags&muxFlagSYN != 0 {
+		if flags&frame.FlagSYN != 0 {
 			if old := c.streams[id]; old != nil {
 				if !old.remote {
 					c.chargeIn(total)
@@ -1209,7 +1180,7 @@ func (c *connBudget) received(p *muxParser, b []byte) error {
 			c.pending = append(c.pending, st)
 		}
 		st := c.streams[id]
-		if st != nil && flags&(muxFlagFIN|muxFlagRST) != 0 {
+		if st != nil && flags&(frame.FlagFIN|frame.FlagRST) != 0 {
 			fire = st.peerLocked(fire)
 			st.remote = true
 			if st.local {
@@ -1217,8 +1188,8 @@ func (c *connBudget) received(p *muxParser, b []byte) error {
 				st = nil
 			}
 		}
-		if typ == muxTypeData {
-			p.st, p.payload = st, length
+		if typ == frame.TypeData { // its body is due (the scanner expects it)
+			p.st = st
 			if st != nil && !st.gone && length > 0 {
 				st.frameStart(int64(length))
 				extra += st.recharge()
@@ -1234,22 +1205,17 @@ func (c *connBudget) received(p *muxParser, b []byte) error {
 // dropped that stream and everything it held.
 func (c *connBudget) sent(p *muxParser, b []byte) {
 	for len(b) > 0 {
-		if p.payload > 0 {
-			k := min(uint32(min(len(b), 1<<30)), p.payload)
-			p.payload -= k
-			b = b[k:]
+		if p.frames.Body() > 0 {
+			b = b[p.frames.SkipBody(len(b)):]
 			continue
 		}
-		k, ok := p.fill(b)
+		k, h, ok := p.frames.FillHeader(b)
 		b = b[k:]
 		if !ok {
 			return
 		}
-		typ, flags, id, length := p.header()
-		switch {
-		case typ == muxTypeData:
-			p.payload = length
-		case typ == muxTypeWindow && flags&muxFlagRST != 0:
+		if h.Type() == frame.TypeWindowUpdate && h.Flags()&frame.FlagRST != 0 {
+			id := h.StreamID()
 			c.mu.Lock()
 			var fire []func()
 			if st := c.streams[id]; st != nil {

@@ -8,11 +8,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"lockcell/frame"
 )
 
 // muxFrame is one yamux frame: header and payload (data frames only).
 func muxFrame(typ byte, flags uint16, id uint32, payload []byte, length uint32) []byte {
-	h := make([]byte, muxHeaderSize, muxHeaderSize+len(payload))
+	h := make([]byte, frame.HeaderSize, frame.HeaderSize+len(payload))
 	h[1] = typ
 	binary.BigEndian.PutUint16(h[2:4], flags)
 	binary.BigEndian.PutUint32(h[4:8], id)
@@ -59,12 +61,12 @@ func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 	var p muxParser
 	data := make([]byte, 1000)
 	var in []byte
-	in = append(in, muxFrame(muxTypeWindow, muxFlagSYN, 1, nil, 0)...)
-	in = append(in, muxFrame(muxTypeData, 0, 1, data[:700], 700)...)
-	in = append(in, muxFrame(2 /* ping */, muxFlagSYN, 0, nil, 99)...)
-	in = append(in, muxFrame(muxTypeData, muxFlagSYN, 3, data[:300], 300)...)
-	in = append(in, muxFrame(muxTypeData, 0, 1, data[:100], 100)...) // after its request: trailing bytes
-	in = append(in, muxFrame(muxTypeData, 0, 9, data[:50], 50)...)   // a stream yamux does not know
+	in = append(in, muxFrame(frame.TypeWindowUpdate, frame.FlagSYN, 1, nil, 0)...)
+	in = append(in, muxFrame(frame.TypeData, 0, 1, data[:700], 700)...)
+	in = append(in, muxFrame(2 /* ping */, frame.FlagSYN, 0, nil, 99)...)
+	in = append(in, muxFrame(frame.TypeData, frame.FlagSYN, 3, data[:300], 300)...)
+	in = append(in, muxFrame(frame.TypeData, 0, 1, data[:100], 100)...) // after its request: trailing bytes
+	in = append(in, muxFrame(frame.TypeData, 0, 9, data[:50], 50)...)   // a stream yamux does not know
 	if err := feed(t, c, &p, in); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 	wantHeld(t, b, c, 400)
 	c.finished(s1, 0)
 	wantHeld(t, b, c, 400)
-	if err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagFIN, 1, nil, 0)); err != nil {
+	if err := feed(t, c, &p, muxFrame(frame.TypeWindowUpdate, frame.FlagFIN, 1, nil, 0)); err != nil {
 		t.Fatal(err)
 	}
 	wantHeld(t, b, c, 300)
@@ -92,8 +94,8 @@ func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 	// SYNs). The client resets stream 11 while its handler still holds
 	// it, and opens id 11 again: the new stream is counted apart, and the
 	// old handler's releases do not touch it.
-	for _, f := range [][]byte{muxFrame(muxTypeData, muxFlagSYN, 11, data[:10], 10), muxFrame(muxTypeData, muxFlagSYN, 9, data[:20], 20),
-		muxFrame(muxTypeWindow, muxFlagRST, 11, nil, 0), muxFrame(muxTypeData, muxFlagSYN, 11, data[:40], 40)} {
+	for _, f := range [][]byte{muxFrame(frame.TypeData, frame.FlagSYN, 11, data[:10], 10), muxFrame(frame.TypeData, frame.FlagSYN, 9, data[:20], 20),
+		muxFrame(frame.TypeWindowUpdate, frame.FlagRST, 11, nil, 0), muxFrame(frame.TypeData, frame.FlagSYN, 11, data[:40], 40)} {
 		if err := feed(t, c, &p, f); err != nil {
 			t.Fatal(err)
 		}
@@ -117,19 +119,19 @@ func TestBudgetChargesAndReleasesByStream(t *testing.T) {
 	// A reset yamux sends (backlog overflow, close timeout) drops the
 	// stream with its bytes, even mid-payload.
 	var out muxParser
-	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 7, data[:500], 800)); err != nil {
+	if err := feed(t, c, &p, muxFrame(frame.TypeData, frame.FlagSYN, 7, data[:500], 800)); err != nil {
 		t.Fatal(err)
 	}
 	wantHeld(t, b, c, 500)
-	c.sent(&out, muxFrame(muxTypeData, 0, 7, data[:20], 20)) // our reply: no effect
-	c.sent(&out, muxFrame(muxTypeWindow, muxFlagRST, 7, nil, 0))
+	c.sent(&out, muxFrame(frame.TypeData, 0, 7, data[:20], 20)) // our reply: no effect
+	c.sent(&out, muxFrame(frame.TypeWindowUpdate, frame.FlagRST, 7, nil, 0))
 	wantHeld(t, b, c, 0)
 	if err := feed(t, c, &p, data[:300]); err != nil { // the rest of its payload
 		t.Fatal(err)
 	}
 	wantHeld(t, b, c, 0)
 	// An id the client has not closed cannot be opened again.
-	err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagSYN, 9, nil, 0))
+	err := feed(t, c, &p, muxFrame(frame.TypeWindowUpdate, frame.FlagSYN, 9, nil, 0))
 	if !errors.Is(err, errStreamReused) {
 		t.Fatalf("a stream id opened twice: %v", err)
 	}
@@ -145,10 +147,10 @@ func TestBudgetConnectionEndReleasesEverything(t *testing.T) {
 	b := testBudgets(1<<20, 2<<20, 4<<20)
 	c1, c2 := b.conn("192.0.2.1", "p"), b.conn("192.0.2.1", "p")
 	var p1, p2 muxParser
-	if err := feed(t, c1, &p1, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 600), 600)); err != nil {
+	if err := feed(t, c1, &p1, muxFrame(frame.TypeData, frame.FlagSYN, 1, make([]byte, 600), 600)); err != nil {
 		t.Fatal(err)
 	}
-	if err := feed(t, c2, &p2, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 400), 400)); err != nil {
+	if err := feed(t, c2, &p2, muxFrame(frame.TypeData, frame.FlagSYN, 1, make([]byte, 400), 400)); err != nil {
 		t.Fatal(err)
 	}
 	c1.chargeOut(50, 0)
@@ -179,7 +181,7 @@ func TestBudgetAwait(t *testing.T) {
 	defer c1.end()
 	defer c2.end()
 	var p1 muxParser
-	if err := c1.received(&p1, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 1000), 1000)); err != nil {
+	if err := c1.received(&p1, muxFrame(frame.TypeData, frame.FlagSYN, 1, make([]byte, 1000), 1000)); err != nil {
 		t.Fatal(err)
 	}
 	// Its handler read yamux's buffer empty, so the 1000 bytes are all
@@ -196,7 +198,7 @@ func TestBudgetAwait(t *testing.T) {
 		t.Fatalf("after a release: %v", err)
 	}
 	var p2 muxParser
-	if err := c2.received(&p2, muxFrame(muxTypeData, muxFlagSYN, 1, make([]byte, 600), 600)); err != nil {
+	if err := c2.received(&p2, muxFrame(frame.TypeData, frame.FlagSYN, 1, make([]byte, 600), 600)); err != nil {
 		t.Fatal(err)
 	}
 	c2.read(c2.accepted(1), 600)
@@ -251,20 +253,20 @@ func BenchmarkBudgetReceived(b *testing.B) {
 	var calls [][]byte
 	for _, n := range []int{100, 256 << 10} {
 		var in []byte
-		in = append(in, muxFrame(muxTypeWindow, muxFlagSYN, 0, nil, 0)...)
-		in = append(in, muxFrame(muxTypeData, 0, 0, make([]byte, n), uint32(n))...)
-		in = append(in, muxFrame(muxTypeWindow, muxFlagFIN, 0, nil, 0)...)
+		in = append(in, muxFrame(frame.TypeWindowUpdate, frame.FlagSYN, 0, nil, 0)...)
+		in = append(in, muxFrame(frame.TypeData, 0, 0, make([]byte, n), uint32(n))...)
+		in = append(in, muxFrame(frame.TypeWindowUpdate, frame.FlagFIN, 0, nil, 0)...)
 		calls = append(calls, in)
 	}
-	reply := muxFrame(muxTypeData, 0, 0, nil, 0)
+	reply := muxFrame(frame.TypeData, 0, 0, nil, 0)
 	var id uint32
 	b.SetBytes(int64(len(calls[0]) + len(calls[1])))
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, in := range calls {
 			id += 2
-			n := len(in) - 3*muxHeaderSize
-			for _, off := range []int{4, muxHeaderSize + 4, 2*muxHeaderSize + n + 4} {
+			n := len(in) - 3*frame.HeaderSize
+			for _, off := range []int{4, frame.HeaderSize + 4, 2*frame.HeaderSize + n + 4} {
 				binary.BigEndian.PutUint32(in[off:], id)
 			}
 			for rest := in; len(rest) > 0; {
@@ -337,7 +339,7 @@ func TestBudgetChargesWhatHoldingBytesCosts(t *testing.T) {
 	buf := func(l int64) int64 { return 2*l + yamuxReadSlack } // after one frame of l bytes
 
 	// A frame's header makes yamux allocate its size; its end doubles it.
-	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 1, data[:500], 800)); err != nil {
+	if err := feed(t, c, &p, muxFrame(frame.TypeData, frame.FlagSYN, 1, data[:500], 800)); err != nil {
 		t.Fatal(err)
 	}
 	wantHeld(t, b, c, 500)
@@ -347,7 +349,7 @@ func TestBudgetChargesWhatHoldingBytesCosts(t *testing.T) {
 	}
 	wantExtra(t, b, c, buf(800)-800)
 	// A second frame that fits the buffer leaves it as it is.
-	if err := feed(t, c, &p, muxFrame(muxTypeData, 0, 1, data[:100], 100)); err != nil {
+	if err := feed(t, c, &p, muxFrame(frame.TypeData, 0, 1, data[:100], 100)); err != nil {
 		t.Fatal(err)
 	}
 	wantHeld(t, b, c, 900)
@@ -379,21 +381,21 @@ func TestBudgetChargesWhatHoldingBytesCosts(t *testing.T) {
 	wantExtra(t, b, c, 0)
 
 	// A refused stream's buffer is counted until the stream is dropped.
-	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 3, data[:200], 200)); err != nil {
+	if err := feed(t, c, &p, muxFrame(frame.TypeData, frame.FlagSYN, 3, data[:200], 200)); err != nil {
 		t.Fatal(err)
 	}
 	s3 := c.accepted(3)
 	wantExtra(t, b, c, buf(200)-200)
 	c.finished(s3, 0)
 	wantExtra(t, b, c, buf(200)-200)
-	if err := feed(t, c, &p, muxFrame(muxTypeWindow, muxFlagFIN, 3, nil, 0)); err != nil {
+	if err := feed(t, c, &p, muxFrame(frame.TypeWindowUpdate, frame.FlagFIN, 3, nil, 0)); err != nil {
 		t.Fatal(err)
 	}
 	wantHeld(t, b, c, 0)
 	wantExtra(t, b, c, 0)
 
 	// The end of the connection releases it all, at every level.
-	if err := feed(t, c, &p, muxFrame(muxTypeData, muxFlagSYN, 5, data[:1000], 1000)); err != nil {
+	if err := feed(t, c, &p, muxFrame(frame.TypeData, frame.FlagSYN, 5, data[:1000], 1000)); err != nil {
 		t.Fatal(err)
 	}
 	c.reading(c.accepted(5), 1000)
@@ -415,7 +417,7 @@ func TestBudgetChargesWhatHoldingBytesCosts(t *testing.T) {
 // dispatched (no memory counted around them).
 func holdBytes(t *testing.T, c *connBudget, p *muxParser, id uint32, n int) *streamBytes {
 	t.Helper()
-	if err := c.received(p, muxFrame(muxTypeData, muxFlagSYN, id, make([]byte, n), uint32(n))); err != nil {
+	if err := c.received(p, muxFrame(frame.TypeData, frame.FlagSYN, id, make([]byte, n), uint32(n))); err != nil {
 		t.Fatal(err)
 	}
 	st := c.accepted(id)

@@ -27,11 +27,11 @@ import (
 // base+i, its Raft port base+10+i and its HTTP port base+20+i, so the HTTP
 // port lies as far from the client port on every replica.
 type httpCell struct {
-	t       *testing.T
-	certs   *fixtures.CertSet // mutual TLS on the client and Raft ports, when set
-	peers   []cell.Peer
-	http    []string
-	servers []*cell.Server
+	t     *testing.T
+	c     *fixtures.Cell
+	certs *fixtures.CertSet // mutual TLS on the client and Raft ports, when set
+	peers []cell.Peer
+	http  []string
 }
 
 func newHTTPCell(t *testing.T, n int, pprof bool) *httpCell { return newHTTPCellTLS(t, n, pprof, nil) }
@@ -65,53 +65,21 @@ func newHTTPCellTLS(t *testing.T, n int, pprof bool, certs *fixtures.CertSet) *h
 			RaftAddr: "127.0.0.1:" + strconv.Itoa(base+10+i)})
 		hc.http = append(hc.http, "127.0.0.1:"+strconv.Itoa(base+20+i))
 	}
-	dir := t.TempDir()
-	for i, p := range hc.peers {
-		cfg := cell.Config{Cell: "t", Self: p.ID, Peers: hc.peers, Dir: dir + "/r" + p.ID, LeaseTTL: 2 * time.Second,
-			Timings: fixtures.TestTimings(), Insecure: certs == nil, Logger: fixtures.Logger(), MetricsAddr: hc.http[i], Pprof: pprof}
-		if certs != nil {
-			cfg.TLS, cfg.PeerTLS = certs.ReplicaTLS(t, p.ID)
-		}
-		s, err := cell.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hc.servers = append(hc.servers, s)
-	}
-	t.Cleanup(func() {
-		for i := range hc.servers {
-			hc.stop(i)
-		}
-	})
+	hc.c = fixtures.NewCell(t, n, fixtures.Options{Peers: hc.peers, TLS: certs, Configure: func(cfg *cell.Config) {
+		i, _ := strconv.Atoi(cfg.Self)
+		cfg.MetricsAddr, cfg.Pprof = hc.http[i-1], pprof
+	}})
 	return hc
 }
 
-func (hc *httpCell) stop(i int) {
-	if s := hc.servers[i]; s != nil {
-		hc.servers[i] = nil
-		s.Close()
-	}
-}
+func (hc *httpCell) stop(i int) { hc.c.Stop(i) }
 
-// master waits for a serving master and returns its index.
+// master waits (until ctx's deadline) for a serving master and returns its
+// index.
 func (hc *httpCell) master(ctx context.Context) int {
 	hc.t.Helper()
-	var live []*cell.Server
-	for _, s := range hc.servers {
-		if s != nil {
-			live = append(live, s)
-		}
-	}
-	m, err := cell.WaitForMaster(ctx, live)
-	if err != nil {
-		hc.t.Fatal(err)
-	}
-	for i, s := range hc.servers {
-		if s == m {
-			return i
-		}
-	}
-	return -1
+	d, _ := ctx.Deadline()
+	return hc.c.WaitForMaster(time.Until(d))
 }
 
 // client dials the cell as the client named name (with TLS: as the user
@@ -203,7 +171,7 @@ func TestReadyzFollowsQuorum(t *testing.T) {
 	hc := newHTTPCell(t, 3, false)
 	ctx := ctxT(t, 60*time.Second)
 	m := hc.master(ctx)
-	for i := range hc.servers {
+	for i := range hc.peers {
 		waitFor(t, 15*time.Second, fmt.Sprintf("replica %d ready", i), func() (bool, string) {
 			code, body, err := hc.get(i, "/readyz")
 			return err == nil && code == http.StatusOK, fmt.Sprint(code, " ", body, err)
@@ -222,7 +190,7 @@ func TestReadyzFollowsQuorum(t *testing.T) {
 	if v := hc.metric(f, "lockcell_ready"); v != 1 {
 		t.Errorf("follower's lockcell_ready is %v", v)
 	}
-	for i := range hc.servers {
+	for i := range hc.peers {
 		if i != f {
 			hc.stop(i)
 		}
@@ -259,8 +227,9 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 			t.Errorf("an unknown path answers %d", code)
 		}
 	}
-	_, err := cell.New(cell.Config{Cell: "t", Self: "1", Peers: fixtures.FreePeers(t, 1), Dir: t.TempDir(), Insecure: true, Pprof: true})
-	if err == nil || !strings.Contains(err.Error(), "MetricsAddr") {
+	// cell.New refuses what Validate does, before it opens anything.
+	cfg := fixtures.ReplicaConfig(t, fixtures.Options{Configure: func(c *cell.Config) { c.Pprof = true }})
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "MetricsAddr") {
 		t.Errorf("Pprof without an HTTP port: %v", err)
 	}
 }

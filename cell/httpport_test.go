@@ -23,20 +23,7 @@ import (
 // configured further by edit, and waits for its master.
 func oneReplica(t *testing.T, edit func(*cell.Config)) *cell.Server {
 	t.Helper()
-	peers := fixtures.FreePeers(t, 1)
-	cfg := cell.Config{Cell: "t", Self: peers[0].ID, Peers: peers, Dir: t.TempDir(), LeaseTTL: 2 * time.Second,
-		Timings: fixtures.TestTimings(), Insecure: true, Logger: fixtures.Logger(),
-		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", fixtures.FreePorts(t, 1)[0])}
-	edit(&cfg)
-	s, err := cell.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := cell.WaitForMaster(ctxT(t, 30*time.Second), []*cell.Server{s}); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return fixtures.NewCell(t, 1, fixtures.Options{HTTP: true, Configure: edit}).Server(0)
 }
 
 // keptConn is an HTTP connection that made one request and is kept open,
@@ -223,11 +210,6 @@ func TestHTTPConfigRefusals(t *testing.T) {
 		t.Skip("no file-descriptor limit to read here")
 	}
 	t.Logf("file-descriptor limit %d: the HTTP ports' share is %d", limit, share)
-	base := func() cell.Config {
-		peers := fixtures.FreePeers(t, 1)
-		return cell.Config{Cell: "t", Self: peers[0].ID, Peers: peers, Dir: t.TempDir(), Insecure: true,
-			MetricsAddr: "127.0.0.1:0"}
-	}
 	for _, tc := range []struct {
 		name string
 		edit func(*cell.Config)
@@ -239,12 +221,11 @@ func TestHTTPConfigRefusals(t *testing.T) {
 		{"unknown names setting", func(c *cell.Config) { c.HTTPNames = "everyone" }, "--http-names"},
 		{"plain cell, HTTP port on all addresses", func(c *cell.Config) { c.MetricsAddr = "0.0.0.0:0" }, "loopback"},
 	} {
-		cfg := base()
-		tc.edit(&cfg)
-		s, err := cell.New(cfg)
+		// cell.New refuses what Validate does, before it opens anything.
+		cfg := fixtures.ReplicaConfig(t, fixtures.Options{HTTP: true, Configure: tc.edit})
+		err := cfg.Validate()
 		if err == nil {
-			s.Close()
-			t.Errorf("%s: started", tc.name)
+			t.Errorf("%s: accepted", tc.name)
 			continue
 		}
 		if !strings.Contains(err.Error(), tc.want) {
@@ -255,13 +236,7 @@ func TestHTTPConfigRefusals(t *testing.T) {
 		}
 	}
 	// At the share itself, it starts.
-	cfg := base()
-	cfg.HTTP.MaxConns = share
-	s, err := cell.New(cfg)
-	if err != nil {
-		t.Fatalf("a cap at the share: %v", err)
-	}
-	s.Close()
+	fixtures.NewCell(t, 1, fixtures.Options{HTTP: true, Configure: func(c *cell.Config) { c.HTTP.MaxConns = share }})
 }
 
 // httpsGet fetches path from a TLS HTTP port presenting tc's certificate

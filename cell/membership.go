@@ -1,7 +1,7 @@
 package cell
 
 import (
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -55,7 +55,7 @@ func (s *Server) clientAddrOf(id string) string {
 	return ""
 }
 
-func clientAddrIn(table []replica.MemberAddrs, id string) string {
+func clientAddrIn(table []fsm.MemberAddrs, id string) string {
 	for _, m := range table {
 		if m.ID == id {
 			return m.ClientAddr
@@ -67,13 +67,13 @@ func clientAddrIn(table []replica.MemberAddrs, id string) string {
 // bootstrapMembers are the configured Peers' addresses, which the first
 // master seeds the member table with; none for a joining replica, which
 // learns the table from the cell.
-func (c *Config) bootstrapMembers() []replica.MemberAddrs {
+func (c *Config) bootstrapMembers() []fsm.MemberAddrs {
 	if c.Join {
 		return nil
 	}
-	out := make([]replica.MemberAddrs, 0, len(c.Peers))
+	out := make([]fsm.MemberAddrs, 0, len(c.Peers))
 	for _, p := range c.Peers {
-		out = append(out, replica.MemberAddrs{ID: p.ID, ClientAddr: p.ClientAddr, RaftAddr: p.RaftAddr})
+		out = append(out, fsm.MemberAddrs{ID: p.ID, ClientAddr: p.ClientAddr, RaftAddr: p.RaftAddr})
 	}
 	return out
 }

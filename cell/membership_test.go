@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,42 +16,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
-	"lockcell/cell"
 	"lockcell/client"
 	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
 )
-
-// startJoiner starts an in-process replica with an empty data folder that
-// joins c instead of bootstrapping (Config.Join), on fresh ports.
-// With gate, its Raft port is a gatedTransport.
-func startJoiner(t *testing.T, c *fixtures.Cell, id string, gate *gatedTransport) (*cell.Server, cell.Peer) {
-	t.Helper()
-	ports := fixtures.FreePorts(t, 3)
-	p := cell.Peer{ID: id, ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	o := c.Options()
-	cfg := cell.Config{Cell: o.Cell, Self: id, Peers: []cell.Peer{p}, Join: true, Dir: filepath.Join(o.Dir, "replica-"+id),
-		LeaseTTL: o.LeaseTTL, Timings: o.Timings, Logger: fixtures.Logger().With("r", id), Insecure: o.TLS == nil,
-		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[2])}
-	if o.TLS != nil {
-		cfg.TLS, cfg.PeerTLS = o.TLS.ReplicaTLS(t, id)
-	}
-	if gate != nil {
-		tcp, err := raft.NewTCPTransportWithConfig(p.RaftAddr, nil, &raft.NetworkTransportConfig{
-			MaxPool: 8, Timeout: 5 * time.Second, Logger: hclog.NewNullLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gate.start(tcp)
-		cfg.Transport = gate
-	}
-	s, err := cell.New(cfg)
-	if err != nil {
-		t.Fatalf("start joining replica %s: %v", id, err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, p
-}
 
 // gatedTransport is a replica's real TCP Raft transport that holds every
 // AppendEntries carrying log entries (or probing for a match) and every
@@ -71,10 +38,18 @@ func newGatedTransport() *gatedTransport {
 	return &gatedTransport{out: make(chan raft.RPC), gate: make(chan struct{}), closed: make(chan struct{})}
 }
 
-func (g *gatedTransport) start(tcp *raft.NetworkTransport) {
+// transport is the joining replica's Raft transport (for
+// fixtures.Cell.StartJoiner): a real TCP one on raftAddr, gated.
+func (g *gatedTransport) transport(_, raftAddr string) (raft.Transport, error) {
+	tcp, err := raft.NewTCPTransportWithConfig(raftAddr, nil, &raft.NetworkTransportConfig{
+		MaxPool: 8, Timeout: 5 * time.Second, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		return nil, err
+	}
 	g.NetworkTransport = tcp
 	g.wg.Add(1)
 	go g.forward()
+	return g, nil
 }
 
 // forward relays inbound RPCs, parking the gated ones on a goroutine of
@@ -150,7 +125,7 @@ func memberOf(l lcadmin.ReplicaList, id string) (lcadmin.ReplicaStatus, bool) { 
 // client address, it can lead (the others' leader hints name it), and
 // removing it while it leads hands leadership over first.
 func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
-	c := fixtures.NewCell(t, 5, fixtures.Options{})
+	c := fixtures.NewCell(t, 5, fixtures.Options{HTTP: true})
 	cl := c.Client(t)
 	ctx := ctxT(t, 90*time.Second)
 	for i := range 40 {
@@ -170,7 +145,7 @@ func TestMembershipAddCatchUpPromoteRemove(t *testing.T) {
 	}
 
 	gate := newGatedTransport()
-	s6, p6 := startJoiner(t, c, "6", gate)
+	s6, p6 := c.StartJoiner("6", gate.transport)
 	if cfg, err := s6.Replica().Configuration(); err != nil || len(cfg.Servers) != 0 {
 		t.Fatalf("a joining replica bootstrapped a configuration of its own: %+v %v", cfg, err)
 	}

@@ -5,8 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"lockcell/fsm"
 	"lockcell/master"
-	"lockcell/replica"
 	"lockcell/wire"
 )
 
@@ -120,19 +120,19 @@ func newMetrics(s *Server) *metrics {
 		counter("lockcell_group_commit_batches_total", "Raft entries this replica proposed that were batches of commands.",
 			func() float64 { return float64(s.rep.GroupCommitStats().Batches) }),
 	)
-	histogram := func(name, help string, f func() replica.HistogramSnapshot) prometheus.Collector {
+	histogram := func(name, help string, f func() fsm.HistogramSnapshot) prometheus.Collector {
 		return histogramFunc{desc: prometheus.NewDesc(name, help, nil, labels), read: f}
 	}
 	m.reg.MustRegister(
 		histogram("lockcell_lock_wait_seconds",
 			"Time from a blocking Acquire's arrival at this replica's master to its grant (granted acquires only).",
-			func() replica.HistogramSnapshot { return s.master.Stats().LockWait }),
+			func() fsm.HistogramSnapshot { return s.master.Stats().LockWait }),
 		histogram("lockcell_keepalive_lease_left_seconds", "Lease a session had left when its KeepAlive reached this replica's master.",
-			func() replica.HistogramSnapshot { return s.master.Stats().LeaseLeft }),
+			func() fsm.HistogramSnapshot { return s.master.Stats().LeaseLeft }),
 		histogram("lockcell_log_store_seconds", "Time to write one batch of Raft log entries to the store and fsync it.",
-			func() replica.HistogramSnapshot { return s.rep.Stats().LogStore }),
+			func() fsm.HistogramSnapshot { return s.rep.Stats().LogStore }),
 		histogram("lockcell_apply_seconds", "Time the state machine took to apply one committed entry.",
-			func() replica.HistogramSnapshot { return s.rep.Stats().Apply }),
+			func() fsm.HistogramSnapshot { return s.rep.Stats().Apply }),
 	)
 	m.reg.MustRegister(newQuotaCollector(s, labels))
 	m.reg.MustRegister(opsCollectors(s, labels)...)
@@ -218,16 +218,16 @@ func (m *metrics) observe(method wire.Method, code wire.Code, took time.Duration
 // Prometheus histogram (the buckets are replica.HistogramBound's).
 type histogramFunc struct {
 	desc *prometheus.Desc
-	read func() replica.HistogramSnapshot
+	read func() fsm.HistogramSnapshot
 }
 
 func (h histogramFunc) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
 
 func (h histogramFunc) Collect(ch chan<- prometheus.Metric) {
 	snap := h.read()
-	buckets := make(map[float64]uint64, replica.HistogramBuckets)
+	buckets := make(map[float64]uint64, fsm.HistogramBuckets)
 	for i, n := range snap.Buckets {
-		buckets[replica.HistogramBound(i).Seconds()] = n
+		buckets[fsm.HistogramBound(i).Seconds()] = n
 	}
 	ch <- prometheus.MustNewConstHistogram(h.desc, snap.Count, snap.Sum.Seconds(), buckets)
 }
@@ -239,7 +239,7 @@ func (h histogramFunc) Collect(ch chan<- prometheus.Metric) {
 // full each is. Counts per principal would be a label per principal,
 // unbounded, so only the largest is shown: the one nearest its share.
 type quotaCollector struct {
-	read                                        func() replica.QuotaStats
+	read                                        func() fsm.QuotaStats
 	contentBytes, maxNodes, maxContent, refused *prometheus.Desc
 	// The cell's quotas as this replica's master enforces them (the
 	// configured ones, or their defaults).
@@ -267,7 +267,7 @@ func newQuotaCollector(s *Server, labels prometheus.Labels) quotaCollector {
 			"How full a cell-wide quota is, 0 to 1: nodes below the root over --max-nodes, or content bytes over --max-content-bytes. "+
 				"Principals other than the admin are refused when they would fill the admin's reserve, a little before 1.",
 			[]string{"quota"}, labels),
-		read: func() replica.QuotaStats { return s.rep.FSM().QuotaStats(admin) },
+		read: func() fsm.QuotaStats { return s.rep.FSM().QuotaStats(admin) },
 		contentBytes: prometheus.NewDesc("lockcell_content_bytes",
 			"Bytes of all files' contents in the namespace (the content quota's count).", nil, labels),
 		maxNodes: prometheus.NewDesc("lockcell_principal_max_nodes",
@@ -300,6 +300,6 @@ func (q quotaCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(q.ratio, prometheus.GaugeValue, float64(st.Nodes)/float64(q.nodesQuota), "nodes")
 	ch <- prometheus.MustNewConstMetric(q.ratio, prometheus.GaugeValue, float64(st.ContentBytes)/float64(q.contentBytesQuota), "content_bytes")
 	for r, n := range st.Refusals {
-		ch <- prometheus.MustNewConstMetric(q.refused, prometheus.CounterValue, float64(n), replica.QuotaReason(r).String())
+		ch <- prometheus.MustNewConstMetric(q.refused, prometheus.CounterValue, float64(n), fsm.QuotaReason(r).String())
 	}
 }

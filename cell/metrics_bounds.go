@@ -3,7 +3,7 @@ package cell
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 )
 
 // boundMetrics show how full the master's process-wide caps are, so an
@@ -17,7 +17,7 @@ func boundMetrics(s *Server, labels prometheus.Labels) []prometheus.Collector {
 			func() float64 { return float64(s.master.BackupsInFlight()) }),
 		gauge("lockcell_handles", "Open handles in the replicated state (at most --max-handles).", func() float64 {
 			var n int
-			_ = s.rep.FSM().Read(func(v replica.View) error { n = v.Handles(); return nil })
+			_ = s.rep.FSM().Read(func(v fsm.View) error { n = v.Handles(); return nil })
 			return float64(n)
 		}),
 	}

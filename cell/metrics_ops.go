@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"lockcell/buildinfo"
+	"lockcell/fsm"
 	"lockcell/replica"
 )
 
@@ -111,7 +112,7 @@ type followerCollector struct {
 	now               func() time.Time
 	lag, contact, rtt *prometheus.Desc
 	rttKinds          [2]string
-	rttPick           [2]func(replica.PeerRTT) replica.HistogramSnapshot
+	rttPick           [2]func(replica.PeerRTT) fsm.HistogramSnapshot
 	rttBounds         []float64
 }
 
@@ -127,13 +128,13 @@ func newFollowerCollector(s *Server, labels prometheus.Labels) *followerCollecto
 			"Round trip of the AppendEntries this replica sent the member while it was master: kind heartbeat (no entries: the network), "+
 				"append (entries: the network and the follower's fsync).", []string{"member", "kind"}, labels),
 		rttKinds: [2]string{"heartbeat", "append"},
-		rttPick: [2]func(replica.PeerRTT) replica.HistogramSnapshot{
-			func(r replica.PeerRTT) replica.HistogramSnapshot { return r.Heartbeat },
-			func(r replica.PeerRTT) replica.HistogramSnapshot { return r.Append },
+		rttPick: [2]func(replica.PeerRTT) fsm.HistogramSnapshot{
+			func(r replica.PeerRTT) fsm.HistogramSnapshot { return r.Heartbeat },
+			func(r replica.PeerRTT) fsm.HistogramSnapshot { return r.Append },
 		},
 	}
-	for i := range replica.HistogramBuckets {
-		f.rttBounds = append(f.rttBounds, replica.HistogramBound(i).Seconds())
+	for i := range fsm.HistogramBuckets {
+		f.rttBounds = append(f.rttBounds, fsm.HistogramBound(i).Seconds())
 	}
 	return f
 }

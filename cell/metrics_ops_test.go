@@ -67,7 +67,7 @@ func sample(text, name string, want ...string) (float64, bool) {
 // for the members of the configuration only.
 func TestOperatorMetrics(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	servers, m, cl := metricsCell(t, ctx, cell.SessionLimits{Nodes: 20, ContentBytes: 1000})
+	servers, m, cl := metricsCell(t, cell.SessionLimits{Nodes: 20, ContentBytes: 1000})
 	const rwc = client.Read | client.Write | client.Create
 	for i := range 4 {
 		mustOpen(t, ctx, cl, fmt.Sprintf("/ls/t/f%d", i), rwc, client.WithContents(make([]byte, 125))).Close()

@@ -1,11 +1,9 @@
 package cell_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,37 +16,18 @@ import (
 // metricsCell starts three plain replicas of cell "t", each serving its
 // metrics on a loopback port, with limits, and returns them, the master
 // and a client of it (closed with the test).
-func metricsCell(t *testing.T, ctx context.Context, limits cell.SessionLimits) ([]*cell.Server, *cell.Server, *client.Client) {
+func metricsCell(t *testing.T, limits cell.SessionLimits) ([]*cell.Server, *cell.Server, *client.Client) {
 	t.Helper()
-	peers := fixtures.FreePeers(t, 3)
-	ports := fixtures.FreePorts(t, 3)
-	var servers []*cell.Server
-	for i, p := range peers {
-		s, err := cell.New(cell.Config{Cell: "t", Self: p.ID, Peers: peers, Dir: t.TempDir(), Timings: fixtures.TestTimings(), Insecure: true,
-			Logger: fixtures.Logger(), MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[i]), SessionLimits: limits})
-		if err != nil {
-			t.Fatal(err)
-		}
-		servers = append(servers, s)
-		t.Cleanup(func() { s.Close() })
-	}
-	m, err := cell.WaitForMaster(ctx, servers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.Dial(ctx, client.Config{Cell: "t", Replicas: []string{m.ClientAddr()}, Logger: fixtures.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	return servers, m, cl
+	c := fixtures.NewCell(t, 3, fixtures.Options{HTTP: true, SessionLimits: limits})
+	servers := []*cell.Server{c.Server(0), c.Server(1), c.Server(2)}
+	return servers, servers[c.WaitForMaster(30*time.Second)], c.Client(t)
 }
 
 // Each replica serves Prometheus metrics: calls by method and code, the
 // master flag, sessions, Raft indexes.
 func TestReplicaMetrics(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	_, m, cl := metricsCell(t, ctx, cell.SessionLimits{})
+	_, m, cl := metricsCell(t, cell.SessionLimits{})
 	mustOpen(t, ctx, cl, "/ls/t/x", client.Read|client.Write|client.Create).Close()
 	resp, err := http.Get("http://" + m.MetricsAddr() + "/metrics")
 	if err != nil {
@@ -82,23 +61,9 @@ func TestReplicaMetrics(t *testing.T) {
 // The quota metrics: the cell's content bytes, the largest principal's
 // counts (the admin, here every caller, left out) and refusals by quota.
 func TestQuotaMetrics(t *testing.T) {
-	peers := fixtures.FreePeers(t, 1)
-	port := fixtures.FreePorts(t, 1)[0]
-	s, err := cell.New(cell.Config{Cell: "t", Self: peers[0].ID, Peers: peers, Dir: t.TempDir(), Timings: fixtures.TestTimings(), Insecure: true,
-		Logger: fixtures.Logger(), MetricsAddr: "127.0.0.1:" + strconv.Itoa(port), SessionLimits: cell.SessionLimits{ContentBytes: 64}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	c := fixtures.NewCell(t, 1, fixtures.Options{HTTP: true, SessionLimits: cell.SessionLimits{ContentBytes: 64}})
+	s, cl := c.Server(0), c.Client(t)
 	ctx := ctxT(t, 30*time.Second)
-	if _, err := cell.WaitForMaster(ctx, []*cell.Server{s}); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.Dial(ctx, client.Config{Cell: "t", Replicas: []string{s.ClientAddr()}, Logger: fixtures.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	const rwc = client.Read | client.Write | client.Create
 	mustOpen(t, ctx, cl, "/ls/t/x", rwc, client.WithContents(make([]byte, 40))).Close()
 	if _, err := cl.Open(ctx, "/ls/t/y", rwc, client.WithContents(make([]byte, 25))); !errors.Is(err, client.ErrQuotaExceeded) {

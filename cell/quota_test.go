@@ -12,8 +12,8 @@ import (
 
 	"lockcell/client"
 	"lockcell/fixtures"
+	"lockcell/fsm"
 	"lockcell/master"
-	"lockcell/replica"
 )
 
 // Quotas through real cells: each one reached gives client.ErrQuotaExceeded
@@ -37,7 +37,7 @@ func wantQuotaErr(t *testing.T, what string, err error, mention ...string) {
 }
 
 // usageEverywhere waits until every running replica of c counts want.
-func usageEverywhere(t *testing.T, c *fixtures.Cell, n int, want replica.Usage) {
+func usageEverywhere(t *testing.T, c *fixtures.Cell, n int, want fsm.Usage) {
 	t.Helper()
 	pollUntil(t, 30*time.Second, fmt.Sprintf("every replica to count %+v", want), func() bool {
 		for i := range n {
@@ -119,7 +119,7 @@ func TestQuotaFullCellKeepsServing(t *testing.T) {
 		t.Fatalf("delete in a full cell: %v", err)
 	}
 	mustOpen(t, ctx, cl, c.Name("d/e"), rwc).Close()
-	usageEverywhere(t, c, 1, replica.Usage{Nodes: 4, ContentBytes: 64})
+	usageEverywhere(t, c, 1, fsm.Usage{Nodes: 4, ContentBytes: 64})
 	if cl.Session() == 0 || other.Session() == 0 {
 		t.Fatal("a session was lost while the cell was full")
 	}
@@ -175,7 +175,7 @@ func TestQuotaConcurrentCreatesNeverOvershoot(t *testing.T) {
 	if err != nil || len(ents) != quota-1 {
 		t.Fatalf("the directory lists %d children (%v), want %d", len(ents), err, quota-1)
 	}
-	usageEverywhere(t, c, 3, replica.Usage{Nodes: quota})
+	usageEverywhere(t, c, 3, fsm.Usage{Nodes: quota})
 }
 
 // The per-principal quota counts the nodes each principal created that
@@ -220,8 +220,8 @@ func TestQuotaPerPrincipal(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustOpen(t, ctx, alice, c.Name("pub/a3"), rwc).Close()
-	fsm := c.Server(0).Replica().FSM()
-	if a, b, ad := fsm.PrincipalNodes("alice"), fsm.PrincipalNodes("bob"), fsm.PrincipalNodes("admin"); a != 2 || b != 1 || ad != 5 {
+	sm := c.Server(0).Replica().FSM()
+	if a, b, ad := sm.PrincipalNodes("alice"), sm.PrincipalNodes("bob"), sm.PrincipalNodes("admin"); a != 2 || b != 1 || ad != 5 {
 		t.Fatalf("nodes by creator: alice %d, bob %d, admin %d; want 2, 1, 5", a, b, ad)
 	}
 }
@@ -240,7 +240,7 @@ func TestQuotaSurvivesFailoverAndRestart(t *testing.T) {
 	}
 	_, err := cl.Open(ctx, c.Name("f5"), rwc)
 	wantQuotaErr(t, "sixth node", err, "limit is 5")
-	full := replica.Usage{Nodes: 5, ContentBytes: 100}
+	full := fsm.Usage{Nodes: 5, ContentBytes: 100}
 	usageEverywhere(t, c, 3, full)
 	for i := range 3 {
 		if err := c.Server(i).Replica().Snapshot(); err != nil {
@@ -380,15 +380,15 @@ func TestQuotaContentSharesAndAdminReserve(t *testing.T) {
 		t.Fatalf("carol deletes in a full cell: %v", err)
 	}
 	mustOpen(t, ctx, alice, c.Name("pub/a2"), rwc, client.WithContents(fill(share))).Close()
-	fsm := c.Server(0).Replica().FSM()
-	if a, b, ca := fsm.PrincipalContentBytes("alice"), fsm.PrincipalContentBytes("bob"), fsm.PrincipalContentBytes("carol"); a != share || b != 10 || ca != int64(carolBytes) {
+	sm := c.Server(0).Replica().FSM()
+	if a, b, ca := sm.PrincipalContentBytes("alice"), sm.PrincipalContentBytes("bob"), sm.PrincipalContentBytes("carol"); a != share || b != 10 || ca != int64(carolBytes) {
 		t.Fatalf("content by creator: alice %d, bob %d, carol %d", a, b, ca)
 	}
-	st := fsm.QuotaStats("admin")
+	st := sm.QuotaStats("admin")
 	if st.MaxPrincipalContentBytes != share || st.MaxPrincipalNodes != 5 {
 		t.Fatalf("largest principal: %d bytes, %d nodes; want %d (alice's), 5 (carol's)", st.MaxPrincipalContentBytes, st.MaxPrincipalNodes, share)
 	}
-	if r := st.Refusals; r[replica.QuotaContentBytesPerPrincipal] != 3 || r[replica.QuotaContentBytes] != 2 || r[replica.QuotaNodes] != 1 {
+	if r := st.Refusals; r[fsm.QuotaContentBytesPerPrincipal] != 3 || r[fsm.QuotaContentBytes] != 2 || r[fsm.QuotaNodes] != 1 {
 		t.Fatalf("refusals by quota %v", r)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"lockcell/client"
 	lcadmin "lockcell/client/admin"
 	"lockcell/fixtures"
+	"lockcell/fsm"
 	"lockcell/master"
-	"lockcell/replica"
 	"lockcell/wire"
 )
 
@@ -90,9 +90,9 @@ func TestQuotaUsageReportsPrincipalAndCell(t *testing.T) {
 			t.Fatalf("%s's %s: %+v; want used %d, max %d, reserve %d, full %v", r.Principal, name, l, used, max, reserve, full)
 		}
 	}
-	fsm := c.Server(0).Replica().FSM()
+	sm := c.Server(0).Replica().FSM()
 	var aliceHandlesNow int
-	_ = fsm.Read(func(v replica.View) error { aliceHandlesNow = v.PrincipalHandles("alice"); return nil })
+	_ = sm.Read(func(v fsm.View) error { aliceHandlesNow = v.PrincipalHandles("alice"); return nil })
 
 	cellUsed := int64(len(aclText) + 1000 + 50)
 	mine := report(alice, "")

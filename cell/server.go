@@ -18,6 +18,7 @@ import (
 
 	"lockcell/audit"
 	"lockcell/cell/certs"
+	"lockcell/frame"
 	"lockcell/master"
 	"lockcell/replica"
 	"lockcell/wire"
@@ -418,7 +419,7 @@ func (s *Server) serveConn(raw net.Conn, ip string) {
 	// The budget sees yamux's writes as yamux makes them; the BatchConn
 	// below it puts each frame, and the frames queued meanwhile, in one
 	// write.
-	sess, err := yamux.Server(&budgetConn{Conn: wire.NewBatchConn(conn), raw: raw, c: cb}, yamuxConfig())
+	sess, err := yamux.Server(&budgetConn{Conn: frame.NewBatchConn(conn), raw: raw, c: cb}, yamuxConfig())
 	if err != nil {
 		conn.Close()
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"lockcell/acl"
+	"lockcell/fsm"
 	"lockcell/replica"
 )
 
@@ -173,7 +174,7 @@ func (s *Server) statusFor(principal string) *cellStatusPage {
 				p.Sessions = append(p.Sessions, ss)
 			}
 		}
-		s.rep.FSM().Read(func(v replica.View) error {
+		s.rep.FSM().Read(func(v fsm.View) error {
 			for _, l := range full.Locks {
 				if v.Allowed(l.Name, principal, false, acl.Read) == nil {
 					p.Locks = append(p.Locks, l)
@@ -338,9 +339,9 @@ func (s *Server) guessStatusURL(masterClient string) string {
 
 func lockModeName(m uint8) string {
 	switch m {
-	case replica.LockExclusive:
+	case fsm.LockExclusive:
 		return "exclusive"
-	case replica.LockShared:
+	case fsm.LockShared:
 		return "shared"
 	}
 	return "free"

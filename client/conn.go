@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"lockcell/frame"
 	"lockcell/wire"
 )
 
@@ -192,7 +193,7 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 	// yamux writes each frame's header and body separately and one frame
 	// at a time; the BatchConn puts a frame in one write, and frames that
 	// queue meanwhile in the next.
-	mux, err := yamux.Client(wire.NewBatchConn(tc), muxConfig())
+	mux, err := yamux.Client(frame.NewBatchConn(tc), muxConfig())
 	if err != nil {
 		tc.Close()
 		return nil, err

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"lockcell/acl"
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -20,7 +20,7 @@ func (s *parts) checkSessionOwner(c *call, r route) error {
 	if c.h.Session == 0 || r.newSession {
 		return nil
 	}
-	return s.r.view(func(v replica.View) error {
+	return s.r.view(func(v fsm.View) error {
 		owner, incarnation, ok := v.SessionResumeInfo(c.h.Session)
 		if ok && owner != "" && owner != c.caller.Principal {
 			return wire.Errorf(wire.CodePermission, "session %d belongs to another principal", c.h.Session)
@@ -33,7 +33,7 @@ func (s *parts) checkSessionOwner(c *call, r route) error {
 }
 
 // checkRead decides a read of the node behind a handle, in view v.
-func (c *call) checkRead(v replica.View, handle uint64) error {
+func (c *call) checkRead(v fsm.View, handle uint64) error {
 	name, ok := v.HandlePath(c.h.Session, handle)
 	if !ok {
 		return nil // the read itself reports the invalid handle
@@ -41,7 +41,7 @@ func (c *call) checkRead(v replica.View, handle uint64) error {
 	c.path = name
 	// A node gone since the handle opened is the read's to report (handle
 	// invalid); there is nothing left to protect.
-	if err := v.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil && err.Kind != replica.KindNotFound {
+	if err := v.Allowed(name, c.caller.Principal, c.isAdmin(), acl.Read); err != nil && err.Kind != fsm.KindNotFound {
 		return err
 	}
 	return nil
@@ -57,15 +57,15 @@ func (e *fileEndpoint) setACL(ctx context.Context, c *call, req *wire.SetACLRequ
 		if name == "" {
 			continue
 		}
-		if err := wire.ValidateName(e.cfg.Cell, "/ls/"+e.cfg.Cell+"/"+replica.ACLDirName+"/"+name); err != nil {
+		if err := wire.ValidateName(e.cfg.Cell, "/ls/"+e.cfg.Cell+"/"+fsm.ACLDirName+"/"+name); err != nil {
 			return nil, wire.Errorf(wire.CodeInvalidName, "ACL file name %q: %v", name, err)
 		}
 	}
 	if err := e.checkACLNames(c, req); err != nil {
 		return nil, err
 	}
-	res, err := e.w.apply(ctx, c, &replica.Command{Payload: &replica.SetACLArgs{Handle: req.Handle,
-		ACL: &replica.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}}})
+	res, err := e.w.apply(ctx, c, &fsm.Command{Payload: &fsm.SetACLArgs{Handle: req.Handle,
+		ACL: &fsm.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}}})
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +107,6 @@ func (s *parts) audit(c *call, err error) {
 func (s *Server) AuditSuppressed() uint64 { return s.auditRation.Suppressed() }
 
 func (s *parts) isACLPath(name string) bool {
-	dir := "/ls/" + s.cfg.Cell + "/" + replica.ACLDirName + "/"
+	dir := "/ls/" + s.cfg.Cell + "/" + fsm.ACLDirName + "/"
 	return len(name) > len(dir) && name[:len(dir)] == dir
 }

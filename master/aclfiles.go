@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"lockcell/acl"
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -12,7 +12,7 @@ import (
 // for everyone) with a message that says how to grant everyone, where
 // name validation would only call it an invalid name.
 func (e *fileEndpoint) checkACLPatterns(c *call, req *wire.SetACLRequest) error {
-	dir := "/ls/" + e.cfg.Cell + "/" + replica.ACLDirName + "/"
+	dir := "/ls/" + e.cfg.Cell + "/" + fsm.ACLDirName + "/"
 	for _, name := range []string{req.Read, req.Write, req.ChangeACL} {
 		if strings.Contains(name, "*") {
 			return wire.Errorf(wire.CodeInvalidName,
@@ -34,9 +34,9 @@ func (e *fileEndpoint) checkACLPatterns(c *call, req *wire.SetACLRequest) error 
 // learns through this which ACL files exist (the others get the state
 // machine's Permission refusal). "" stays the default rule.
 func (e *fileEndpoint) checkACLNames(c *call, req *wire.SetACLRequest) error {
-	dir := "/ls/" + e.cfg.Cell + "/" + replica.ACLDirName + "/"
+	dir := "/ls/" + e.cfg.Cell + "/" + fsm.ACLDirName + "/"
 	var err error
-	e.r.read(func(v replica.View) {
+	e.r.read(func(v fsm.View) {
 		hv, herr := v.LookupHandle(c.h.Session, req.Handle)
 		if herr != nil {
 			return // the apply reports the invalid handle

@@ -10,12 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
 // Backups in flight are held between pages in unlinked temporary files
-// (replica.Backup), not in the master's memory. A backup nobody asks a
+// (fsm.Backup), not in the master's memory. A backup nobody asks a
 // page of for backupIdle is dropped; at most Limits.Backups are built or
 // held at once, so an admin cannot make the master hold many copies of
 // the state, on disk or (while one is built) in memory.
@@ -33,7 +33,7 @@ type backupStore struct {
 }
 
 type heldBackup struct {
-	b     *replica.Backup
+	b     *fsm.Backup
 	timer Timer // drops the backup when idle
 }
 
@@ -122,9 +122,9 @@ func (e *adminEndpoint) startBackup(ctx context.Context, c *call) (uint64, error
 	// A backup holds every node, ACL and the sequencer key: it is handed
 	// out only once the audit trail holds it (a Note entry), so every
 	// replica's trail says who took which.
-	note := &replica.NoteArgs{Op: "backup", Detail: fmt.Sprintf("state at index %d, %d nodes, %d sessions, %d bytes, checksum %x",
+	note := &fsm.NoteArgs{Op: "backup", Detail: fmt.Sprintf("state at index %d, %d nodes, %d sessions, %d bytes, checksum %x",
 		b.Header.Applied, b.Header.Nodes, b.Header.Sessions, b.Size, b.Checksum[:8])}
-	if _, err := e.w.apply(ctx, c, &replica.Command{Payload: note}); err != nil {
+	if _, err := e.w.apply(ctx, c, &fsm.Command{Payload: note}); err != nil {
 		b.Close()
 		return 0, err
 	}
@@ -162,7 +162,7 @@ func (st *backupStore) inFlight() int {
 }
 
 // add holds b, in the slot reserve took for it, and returns its id.
-func (st *backupStore) add(clk Clock, b *replica.Backup) uint64 {
+func (st *backupStore) add(clk Clock, b *fsm.Backup) uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.building--
@@ -180,7 +180,7 @@ func (st *backupStore) add(clk Clock, b *replica.Backup) uint64 {
 }
 
 // get returns backup id and restarts its idle timer.
-func (st *backupStore) get(clk Clock, id uint64) (*replica.Backup, bool) {
+func (st *backupStore) get(clk Clock, id uint64) (*fsm.Backup, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	h := st.held[id]

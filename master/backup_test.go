@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -30,9 +30,9 @@ func (u *unconfirmed) VerifyLeader(ctx context.Context) error {
 // A backup that fails before it is held gives its slot back: more failed
 // starts than the cap leave every slot free for the next backups.
 func TestFailedBackupsGiveTheirSlotBack(t *testing.T) {
-	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	cons := &unconfirmed{localConsensus: &localConsensus{fsm: fsm}}
-	m := newTestMasterOn(t, cons, fsm)
+	sm := fsm.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cons := &unconfirmed{localConsensus: &localConsensus{fsm: sm}}
+	m := newTestMasterOn(t, cons, sm)
 	sess, _ := m.sessionWithFile(t)
 	limit := DefaultLimits.Backups
 

@@ -7,10 +7,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -20,11 +19,11 @@ import (
 
 type benchConsensus struct {
 	mu    sync.Mutex
-	fsm   *replica.FSM
+	fsm   *fsm.FSM
 	index uint64
 }
 
-func (c *benchConsensus) Apply(_ context.Context, cmd *replica.Command) (*replica.Result, error) {
+func (c *benchConsensus) Apply(_ context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	b, err := cmd.Encode()
 	if err != nil {
 		return nil, err
@@ -32,7 +31,7 @@ func (c *benchConsensus) Apply(_ context.Context, cmd *replica.Command) (*replic
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.index++
-	return c.fsm.Apply(&raft.Log{Index: c.index, Data: b}).(*replica.Result), nil
+	return c.fsm.ApplyEntry(c.index, b).(*fsm.Result), nil
 }
 
 func (c *benchConsensus) VerifyLeader(context.Context) error { return nil }
@@ -42,8 +41,8 @@ func (c *benchConsensus) IsLeader() bool                     { return true }
 // 100 bytes, and returns a dispatcher for that session's calls.
 func benchMaster(b *testing.B) (func(method wire.Method, seq uint64, req any) error, uint64) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fsm := replica.NewFSM("c", log)
-	s := New(Config{Cell: "c", Logger: log}, &benchConsensus{fsm: fsm}, fsm)
+	sm := fsm.NewFSM("c", log)
+	s := New(Config{Cell: "c", Logger: log}, &benchConsensus{fsm: sm}, sm)
 	if err := s.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -116,8 +115,8 @@ func BenchmarkDispatchWrite(b *testing.B) {
 // serves every KeepAlive.
 func BenchmarkDispatchKeepAlive(b *testing.B) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fsm := replica.NewFSM("c", log)
-	s := New(Config{Cell: "c", Logger: log}, &benchConsensus{fsm: fsm}, fsm)
+	sm := fsm.NewFSM("c", log)
+	s := New(Config{Cell: "c", Logger: log}, &benchConsensus{fsm: sm}, sm)
 	if err := s.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}

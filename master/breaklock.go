@@ -4,7 +4,7 @@ import (
 	"context"
 	"unicode/utf8"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -44,12 +44,12 @@ func (e *lockEndpoint) breakLockAsAdmin(ctx context.Context, c *call, req *wire.
 	if len(req.Reason) > wire.MaxBreakReason || !utf8.ValidString(req.Reason) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "a break's reason must be valid UTF-8 of at most %d bytes", wire.MaxBreakReason)
 	}
-	res, err := e.w.apply(ctx, c, &replica.Command{Payload: &replica.BreakLockArgs{Path: req.Path, Reason: req.Reason}})
+	res, err := e.w.apply(ctx, c, &fsm.Command{Payload: &fsm.BreakLockArgs{Path: req.Path, Reason: req.Reason}})
 	if err != nil {
 		return nil, err
 	}
 	resp := &wire.BreakLockResponse{LockGen: res.LockGen}
-	e.r.read(func(v replica.View) {
+	e.r.read(func(v fsm.View) {
 		for _, ho := range res.Broken {
 			p, _ := v.SessionPrincipal(ho.Session)
 			resp.Holders = append(resp.Holders, wire.LockHolder{Session: ho.Session, Principal: p})
@@ -60,6 +60,6 @@ func (e *lockEndpoint) breakLockAsAdmin(ctx context.Context, c *call, req *wire.
 
 // brokenLockEvent tells the session of a holder freed by a break which of
 // its handles lost the lock, and the generation it held.
-func brokenLockEvent(c replica.Change) sessionEvent {
+func brokenLockEvent(c fsm.Change) sessionEvent {
 	return sessionEvent{c.Session, wire.Event{Kind: wire.EventLockBroken, Path: c.Path, Handle: c.Handle, Gen: c.Seq, Reason: c.Reason}}
 }

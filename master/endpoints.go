@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/sequencer"
 	"lockcell/wire"
 )
@@ -33,7 +33,7 @@ type call struct {
 func (c *call) isAdmin() bool { return c.admin }
 
 // liveSession answers SessionExpired unless the call's session is live in v.
-func (c *call) liveSession(v replica.View) error {
+func (c *call) liveSession(v fsm.View) error {
 	if !v.SessionExists(c.h.Session) {
 		return wire.Errorf(wire.CodeSessionExpired, "session %d does not exist or has expired", c.h.Session)
 	}
@@ -45,12 +45,12 @@ func (c *call) liveSession(v replica.View) error {
 // change have let go (the invalidator), through Raft.
 type writes struct {
 	clock Clock
-	state *replica.FSM
+	state *fsm.FSM
 	cons  Consensus
 	inv   *invalidator
 	// quota is what commands that may grow the namespace carry, shared
 	// by all of them and never changed (quota.go).
-	quota *replica.Quota
+	quota *fsm.Quota
 }
 
 func (w *writes) now() int64 { return w.clock.Now().UnixNano() }
@@ -58,14 +58,14 @@ func (w *writes) now() int64 { return w.clock.Now().UnixNano() }
 // apply proposes a command carrying the call's request id and returns the
 // state machine's result, or its error. One read of the state finds both
 // the names to invalidate and the handle's name for the audit log.
-func (w *writes) apply(ctx context.Context, c *call, cmd *replica.Command) (*replica.Result, error) {
+func (w *writes) apply(ctx context.Context, c *call, cmd *fsm.Command) (*fsm.Result, error) {
 	cmd.Time = w.now()
 	cmd.Session, cmd.Incarnation = c.h.Session, c.h.Incarnation
 	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
 	w.setQuota(cmd)
 	var buf [8]string // most commands change a name or two: no allocation for them
 	names := buf[:0]
-	_ = w.state.Read(func(v replica.View) error {
+	_ = w.state.Read(func(v fsm.View) error {
 		if handle := cmd.HandleOf(); c.path == "" && handle != 0 {
 			c.path, _ = v.HandlePath(c.h.Session, handle) // for the audit log
 		}
@@ -87,15 +87,15 @@ func (w *writes) apply(ctx context.Context, c *call, cmd *replica.Command) (*rep
 
 // applyInvalidating applies cmd after invalidating every cache of a name
 // it could change.
-func (w *writes) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd *replica.Command) (*replica.Result, error) {
+func (w *writes) applyInvalidating(ctx context.Context, stop <-chan struct{}, cmd *fsm.Command) (*fsm.Result, error) {
 	var names []string
-	_ = w.state.Read(func(v replica.View) error { names = v.AffectedPaths(cmd); return nil })
+	_ = w.state.Read(func(v fsm.View) error { names = v.AffectedPaths(cmd); return nil })
 	return w.applyAfter(ctx, stop, names, cmd)
 }
 
 // applyAfter applies cmd after invalidating every cache of names, the
 // names cmd could change.
-func (w *writes) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *replica.Command) (*replica.Result, error) {
+func (w *writes) applyAfter(ctx context.Context, stop <-chan struct{}, names []string, cmd *fsm.Command) (*fsm.Result, error) {
 	err := w.inv.invalidate(ctx, stop, names)
 	defer w.inv.release(names)
 	if err != nil {
@@ -109,18 +109,18 @@ func (w *writes) applyAfter(ctx context.Context, stop <-chan struct{}, names []s
 // after the read arrived (verify).
 type reads struct {
 	cell  string
-	state *replica.FSM
+	state *fsm.FSM
 	proof *leadershipProof
 	// bound is the longest a read waits for its proof: half a lease.
 	bound time.Duration
 }
 
 // view runs fn on one view of the state.
-func (r *reads) view(fn func(v replica.View) error) error { return r.state.Read(fn) }
+func (r *reads) view(fn func(v fsm.View) error) error { return r.state.Read(fn) }
 
 // read runs fn on one view of the state.
-func (r *reads) read(fn func(v replica.View)) {
-	_ = r.state.Read(func(v replica.View) error { fn(v); return nil })
+func (r *reads) read(fn func(v fsm.View)) {
+	_ = r.state.Read(func(v fsm.View) error { fn(v); return nil })
 }
 
 // verify makes a read linearizable: a round of contact with a quorum
@@ -211,7 +211,7 @@ type memberPart struct {
 
 func (s *memberPart) now() int64 { return s.cfg.Clock.Now().UnixNano() }
 
-func (s *memberPart) read(fn func(v replica.View)) { s.r.read(fn) }
+func (s *memberPart) read(fn func(v fsm.View)) { s.r.read(fn) }
 
 // endpoints are a Server's endpoints, one per area.
 type endpoints struct {
@@ -234,7 +234,7 @@ func newEndpoints(p *parts) *endpoints {
 // fence verifies a sequencer attached to a handle call (signature, cell)
 // and turns it into the claim the state machine checks atomically; nil
 // when none is attached.
-func (r *reads) fence(seq []byte) (*replica.Fence, error) {
+func (r *reads) fence(seq []byte) (*fsm.Fence, error) {
 	if len(seq) == 0 {
 		return nil, nil
 	}
@@ -242,14 +242,14 @@ func (r *reads) fence(seq []byte) (*replica.Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}, nil
+	return &fsm.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}, nil
 }
 
 // verifySequencer checks a sequencer's signature under the cell's key and
 // that it names this cell.
 func (r *reads) verifySequencer(seq []byte) (sequencer.Sequencer, error) {
 	var key []byte
-	r.read(func(v replica.View) { key = v.CellKey() })
+	r.read(func(v fsm.View) { key = v.CellKey() })
 	s, err := sequencer.Verify(key, seq)
 	if err != nil {
 		return s, wire.Errorf(wire.CodeBadSequencer, "%v", err)

@@ -4,28 +4,28 @@ import (
 	"context"
 	"errors"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
-var kindCodes = map[replica.Kind]wire.Code{
-	replica.KindNotFound:           wire.CodeNotFound,
-	replica.KindExists:             wire.CodeExists,
-	replica.KindNotDir:             wire.CodeNotDir,
-	replica.KindIsDir:              wire.CodeIsDir,
-	replica.KindNotEmpty:           wire.CodeNotEmpty,
-	replica.KindGenerationMismatch: wire.CodeGenerationMismatch,
-	replica.KindLockHeld:           wire.CodeLockHeld,
-	replica.KindNotHeld:            wire.CodeNotHeld,
-	replica.KindHandleInvalid:      wire.CodeHandleInvalid,
-	replica.KindSessionExpired:     wire.CodeSessionExpired,
-	replica.KindDuplicate:          wire.CodeDuplicate,
-	replica.KindBadRequest:         wire.CodeBadRequest,
-	replica.KindLockDelay:          wire.CodeLockDelay,
-	replica.KindPermission:         wire.CodePermission,
-	replica.KindCanceled:           wire.CodeCanceled,
-	replica.KindStaleSequencer:     wire.CodeStaleSequencer,
-	replica.KindQuotaExceeded:      wire.CodeQuotaExceeded,
+var kindCodes = map[fsm.Kind]wire.Code{
+	fsm.KindNotFound:           wire.CodeNotFound,
+	fsm.KindExists:             wire.CodeExists,
+	fsm.KindNotDir:             wire.CodeNotDir,
+	fsm.KindIsDir:              wire.CodeIsDir,
+	fsm.KindNotEmpty:           wire.CodeNotEmpty,
+	fsm.KindGenerationMismatch: wire.CodeGenerationMismatch,
+	fsm.KindLockHeld:           wire.CodeLockHeld,
+	fsm.KindNotHeld:            wire.CodeNotHeld,
+	fsm.KindHandleInvalid:      wire.CodeHandleInvalid,
+	fsm.KindSessionExpired:     wire.CodeSessionExpired,
+	fsm.KindDuplicate:          wire.CodeDuplicate,
+	fsm.KindBadRequest:         wire.CodeBadRequest,
+	fsm.KindLockDelay:          wire.CodeLockDelay,
+	fsm.KindPermission:         wire.CodePermission,
+	fsm.KindCanceled:           wire.CodeCanceled,
+	fsm.KindStaleSequencer:     wire.CodeStaleSequencer,
+	fsm.KindQuotaExceeded:      wire.CodeQuotaExceeded,
 }
 
 // toWire converts any error a handler meets into a typed wire error, so
@@ -38,7 +38,7 @@ func toWire(err error) error {
 	if errors.As(err, &we) {
 		return we
 	}
-	var re *replica.Error
+	var re *fsm.Error
 	if errors.As(err, &re) {
 		if c, ok := kindCodes[re.Kind]; ok {
 			return &wire.Error{Code: c, Msg: re.Msg}
@@ -46,11 +46,11 @@ func toWire(err error) error {
 		return &wire.Error{Code: wire.CodeInternal, Msg: re.Msg}
 	}
 	switch {
-	case errors.Is(err, replica.ErrNotLeader), errors.Is(err, replica.ErrClosed), errors.Is(err, errStopped):
+	case errors.Is(err, fsm.ErrNotLeader), errors.Is(err, fsm.ErrClosed), errors.Is(err, errStopped):
 		return &wire.Error{Code: wire.CodeNotMaster, Msg: err.Error()}
-	case errors.Is(err, replica.ErrUnknownOutcome):
+	case errors.Is(err, fsm.ErrUnknownOutcome):
 		return &wire.Error{Code: wire.CodeUnavailable, Msg: err.Error()}
-	case errors.Is(err, replica.ErrTooLarge):
+	case errors.Is(err, fsm.ErrTooLarge):
 		return &wire.Error{Code: wire.CodeTooLarge, Msg: err.Error()}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &wire.Error{Code: wire.CodeCanceled, Msg: err.Error()}
@@ -59,7 +59,7 @@ func toWire(err error) error {
 }
 
 // resultErr returns the state-machine error carried in a result, if any.
-func resultErr(r *replica.Result) error {
+func resultErr(r *fsm.Result) error {
 	if r.Err != nil {
 		return r.Err
 	}

@@ -25,7 +25,7 @@ func overflowEvent(ev wire.Event) wire.Event {
 // overflow event that no reply has carried yet (and that it has not
 // acknowledged), without looking at its handles one by one: a crowd of
 // handles in sessions that never read their events costs each change
-// O(sessions), not O(handles) (replica.View.WatchersAfter's skip). The
+// O(sessions), not O(handles) (fsm.View.WatchersAfter's skip). The
 // fan-out asks under the state's read lock, where the sessions' mutex may
 // not be taken (it comes first), so the sessions in that state are kept
 // in a set of their own under a leaf mutex, changed under the sessions'

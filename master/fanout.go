@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -17,7 +17,7 @@ import (
 // per change (fanout.record), and hands it to a worker the term owns
 // (fanout.run, started by Start, stopped by Stop). The worker reads the
 // node's watchers in pages, each under a read lock of its own
-// (replica.View.WatchersAfter), filters them by ACL as before, and queues
+// (fsm.View.WatchersAfter), filters them by ACL as before, and queues
 // the events under the sessions' lock, a page at a time.
 //
 // Why the events mean what they meant when the observer made them:
@@ -67,10 +67,10 @@ const (
 
 // fanItem is one change recorded for the fan-out.
 type fanItem struct {
-	c    replica.Change
+	c    fsm.Change
 	kind uint8
 	mask uint32
-	site replica.WatchSite
+	site fsm.WatchSite
 	pos  *wire.EventPos // shared by the change's events
 	// direct is the one event of a broken lock, for its holder's session
 	// whatever its handle asked for.
@@ -101,23 +101,23 @@ func newFanout(s *Server, epoch uint64, lost *atomic.Uint64) *fanout {
 // fanRead is record's read of the state: what it is given and finds.
 // They are pooled, as the observer runs for every write.
 type fanRead struct {
-	changes []replica.Change
+	changes []fsm.Change
 	items   []fanItem
 }
 
 var fanReads = sync.Pool{New: func() any { return new(fanRead) }}
 
 // watchedKind reports whether a change of kind k may make handle events.
-func watchedKind(k replica.ChangeKind) bool {
+func watchedKind(k fsm.ChangeKind) bool {
 	_, ok := eventOf[k]
-	return ok || k == replica.ChangeLockBroken
+	return ok || k == fsm.ChangeLockBroken
 }
 
 // record keeps the changes of one applied entry that may make handle
 // events, with what their events need of the state just after the entry:
 // O(1) per change, whatever the number of watchers. It runs on Raft's
 // apply goroutine and never blocks on the worker.
-func (f *fanout) record(changes []replica.Change) {
+func (f *fanout) record(changes []fsm.Change) {
 	some := false
 	for i := range changes {
 		if watchedKind(changes[i].Kind) {
@@ -130,10 +130,10 @@ func (f *fanout) record(changes []replica.Change) {
 	}
 	r := fanReads.Get().(*fanRead)
 	r.changes = changes
-	_ = f.s.state.ReadWith(r, func(v replica.View, arg any) error { // captures nothing: no allocation
+	_ = f.s.state.ReadWith(r, func(v fsm.View, arg any) error { // captures nothing: no allocation
 		r := arg.(*fanRead)
 		for _, c := range r.changes {
-			if c.Kind == replica.ChangeLockBroken {
+			if c.Kind == fsm.ChangeLockBroken {
 				e := brokenLockEvent(c) // whatever the handle asked for
 				placeEvent(v, e.session, &e.ev)
 				r.items = append(r.items, fanItem{direct: &e})
@@ -236,7 +236,7 @@ func (f *fanout) run(stop <-chan struct{}) {
 
 // fanWork is the worker's scratch, reused from change to change.
 type fanWork struct {
-	watchers []replica.Watcher
+	watchers []fsm.Watcher
 	notes    []sessionEvent
 	may      map[string]bool // by principal: may hear of this change
 	told     map[uint64]bool // by session: told of an overflow
@@ -260,14 +260,14 @@ func (w *fanWork) deliver(f *fanout, it *fanItem, stop <-chan struct{}) {
 		w.skipFull = s.sess.overflowPending
 	}
 	clear(w.may)
-	child := it.c.Kind == replica.ChangeChildAdded || it.c.Kind == replica.ChangeChildRemoved
-	var after replica.WatchCursor
+	child := it.c.Kind == fsm.ChangeChildAdded || it.c.Kind == fsm.ChangeChildRemoved
+	var after fsm.WatchCursor
 	for more := true; more; {
 		if isClosed(stop) {
 			return
 		}
 		w.notes = w.notes[:0]
-		s.read(func(v replica.View) {
+		s.read(func(v fsm.View) {
 			w.watchers, after, more = v.WatchersAfter(w.watchers[:0], it.c.Path, it.mask, after, it.site.LastHandle, fanoutPage, w.skipFull)
 			f.listed.Add(uint64(len(w.watchers)))
 			var session uint64 // the watchers come by session: its principal is looked up once
@@ -277,7 +277,7 @@ func (w *fanWork) deliver(f *fanout, it *fanItem, stop <-chan struct{}) {
 				if it.site.Exists && h.Instance != it.site.Instance {
 					continue // a handle on an earlier incarnation hears nothing of a later one
 				}
-				if it.c.Kind == replica.ChangeLockConflict && h.Handle == it.c.Handle {
+				if it.c.Kind == fsm.ChangeLockConflict && h.Handle == it.c.Handle {
 					continue // the requester knows
 				}
 				if h.Session != session {
@@ -323,13 +323,13 @@ func (w *fanWork) overflow(f *fanout, lost map[string]bool, all bool, stop <-cha
 	}
 	clear(w.told)
 	for name := range lost {
-		var after replica.WatchCursor
+		var after fsm.WatchCursor
 		for more := true; more; {
 			if isClosed(stop) {
 				return
 			}
 			w.notes = w.notes[:0]
-			s.read(func(v replica.View) {
+			s.read(func(v fsm.View) {
 				w.watchers, after, more = v.WatchersAfter(w.watchers[:0], name, ^uint32(0), after, ^uint64(0), fanoutPage, w.skipTold)
 				for _, h := range w.watchers {
 					if w.told[h.Session] {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -23,9 +23,9 @@ import (
 // after a write does not hear of it, and one closed before a write does
 // not hear of that write.
 func TestApplyDoesNoWorkForWatchers(t *testing.T) {
-	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	cons := &localConsensus{fsm: fsm}
-	m := newTestMasterOn(t, cons, fsm)
+	sm := fsm.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cons := &localConsensus{fsm: sm}
+	m := newTestMasterOn(t, cons, sm)
 	writer, wh := m.sessionWithFile(t)
 
 	const sessions, perSession = 8, 250
@@ -39,9 +39,9 @@ func TestApplyDoesNoWorkForWatchers(t *testing.T) {
 	}
 	// apply applies a command straight to the state, as Raft would once
 	// it committed, without the master's call path.
-	apply := func(session uint64, p replica.Payload) *replica.Result {
+	apply := func(session uint64, p fsm.Payload) *fsm.Result {
 		t.Helper()
-		res, err := cons.Apply(context.Background(), &replica.Command{Session: session, Time: m.now(),
+		res, err := cons.Apply(context.Background(), &fsm.Command{Session: session, Time: m.now(),
 			Principal: AnonymousPrincipal, Admin: true, Payload: p})
 		if err != nil || res.Err != nil {
 			t.Fatalf("apply %T: %v %v", p, err, res.Err)
@@ -50,7 +50,7 @@ func TestApplyDoesNoWorkForWatchers(t *testing.T) {
 	}
 	contentGen := func() uint64 {
 		var g uint64
-		m.read(func(v replica.View) {
+		m.read(func(v fsm.View) {
 			hv, err := v.LookupHandle(writer, wh)
 			if err != nil {
 				t.Fatal(err)
@@ -67,7 +67,7 @@ func TestApplyDoesNoWorkForWatchers(t *testing.T) {
 	applied := make(chan struct{})
 	go func() {
 		defer close(applied)
-		apply(writer, &replica.SetContentsArgs{Handle: wh, Contents: []byte("two")})
+		apply(writer, &fsm.SetContentsArgs{Handle: wh, Contents: []byte("two")})
 	}()
 	select {
 	case <-applied:
@@ -86,11 +86,11 @@ func TestApplyDoesNoWorkForWatchers(t *testing.T) {
 	}
 	// Between the writes, still holding the lock: a handle opens, one
 	// closes.
-	late := apply(watches[0].session, &replica.OpenArgs{Path: "/ls/c/f", Flags: replica.FlagRead,
+	late := apply(watches[0].session, &fsm.OpenArgs{Path: "/ls/c/f", Flags: fsm.FlagRead,
 		EventMask: wire.MaskContentsModified}).Handle
 	gone := watches[1]
-	apply(gone.session, &replica.CloseArgs{Handle: gone.handle})
-	apply(writer, &replica.SetContentsArgs{Handle: wh, Contents: []byte("three")})
+	apply(gone.session, &fsm.CloseArgs{Handle: gone.handle})
+	apply(writer, &fsm.SetContentsArgs{Handle: wh, Contents: []byte("three")})
 	gen2 := contentGen()
 	release()
 
@@ -153,9 +153,9 @@ func TestApplyDoesNoWorkForWatchers(t *testing.T) {
 // hears every write. Once the session has acknowledged its events (the
 // overflow among them), it hears the next write on every handle again.
 func TestFanoutPassesOverOverflowingSessions(t *testing.T) {
-	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	cons := &localConsensus{fsm: fsm}
-	m := newTestMasterOn(t, cons, fsm)
+	sm := fsm.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cons := &localConsensus{fsm: sm}
+	m := newTestMasterOn(t, cons, sm)
 	writer, wh := m.sessionWithFile(t)
 	const crowd, few = 250, 10
 	deaf, _ := watchingSession(t, m, crowd)
@@ -249,7 +249,7 @@ func writeAndWait(t *testing.T, m *testMaster, writer, wh, hearing uint64, ids [
 	if _, err := m.call(writer, 1_000_000+writeSeq.Add(1), wire.MethodSetContents, &wire.SetContentsRequest{Handle: wh, Contents: []byte(time.Now().String())}); err != nil {
 		t.Fatal(err)
 	}
-	m.read(func(v replica.View) {
+	m.read(func(v fsm.View) {
 		hv, err := v.LookupHandle(writer, wh)
 		if err != nil {
 			t.Fatal(err)

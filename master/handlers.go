@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"lockcell/acl"
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -53,7 +53,7 @@ func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest)
 		var readable, negative bool
 		var principal string
 		admin := c.isAdmin()
-		e.r.read(func(v replica.View) {
+		e.r.read(func(v fsm.View) {
 			principal, _ = v.SessionPrincipal(c.h.Session)
 			readable = v.Exists(req.Path) && v.Allowed(req.Path, c.caller.Principal, admin, acl.Read) == nil
 			negative = cacheMissing && negativeCacher(v, req.Path, c.caller.Principal, admin)
@@ -61,9 +61,9 @@ func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest)
 		cacheable = req.Cache && readable && e.inv.register(c.h.Session, principal, req.Path)
 		missingCacheable = negative && e.inv.register(c.h.Session, principal, wire.Parent(req.Path))
 	}
-	res, err := e.w.apply(ctx, c, commandOf(replica.OpenArgs{Path: req.Path, Flags: req.Flags,
+	res, err := e.w.apply(ctx, c, commandOf(fsm.OpenArgs{Path: req.Path, Flags: req.Flags,
 		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask}))
-	if re := (*replica.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == replica.KindNotFound {
+	if re := (*fsm.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == fsm.KindNotFound {
 		return &wire.OpenResponse{Missing: true, Cacheable: missingCacheable}, nil
 	}
 	if err != nil {
@@ -93,7 +93,7 @@ func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest)
 // not read it is never registered, so its answers are the uncached ones,
 // word for word. Whether it is registered depends only on what the caller
 // may know: the parent's readability and name's invisibility to it.
-func negativeCacher(v replica.View, name, principal string, admin bool) bool {
+func negativeCacher(v fsm.View, name, principal string, admin bool) bool {
 	parent := wire.Parent(name)
 	if parent == "" || v.Allowed(parent, principal, admin, acl.Read) != nil {
 		return false
@@ -110,7 +110,7 @@ func (e *fileEndpoint) setContents(ctx context.Context, c *call, req *wire.SetCo
 	if err != nil {
 		return nil, err
 	}
-	cmd := commandOf(replica.SetContentsArgs{Handle: req.Handle,
+	cmd := commandOf(fsm.SetContentsArgs{Handle: req.Handle,
 		Contents: req.Contents, IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration})
 	cmd.Fence = fence
 	res, err := e.w.apply(ctx, c, cmd)
@@ -127,7 +127,7 @@ func (e *fileEndpoint) close(ctx context.Context, c *call, req *wire.HandleReque
 	if _, err := e.r.fence(req.Sequencer); err != nil {
 		return nil, err
 	}
-	_, err := e.w.apply(ctx, c, commandOf(replica.CloseArgs{Handle: req.Handle}))
+	_, err := e.w.apply(ctx, c, commandOf(fsm.CloseArgs{Handle: req.Handle}))
 	return &wire.Empty{}, err
 }
 
@@ -137,7 +137,7 @@ func (e *fileEndpoint) delete(ctx context.Context, c *call, req *wire.HandleRequ
 	if err != nil {
 		return nil, err
 	}
-	cmd := commandOf(replica.DeleteArgs{Handle: req.Handle})
+	cmd := commandOf(fsm.DeleteArgs{Handle: req.Handle})
 	cmd.Fence = fence
 	_, err = e.w.apply(ctx, c, cmd)
 	return &wire.Empty{}, err
@@ -150,7 +150,7 @@ func (e *fileEndpoint) getContentsAndStat(ctx context.Context, c *call, req *wir
 		return nil, err
 	}
 	var resp *wire.ContentsResponse
-	err = e.r.view(func(v replica.View) error {
+	err = e.r.view(func(v fsm.View) error {
 		if err := e.stillReadable(v, c, req.Handle, fence); err != nil {
 			return err
 		}
@@ -177,7 +177,7 @@ func (e *fileEndpoint) getStat(ctx context.Context, c *call, req *wire.HandleReq
 		return nil, err
 	}
 	var resp *wire.StatResponse
-	err = e.r.view(func(v replica.View) error {
+	err = e.r.view(func(v fsm.View) error {
 		if err := e.stillReadable(v, c, req.Handle, fence); err != nil {
 			return err
 		}
@@ -205,7 +205,7 @@ func (e *fileEndpoint) readDir(ctx context.Context, c *call, req *wire.HandleReq
 		return nil, err
 	}
 	var resp *wire.ReadDirResponse
-	err = e.r.view(func(v replica.View) error {
+	err = e.r.view(func(v fsm.View) error {
 		if err := e.stillReadable(v, c, req.Handle, fence); err != nil {
 			return err
 		}
@@ -224,13 +224,13 @@ func (e *fileEndpoint) readDir(ctx context.Context, c *call, req *wire.HandleReq
 // before registering too, so a caller that may not read the node is never
 // sent its invalidations; registering comes before the read, so a write
 // that starts after this point invalidates what the read returns.
-func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRequest) (fence *replica.Fence, cacheable bool, err error) {
+func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRequest) (fence *fsm.Fence, cacheable bool, err error) {
 	if fence, err = e.r.fence(req.Sequencer); err != nil {
 		return nil, false, err
 	}
 	var name, principal string
 	var named bool
-	err = e.r.view(func(v replica.View) error {
+	err = e.r.view(func(v fsm.View) error {
 		if err := c.checkRead(v, req.Handle); err != nil || !req.Cache {
 			return err
 		}
@@ -254,7 +254,7 @@ func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRe
 // the leadership proof: the session is live, the caller may read (an ACL
 // change acknowledged before the read began binds it) and its sequencer,
 // if any, is still valid.
-func (e *fileEndpoint) stillReadable(v replica.View, c *call, handle uint64, fence *replica.Fence) error {
+func (e *fileEndpoint) stillReadable(v fsm.View, c *call, handle uint64, fence *fsm.Fence) error {
 	if err := c.liveSession(v); err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func (e *fileEndpoint) stillReadable(v replica.View, c *call, handle uint64, fen
 }
 
 // validFence answers StaleSequencer unless fence (nil: none) is valid in v.
-func validFence(v replica.View, c *call, fence *replica.Fence) error {
+func validFence(v fsm.View, c *call, fence *fsm.Fence) error {
 	if fence != nil {
 		if ok, reason := v.FenceValidFor(fence, c.caller.Principal, c.isAdmin()); !ok {
 			return wire.Errorf(wire.CodeStaleSequencer, "%s", reason)
@@ -276,7 +276,7 @@ func validFence(v replica.View, c *call, fence *replica.Fence) error {
 
 // readStat is a read's Stat of the node of hv, with its lock's holders,
 // waiters and lock-delay cause.
-func readStat(v replica.View, hv replica.HandleView) wire.Stat {
+func readStat(v fsm.View, hv fsm.HandleView) wire.Stat {
 	st := toStat(hv.Stat)
 	st.Holders, st.Waiters, st.LockDelayBy = lockHolders(v, hv), lockWaiters(v, hv), lockDelayBy(v, hv)
 	return st
@@ -285,7 +285,7 @@ func readStat(v replica.View, hv replica.HandleView) wire.Stat {
 // lockHolders names the holders of the lock on the node of hv, looked up
 // in v, for a read's Stat (the caller passed the read check in v). A free
 // lock costs nothing, so the common read allocates no more than before.
-func lockHolders(v replica.View, hv replica.HandleView) []wire.LockHolder {
+func lockHolders(v fsm.View, hv fsm.HandleView) []wire.LockHolder {
 	if hv.Stat.LockHolders == 0 {
 		return nil
 	}
@@ -299,13 +299,13 @@ func lockHolders(v replica.View, hv replica.HandleView) []wire.LockHolder {
 
 // wireHolder is a holder as the wire names it: session, principal,
 // declared identity and acquisition time.
-func wireHolder(h replica.LockHolderView) wire.LockHolder {
+func wireHolder(h fsm.LockHolderView) wire.LockHolder {
 	return wire.LockHolder{Session: h.Session, Principal: h.Principal, Host: h.Host, PID: h.PID, Program: h.Program, Since: h.Since}
 }
 
 // lockDelayBy names what started the latest lock-delay on the node of hv,
 // for a read's Stat like its holders; nil when none was ever imposed.
-func lockDelayBy(v replica.View, hv replica.HandleView) *wire.LockDelayCause {
+func lockDelayBy(v fsm.View, hv fsm.HandleView) *wire.LockDelayCause {
 	if hv.Stat.LockDelayUntil == 0 {
 		return nil
 	}
@@ -317,7 +317,7 @@ func lockDelayBy(v replica.View, hv replica.HandleView) *wire.LockDelayCause {
 }
 
 // readDirPage is readDir's answer in view v.
-func readDirPage(v replica.View, c *call, req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
+func readDirPage(v fsm.View, c *call, req *wire.HandleRequest, cacheable bool) (*wire.ReadDirResponse, error) {
 	if len(req.After) > wire.MaxNameLen {
 		return nil, wire.Errorf(wire.CodeBadRequest, "listing cursor of %d bytes: no name is longer than %d", len(req.After), wire.MaxNameLen)
 	}
@@ -325,7 +325,7 @@ func readDirPage(v replica.View, c *call, req *wire.HandleRequest, cacheable boo
 	if limit <= 0 || limit > wire.MaxDirPage {
 		limit = wire.MaxDirPage
 	}
-	page, err := v.ReadDirPage(c.h.Session, req.Handle, replica.DirQuery{
+	page, err := v.ReadDirPage(c.h.Session, req.Handle, fsm.DirQuery{
 		After: req.After, Limit: limit, MaxBytes: wire.DirPageBytes, EntryOverhead: wire.DirEntryOverhead,
 		Principal: c.caller.Principal, Admin: c.isAdmin()})
 	if err != nil {
@@ -338,7 +338,7 @@ func readDirPage(v replica.View, c *call, req *wire.HandleRequest, cacheable boo
 	return out, nil
 }
 
-func toStat(s replica.Stat) wire.Stat {
+func toStat(s fsm.Stat) wire.Stat {
 	return wire.Stat{
 		Instance: s.Instance, ContentGen: s.ContentGen, LockGen: s.LockGen, ACLGen: s.ACLGen,
 		Checksum: s.Checksum, Size: s.Size, CTime: s.CTime, MTime: s.MTime, Dir: s.Dir,
@@ -353,8 +353,8 @@ func toStat(s replica.Stat) wire.Stat {
 // calls on every request's path propose their commands through it.
 func commandOf[P any, PP interface {
 	*P
-	replica.Payload
-}](args P) *replica.Command {
+	fsm.Payload
+}](args P) *fsm.Command {
 	c := &commandWith[P]{args: args}
 	c.cmd.Payload = PP(&c.args)
 	return &c.cmd
@@ -362,6 +362,6 @@ func commandOf[P any, PP interface {
 
 // commandWith is a command and its payload, allocated together.
 type commandWith[P any] struct {
-	cmd  replica.Command
+	cmd  fsm.Command
 	args P
 }

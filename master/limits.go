@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -306,7 +306,7 @@ func (s *parts) reserveSession(ctx context.Context, caller Caller) (func(), erro
 	lim := s.cfg.Limits
 	check := func() (bool, error) {
 		var own, sessions int
-		s.read(func(v replica.View) {
+		s.read(func(v fsm.View) {
 			own = v.PrincipalSessions(caller.Principal)
 			_, sessions, _, _ = v.Counts()
 		})
@@ -354,7 +354,7 @@ func (s *parts) reserveHandle(ctx context.Context, session uint64) (func(), erro
 	var principal string
 	check := func() (bool, error) {
 		var open, own, cell int
-		s.read(func(v replica.View) {
+		s.read(func(v fsm.View) {
 			principal, _ = v.SessionPrincipal(session)
 			open, own, cell = v.SessionHandles(session), v.PrincipalHandles(principal), v.Handles()
 		})

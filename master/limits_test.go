@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -20,7 +20,7 @@ func TestReservationAtTheCapWaitsForAppliedOnes(t *testing.T) {
 	ctx := context.Background()
 	create := func() {
 		t.Helper()
-		res, err := m.cons.Apply(ctx, &replica.Command{Principal: caller.Principal, Time: m.now(), Payload: &replica.CreateSessionArgs{}})
+		res, err := m.cons.Apply(ctx, &fsm.Command{Principal: caller.Principal, Time: m.now(), Payload: &fsm.CreateSessionArgs{}})
 		if err != nil || res.Err != nil {
 			t.Fatalf("create: %v %v", err, res.Err)
 		}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 )
 
 // lockDelays is the master's part that ends lock-delays. A lock whose
@@ -98,7 +98,7 @@ func (d *lockDelays) armed() int {
 func (s *Server) grantAfterDelay(stop <-chan struct{}, path string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.w.applyInvalidating(ctx, stop, &replica.Command{Time: s.now(), Payload: &replica.GrantArgs{Path: path}}); err != nil {
+	if _, err := s.w.applyInvalidating(ctx, stop, &fsm.Command{Time: s.now(), Payload: &fsm.GrantArgs{Path: path}}); err != nil {
 		s.log.Warn("lock-delay hand-off failed", "path", path, "err", err)
 	}
 }

@@ -3,7 +3,7 @@ package master
 import (
 	"context"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -20,7 +20,7 @@ func (e *lockEndpoint) listLocks(ctx context.Context, c *call, req *wire.ListLoc
 		return nil, err
 	}
 	out := &wire.ListLocksResponse{}
-	err := e.r.view(func(v replica.View) error {
+	err := e.r.view(func(v fsm.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}
@@ -41,7 +41,7 @@ func (e *lockEndpoint) listLocks(ctx context.Context, c *call, req *wire.ListLoc
 // encoding); short says it stopped before the end. The first lock is
 // always kept: one lock's 64 holders and 64 waiters fit a frame whatever
 // they declared.
-func lockInfos(locks []replica.LockListing, budget int) (out []wire.LockInfo, short bool) {
+func lockInfos(locks []fsm.LockListing, budget int) (out []wire.LockInfo, short bool) {
 	for _, l := range locks {
 		li := wire.LockInfo{Path: l.Path, Mode: l.Mode, Generation: l.Gen, HolderCount: uint32(l.HolderCount),
 			WaiterCount: uint32(l.WaiterCount), LockDelayUntil: l.LockDelayUntil}
@@ -72,7 +72,7 @@ const listLocksBytes = wire.MaxFrameSize / 2
 
 // lockWaiters names the waiters for the lock on the node of hv, in queue
 // order, for a read's Stat, as lockHolders names the holders.
-func lockWaiters(v replica.View, hv replica.HandleView) []wire.LockWaiter {
+func lockWaiters(v fsm.View, hv fsm.HandleView) []wire.LockWaiter {
 	if hv.Stat.LockWaiters == 0 {
 		return nil
 	}
@@ -86,6 +86,6 @@ func lockWaiters(v replica.View, hv replica.HandleView) []wire.LockWaiter {
 
 // wireWaiter is a waiter as the wire names it: session, principal,
 // declared identity, mode and when it queued.
-func wireWaiter(w replica.LockWaiterView) wire.LockWaiter {
+func wireWaiter(w fsm.LockWaiterView) wire.LockWaiter {
 	return wire.LockWaiter{Session: w.Session, Principal: w.Principal, Mode: w.Mode, Host: w.Host, PID: w.PID, Program: w.Program, Since: w.Since}
 }

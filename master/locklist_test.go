@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -14,14 +14,14 @@ import (
 // listing of ordinary size is left whole.
 func TestLockInfosFitAFrame(t *testing.T) {
 	long := strings.Repeat("x", wire.MaxIdentityLen)
-	id := replica.Identity{Host: long, PID: 1 << 40, Program: long}
-	var locks []replica.LockListing
+	id := fsm.Identity{Host: long, PID: 1 << 40, Program: long}
+	var locks []fsm.LockListing
 	for i := range wire.MaxListedLocks {
-		l := replica.LockListing{Path: "/ls/t/" + strings.Repeat("n", 200) + string(rune('a'+i%26)), Mode: wire.LockShared,
+		l := fsm.LockListing{Path: "/ls/t/" + strings.Repeat("n", 200) + string(rune('a'+i%26)), Mode: wire.LockShared,
 			Gen: 1 << 40, HolderCount: 1000, WaiterCount: 1000, LockDelayUntil: 1 << 62}
 		for j := range wire.MaxStatHolders {
-			l.Holders = append(l.Holders, replica.LockHolderView{Session: uint64(j) << 40, Principal: long, Identity: id, Since: 1 << 62})
-			l.Waiters = append(l.Waiters, replica.LockWaiterView{Session: uint64(j) << 40, Principal: long, Identity: id, Mode: 1, Since: 1 << 62})
+			l.Holders = append(l.Holders, fsm.LockHolderView{Session: uint64(j) << 40, Principal: long, Identity: id, Since: 1 << 62})
+			l.Waiters = append(l.Waiters, fsm.LockWaiterView{Session: uint64(j) << 40, Principal: long, Identity: id, Mode: 1, Since: 1 << 62})
 		}
 		locks = append(locks, l)
 	}
@@ -38,10 +38,10 @@ func TestLockInfosFitAFrame(t *testing.T) {
 	}
 
 	// Ordinary locks: all of them.
-	small := make([]replica.LockListing, wire.MaxListedLocks)
+	small := make([]fsm.LockListing, wire.MaxListedLocks)
 	for i := range small {
-		small[i] = replica.LockListing{Path: "/ls/t/job", HolderCount: 1,
-			Holders: []replica.LockHolderView{{Session: 7, Principal: "alice", Identity: replica.Identity{Host: "h", PID: 1, Program: "p"}}}}
+		small[i] = fsm.LockListing{Path: "/ls/t/job", HolderCount: 1,
+			Holders: []fsm.LockHolderView{{Session: 7, Principal: "alice", Identity: fsm.Identity{Host: "h", PID: 1, Program: "p"}}}}
 	}
 	if infos, short := lockInfos(small, listLocksBytes); short || len(infos) != len(small) {
 		t.Fatalf("listed %d of %d ordinary locks, short %v", len(infos), len(small), short)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/sequencer"
 	"lockcell/wire"
 )
@@ -22,12 +22,12 @@ func (e *lockEndpoint) release(ctx context.Context, c *call, req *wire.HandleReq
 	if fence != nil {
 		var path string
 		var ok bool
-		e.r.read(func(v replica.View) { path, ok = v.HandlePath(c.h.Session, req.Handle) })
+		e.r.read(func(v fsm.View) { path, ok = v.HandlePath(c.h.Session, req.Handle) })
 		if ok && path != fence.Path {
 			return nil, wire.Errorf(wire.CodeBadRequest, "the sequencer names the lock of %s, not of this handle's %s", fence.Path, path)
 		}
 	}
-	cmd := commandOf(replica.ReleaseArgs{Handle: req.Handle})
+	cmd := commandOf(fsm.ReleaseArgs{Handle: req.Handle})
 	cmd.Fence = fence
 	_, err = e.w.apply(ctx, c, cmd)
 	return &wire.Empty{}, err
@@ -44,7 +44,7 @@ func (e *lockEndpoint) getSequencer(ctx context.Context, c *call, req *wire.Hand
 		return nil, err
 	}
 	var resp *wire.SequencerResponse
-	err = e.r.view(func(v replica.View) error {
+	err = e.r.view(func(v fsm.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func (e *lockEndpoint) acquire(ctx context.Context, c *call, req *wire.AcquireRe
 			return nil, err
 		}
 	}
-	res, err := e.w.apply(ctx, c, commandOf(replica.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}))
+	res, err := e.w.apply(ctx, c, commandOf(fsm.AcquireArgs{Handle: req.Handle, Mode: req.Mode, Wait: req.Wait}))
 	if woke != nil && (err != nil || res.Granted) {
 		e.waits.leave(key, woke)
 	}
@@ -96,18 +96,18 @@ func (e *lockEndpoint) acquire(ctx context.Context, c *call, req *wire.AcquireRe
 	}
 	// Queued (now, or by an earlier try of this request id at another master).
 	for {
-		var state replica.WaitState
+		var state fsm.WaitState
 		var gen uint64
 		var err error
-		e.r.read(func(v replica.View) { state, gen, err = v.LockWait(c.h.Session, req.Handle, c.h.Seq) })
+		e.r.read(func(v fsm.View) { state, gen, err = v.LockWait(c.h.Session, req.Handle, c.h.Seq) })
 		switch {
 		case err != nil:
 			e.waits.leave(key, woke)
 			return nil, err
-		case state == replica.WaitGranted:
+		case state == fsm.WaitGranted:
 			e.waits.leave(key, woke)
 			return e.granted(c, req, gen), nil
-		case state == replica.WaitGone:
+		case state == fsm.WaitGone:
 			e.waits.leave(key, woke)
 			return nil, wire.Errorf(wire.CodeCanceled, "the wait for the lock was withdrawn")
 		}
@@ -140,7 +140,7 @@ func (e *lockEndpoint) granted(c *call, req *wire.AcquireRequest, gen uint64) *w
 	var key []byte
 	var path string
 	var ok bool
-	e.r.read(func(v replica.View) {
+	e.r.read(func(v fsm.View) {
 		key = v.CellKey()
 		path, ok = v.HandlePath(c.h.Session, req.Handle)
 	})
@@ -174,19 +174,19 @@ func (e *lockEndpoint) detachedFor(c *call, session uint64) func() time.Duration
 func (e *lockEndpoint) withdraw(c *call, session, handle, seq uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := e.w.applyInvalidating(ctx, c.stop, &replica.Command{Session: session, Time: e.w.now(),
-		Payload: &replica.CancelWaitArgs{Handle: handle, WaitSeq: seq}})
+	res, err := e.w.applyInvalidating(ctx, c.stop, &fsm.Command{Session: session, Time: e.w.now(),
+		Payload: &fsm.CancelWaitArgs{Handle: handle, WaitSeq: seq}})
 	if err == nil {
 		err = resultErr(res)
 	}
-	var re *replica.Error
-	if err != nil && !(errors.As(err, &re) && re.Kind == replica.KindHandleInvalid) {
+	var re *fsm.Error
+	if err != nil && !(errors.As(err, &re) && re.Kind == fsm.KindHandleInvalid) {
 		e.cfg.Logger.Warn("withdrawing an abandoned lock wait failed; the client retries it", "handle", handle, "seq", seq, "err", err)
 	}
 }
 
 func (e *lockEndpoint) cancelAcquire(ctx context.Context, c *call, req *wire.CancelAcquireRequest) (*wire.Empty, error) {
-	_, err := e.w.apply(ctx, c, commandOf(replica.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}))
+	_, err := e.w.apply(ctx, c, commandOf(fsm.CancelWaitArgs{Handle: req.Handle, WaitSeq: req.WaitSeq}))
 	if err == nil { // the client withdrew it itself: nothing left to withdraw
 		e.waits.forget(waitKey{c.h.Session, req.Handle, req.WaitSeq})
 	}
@@ -208,11 +208,11 @@ func (e *lockEndpoint) checkSequencer(ctx context.Context, c *call, req *wire.Ch
 	}
 	var ok bool
 	var reason string
-	err = e.r.view(func(v replica.View) error {
+	err = e.r.view(func(v fsm.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}
-		ok, reason = v.FenceValidFor(&replica.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation},
+		ok, reason = v.FenceValidFor(&fsm.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation},
 			c.caller.Principal, c.isAdmin())
 		return nil
 	})

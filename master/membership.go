@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -33,13 +33,13 @@ import (
 // Consensus (*replica.Replica provides it).
 type membershipOps interface {
 	ID() string
-	Configuration() (replica.Configuration, error)
+	Configuration() (fsm.Configuration, error)
 	AddNonvoter(ctx context.Context, id, raftAddr string, prevIndex uint64) (uint64, error)
 	Promote(ctx context.Context, id string, prevIndex uint64) (uint64, error)
 	Remove(ctx context.Context, id string, prevIndex uint64) (uint64, error)
 	TransferLeadership(ctx context.Context) (string, error)
-	Progress() map[string]replica.PeerProgress
-	Status() replica.Status
+	Progress() map[string]fsm.PeerProgress
+	Status() fsm.Status
 	HeartbeatTimeout() time.Duration
 }
 
@@ -186,9 +186,9 @@ func validMemberAddr(what, addr string) error {
 // semaphore, bounds the change by changeTimeout, seeds the member table if
 // it is empty and reads the configuration the change is made against.
 // done releases what it took; on an error nothing is held.
-func (e *adminEndpoint) beginChange(ctx context.Context, c *call, ops membershipOps) (context.Context, replica.Configuration, func(), error) {
+func (e *adminEndpoint) beginChange(ctx context.Context, c *call, ops membershipOps) (context.Context, fsm.Configuration, func(), error) {
 	if err := e.members.lockMembers(ctx, c.stop); err != nil {
-		return nil, replica.Configuration{}, nil, err
+		return nil, fsm.Configuration{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
 	done := func() {
@@ -197,12 +197,12 @@ func (e *adminEndpoint) beginChange(ctx context.Context, c *call, ops membership
 	}
 	if err := e.members.seedMembers(ctx, ops); err != nil {
 		done()
-		return nil, replica.Configuration{}, nil, err
+		return nil, fsm.Configuration{}, nil, err
 	}
 	cfg, err := ops.Configuration()
 	if err != nil {
 		done()
-		return nil, replica.Configuration{}, nil, err
+		return nil, fsm.Configuration{}, nil, err
 	}
 	return ctx, cfg, done, nil
 }
@@ -245,9 +245,9 @@ func (e *adminEndpoint) replicaAdd(ctx context.Context, c *call, ops membershipO
 	}
 	// The table first: once Raft lists the member, every replica can name
 	// its client address.
-	m := replica.MemberAddrs{ID: req.ID, ClientAddr: req.ClientAddr, RaftAddr: req.RaftAddr}
-	if _, err := e.w.cons.Apply(ctx, &replica.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
-		Payload: &replica.MemberPutArgs{Members: []replica.MemberAddrs{m}}}); err != nil {
+	m := fsm.MemberAddrs{ID: req.ID, ClientAddr: req.ClientAddr, RaftAddr: req.RaftAddr}
+	if _, err := e.w.cons.Apply(ctx, &fsm.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
+		Payload: &fsm.MemberPutArgs{Members: []fsm.MemberAddrs{m}}}); err != nil {
 		return nil, err
 	}
 	if _, ok := cfg.Find(req.ID); !ok {
@@ -298,8 +298,8 @@ func (e *adminEndpoint) replicaRemove(ctx context.Context, c *call, ops membersh
 		e.cfg.Logger.Info("member removed", "id", req.ID, "raft_addr", sv.RaftAddr, "voter", sv.Voter)
 	}
 	if _, known := e.members.memberTable()[req.ID]; known {
-		if _, err := e.w.cons.Apply(ctx, &replica.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
-			Payload: &replica.MemberRemoveArgs{Members: []replica.MemberAddrs{{ID: req.ID}}}}); err != nil {
+		if _, err := e.w.cons.Apply(ctx, &fsm.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
+			Payload: &fsm.MemberRemoveArgs{Members: []fsm.MemberAddrs{{ID: req.ID}}}}); err != nil {
 			return nil, err
 		}
 	}
@@ -308,7 +308,7 @@ func (e *adminEndpoint) replicaRemove(ctx context.Context, c *call, ops membersh
 
 // changeErr types a failed Raft configuration change.
 func changeErr(err error) error {
-	if errors.Is(err, replica.ErrConfigurationChanged) {
+	if errors.Is(err, fsm.ErrConfigurationChanged) {
 		return wire.Errorf(wire.CodeUnavailable, "another membership change committed first; nothing changed, retry: %v", err)
 	}
 	return err
@@ -321,7 +321,7 @@ func changeErr(err error) error {
 // heartbeat answered by every member, and must not refuse for members it
 // simply has not contacted yet; a member that is really down is still
 // refused, a health window later.
-func (s *memberPart) checkVotersPatiently(ctx context.Context, ops membershipOps, cfg replica.Configuration, id string) error {
+func (s *memberPart) checkVotersPatiently(ctx context.Context, ops membershipOps, cfg fsm.Configuration, id string) error {
 	deadline := time.Now().Add(healthyWithin(ops))
 	for {
 		err, forHealth := s.voterCheck(ops, cfg, id, false)
@@ -340,14 +340,14 @@ func (s *memberPart) checkVotersPatiently(ctx context.Context, ops membershipOps
 
 // checkVoters applies the refusal rules to the configuration cfg would
 // become with id removed (or, with promote, made a voter).
-func (s *memberPart) checkVoters(ops membershipOps, cfg replica.Configuration, id string, promote bool) error {
+func (s *memberPart) checkVoters(ops membershipOps, cfg fsm.Configuration, id string, promote bool) error {
 	err, _ := s.voterCheck(ops, cfg, id, promote)
 	return err
 }
 
 // voterCheck is checkVoters, also saying whether a refusal is for want of
 // healthy voters (which time may mend) rather than of voters.
-func (s *memberPart) voterCheck(ops membershipOps, cfg replica.Configuration, id string, promote bool) (err error, forHealth bool) {
+func (s *memberPart) voterCheck(ops membershipOps, cfg fsm.Configuration, id string, promote bool) (err error, forHealth bool) {
 	voters := map[string]bool{}
 	for _, sv := range cfg.Servers {
 		if sv.Voter {
@@ -386,7 +386,7 @@ func (s *memberPart) voterCheck(ops membershipOps, cfg replica.Configuration, id
 
 // healthy reports whether the master heard from member id lately (the
 // master itself is healthy).
-func (s *memberPart) healthy(ops membershipOps, id string, prog map[string]replica.PeerProgress, now time.Time, within time.Duration) bool {
+func (s *memberPart) healthy(ops membershipOps, id string, prog map[string]fsm.PeerProgress, now time.Time, within time.Duration) bool {
 	if id == ops.ID() {
 		return true
 	}
@@ -394,19 +394,19 @@ func (s *memberPart) healthy(ops membershipOps, id string, prog map[string]repli
 	return ok && !pp.LastContact.IsZero() && now.Sub(pp.LastContact) <= within
 }
 
-func (s *memberPart) memberTable() map[string]replica.MemberAddrs {
-	table, _ := s.memberTableSized(replica.Configuration{})
+func (s *memberPart) memberTable() map[string]fsm.MemberAddrs {
+	table, _ := s.memberTableSized(fsm.Configuration{})
 	return table
 }
 
 // memberTableSized reads the member table by id and the cell's
 // configured size in one view; until the table is seeded the size is
 // cfg's voter count.
-func (s *memberPart) memberTableSized(cfg replica.Configuration) (map[string]replica.MemberAddrs, int) {
-	var ms []replica.MemberAddrs
+func (s *memberPart) memberTableSized(cfg fsm.Configuration) (map[string]fsm.MemberAddrs, int) {
+	var ms []fsm.MemberAddrs
 	var size int
-	s.read(func(v replica.View) { ms, size = v.MemberTable() })
-	out := make(map[string]replica.MemberAddrs, len(ms))
+	s.read(func(v fsm.View) { ms, size = v.MemberTable() })
+	out := make(map[string]fsm.MemberAddrs, len(ms))
 	for _, m := range ms {
 		out[m.ID] = m
 	}
@@ -462,9 +462,9 @@ func (s *memberPart) bootstrapAddr(id string) string {
 // machine keeps the first seed ever applied, so two masters racing (or a
 // restored cell, whose backup carries no table) cannot overwrite a table.
 func (s *memberPart) seedMembers(ctx context.Context, ops membershipOps) error {
-	var ms []replica.MemberAddrs
+	var ms []fsm.MemberAddrs
 	var size int
-	s.read(func(v replica.View) { ms, size = v.MemberTable() })
+	s.read(func(v fsm.View) { ms, size = v.MemberTable() })
 	if len(ms) > 0 || size > 0 {
 		return nil
 	}
@@ -475,11 +475,11 @@ func (s *memberPart) seedMembers(ctx context.Context, ops membershipOps) error {
 	if cfg.Voters() == 0 {
 		return nil
 	}
-	seed := &replica.MembersSeedArgs{ConfiguredSize: cfg.Voters()}
+	seed := &fsm.MembersSeedArgs{ConfiguredSize: cfg.Voters()}
 	for _, sv := range cfg.Servers {
-		seed.Members = append(seed.Members, replica.MemberAddrs{ID: sv.ID, ClientAddr: s.bootstrapAddr(sv.ID), RaftAddr: sv.RaftAddr})
+		seed.Members = append(seed.Members, fsm.MemberAddrs{ID: sv.ID, ClientAddr: s.bootstrapAddr(sv.ID), RaftAddr: sv.RaftAddr})
 	}
-	if _, err := s.cons.Apply(ctx, &replica.Command{Time: s.now(), Payload: seed}); err != nil {
+	if _, err := s.cons.Apply(ctx, &fsm.Command{Time: s.now(), Payload: seed}); err != nil {
 		return fmt.Errorf("master: seed the member table: %w", err)
 	}
 	s.log.Info("member table seeded", "members", len(seed.Members), "configured_size", seed.ConfiguredSize)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -25,22 +25,22 @@ type progressOps struct {
 
 func (o *progressOps) ID() string                      { return "1" }
 func (o *progressOps) HeartbeatTimeout() time.Duration { return 100 * time.Millisecond }
-func (o *progressOps) Progress() map[string]replica.PeerProgress {
+func (o *progressOps) Progress() map[string]fsm.PeerProgress {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.asked++
 	if o.answerAt != 0 && o.asked >= o.answerAt {
 		o.heard[o.late] = time.Now()
 	}
-	out := map[string]replica.PeerProgress{}
+	out := map[string]fsm.PeerProgress{}
 	for id, at := range o.heard {
-		out[id] = replica.PeerProgress{LastContact: at}
+		out[id] = fsm.PeerProgress{LastContact: at}
 	}
 	return out
 }
 
-func threeVoters() replica.Configuration {
-	return replica.Configuration{Servers: []replica.Server{{ID: "1", Voter: true}, {ID: "2", Voter: true}, {ID: "3", Voter: true}}}
+func threeVoters() fsm.Configuration {
+	return fsm.Configuration{Servers: []fsm.Server{{ID: "1", Voter: true}, {ID: "2", Voter: true}, {ID: "3", Voter: true}}}
 }
 
 // A master that has just taken over has not heard from every member yet:

@@ -1,7 +1,7 @@
 package master
 
 import (
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -9,7 +9,7 @@ import (
 // plain CellStatus every client may ask for (disk usage, lag, last
 // contact, the member list), but must not need the admin's certificate,
 // which may change anything. The principals listed in the ACL file
-// /ls/<cell>/acl/monitor (replica.MonitorACLName) get that detail and the
+// /ls/<cell>/acl/monitor (fsm.MonitorACLName) get that detail and the
 // read-only ReplicaList; the admin has it as well. The file is read from
 // the replicated state like every ACL file, so a change binds the next
 // call on each replica as soon as that replica has applied it.
@@ -17,7 +17,7 @@ import (
 // MonitorACLPath returns the ACL file that grants the monitoring role in
 // cell: /ls/<cell>/acl/monitor.
 func MonitorACLPath(cell string) string {
-	return "/ls/" + cell + "/" + replica.ACLDirName + "/" + replica.MonitorACLName
+	return "/ls/" + cell + "/" + fsm.ACLDirName + "/" + fsm.MonitorACLName
 }
 
 // MayMonitor reports whether principal may read the cell's health
@@ -31,7 +31,7 @@ func (s *memberPart) mayMonitor(principal string) bool {
 		return true
 	}
 	var ok bool
-	s.read(func(v replica.View) { ok = v.ListedIn(replica.MonitorACLName, principal) })
+	s.read(func(v fsm.View) { ok = v.ListedIn(fsm.MonitorACLName, principal) })
 	return ok
 }
 

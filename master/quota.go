@@ -1,6 +1,6 @@
 package master
 
-import "lockcell/replica"
+import "lockcell/fsm"
 
 // Quotas on the namespace (Limits.Nodes, ContentBytes, NodesPerPrincipal,
 // ContentBytesPerPrincipal, and the admin's reserves) are not admitted here the way sessions and handles are (limits.go): the
@@ -17,13 +17,13 @@ import "lockcell/replica"
 // setQuota puts the quota into an Open that may create, or a
 // SetContents; other commands cannot grow the namespace and carry none,
 // so they stay the size they were.
-func (w *writes) setQuota(cmd *replica.Command) {
+func (w *writes) setQuota(cmd *fsm.Command) {
 	switch p := cmd.Payload.(type) {
-	case *replica.OpenArgs:
-		if p.Flags&replica.FlagCreate != 0 {
+	case *fsm.OpenArgs:
+		if p.Flags&fsm.FlagCreate != 0 {
 			p.Quota = w.quota
 		}
-	case *replica.SetContentsArgs:
+	case *fsm.SetContentsArgs:
 		p.Quota = w.quota
 	}
 }
@@ -32,8 +32,8 @@ func (w *writes) setQuota(cmd *replica.Command) {
 // limits, the same for every command, so one value is shared by all of
 // them (writes.quota) rather than allocated for each. Nothing changes it:
 // a command is encoded before anything reads it.
-func quotaOf(l Limits) *replica.Quota {
-	return &replica.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal),
+func quotaOf(l Limits) *fsm.Quota {
+	return &fsm.Quota{Nodes: int64(l.Nodes), ContentBytes: l.ContentBytes, NodesPerPrincipal: int64(l.NodesPerPrincipal),
 		ContentBytesPerPrincipal: l.ContentBytesPerPrincipal,
 		NodesAdminReserve:        int64(l.NodesAdminReserve), ContentBytesAdminReserve: l.ContentBytesAdminReserve}
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 )
 
 // The admin's reserves are derived from their quotas when not set, within
@@ -34,7 +34,7 @@ func TestQuotaReservesDerived(t *testing.T) {
 	}
 	var l Limits
 	l.setDefaults()
-	if q := quotaOf(l); *q != (replica.Quota{Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
+	if q := quotaOf(l); *q != (fsm.Quota{Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
 		ContentBytesPerPrincipal: 64 << 20, NodesAdminReserve: 10000, ContentBytesAdminReserve: 4 << 20}) {
 		t.Errorf("the default quota is %+v", *q)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"lockcell/acl"
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -39,10 +39,10 @@ func (e *adminEndpoint) quotaUsage(ctx context.Context, c *call, req *wire.Quota
 	}
 	l := e.cfg.Limits
 	admin := who == e.cfg.Admin
-	var mine, cell replica.Usage
+	var mine, cell fsm.Usage
 	var sessions, cellSessions, handles, cellHandles int
-	var byNodes, byBytes []replica.CreatorUsage
-	err := e.r.view(func(v replica.View) error {
+	var byNodes, byBytes []fsm.CreatorUsage
+	err := e.r.view(func(v fsm.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}
@@ -78,7 +78,7 @@ func (e *adminEndpoint) quotaUsage(ctx context.Context, c *call, req *wire.Quota
 	return out, nil
 }
 
-func principalUsages(us []replica.CreatorUsage) []wire.PrincipalUsage {
+func principalUsages(us []fsm.CreatorUsage) []wire.PrincipalUsage {
 	if len(us) == 0 {
 		return nil
 	}

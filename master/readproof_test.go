@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -32,9 +32,9 @@ func (g *gatedConsensus) VerifyLeader(ctx context.Context) error {
 // arrive while a round is in flight are answered by the one round after
 // it, never by the round in flight, which began before they arrived.
 func TestConcurrentReadsShareLeadershipRounds(t *testing.T) {
-	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	cons := &gatedConsensus{localConsensus: localConsensus{fsm: fsm}, gatedVerify: gatedVerify{verdict: make(chan error)}}
-	m := newTestMasterOn(t, cons, fsm)
+	sm := fsm.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cons := &gatedConsensus{localConsensus: localConsensus{fsm: sm}, gatedVerify: gatedVerify{verdict: make(chan error)}}
+	m := newTestMasterOn(t, cons, sm)
 	clock := m.clock
 	sess, handle := m.sessionWithFile(t)
 	read := func() error {
@@ -107,7 +107,7 @@ func TestConcurrentReadsShareLeadershipRounds(t *testing.T) {
 	failed := make(chan error, 1)
 	go func() { failed <- read() }()
 	waitRounds(3)
-	cons.verdict <- replica.ErrNotLeader
+	cons.verdict <- fsm.ErrNotLeader
 	if err := <-failed; codeOf(err) != wire.CodeNotMaster {
 		t.Fatalf("a read after its round failed: %v; want NotMaster", err)
 	}

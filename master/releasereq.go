@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 
 	"lockcell/acl"
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -41,10 +41,10 @@ func (e *lockEndpoint) requestRelease(ctx context.Context, c *call, req *wire.Re
 	var target struct { // what one view of the state decided
 		path, principal string
 		gen             uint64
-		holders         []replica.Holder
+		holders         []fsm.Holder
 		canRead         bool
 	}
-	err := e.r.view(func(v replica.View) error {
+	err := e.r.view(func(v fsm.View) error {
 		if err := c.liveSession(v); err != nil {
 			return err
 		}

@@ -6,7 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -56,7 +56,7 @@ func ResumeSecret(cellKey []byte, cell string, id uint64, principal string) []by
 // sessionSecret is the secret of session id of the calling principal.
 func (e *sessionEndpoint) sessionSecret(c *call, id uint64) []byte {
 	var key []byte
-	e.r.read(func(v replica.View) { key = v.CellKey() })
+	e.r.read(func(v fsm.View) { key = v.CellKey() })
 	return ResumeSecret(key, e.cfg.Cell, id, c.caller.Principal)
 }
 
@@ -79,7 +79,7 @@ func (e *sessionEndpoint) resumeSession(ctx context.Context, c *call, req *wire.
 	h := *c.h
 	h.Session = req.Session
 	c.h = &h
-	res, err := e.w.apply(ctx, c, commandOf(replica.ResumeSessionArgs{}))
+	res, err := e.w.apply(ctx, c, commandOf(fsm.ResumeSessionArgs{}))
 	if err != nil {
 		e.auditResume(c, req.Session, err)
 		return nil, err
@@ -87,7 +87,7 @@ func (e *sessionEndpoint) resumeSession(ctx context.Context, c *call, req *wire.
 	e.sess.created(req.Session, c.caller.Conn)
 	out := &wire.ResumeSessionResponse{Session: req.Session, Epoch: c.epoch, LeaseMillis: e.cfg.LeaseTTL.Milliseconds(),
 		Incarnation: res.Incarnation, NextSeq: res.NextSeq}
-	e.r.read(func(v replica.View) {
+	e.r.read(func(v fsm.View) {
 		hs, more := v.SessionOpenHandles(req.Session, wire.MaxResumeHandles)
 		out.Truncated = more
 		for _, h := range hs {
@@ -121,7 +121,7 @@ func (e *sessionEndpoint) auditResume(c *call, session uint64, err error) {
 // KeepAlive's header may have been reused by its stream.)
 func (s *parts) movedSince(session, incarnation uint64) bool {
 	moved := false
-	s.read(func(v replica.View) {
+	s.read(func(v fsm.View) {
 		_, current, ok := v.SessionResumeInfo(session)
 		moved = ok && current != incarnation
 	})

@@ -4,20 +4,20 @@ import (
 	"bytes"
 	"testing"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
 // The state machine's refusal of an old incarnation's request and the
 // master's own begin alike, with what clients look for.
 func TestSessionMovedMessage(t *testing.T) {
-	if replica.SessionMovedMsg != wire.SessionMovedMsg {
-		t.Fatalf("replica says %q, wire %q", replica.SessionMovedMsg, wire.SessionMovedMsg)
+	if fsm.SessionMovedMsg != wire.SessionMovedMsg {
+		t.Fatalf("replica says %q, wire %q", fsm.SessionMovedMsg, wire.SessionMovedMsg)
 	}
 	if err := toWire(movedErr(7)); !wire.IsSessionMoved(err) || wire.CodeOf(err) != wire.CodeSessionExpired {
 		t.Fatalf("master's moved error %v", err)
 	}
-	re := &replica.Error{Kind: replica.KindSessionExpired, Msg: replica.SessionMovedMsg + ": session 7 was resumed"}
+	re := &fsm.Error{Kind: fsm.KindSessionExpired, Msg: fsm.SessionMovedMsg + ": session 7 was resumed"}
 	if err := toWire(re); !wire.IsSessionMoved(err) {
 		t.Fatalf("the state machine's refusal, on the wire: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -22,7 +22,7 @@ import (
 // and confirming leadership. Declared here, where it is used.
 type Consensus interface {
 	// Apply proposes cmd and returns its result once applied locally.
-	Apply(ctx context.Context, cmd *replica.Command) (*replica.Result, error)
+	Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error)
 	// VerifyLeader confirms leadership with a quorum right now.
 	VerifyLeader(ctx context.Context) error
 	// IsLeader reports, without a network round, whether Raft still
@@ -71,7 +71,7 @@ type Config struct {
 	// Members are the bootstrap peers' addresses: the first master that
 	// finds the replicated member table empty seeds it with them (for
 	// the members of the Raft configuration) and the configured size.
-	Members []replica.MemberAddrs
+	Members []fsm.MemberAddrs
 }
 
 // AnonymousPrincipal is the one principal of a cell without TLS: every
@@ -166,7 +166,7 @@ type Server struct {
 type parts struct {
 	cfg   Config
 	cons  Consensus
-	state *replica.FSM
+	state *fsm.FSM
 	log   *slog.Logger
 	// w and r are how the state is changed and read, by the endpoints
 	// and the master's loops alike (endpoints.go).
@@ -190,7 +190,7 @@ type parts struct {
 
 // New returns a master for the replica's state machine. It installs itself
 // as the state's observer.
-func New(cfg Config, cons Consensus, state *replica.FSM) *Server {
+func New(cfg Config, cons Consensus, state *fsm.FSM) *Server {
 	cfg.setDefaults()
 	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}, principalHandles: map[string]int{}}}
@@ -202,7 +202,7 @@ func New(cfg Config, cons Consensus, state *replica.FSM) *Server {
 	p.sess.lengthen(cfg.MaxLeaseTTL, cfg.KeepAliveTarget)
 	p.sess.budgetEvents(cfg.Limits.EventBytes, cfg.Limits.EventBytesPerPrincipal)
 	p.sess.principalOf = func(id uint64) (principal string) {
-		p.read(func(v replica.View) { principal, _ = v.SessionPrincipal(id) })
+		p.read(func(v fsm.View) { principal, _ = v.SessionPrincipal(id) })
 		return principal
 	}
 	p.sess.known = p
@@ -234,13 +234,13 @@ func (s *Server) Serving() (bool, uint64) {
 // the hand-off of locks waiting out a lock-delay.
 func (s *Server) Start(ctx context.Context) error {
 	proposed := s.cfg.Clock.Now()
-	res, err := s.cons.Apply(ctx, &replica.Command{Time: s.now(), Payload: &replica.EpochArgs{}})
+	res, err := s.cons.Apply(ctx, &fsm.Command{Time: s.now(), Payload: &fsm.EpochArgs{}})
 	if err != nil {
 		return fmt.Errorf("master: take epoch: %w", err)
 	}
 	s.proof.note(proposed) // committed: a quorum followed us after proposed
 	var keyed bool
-	s.read(func(v replica.View) { keyed = len(v.CellKey()) > 0 })
+	s.read(func(v fsm.View) { keyed = len(v.CellKey()) > 0 })
 	if !keyed {
 		// The first master of a cell draws its secret sequencer key; the
 		// state machine keeps the first one ever applied.
@@ -248,7 +248,7 @@ func (s *Server) Start(ctx context.Context) error {
 		if _, err := rand.Read(key); err != nil {
 			return fmt.Errorf("master: draw cell key: %w", err)
 		}
-		if _, err := s.cons.Apply(ctx, &replica.Command{Time: s.now(), Payload: &replica.CellKeyArgs{Key: key}}); err != nil {
+		if _, err := s.cons.Apply(ctx, &fsm.Command{Time: s.now(), Payload: &fsm.CellKeyArgs{Key: key}}); err != nil {
 			return fmt.Errorf("master: store cell key: %w", err)
 		}
 	}
@@ -261,7 +261,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.stop = make(chan struct{})
 	var ids []uint64
 	var delays map[string]int64
-	s.read(func(v replica.View) { ids, delays = v.SessionIDs(), v.LockDelays() })
+	s.read(func(v fsm.View) { ids, delays = v.SessionIDs(), v.LockDelays() })
 	recovering := s.sess.start(s.epoch, ids)
 	s.delays.start(s.stop)
 	for path, until := range delays {
@@ -313,7 +313,7 @@ func (s *parts) now() int64 { return s.cfg.Clock.Now().UnixNano() }
 // made by the term's fan-out (fanout.go), which it hands each change with
 // its position. The sessions' lock is taken only for an entry that
 // created or closed a session.
-func (s *Server) observe(index uint64, changes []replica.Change) {
+func (s *Server) observe(index uint64, changes []fsm.Change) {
 	s.mu.Lock()
 	serving, fan := s.serving, s.fan
 	s.mu.Unlock()
@@ -327,9 +327,9 @@ func (s *Server) observe(index uint64, changes []replica.Change) {
 	s.mu.Lock()
 	for _, c := range changes {
 		switch c.Kind {
-		case replica.ChangeLockGranted, replica.ChangeWaitEnded:
+		case fsm.ChangeLockGranted, fsm.ChangeWaitEnded:
 			s.waits.wake(waitKey{c.Session, c.Handle, c.Seq})
-		case replica.ChangeLockDelay:
+		case fsm.ChangeLockDelay:
 			if s.serving { // under mu: never armed after Stop's stopAll
 				s.delays.arm(c.Path, c.Time)
 			}
@@ -425,22 +425,22 @@ type sessionEvent struct {
 
 // eventOf maps a state change to the event kind and mask bit handles ask
 // for, if any.
-var eventOf = map[replica.ChangeKind]struct {
+var eventOf = map[fsm.ChangeKind]struct {
 	kind uint8
 	mask uint32
 }{
-	replica.ChangeContents:     {wire.EventContents, wire.MaskContentsModified},
-	replica.ChangeChildAdded:   {wire.EventChildAdded, wire.MaskChildAdded},
-	replica.ChangeChildRemoved: {wire.EventChildRemoved, wire.MaskChildRemoved},
-	replica.ChangeDeleted:      {wire.EventHandleInvalid, wire.MaskHandleInvalid},
-	replica.ChangeLockGranted:  {wire.EventLockAcquired, wire.MaskLockAcquired},
-	replica.ChangeLockConflict: {wire.EventLockConflict, wire.MaskConflictingLock},
+	fsm.ChangeContents:     {wire.EventContents, wire.MaskContentsModified},
+	fsm.ChangeChildAdded:   {wire.EventChildAdded, wire.MaskChildAdded},
+	fsm.ChangeChildRemoved: {wire.EventChildRemoved, wire.MaskChildRemoved},
+	fsm.ChangeDeleted:      {wire.EventHandleInvalid, wire.MaskHandleInvalid},
+	fsm.ChangeLockGranted:  {wire.EventLockAcquired, wire.MaskLockAcquired},
+	fsm.ChangeLockConflict: {wire.EventLockConflict, wire.MaskConflictingLock},
 }
 
 // sessionChanged reports whether changes created or closed a session.
-func sessionChanged(changes []replica.Change) bool {
+func sessionChanged(changes []fsm.Change) bool {
 	for i := range changes {
-		if k := changes[i].Kind; k == replica.ChangeSessionCreated || k == replica.ChangeSessionClosed || k == replica.ChangeSessionResumed {
+		if k := changes[i].Kind; k == fsm.ChangeSessionCreated || k == fsm.ChangeSessionClosed || k == fsm.ChangeSessionResumed {
 			return true
 		}
 	}
@@ -449,7 +449,7 @@ func sessionChanged(changes []replica.Change) bool {
 
 // placeEvent fills in ev's position: the instance and generations of the
 // node ev's handle has open, when that node still exists.
-func placeEvent(v replica.View, session uint64, ev *wire.Event) {
+func placeEvent(v fsm.View, session uint64, ev *wire.Event) {
 	if hv, err := v.LookupHandle(session, ev.Handle); err == nil {
 		ev.Pos = &wire.EventPos{Instance: hv.Stat.Instance, ContentGen: hv.Stat.ContentGen, LockGen: hv.Stat.LockGen}
 	}

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -23,11 +22,11 @@ import (
 // on real cells in package cell.
 type localConsensus struct {
 	mu    sync.Mutex
-	fsm   *replica.FSM
+	fsm   *fsm.FSM
 	index uint64
 }
 
-func (l *localConsensus) Apply(_ context.Context, cmd *replica.Command) (*replica.Result, error) {
+func (l *localConsensus) Apply(_ context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	b, err := cmd.Encode()
 	if err != nil {
 		return nil, err
@@ -35,7 +34,7 @@ func (l *localConsensus) Apply(_ context.Context, cmd *replica.Command) (*replic
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.index++
-	return l.fsm.Apply(&raft.Log{Index: l.index, Data: b}).(*replica.Result), nil
+	return l.fsm.ApplyEntry(l.index, b).(*fsm.Result), nil
 }
 
 func (l *localConsensus) VerifyLeader(context.Context) error { return nil }
@@ -48,13 +47,13 @@ type testMaster struct {
 }
 
 func newTestMaster(t *testing.T) *testMaster {
-	fsm := replica.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	return newTestMasterOn(t, &localConsensus{fsm: fsm}, fsm)
+	sm := fsm.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return newTestMasterOn(t, &localConsensus{fsm: sm}, sm)
 }
 
 // newTestMasterOn starts a master on fsm with cons as its consensus (a
 // localConsensus over fsm, or one that wraps it).
-func newTestMasterOn(t *testing.T, cons Consensus, fsm *replica.FSM) *testMaster {
+func newTestMasterOn(t *testing.T, cons Consensus, fsm *fsm.FSM) *testMaster {
 	clock := newFakeClock()
 	s := New(Config{Cell: "c", LeaseTTL: testLease, Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		cons, fsm)

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -23,7 +23,7 @@ func (e *sessionEndpoint) createSession(ctx context.Context, c *call, req *wire.
 		return nil, err
 	}
 	defer unreserve() // after the lease below counts it on its connection
-	res, err := e.w.apply(ctx, c, &replica.Command{Client: req.ClientName, Payload: &replica.CreateSessionArgs{Host: req.Host, PID: req.PID, Program: req.Program}})
+	res, err := e.w.apply(ctx, c, &fsm.Command{Client: req.ClientName, Payload: &fsm.CreateSessionArgs{Host: req.Host, PID: req.PID, Program: req.Program}})
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func (s *parts) adopt(id uint64) error {
 	}
 	var live bool
 	var applied uint64
-	s.read(func(v replica.View) {
+	s.read(func(v fsm.View) {
 		live = v.SessionExists(id)
 		_, _, _, applied = v.Counts()
 	})
@@ -55,8 +55,8 @@ func (s *parts) adopt(id uint64) error {
 }
 
 func (e *sessionEndpoint) closeSession(ctx context.Context, c *call) (*wire.Empty, error) {
-	res, err := e.w.applyInvalidating(ctx, c.stop, &replica.Command{Session: c.h.Session, Time: e.w.now(),
-		Principal: c.caller.Principal, Admin: c.isAdmin(), Incarnation: c.h.Incarnation, Payload: &replica.CloseSessionArgs{}})
+	res, err := e.w.applyInvalidating(ctx, c.stop, &fsm.Command{Session: c.h.Session, Time: e.w.now(),
+		Principal: c.caller.Principal, Admin: c.isAdmin(), Incarnation: c.h.Incarnation, Payload: &fsm.CloseSessionArgs{}})
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +74,9 @@ func (e *sessionEndpoint) listSessions(ctx context.Context, c *call) (*wire.List
 	if err := e.r.verify(ctx); err != nil {
 		return nil, err
 	}
-	var views []replica.SessionView
-	var ids []replica.Identity
-	e.r.read(func(v replica.View) {
+	var views []fsm.SessionView
+	var ids []fsm.Identity
+	e.r.read(func(v fsm.View) {
 		views = v.Sessions()
 		if !c.isAdmin() {
 			own := views[:0]
@@ -87,7 +87,7 @@ func (e *sessionEndpoint) listSessions(ctx context.Context, c *call) (*wire.List
 			}
 			views = own
 		}
-		ids = make([]replica.Identity, min(len(views), wire.MaxListedSessions))
+		ids = make([]fsm.Identity, min(len(views), wire.MaxListedSessions))
 		for i := range ids {
 			ids[i], _ = v.SessionIdentity(views[i].ID)
 		}
@@ -108,7 +108,7 @@ func (e *sessionEndpoint) listSessions(ctx context.Context, c *call) (*wire.List
 // views[i]'s) and lease left, into their wire form, in order, until they
 // would add up to more than budget bytes (sessionInfoBytes). The first is
 // always kept.
-func sessionInfos(views []replica.SessionView, ids []replica.Identity, left map[uint64]time.Duration, budget int) []wire.SessionInfo {
+func sessionInfos(views []fsm.SessionView, ids []fsm.Identity, left map[uint64]time.Duration, budget int) []wire.SessionInfo {
 	out := make([]wire.SessionInfo, 0, len(views))
 	for i, v := range views {
 		size := sessionInfoBytes(v, ids[i])
@@ -130,7 +130,7 @@ func sessionInfos(views []replica.SessionView, ids []replica.Identity, left map[
 const listSessionsBytes = wire.MaxFrameSize / 2
 
 // sessionInfoBytes over-estimates the encoding of one listed session.
-func sessionInfoBytes(v replica.SessionView, id replica.Identity) int {
+func sessionInfoBytes(v fsm.SessionView, id fsm.Identity) int {
 	n := 64 + len(v.Client) + len(v.Principal) + len(id.Host) + len(id.Program)
 	for _, l := range v.Locks {
 		n += len(l) + 4

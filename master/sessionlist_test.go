@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -15,13 +15,13 @@ import (
 // whole, identities and all.
 func TestSessionInfosFitAFrame(t *testing.T) {
 	long := strings.Repeat("x", wire.MaxIdentityLen)
-	views := make([]replica.SessionView, wire.MaxListedSessions)
-	ids := make([]replica.Identity, len(views))
+	views := make([]fsm.SessionView, wire.MaxListedSessions)
+	ids := make([]fsm.Identity, len(views))
 	left := map[uint64]time.Duration{}
 	for i := range views {
-		views[i] = replica.SessionView{ID: uint64(i+1) << 40, Client: "client-" + long[:64], Principal: "principal-" + long[:64],
+		views[i] = fsm.SessionView{ID: uint64(i+1) << 40, Client: "client-" + long[:64], Principal: "principal-" + long[:64],
 			Created: 1 << 62, Handles: 1 << 20}
-		ids[i] = replica.Identity{Host: long, PID: 1 << 40, Program: long}
+		ids[i] = fsm.Identity{Host: long, PID: 1 << 40, Program: long}
 		left[views[i].ID] = time.Minute
 	}
 	infos := sessionInfos(views, ids, left, listSessionsBytes)
@@ -45,7 +45,7 @@ func TestSessionInfosFitAFrame(t *testing.T) {
 	// Ordinary sessions: all of them, each with its identity.
 	for i := range views {
 		views[i].Client, views[i].Principal = "app", "alice"
-		ids[i] = replica.Identity{Host: "build-7", PID: 4242, Program: "nightly"}
+		ids[i] = fsm.Identity{Host: "build-7", PID: 4242, Program: "nightly"}
 	}
 	infos = sessionInfos(views, ids, left, listSessionsBytes)
 	if len(infos) != len(views) {

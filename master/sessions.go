@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -555,7 +555,7 @@ func (ss *sessions) leaseLeft(ids []uint64, now time.Time) map[uint64]time.Durat
 // gets a lease; a session closed ends its parked KeepAlive and its
 // fail-over wait. It returns the sessions that ended, for the invalidator
 // to forget (after this lock is released).
-func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (ended []uint64) {
+func (ss *sessions) observe(notes []sessionEvent, changes []fsm.Change) (ended []uint64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.active {
@@ -567,11 +567,11 @@ func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (end
 	}
 	for _, c := range changes {
 		switch c.Kind {
-		case replica.ChangeSessionCreated:
+		case fsm.ChangeSessionCreated:
 			if _, ok := ss.leases[c.Session]; !ok && ss.active {
 				ss.leases[c.Session] = newLease(ss.clock.Now().Add(ss.ttl))
 			}
-		case replica.ChangeSessionResumed:
+		case fsm.ChangeSessionResumed:
 			// The old process's lease ends here, its parked KeepAlive
 			// told the session moved; the new process starts with a
 			// full lease of its own, and nothing cached (so the
@@ -586,7 +586,7 @@ func (ss *sessions) observe(notes []sessionEvent, changes []replica.Change) (end
 			if ss.active {
 				ss.leases[c.Session] = newLease(ss.clock.Now().Add(ss.ttl))
 			}
-		case replica.ChangeSessionClosed:
+		case fsm.ChangeSessionClosed:
 			ss.ackedLocked(c.Session)
 			if l, ok := ss.leases[c.Session]; ok {
 				l.closed = true
@@ -659,7 +659,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		s.sess.watch(now, false)
 		for _, id := range s.sess.expired(now) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := s.w.applyInvalidating(ctx, stop, &replica.Command{Session: id, Time: s.now(), Payload: &replica.CloseSessionArgs{Expired: true}})
+			res, err := s.w.applyInvalidating(ctx, stop, &fsm.Command{Session: id, Time: s.now(), Payload: &fsm.CloseSessionArgs{Expired: true}})
 			cancel()
 			switch {
 			case err != nil:

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -220,7 +220,7 @@ func TestEventsAreNumberedInOrderAndExpiredLeasesFound(t *testing.T) {
 		t.Fatalf("KeepAlive after the lease: %v; want SessionExpired", r.err)
 	}
 	// The expiry applied: the lease is gone, and its session's ended.
-	if ended := ss.observe(nil, []replica.Change{{Kind: replica.ChangeSessionClosed, Session: 1}}); len(ended) != 1 || ended[0] != 1 {
+	if ended := ss.observe(nil, []fsm.Change{{Kind: fsm.ChangeSessionClosed, Session: 1}}); len(ended) != 1 || ended[0] != 1 {
 		t.Fatalf("ended %v; want [1]", ended)
 	}
 	if exp := ss.expired(clock.Now()); len(exp) != 0 {
@@ -250,7 +250,7 @@ func TestFailoverGivesFreshLeasesAndWaitsForEveryAcknowledgement(t *testing.T) {
 	}
 	parked(t, ch)
 	// The other session ends instead of acknowledging: recovery is over.
-	ss.observe(nil, []replica.Change{{Kind: replica.ChangeSessionClosed, Session: 2}})
+	ss.observe(nil, []fsm.Change{{Kind: fsm.ChangeSessionClosed, Session: 2}})
 	if rec, n := ss.recovery(); rec || n != 0 {
 		t.Fatalf("recovery %v with %d sessions; want over", rec, n)
 	}
@@ -275,7 +275,7 @@ func TestClosedSessionEndsItsParkedKeepAlive(t *testing.T) {
 	ss.created(1, 0)
 	ch := keepAliveAsync(t, ss, clock, stop, 1, 0)
 	parked(t, ch)
-	ss.observe(nil, []replica.Change{{Kind: replica.ChangeSessionClosed, Session: 1}})
+	ss.observe(nil, []fsm.Change{{Kind: fsm.ChangeSessionClosed, Session: 1}})
 	if r := answered(t, ch); codeOf(r.err) != wire.CodeSessionExpired {
 		t.Fatalf("parked KeepAlive of a closed session: %+v, %v; want SessionExpired", r.resp, r.err)
 	}
@@ -305,7 +305,7 @@ func TestExpiryClosesTheSessionInTheState(t *testing.T) {
 	id := resp.(*wire.CreateSessionResponse).Session
 	live := func() bool {
 		var ok bool
-		m.read(func(v replica.View) { ok = v.SessionExists(id) })
+		m.read(func(v fsm.View) { ok = v.SessionExists(id) })
 		return ok
 	}
 	m.clock.Advance(testLease - time.Millisecond)
@@ -334,7 +334,7 @@ func TestMasterStallExpiresNoSession(t *testing.T) {
 	id := resp.(*wire.CreateSessionResponse).Session
 	live := func() bool {
 		var ok bool
-		m.read(func(v replica.View) { ok = v.SessionExists(id) })
+		m.read(func(v fsm.View) { ok = v.SessionExists(id) })
 		return ok
 	}
 	// The expiry loop waits for its tick (a twentieth of a lease)...

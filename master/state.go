@@ -1,11 +1,11 @@
 package master
 
 import (
-	"lockcell/replica"
+	"lockcell/fsm"
 )
 
 // The master reads the replicated state through the state machine itself
-// (*replica.FSM, parts.state): every read is one FSM.Read, one read lock,
+// (*fsm.FSM, parts.state): every read is one FSM.Read, one read lock,
 // one applied index, so what a handler checks and what it answers agree.
 // Called on the concrete FSM, whose Read lets its function go, a handler's
 // closure and what it captures stay on the handler's stack: reads cost no
@@ -15,6 +15,6 @@ import (
 // lock order (lockorder.go).
 
 // read runs fn on a view of the replicated state under one lock.
-func (s *parts) read(fn func(v replica.View)) {
-	_ = s.state.Read(func(v replica.View) error { fn(v); return nil })
+func (s *parts) read(fn func(v fsm.View)) {
+	_ = s.state.Read(func(v fsm.View) error { fn(v); return nil })
 }

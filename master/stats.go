@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"lockcell/replica"
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -19,8 +19,8 @@ import (
 
 // masterStats are the live counters behind Stats.
 type masterStats struct {
-	lockWait   replica.Histogram
-	leaseLeft  replica.Histogram
+	lockWait   fsm.Histogram
+	leaseLeft  fsm.Histogram
 	invalAcked atomic.Uint64
 	grants     grantCounts
 }
@@ -32,12 +32,12 @@ type Stats struct {
 	// this master to the grant: the time spent queued behind other
 	// holders (plus one commit). TryAcquire and acquires that fail or
 	// are given up are not counted.
-	LockWait replica.HistogramSnapshot
+	LockWait fsm.HistogramSnapshot
 	// LeaseLeft is how much of its lease a session had left when each of
 	// its KeepAlives arrived. Healthy clients arrive with about a quarter
 	// of a lease or more to spare; values near zero mean clients (or the
 	// network to them) are late.
-	LeaseLeft replica.HistogramSnapshot
+	LeaseLeft fsm.HistogramSnapshot
 	// LeaseTTL is the configured lease.
 	LeaseTTL time.Duration
 	// LeaseGranted is the lease a KeepAlive grants now: LeaseTTL, or
@@ -112,8 +112,8 @@ type SessionStatus struct {
 // a replica whose master does not serve, no session has a lease. It reads
 // the whole session table, so callers ration it.
 func (s *Server) SessionStatuses(limit int) (total int, out []SessionStatus) {
-	var views []replica.SessionView
-	s.read(func(v replica.View) { views = v.Sessions() })
+	var views []fsm.SessionView
+	s.read(func(v fsm.View) { views = v.Sessions() })
 	total = len(views)
 	if len(views) > limit {
 		views = views[:limit]

@@ -7,122 +7,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"lockcell/fsm"
 )
 
-// Group commit. While one Raft entry proposed through Replica.Apply is in
-// flight, the commands that arrive queue; when it has been applied, the
-// queued ones go out together as one Batch entry, so a loaded master pays
-// one log entry, one fsync per replica, one AppendEntries per follower and
-// one state-machine apply for many commands. A command that finds nothing
-// in flight goes at once, as its own entry, exactly as before batching
-// existed.
-//
-// Every command, alone or in a batch, gets its own command index: the
-// number it uses where a lone entry used its Raft index (session and
-// handle ids, node instances, content, lock and ACL generations). It is
-// max(previous command index + 1, the entry's Raft index), and the inner
-// commands of a batch take consecutive ones. In a log without batches
-// that is exactly the entry's Raft index, so such logs replay as they
-// always did; after a batch the command indexes run ahead of the Raft
-// indexes and stay unique and increasing, which is all the state relies on
-// (generations grow, ids never repeat).
-
-// BatchArgs: the commands, each encoded as Command.Encode writes it, are
-// applied in order as if each were its own entry: each with its own
-// envelope (time, request id and its de-duplication, caller, fence), its
-// own command index and its own result, and their changes reported in
-// order. The batch's own envelope carries only its type. A batch holds at
-// least two commands, none of them a batch.
-type BatchArgs struct {
-	Commands [][]byte `msgpack:"b,omitempty"`
-}
-
-// CmdType returns CmdBatch.
-func (*BatchArgs) CmdType() CmdType { return CmdBatch }
-
-func (*BatchArgs) payload() {}
-
-// maxBatchCommands bounds the commands of one batch: the state machine
-// holds its lock for the whole batch, so a batch's apply stays short
-// (well under a millisecond at a few microseconds per command).
-const maxBatchCommands = 256
-
-// batchOverhead bounds what a batch entry adds to its commands' bytes: the
-// version byte, the envelope and the payload map's header, and a msgpack
-// bin header (at most 5 bytes) per command.
-const (
-	batchOverhead        = 64
-	batchPerCommandBytes = 5
-)
-
-// maxBatchBytes bounds a batch entry's encoding: no larger than one command
-// may be (MaxCommandSize), so the Raft port's field and request limits
-// (rafttransport_limits.go) and raft's MaxAppendEntries hold as they did.
-const maxBatchBytes = MaxCommandSize
-
-// commands decodes the batch's commands. A batch of fewer than two
-// commands, or one holding a batch, is malformed: the master never
-// writes one.
-func (p *BatchArgs) commands() ([]*Command, error) {
-	if len(p.Commands) < 2 || len(p.Commands) > maxBatchCommands {
-		return nil, fmt.Errorf("%w: a batch of %d commands (2 to %d)", ErrMalformedCommand, len(p.Commands), maxBatchCommands)
-	}
-	out := make([]*Command, len(p.Commands))
-	for i, b := range p.Commands {
-		c, err := DecodeCommand(b)
-		if err != nil {
-			return nil, fmt.Errorf("batch command %d: %w", i, err)
-		}
-		if c.Type == CmdBatch {
-			return nil, fmt.Errorf("%w: batch command %d is a batch", ErrMalformedCommand, i)
-		}
-		out[i] = c
-	}
-	return out, nil
-}
-
-// EncodeBatch returns the entry that applies the encoded commands (each as
-// Command.Encode wrote it) in order. It fails with ErrMalformedCommand for
-// fewer than two commands or more than maxBatchCommands, and with
-// ErrTooLarge past maxBatchBytes.
-func EncodeBatch(cmds [][]byte) ([]byte, error) {
-	if len(cmds) < 2 || len(cmds) > maxBatchCommands {
-		return nil, fmt.Errorf("%w: a batch of %d commands (2 to %d)", ErrMalformedCommand, len(cmds), maxBatchCommands)
-	}
-	c := Command{Payload: &BatchArgs{Commands: cmds}}
-	return c.Encode()
-}
-
-// nextIndex returns the command index of the next command applied by the
-// entry at Raft index index, and advances it.
-func (f *FSM) nextIndex(index uint64) uint64 {
-	f.lastIndex = max(f.lastIndex+1, index)
-	return f.lastIndex
-}
-
-// applyBatch applies each command of a batch as if it were its own entry
-// (f.mu held) and returns their results in order.
-func (f *FSM) applyBatch(index uint64, p *BatchArgs) []*Result {
-	cmds, err := p.commands()
-	if err != nil {
-		panic(fmt.Sprintf("lockcell replica: cannot apply entry %d: %v", index, err))
-	}
-	out := make([]*Result, len(cmds))
-	for i, c := range cmds {
-		out[i] = f.applyDedup(f.nextIndex(index), c)
-	}
-	return out
-}
-
-// snapshotLastIndex is the command index a snapshot stores besides its
-// applied Raft index: 0 while they are equal (every log without batches),
-// so such snapshots encode as they always did.
-func (f *FSM) snapshotLastIndex() uint64 {
-	if f.lastIndex > f.applied {
-		return f.lastIndex
-	}
-	return 0
-}
+// Group commit (the batch entry's format and apply are fsm's, batch.go
+// there): while one Raft entry proposed through Replica.Apply is in
+// flight, the commands that arrive queue and go out together as one
+// batch entry once it has been applied.
 
 // GroupCommitStats count what Replica.Apply proposed since the replica
 // started.
@@ -146,7 +38,7 @@ func (r *Replica) GroupCommitStats() GroupCommitStats {
 type pending struct {
 	data []byte
 	done chan struct{} // closed once res or err is set
-	res  *Result
+	res  *fsm.Result
 	err  error
 }
 
@@ -186,7 +78,7 @@ func (b *batcher) submit(p *pending) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		settleAll([]*pending{p}, nil, fmt.Errorf("%w: the replica is closed", ErrClosed))
+		settleAll([]*pending{p}, nil, fmt.Errorf("%w: the replica is closed", fsm.ErrClosed))
 		return
 	}
 	if b.inflight >= maxInFlight {
@@ -228,13 +120,13 @@ func (b *batcher) run(batch []*pending) {
 }
 
 // take removes from the queue the next batch: the longest prefix within
-// maxBatchCommands and maxBatchBytes (b.mu held). The first command
+// fsm.MaxBatchCommands and fsm.MaxBatchBytes (b.mu held). The first command
 // always goes, alone if it is that large.
 func (b *batcher) take() []*pending {
-	n, size := 0, batchOverhead
-	for n < len(b.queue) && n < maxBatchCommands {
-		size += len(b.queue[n].data) + batchPerCommandBytes
-		if n > 0 && size > maxBatchBytes {
+	n, size := 0, fsm.BatchOverhead
+	for n < len(b.queue) && n < fsm.MaxBatchCommands {
+		size += len(b.queue[n].data) + fsm.BatchPerCommandBytes
+		if n > 0 && size > fsm.MaxBatchBytes {
 			break
 		}
 		n++
@@ -259,10 +151,10 @@ func (b *batcher) propose(batch []*pending) {
 			cmds[i] = p.data
 		}
 		var err error
-		if data, err = EncodeBatch(cmds); err != nil {
+		if data, err = fsm.EncodeBatch(cmds); err != nil {
 			// take keeps batches within bounds; this is a bug, and the
 			// commands were certainly not proposed.
-			settleAll(batch, nil, fmt.Errorf("%w: %v", ErrNotLeader, err))
+			settleAll(batch, nil, fmt.Errorf("%w: %v", fsm.ErrNotLeader, err))
 			return
 		}
 		b.batches.Add(1)
@@ -283,28 +175,28 @@ func (b *batcher) propose(batch []*pending) {
 			return
 		}
 	case <-b.done:
-		settleAll(batch, nil, fmt.Errorf("%w: shut down with the command in flight", ErrClosed))
+		settleAll(batch, nil, fmt.Errorf("%w: shut down with the command in flight", fsm.ErrClosed))
 		return
 	}
 	resp := f.Response()
 	if len(batch) == 1 {
-		res, ok := resp.(*Result)
+		res, ok := resp.(*fsm.Result)
 		if !ok {
-			settleAll(batch, nil, fmt.Errorf("%w: apply returned %T", ErrUnknownOutcome, resp))
+			settleAll(batch, nil, fmt.Errorf("%w: apply returned %T", fsm.ErrUnknownOutcome, resp))
 			return
 		}
-		settleAll(batch, []*Result{res}, nil)
+		settleAll(batch, []*fsm.Result{res}, nil)
 		return
 	}
-	res, ok := resp.([]*Result)
+	res, ok := resp.([]*fsm.Result)
 	if !ok || len(res) != len(batch) {
-		settleAll(batch, nil, fmt.Errorf("%w: batch apply returned %T", ErrUnknownOutcome, resp))
+		settleAll(batch, nil, fmt.Errorf("%w: batch apply returned %T", fsm.ErrUnknownOutcome, resp))
 		return
 	}
 	settleAll(batch, res, nil)
 }
 
-func settleAll(batch []*pending, res []*Result, err error) {
+func settleAll(batch []*pending, res []*fsm.Result, err error) {
 	for i, p := range batch {
 		if err != nil {
 			p.err = err

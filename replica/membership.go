@@ -2,67 +2,26 @@ package replica
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"lockcell/fsm"
 )
-
-// ErrConfigurationChanged means a membership change named a configuration
-// index that is no longer the latest: another change committed first.
-// Nothing changed; read the configuration again and decide again.
-var ErrConfigurationChanged = errors.New("replica: the Raft configuration changed since it was read")
-
-// Server is one member of a Raft configuration.
-type Server struct {
-	ID       string
-	RaftAddr string
-	// Voter is false for a non-voter: it receives the log but neither
-	// votes nor counts towards a quorum.
-	Voter bool
-}
-
-// Configuration is the latest Raft configuration this replica knows (it
-// may not be committed yet), with the log index it was written at.
-type Configuration struct {
-	Servers []Server // in id order
-	Index   uint64
-}
-
-// Voters counts the voting members.
-func (c Configuration) Voters() int {
-	n := 0
-	for _, s := range c.Servers {
-		if s.Voter {
-			n++
-		}
-	}
-	return n
-}
-
-// Find returns the member id, if present.
-func (c Configuration) Find(id string) (Server, bool) {
-	for _, s := range c.Servers {
-		if s.ID == id {
-			return s, true
-		}
-	}
-	return Server{}, false
-}
 
 // Configuration returns the latest Raft configuration this replica knows.
 // It does not wait on raft's loops.
-func (r *Replica) Configuration() (Configuration, error) {
+func (r *Replica) Configuration() (fsm.Configuration, error) {
 	f := r.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return Configuration{}, mapRaftErr(err)
+		return fsm.Configuration{}, mapRaftErr(err)
 	}
-	out := Configuration{Index: f.Index()}
+	out := fsm.Configuration{Index: f.Index()}
 	for _, s := range f.Configuration().Servers {
-		out.Servers = append(out.Servers, Server{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+		out.Servers = append(out.Servers, fsm.Server{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
 	}
 	sort.Slice(out.Servers, func(i, j int) bool { return out.Servers[i].ID < out.Servers[j].ID })
 	return out, nil
@@ -127,15 +86,15 @@ func (r *Replica) change(ctx context.Context, start func(timeout time.Duration) 
 		if err != nil {
 			if strings.Contains(err.Error(), "configuration changed since") {
 				// raft returns this one unwrapped, as a formatted error.
-				return 0, fmt.Errorf("%w: %v", ErrConfigurationChanged, err)
+				return 0, fmt.Errorf("%w: %v", fsm.ErrConfigurationChanged, err)
 			}
 			return 0, mapRaftErr(err)
 		}
 		return f.Index(), nil
 	case <-ctx.Done():
-		return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+		return 0, fmt.Errorf("%w: %v", fsm.ErrUnknownOutcome, ctx.Err())
 	case <-r.done:
-		return 0, fmt.Errorf("%w: shut down with a configuration change in flight", ErrClosed)
+		return 0, fmt.Errorf("%w: shut down with a configuration change in flight", fsm.ErrClosed)
 	}
 }
 
@@ -165,6 +124,6 @@ func (r *Replica) TransferLeadershipTo(ctx context.Context, id string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-r.done:
-		return ErrClosed
+		return fsm.ErrClosed
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"lockcell/fsm"
 )
 
 // Follower progress. hashicorp/raft v1.8 keeps each follower's match index
@@ -17,28 +19,11 @@ import (
 // transport, so a thin wrapper around it (built-in or injected) records
 // what each answer proves.
 
-// PeerProgress is what the leader last learnt of one follower.
-type PeerProgress struct {
-	// Term is the leader term the answers were received in; older
-	// records say nothing about the current leader's followers.
-	Term uint64
-	// LastContact is when the follower last answered an AppendEntries or
-	// InstallSnapshot successfully (a heartbeat counts).
-	LastContact time.Time
-	// Match is the highest log index known to be in the follower's log
-	// and equal to the leader's: the end of the last successful append,
-	// or the index of an installed snapshot.
-	Match uint64
-	// LastLog is the last log index the follower reported, matching or
-	// not.
-	LastLog uint64
-}
-
 // progress records PeerProgress by server id, and the round trips of
 // the AppendEntries this replica sent each follower as leader.
 type progress struct {
 	mu    sync.Mutex
-	peers map[raft.ServerID]PeerProgress
+	peers map[raft.ServerID]fsm.PeerProgress
 	rtt   map[raft.ServerID]*peerRTT
 	now   func() time.Time
 	// onContact, if set, hears of every answered AppendEntries or
@@ -48,14 +33,14 @@ type progress struct {
 }
 
 func newProgress() *progress {
-	return &progress{peers: map[raft.ServerID]PeerProgress{}, rtt: map[raft.ServerID]*peerRTT{}, now: time.Now}
+	return &progress{peers: map[raft.ServerID]fsm.PeerProgress{}, rtt: map[raft.ServerID]*peerRTT{}, now: time.Now}
 }
 
 // peerRTT is one follower's round trips. It is made once per member and
 // then only counted into (Histogram is lock-free), so a heartbeat costs
 // no allocation.
 type peerRTT struct {
-	heartbeat, append Histogram
+	heartbeat, append fsm.Histogram
 }
 
 // PeerRTT is the round trips of the AppendEntries this replica sent one
@@ -65,11 +50,11 @@ type PeerRTT struct {
 	// Heartbeat times the AppendEntries that carried no entries
 	// (heartbeats and probes): the network both ways and the follower's
 	// handling, no disk write.
-	Heartbeat HistogramSnapshot
+	Heartbeat fsm.HistogramSnapshot
 	// Append times those that carried entries: the follower stores and
 	// fsyncs them before it answers, so this adds its disk to the
 	// network.
-	Append HistogramSnapshot
+	Append fsm.HistogramSnapshot
 }
 
 // appended records the answer to an AppendEntries sent in term, which
@@ -92,7 +77,7 @@ func (p *progress) appended(id raft.ServerID, args *raft.AppendEntriesRequest, r
 	}
 	pp := p.peers[id]
 	if pp.Term != args.Term {
-		pp = PeerProgress{Term: args.Term}
+		pp = fsm.PeerProgress{Term: args.Term}
 	}
 	pp.LastContact = p.now()
 	pp.LastLog = resp.LastLog
@@ -119,7 +104,7 @@ func (p *progress) installed(id raft.ServerID, args *raft.InstallSnapshotRequest
 	defer p.mu.Unlock()
 	pp := p.peers[id]
 	if pp.Term != args.Term {
-		pp = PeerProgress{Term: args.Term}
+		pp = fsm.PeerProgress{Term: args.Term}
 	}
 	pp.LastContact = p.now()
 	pp.Match = max(pp.Match, args.LastLogIndex)
@@ -144,10 +129,10 @@ func (p *progress) forget(id string) {
 }
 
 // snapshot returns the records of term.
-func (p *progress) snapshot(term uint64) map[string]PeerProgress {
+func (p *progress) snapshot(term uint64) map[string]fsm.PeerProgress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]PeerProgress, len(p.peers))
+	out := make(map[string]fsm.PeerProgress, len(p.peers))
 	for id, pp := range p.peers {
 		if pp.Term == term {
 			out[string(id)] = pp
@@ -237,7 +222,7 @@ func (t *trackedPreVote) RequestPreVote(id raft.ServerID, target raft.ServerAddr
 // follower in its current term, by server id: empty on a follower, and
 // for a follower the leader has not heard from this term. It does not wait
 // on raft's loops.
-func (r *Replica) Progress() map[string]PeerProgress {
+func (r *Replica) Progress() map[string]fsm.PeerProgress {
 	return r.progress.snapshot(r.raft.CurrentTerm())
 }
 

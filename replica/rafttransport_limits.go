@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"lockcell/fsm"
 )
 
 // maxAppendEntries is the most entries the leader puts in one
@@ -31,10 +33,10 @@ const maxAppendEntries = 256
 // request's decoding linear (at most four steps per field).
 const (
 	// MaxRaftFieldBytes caps one byte or string field of a Raft request.
-	MaxRaftFieldBytes = 2 * MaxCommandSize
+	MaxRaftFieldBytes = 2 * fsm.MaxCommandSize
 	// MaxRaftRequestBytes caps one Raft request (type byte and msgpack
 	// value; an InstallSnapshot's streamed state is not part of it).
-	MaxRaftRequestBytes = maxAppendEntries*(MaxCommandSize+1024) + 64<<10
+	MaxRaftRequestBytes = maxAppendEntries*(fsm.MaxCommandSize+1024) + 64<<10
 	// maxRaftContainer caps the items of one msgpack array or map (a
 	// request carries at most maxAppendEntries entries).
 	maxRaftContainer = 4096

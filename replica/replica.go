@@ -1,8 +1,9 @@
 // Package replica is one Raft node of a lockcell cell: hashicorp/raft over a
 // badger log and stable store with fsync on every batch, raft's file
-// snapshot store, and the replicated state machine (FSM) that holds the
-// namespace, sessions, handles, locks and the request de-duplication table.
-// It knows nothing of clients or the wire protocol.
+// snapshot store, the Raft transports, group commit, membership changes and
+// fault points, applying committed entries to the state machine of package
+// fsm (raftfsm.go adapts it to raft.FSM). It knows nothing of clients or
+// the wire protocol.
 package replica
 
 import (
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"lockcell/audit"
+	"lockcell/fsm"
 
 	"github.com/hashicorp/raft"
 )
@@ -152,7 +154,7 @@ type Replica struct {
 	cfg        Config
 	log        *slog.Logger
 	raft       *raft.Raft
-	fsm        *FSM
+	fsm        *fsm.FSM
 	store      *Store
 	transport  raft.Transport
 	port       *streamLayer // the built-in transport's, or nil
@@ -256,24 +258,24 @@ func Open(cfg Config) (*Replica, error) {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	fsm := NewFSM(cfg.Cell, log)
+	sm := fsm.NewFSM(cfg.Cell, log)
 	// Backups being paged out live in unlinked files here; a process
 	// that died between creating one and unlinking it left it behind.
 	// Only those are removed: an operator may keep other files nearby.
 	backups := filepath.Join(cfg.Dir, backupTempDir)
-	if err := removeBackupLeftovers(backups); err != nil {
+	if err := fsm.RemoveBackupLeftovers(backups); err != nil {
 		store.Close()
 		trans.(io.Closer).Close()
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
-	fsm.SetBackupDir(backups)
+	sm.SetBackupDir(backups)
 	trail, err := audit.Open(filepath.Join(cfg.Dir, "audit"), cfg.Audit)
 	if err != nil {
 		store.Close()
 		trans.(io.Closer).Close()
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
-	fsm.SetAuditor(trail) // before raft restores and replays: the trail skips what it holds
+	sm.SetAuditor(trail) // before raft restores and replays: the trail skips what it holds
 	has, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
 		trail.Close()
@@ -297,7 +299,8 @@ func Open(cfg Config) (*Replica, error) {
 		}
 	}
 	st := &replicaStats{}
-	r, err := raft.NewRaft(rc, timedFSM{fsm, &st.apply}, timedLogStore{store, &st.logStore}, store, snaps, trans)
+	rf := &raftFSM{f: sm, h: &st.apply}
+	r, err := raft.NewRaft(rc, rf, timedLogStore{store, &st.logStore}, store, snaps, trans)
 	if err != nil {
 		store.Close()
 		closeTransport(trans)
@@ -307,12 +310,12 @@ func Open(cfg Config) (*Replica, error) {
 	if addrs != nil {
 		addrs.raft.Store(r)
 	}
-	fsm.live.Store(true) // NewRaft restored the latest snapshot synchronously; later restores are installs
+	rf.live.Store(true) // NewRaft restored the latest snapshot synchronously; later restores are installs
 	st.countLeaders(r)
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
-	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: fsm, store: store, transport: trans, port: port, snaps: snaps, trail: trail,
+	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: sm, store: store, transport: trans, port: port, snaps: snaps, trail: trail,
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, addrs: addrs}
 	rep.batcher = newBatcher(r, rep.done)
 	go rep.forwardLeadership()
@@ -386,7 +389,7 @@ func (r *Replica) forwardLeadership() {
 func (r *Replica) Leadership() <-chan bool { return r.leadership }
 
 // FSM returns the replicated state machine for reads.
-func (r *Replica) FSM() *FSM { return r.fsm }
+func (r *Replica) FSM() *fsm.FSM { return r.fsm }
 
 // ID returns this replica's Raft id.
 func (r *Replica) ID() string { return r.cfg.ID }
@@ -400,13 +403,13 @@ func (r *Replica) Store() *Store { return r.store }
 // Commands that arrive while an earlier one is in flight go out together
 // as one batch entry once it is applied (group commit, batch.go); a
 // command that finds nothing in flight is proposed at once.
-func (r *Replica) Apply(ctx context.Context, cmd *Command) (*Result, error) {
+func (r *Replica) Apply(ctx context.Context, cmd *fsm.Command) (*fsm.Result, error) {
 	b, err := cmd.Encode()
 	if err != nil {
 		return nil, err
 	}
-	if cmd.Type == CmdBatch {
-		return nil, fmt.Errorf("%w: a batch is proposed only by group commit", ErrMalformedCommand)
+	if cmd.Type == fsm.CmdBatch {
+		return nil, fmt.Errorf("%w: a batch is proposed only by group commit", fsm.ErrMalformedCommand)
 	}
 	p := &pending{data: b, done: make(chan struct{})}
 	r.batcher.submit(p)
@@ -414,22 +417,22 @@ func (r *Replica) Apply(ctx context.Context, cmd *Command) (*Result, error) {
 	case <-p.done:
 		return p.res, p.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+		return nil, fmt.Errorf("%w: %v", fsm.ErrUnknownOutcome, ctx.Err())
 	case <-r.done:
-		return nil, fmt.Errorf("%w: shut down with the command in flight", ErrClosed)
+		return nil, fmt.Errorf("%w: shut down with the command in flight", fsm.ErrClosed)
 	}
 }
 
 func mapRaftErr(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
-		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		return fmt.Errorf("%w: %v", fsm.ErrNotLeader, err)
 	case errors.Is(err, raft.ErrLeadershipLost):
-		return fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+		return fmt.Errorf("%w: %v", fsm.ErrUnknownOutcome, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
-		return fmt.Errorf("%w: %v", ErrClosed, err)
+		return fmt.Errorf("%w: %v", fsm.ErrClosed, err)
 	}
-	return fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+	return fmt.Errorf("%w: %v", fsm.ErrUnknownOutcome, err)
 }
 
 // VerifyLeader confirms, by a round of contact with a quorum, that this
@@ -441,7 +444,7 @@ func (r *Replica) VerifyLeader(ctx context.Context) error {
 	select {
 	case err := <-errc:
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrNotLeader, err)
+			return fmt.Errorf("%w: %v", fsm.ErrNotLeader, err)
 		}
 		return nil
 	case <-ctx.Done():
@@ -471,18 +474,9 @@ func (r *Replica) Leader() (id, raftAddr string) {
 	return string(sid), string(addr)
 }
 
-// Status is a point-in-time view of the Raft node.
-type Status struct {
-	State        string
-	Term         uint64
-	CommitIndex  uint64
-	AppliedIndex uint64
-	LastIndex    uint64
-}
-
 // Status reports the node's Raft state.
-func (r *Replica) Status() Status {
-	return Status{State: r.raft.State().String(), Term: r.raft.CurrentTerm(),
+func (r *Replica) Status() fsm.Status {
+	return fsm.Status{State: r.raft.State().String(), Term: r.raft.CurrentTerm(),
 		CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LastIndex: r.raft.LastIndex()}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"lockcell/fsm"
 )
 
 // ErrNotLeading is returned by TransferLeadership when this replica is
@@ -39,7 +41,7 @@ func (r *Replica) TransferLeadership(ctx context.Context) (string, error) {
 	case <-ctx.Done():
 		return "", fmt.Errorf("replica %s: leadership transfer: %w", r.cfg.ID, ctx.Err())
 	case <-r.done:
-		return "", ErrClosed
+		return "", fsm.ErrClosed
 	}
 	// This replica has stepped down; it learns the new leader from the
 	// new leader's first heartbeat. A target that cannot win (too few
@@ -59,7 +61,7 @@ func (r *Replica) TransferLeadership(ctx context.Context) (string, error) {
 		case <-ctx.Done():
 			return "", fmt.Errorf("replica %s: stepped down, but no new leader heard of: %w", r.cfg.ID, ctx.Err())
 		case <-r.done:
-			return "", ErrClosed
+			return "", fsm.ErrClosed
 		}
 	}
 }

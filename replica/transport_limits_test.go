@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"lockcell/cell/certs"
+	"lockcell/fsm"
 )
 
 // msgpack encoding of the few shapes the hand-made Raft requests below
@@ -356,17 +357,17 @@ func TestRaftPortCarriesLegalRequests(t *testing.T) {
 		addr := freeAddrs(t, 1)[0]
 		srv, _, got := newTestPort(t, addr, scfg, RaftLimits{}, nil)
 		cl := raftClient(t, ccfg, RaftLimits{})
-		big := make([]byte, MaxCommandSize)
+		big := make([]byte, fsm.MaxCommandSize)
 		var entries []*raft.Log
 		for i := range 8 {
 			entries = append(entries, &raft.Log{Index: uint64(i + 1), Term: 1, Data: big, AppendedAt: time.Now()})
 		}
 		var resp raft.AppendEntriesResponse
 		if err := cl.AppendEntries("x", raft.ServerAddress(addr), &raft.AppendEntriesRequest{Term: 1, Entries: entries}, &resp); err != nil {
-			t.Fatalf("secure=%v: AppendEntries of 8 x %d bytes: %v", secure, MaxCommandSize, err)
+			t.Fatalf("secure=%v: AppendEntries of 8 x %d bytes: %v", secure, fsm.MaxCommandSize, err)
 		}
-		if n := <-got; n != 8*MaxCommandSize {
-			t.Fatalf("secure=%v: %d bytes delivered, want %d", secure, n, 8*MaxCommandSize)
+		if n := <-got; n != 8*fsm.MaxCommandSize {
+			t.Fatalf("secure=%v: %d bytes delivered, want %d", secure, n, 8*fsm.MaxCommandSize)
 		}
 		var vr raft.RequestVoteResponse
 		if err := cl.RequestVote("x", raft.ServerAddress(addr), &raft.RequestVoteRequest{Term: 2, LastLogIndex: 9}, &vr); err != nil {
@@ -500,7 +501,7 @@ func TestRaftGuardFollowsRaftRequests(t *testing.T) {
 			req := &raft.AppendEntriesRequest{RPCHeader: hdr, Term: rng.Uint64(), PrevLogEntry: rng.Uint64N(1 << 40),
 				PrevLogTerm: uint64(rng.IntN(3)), LeaderCommitIndex: rng.Uint64()}
 			for i := range rng.IntN(5) {
-				data := make([]byte, []int{0, 1, 31, 32, 255, 256, 65535, 65536, MaxCommandSize}[rng.IntN(9)])
+				data := make([]byte, []int{0, 1, 31, 32, 255, 256, 65535, 65536, fsm.MaxCommandSize}[rng.IntN(9)])
 				req.Entries = append(req.Entries, &raft.Log{Index: uint64(i), Term: 7, Type: raft.LogType(rng.IntN(6)),
 					Data: data, Extensions: data[:min(len(data), rng.IntN(3))], AppendedAt: time.Unix(0, rng.Int64())})
 			}
@@ -600,9 +601,9 @@ func BenchmarkRaftPortLegalBatch(b *testing.B) {
 			addr := freeAddrs(b, 1)[0]
 			_, _, got := newTestPort(b, addr, nil, RaftLimits{}, nil)
 			cl := raftClient(b, nil, RaftLimits{})
-			data := make([]byte, MaxCommandSize)
+			data := make([]byte, fsm.MaxCommandSize)
 			var entries []*raft.Log
-			for i := range mib << 20 / MaxCommandSize {
+			for i := range mib << 20 / fsm.MaxCommandSize {
 				entries = append(entries, &raft.Log{Index: uint64(i + 1), Term: 1, Data: data})
 			}
 			b.SetBytes(int64(mib << 20))

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"lockcell/cell/certs"
+	"lockcell/fsm"
 )
 
 // freeAddrs reserves n loopback TCP addresses (listen, note, close).
@@ -143,7 +144,7 @@ func waitApply(t testing.TB, reps []*Replica, within time.Duration) *Replica {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := r.Apply(ctx, &Command{Time: time.Now().UnixNano(), Payload: &EpochArgs{}})
+			_, err := r.Apply(ctx, &fsm.Command{Time: time.Now().UnixNano(), Payload: &fsm.EpochArgs{}})
 			cancel()
 			if err == nil {
 				return r
@@ -296,7 +297,7 @@ func proxyHasConns(p *fwdProxy) bool {
 func applyAtLeader(ctx context.Context, reps []*Replica) error {
 	for _, r := range reps {
 		if r.IsLeader() {
-			_, err := r.Apply(ctx, &Command{Time: time.Now().UnixNano(), Payload: &EpochArgs{}})
+			_, err := r.Apply(ctx, &fsm.Command{Time: time.Now().UnixNano(), Payload: &fsm.EpochArgs{}})
 			return err
 		}
 	}
@@ -306,7 +307,7 @@ func applyAtLeader(ctx context.Context, reps []*Replica) error {
 func applyOn(r *Replica) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := r.Apply(ctx, &Command{Time: time.Now().UnixNano(), Payload: &EpochArgs{}})
+	_, err := r.Apply(ctx, &fsm.Command{Time: time.Now().UnixNano(), Payload: &fsm.EpochArgs{}})
 	return err
 }
 

@@ -26,27 +26,30 @@ BEGIN {
   n = split("" \
     "fixtures: *\n" \
     "deploy: -\n" \
-    "cmd/lockcelld: cell wire master replica backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
-    "=cmd/lockcell: client cache wire cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
-    "cmd/lockcell-kv: client cache wire cell/certs acl backupfile sequencer internal/testhook\n" \
-    "wire/bound: -\n" \
-    "wire: -\n" \
+    "cmd/lockcelld: cell wire codec frame master replica fsm backupfile acl audit =sequencer cache client buildinfo internal/testhook\n" \
+    "=cmd/lockcell: client cache wire codec frame cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
+    "cmd/lockcell-kv: client cache wire codec frame cell/certs acl backupfile sequencer internal/testhook\n" \
+    "codec: -\n" \
+    "frame: -\n" \
+    "wire: codec\n" \
     "cell/certs: acl\n" \
-    "cell: wire master replica backupfile acl audit =sequencer buildinfo\n" \
-    "master: wire replica backupfile acl audit =sequencer\n" \
-    "replica: wire/bound backupfile acl audit\n" \
-    "client/admin: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
-    "=client: client/internal internal/testhook wire cell/certs acl backupfile cache =sequencer\n" \
-    "client: wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
-    "client/recipe: client client/internal wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "cell: wire codec frame master replica fsm backupfile acl audit =sequencer buildinfo\n" \
+    "master: wire codec fsm backupfile acl audit =sequencer\n" \
+    "replica: fsm codec backupfile acl audit\n" \
+    "fsm: codec backupfile acl audit\n" \
+    "client/admin: client wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "=client: client/internal internal/testhook wire codec frame cell/certs acl backupfile cache =sequencer\n" \
+    "client: wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "client/recipe: client client/internal wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "internal/testhook: -\n" \
-    "sequencer/kv: =sequencer client wire cell/certs acl backupfile cache internal/testhook\n" \
-    "sequencer/httpfence: =sequencer client wire cell/certs acl backupfile cache internal/testhook\n" \
-    "selfcheck: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
-    "bench: client wire cell/certs acl backupfile cache =sequencer internal/testhook\n" \
-    "examples: client wire cell/certs acl backupfile cache sequencer internal/testhook\n" \
+    "sequencer/kv: =sequencer client wire codec frame cell/certs acl backupfile cache internal/testhook\n" \
+    "sequencer/httpfence: =sequencer client wire codec frame cell/certs acl backupfile cache internal/testhook\n" \
+    "selfcheck/filemodel: -\n" \
+    "selfcheck: client wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "bench: client wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "examples: client wire codec frame cell/certs acl backupfile cache sequencer internal/testhook\n" \
     "sequencer: -\n" \
-    "backupfile: wire/bound\n" \
+    "backupfile: codec\n" \
     "cache: -\n" \
     "acl: -\n" \
     "audit: -\n" \
@@ -67,8 +70,9 @@ BEGIN {
     dpat[i] = kv[1]; dallow[i] = kv[2]
   }
   # Packages that serve clients or resource servers never carry the
-  # server side third-party stores with them.
-  nostore = "client cache sequencer acl audit backupfile wire =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
+  # server side third-party stores with them, and neither do the state
+  # machine and the master: Raft and badger belong to the node (replica).
+  nostore = "fsm master client cache sequencer acl audit backupfile wire codec frame =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }

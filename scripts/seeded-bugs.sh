@@ -21,14 +21,14 @@ DIR=${SEEDED_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/lockcell-seeded-bugs.XXXXXX")}
 mkdir -p "$DIR"
 
 # tag package test-regex: a row per test that must catch the bug (the
-# end-to-end test, and replica's model test for the state machine's own
+# end-to-end test, and fsm's model test for the state machine's own
 # bugs, which it must catch on its own)
 CASES='bug_nofence ./fixtures/safety ^TestMutualExclusionFencing$
 bug_nolockdelay ./fixtures/safety ^TestLockDelay$
 bug_nosync ./fixtures/safety ^(TestStoreSyncsBeforeReturn|TestDurability)$
 bug_nodedup ./fixtures/safety ^TestAtMostOnceRetries$
-bug_nolockdelay ./replica ^TestFSMMatchesModel$
-bug_nodedup ./replica ^TestFSMMatchesModel$
+bug_nolockdelay ./fsm ^TestFSMMatchesModel$
+bug_nodedup ./fsm ^TestFSMMatchesModel$
 bug_readnoverify ./fixtures/chaos ^TestStaleReadProbe$
 bug_noinval ./fixtures/chaos ^TestCacheNeverStale$
 bug_noinval ./cmd/lockcell ^TestSelfcheckBinary$

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"lockcell/selfcheck/filemodel"
 )
 
 // Verdict is the outcome of a check.
@@ -101,9 +103,15 @@ func Check(ops []Op, timeout time.Duration) Report {
 	rep.Verdict = Linearizable
 	for _, name := range slices.Sorted(maps.Keys(objects)) {
 		part := objects[name]
-		model := fileModel
-		if isLock(part[0].Input.(*Op).Kind) {
-			model = lockModel
+		model := lockModel
+		if !isLock(part[0].Output.(*Op).Kind) {
+			// The file model's input is its Call; the Op stays the output.
+			model = fileModel
+			calls := make([]filemodel.Call, len(part)) // one allocation for the object's calls
+			for i := range part {
+				calls[i] = fileCall(part[i].Output.(*Op))
+				part[i].Input = &calls[i]
+			}
 		}
 		left := timeout - time.Since(start)
 		if left <= 0 {
@@ -144,15 +152,15 @@ func explain(model porcupine.Model, name string, part []porcupine.Operation, inf
 	state := model.Init()
 	var steps []Step
 	for _, op := range longest {
-		o := op.Input.(*Op)
+		o := op.Output.(*Op)
 		placed[o] = true
-		_, state = model.Step(state, o, o)
+		_, state = model.Step(state, op.Input, o)
 		steps = append(steps, Step{Op: *o, State: model.DescribeState(state)})
 	}
 	f.Linearized = steps[max(0, len(steps)-5):]
 	var stuck *Op
 	for _, op := range part {
-		o := op.Input.(*Op)
+		o := op.Output.(*Op)
 		if placed[o] || o.Unknown {
 			continue
 		}
@@ -171,7 +179,7 @@ func explain(model porcupine.Model, name string, part []porcupine.Operation, inf
 		// The newest write that completed before the read began.
 		var newest *Op
 		for _, op := range part {
-			o := op.Input.(*Op)
+			o := op.Output.(*Op)
 			if (o.Kind == KindWrite || o.Kind == KindCAS) && !o.Unknown && o.Err == "" && o.Return < stuck.Call &&
 				(newest == nil || o.Gen > newest.Gen) {
 				newest = o
@@ -179,7 +187,7 @@ func explain(model porcupine.Model, name string, part []porcupine.Operation, inf
 		}
 		var wrote *Op
 		for _, op := range part {
-			o := op.Input.(*Op)
+			o := op.Output.(*Op)
 			if (o.Kind == KindWrite || o.Kind == KindCAS) && o.Err == "" && o.Value == stuck.Value {
 				wrote = o
 			}
@@ -199,13 +207,13 @@ func explain(model porcupine.Model, name string, part []porcupine.Operation, inf
 		// Another session's grant that overlaps: granted before this
 		// operation returned, with no release of it invoked before then.
 		for _, op := range part {
-			o := op.Input.(*Op)
+			o := op.Output.(*Op)
 			if o.Kind != KindAcquire || o.Session == stuck.Session || o.Unknown || o.Return > stuck.Return {
 				continue
 			}
 			released := false
 			for _, op2 := range part {
-				r := op2.Input.(*Op)
+				r := op2.Output.(*Op)
 				if r.Kind == KindRelease && r.Session == o.Session && r.Err == "" &&
 					r.Call > o.Return && r.Call < stuck.Return {
 					released = true
@@ -223,87 +231,38 @@ func explain(model porcupine.Model, name string, part []porcupine.Operation, inf
 	return f
 }
 
-// fileState is a file as the model sees it. Generations are Raft indexes
-// the model cannot predict: a write whose generation the history does not
-// show (its outcome is unknown) leaves Gen 0 until a read tells it; Floor
-// is the highest generation known of any write placed so far, and every
-// later write's generation is above it.
-type fileState struct {
-	Written bool
-	Value   string
-	Gen     uint64
-	Floor   uint64
-}
-
-func (s fileState) genMay(g uint64) bool {
-	if s.Gen != 0 {
-		return s.Gen == g
+// fileModel is the model of a file, shared with the fault campaign
+// (filemodel); only its words for a file the history has not written yet
+// are the prober's: its files exist, created before the history begins.
+var fileModel = func() porcupine.Model {
+	m := filemodel.Model
+	m.Partition = nil // Check partitions by object itself
+	m.DescribeState = func(state any) string {
+		if s := state.(filemodel.State); s.Exists {
+			return s.String()
+		}
+		return "not written yet"
 	}
-	return g > s.Floor
-}
+	return m
+}()
 
-func (s fileState) written(v string, g uint64) fileState {
-	s.Written, s.Value, s.Gen = true, v, g
-	s.Floor = max(s.Floor, g)
-	return s
-}
+// fileKinds maps the file operations onto the model's: a write is a Put
+// (the file exists before the history begins, created by Run's setup).
+var fileKinds = map[Kind]filemodel.Kind{KindRead: filemodel.Get, KindWrite: filemodel.Put, KindCAS: filemodel.CAS}
 
-func stepFile(s fileState, o *Op) (bool, fileState) {
-	if o.Unknown {
-		// Placed here, it took effect (placed at the end of time it did
-		// not, and nothing saw it).
-		switch o.Kind {
-		case KindWrite:
-			return true, s.written(o.Value, 0)
-		case KindCAS:
-			if s.Written && s.genMay(o.IfGen) {
-				return true, s.written(o.Value, 0)
-			}
-		}
-		return true, s
+// fileCall is the model's view of a file operation.
+func fileCall(o *Op) filemodel.Call {
+	// A kind the model does not know ("") is never legal, nor is a
+	// failure it does not know.
+	c := filemodel.Call{Object: o.Object, Kind: fileKinds[o.Kind], Value: o.Value, IfGen: o.IfGen, Gen: o.Gen, Unknown: o.Unknown}
+	switch o.Err {
+	case "":
+	case ErrMismatch:
+		c.Result = filemodel.Mismatch
+	default:
+		c.Result = "selfcheck: " + filemodel.Result(o.Err)
 	}
-	switch o.Kind {
-	case KindRead:
-		if !s.Written || s.Value != o.Value || !s.genMay(o.Gen) {
-			return false, s
-		}
-		return true, s.written(s.Value, o.Gen)
-	case KindWrite:
-		if o.Gen <= s.Floor || (s.Gen != 0 && o.Gen <= s.Gen) {
-			return false, s
-		}
-		return true, s.written(o.Value, o.Gen)
-	case KindCAS:
-		if !s.Written {
-			return false, s
-		}
-		if o.Err == ErrMismatch {
-			return s.Gen == 0 || s.Gen != o.IfGen, s
-		}
-		if o.Err != "" || !s.genMay(o.IfGen) || o.Gen <= s.Floor || o.Gen <= o.IfGen {
-			return false, s
-		}
-		return true, s.written(o.Value, o.Gen)
-	}
-	return false, s
-}
-
-var fileModel = porcupine.Model{
-	Init:              func() any { return fileState{} },
-	Step:              func(state, input, _ any) (bool, any) { return stepFile(state.(fileState), input.(*Op)) },
-	Equal:             func(a, b any) bool { return a.(fileState) == b.(fileState) },
-	DescribeOperation: func(input, _ any) string { return input.(*Op).String() },
-	DescribeState: func(state any) string {
-		s := state.(fileState)
-		if !s.Written {
-			return "not written yet"
-		}
-		g := "?"
-		if s.Gen != 0 {
-			g = fmt.Sprint(s.Gen)
-		}
-		return fmt.Sprintf("%q gen %s", s.Value, g)
-	},
+	return c
 }
 
 // lockState is the lock as the model sees it: its holder (a session index

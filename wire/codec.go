@@ -9,7 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"lockcell/wire/bound"
+	"lockcell/codec"
 )
 
 // MaxFrameSize bounds one encoded message on the wire (etcd's default
@@ -136,52 +136,19 @@ func readFull(r io.Reader, b []byte) error {
 // Decode decodes one frame's bytes into v, which must be a pointer to a
 // concrete struct type of this package (never an interface or a map). Every
 // length inside the frame is first checked against the frame's own size
-// (bound.Check), so a hostile length prefix cannot drive an allocation
-// larger than the frame.
+// (codec.CheckBounds), so a hostile length prefix cannot drive an
+// allocation larger than the frame. The decoder is pooled (codec.Decode).
 //
 // Nothing decoded aliases b: msgpack reads through an io.Reader, so it
 // copies every string and byte slice out of the frame (into v's own
 // slice when v already holds one with room, as msgpack.Unmarshal does),
 // and b may be reused once Decode returns.
 func Decode(b []byte, v any) error {
-	if err := bound.Check(b); err != nil {
-		return Errorf(CodeBadRequest, "malformed %T: %v", v, err)
-	}
-	d := decPool.Get().(*decoder)
-	d.r.Reset(b)
-	d.dec.Reset(&d.r) // flags cleared: as msgpack.Unmarshal decodes
-	err := d.dec.Decode(v)
-	d.r.Reset(nil)   // the pool holds no frame
-	d.dec.Reset(nil) // nor the reader
-	if len(b) <= maxPooledDecode {
-		decPool.Put(d)
-	}
-	if err != nil {
+	if err := codec.Decode(b, v); err != nil {
 		return Errorf(CodeBadRequest, "malformed %T: %v", v, err)
 	}
 	return nil
 }
-
-// decoder is a msgpack decoder with the reader it decodes frames from,
-// kept together so that decoding a frame allocates neither.
-type decoder struct {
-	dec *msgpack.Decoder
-	r   bytes.Reader
-}
-
-// decPool holds decoders between frames. msgpack.Unmarshal pools its own
-// decoders too, but allocates a reader for every call.
-var decPool = sync.Pool{New: func() any {
-	d := &decoder{}
-	d.dec = msgpack.NewDecoder(&d.r)
-	return d
-}}
-
-// maxPooledDecode is the largest frame whose decoder goes back to the
-// pool: a decoder keeps a scratch buffer as long as the longest string it
-// has read, so one that read a large frame is left to the collector
-// rather than held in the pool.
-const maxPooledDecode = 64 << 10
 
 // ReadMessage reads one frame and decodes it into v (see Decode). A small
 // frame (a Header, a Status) is read into a pooled buffer, which goes

@@ -582,7 +582,7 @@ func denseSlices(t *testing.T, factor int) {
 		{"r", func() any { return new(wire.CellStatusResponse) }, func(v any) int { return len(v.(*wire.CellStatusResponse).Replicas) }},
 	} {
 		// The densest element the codec accepts: a one-field map (an
-		// empty map, one byte, is under bound.MinArrayElem and rejected).
+		// empty map, one byte, is under codec.MinArrayElem and rejected).
 		b := append([]byte{0x81, 0xa1, c.key[0], 0xdd}, binary.BigEndian.AppendUint32(nil, n)...)
 		elem := map[string][]byte{"e": {0x81, 0xa1, 'n', 0xa0}, "v": {0x81, 0xa1, 'q', 0x00}, "r": {0x81, 0xa1, 'i', 0xa0}}[c.key]
 		b = append(b, bytes.Repeat(elem, n)...)

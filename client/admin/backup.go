@@ -14,8 +14,8 @@ import (
 
 	"lockcell/backupfile"
 	"lockcell/client/internal/link"
+	"lockcell/codec"
 	"lockcell/wire"
-	"lockcell/wire/bound"
 )
 
 // BackupInfo describes a backup file: the cell and index of the state it
@@ -133,7 +133,7 @@ func VerifyBackup(r io.Reader) (*BackupInfo, error) {
 // checks the fields the header repeats: the cell ("c"), the applied index
 // ("a") and the number of nodes ("n").
 func decodeState(b []byte, h *backupfile.Header) error {
-	if err := bound.Check(b); err != nil {
+	if err := codec.CheckBounds(b); err != nil {
 		return err
 	}
 	d := msgpack.NewDecoder(bytes.NewReader(b))

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -241,19 +240,6 @@ func buildCLI(t *testing.T) string {
 // and returns its exit code and streams.
 func runCLI(t *testing.T, bin, stdin string, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), bin, args...)
-	cmd.Env = append(cmd.Environ(), env...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("running %s: %v", bin, err)
-	}
-	return result{code, out.String(), errb.String()}
+	code, stdout, stderr := fixtures.RunBinary(t, bin, stdin, env, args...)
+	return result{code, stdout, stderr}
 }

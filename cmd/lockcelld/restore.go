@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/cell"
+	"lockcell/fsm"
 	"lockcell/replica"
 )
 
@@ -53,13 +54,13 @@ func restoreCommand() *cli.Command {
 				return cli.Exit(err.Error(), 1)
 			}
 			defer f.Close()
-			b, err := replica.ReadBackup(f)
+			b, err := fsm.ReadBackup(f)
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("%s: %v", c.String("from"), err), 1)
 			}
 			h := b.Header
 			if c.Bool("dry-run") {
-				nodes, eph, sessions := replica.BackupPreview(b)
+				nodes, eph, sessions := fsm.BackupPreview(b)
 				if want := c.String("cell"); want != "" && want != h.Cell {
 					return cli.Exit(fmt.Sprintf("the backup is of cell %q, not %q", h.Cell, want), 1)
 				}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -64,23 +63,6 @@ func walk(ctx context.Context, t *testing.T, cl *client.Client, root string) map
 	}
 	visit(root)
 	return out
-}
-
-// run runs a binary and returns its exit code, stdout and stderr.
-func runBin(t *testing.T, bin string, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), bin, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%s %v: %v", bin, args, err)
-	}
-	return code, out.String(), errb.String()
 }
 
 // A busy TLS cell is backed up by its admin with the lockcell binary while
@@ -176,7 +158,7 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 	addrs := strings.Join(src.Addrs(), ",")
 	as := func(user string, args ...string) (int, string, string) {
 		cert, key := cs.UserFiles(t, user)
-		return runBin(t, lockcell, append([]string{"--cell", "bk", "--replicas", addrs, "--cert", cert, "--key", key,
+		return fixtures.RunBinary(t, lockcell, "", nil, append([]string{"--cell", "bk", "--replicas", addrs, "--cert", cert, "--key", key,
 			"--ca", cs.CAFile()}, args...)...)
 	}
 	dir := t.TempDir()
@@ -239,7 +221,7 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 	hashRE := regexp.MustCompile(`state sha256 ([0-9a-f]{64})`)
 	var seeded string
 	for _, p := range peers {
-		code, out, errs := runBin(t, lockcelld, "restore", "--from", file, "--data", filepath.Join(root, "replica-"+p.ID),
+		code, out, errs := fixtures.RunBinary(t, lockcelld, "", nil, "restore", "--from", file, "--data", filepath.Join(root, "replica-"+p.ID),
 			"--id", p.ID, "--peers", cell.FormatPeers(peers), "--cell", "bk")
 		m := hashRE.FindStringSubmatch(out)
 		if code != 0 || m == nil || (seeded != "" && m[1] != seeded) {
@@ -247,11 +229,11 @@ func TestBackupRestoreBusyTLSCell(t *testing.T) {
 		}
 		seeded = m[1]
 	}
-	if code, _, errs := runBin(t, lockcelld, "restore", "--from", file, "--data", filepath.Join(root, "replica-1"),
+	if code, _, errs := fixtures.RunBinary(t, lockcelld, "", nil, "restore", "--from", file, "--data", filepath.Join(root, "replica-1"),
 		"--id", "1", "--peers", cell.FormatPeers(peers)); code == 0 || !strings.Contains(errs, "not empty") {
 		t.Fatalf("restore into a used folder: exit %d %q", code, errs)
 	}
-	if code, _, errs := runBin(t, lockcelld, "restore", "--from", file, "--data", filepath.Join(t.TempDir(), "x"),
+	if code, _, errs := fixtures.RunBinary(t, lockcelld, "", nil, "restore", "--from", file, "--data", filepath.Join(t.TempDir(), "x"),
 		"--id", "1", "--peers", cell.FormatPeers(peers), "--cell", "other"); code == 0 || !strings.Contains(errs, `cell "bk"`) {
 		t.Fatalf("restore as another cell: exit %d %q", code, errs)
 	}

@@ -1,0 +1,85 @@
+package fsm
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestPersistedEnumValues pins every number the replica writes into Raft
+// entries, snapshots and backups. A log or snapshot written by one version
+// is read by the next, so these numbers never change: a failure here means
+// a constant was renumbered, which would make old entries mean something
+// else. New values take new numbers.
+func TestPersistedEnumValues(t *testing.T) {
+	type pin struct {
+		name      string
+		got, want uint64
+	}
+	pins := []pin{
+		// Command types: the first field of every entry.
+		{"CmdEpoch", uint64(CmdEpoch), 1},
+		{"CmdCreateSession", uint64(CmdCreateSession), 2},
+		{"CmdCloseSession", uint64(CmdCloseSession), 3},
+		{"CmdOpen", uint64(CmdOpen), 4},
+		{"CmdClose", uint64(CmdClose), 5},
+		{"CmdSetContents", uint64(CmdSetContents), 6},
+		{"CmdDelete", uint64(CmdDelete), 7},
+		{"CmdAcquire", uint64(CmdAcquire), 8},
+		{"CmdRelease", uint64(CmdRelease), 9},
+		{"CmdCancelWait", uint64(CmdCancelWait), 10},
+		{"CmdGrant", uint64(CmdGrant), 11},
+		{"CmdCellKey", uint64(CmdCellKey), 12},
+		{"CmdSetACL", uint64(CmdSetACL), 13},
+		{"CmdMembersSeed", uint64(CmdMembersSeed), 14},
+		{"CmdMemberPut", uint64(CmdMemberPut), 15},
+		{"CmdMemberRemove", uint64(CmdMemberRemove), 16},
+		{"CmdBreakLock", uint64(CmdBreakLock), 17},
+		{"CmdResumeSession", uint64(CmdResumeSession), 20},
+		// Error kinds: stored with de-duplicated results in snapshots.
+		{"KindNone", uint64(KindNone), 0},
+		{"KindNotFound", uint64(KindNotFound), 1},
+		{"KindExists", uint64(KindExists), 2},
+		{"KindNotDir", uint64(KindNotDir), 3},
+		{"KindIsDir", uint64(KindIsDir), 4},
+		{"KindNotEmpty", uint64(KindNotEmpty), 5},
+		{"KindGenerationMismatch", uint64(KindGenerationMismatch), 6},
+		{"KindLockHeld", uint64(KindLockHeld), 7},
+		{"KindNotHeld", uint64(KindNotHeld), 8},
+		{"KindHandleInvalid", uint64(KindHandleInvalid), 9},
+		{"KindSessionExpired", uint64(KindSessionExpired), 10},
+		{"KindDuplicate", uint64(KindDuplicate), 11},
+		{"KindBadRequest", uint64(KindBadRequest), 12},
+		{"KindLockDelay", uint64(KindLockDelay), 13},
+		{"KindPermission", uint64(KindPermission), 14},
+		{"KindCanceled", uint64(KindCanceled), 15},
+		{"KindStaleSequencer", uint64(KindStaleSequencer), 16},
+		{"KindQuotaExceeded", uint64(KindQuotaExceeded), 17},
+		// Lock modes: in entries, nodes, holders and waiters.
+		{"LockFree", uint64(LockFree), 0},
+		{"LockExclusive", uint64(LockExclusive), 1},
+		{"LockShared", uint64(LockShared), 2},
+		// Open flags: in entries and handles.
+		{"FlagRead", uint64(FlagRead), 1},
+		{"FlagWrite", uint64(FlagWrite), 2},
+		{"FlagCreate", uint64(FlagCreate), 4},
+		{"FlagExcl", uint64(FlagExcl), 8},
+		{"FlagDirectory", uint64(FlagDirectory), 16},
+		{"FlagEphemeral", uint64(FlagEphemeral), 32},
+		// Format versions.
+		{"commandV1", uint64(commandV1), 1},
+		{"commandVersion", uint64(commandVersion), 2},
+		{"snapshotVersion", uint64(snapshotVersion), 4},
+		{"BackupFormat", uint64(BackupFormat), 1},
+	}
+	for _, p := range pins {
+		if p.got != p.want {
+			t.Errorf("%s is %d; persisted as %d", p.name, p.got, p.want)
+		}
+	}
+	// Every command type has a name (log lines and errors name them).
+	for ty := CmdEpoch; ty <= CmdBreakLock; ty++ {
+		if strings.HasPrefix(ty.String(), "CmdType(") {
+			t.Errorf("command type %d has no name", ty)
+		}
+	}
+}

@@ -1,8 +1,0 @@
-//go:build bug_aclskipsubop
-
-package replica
-
-// bugACLSkipSubOp is a seeded bug (docs/testplan.md#seeded-bugs): the state
-// machine forgets the write check on Acquire. The ACL matrix test must catch
-// it.
-const bugACLSkipSubOp = true

@@ -1,6 +1,0 @@
-//go:build !bug_nolockdelay
-
-package replica
-
-// bugNoLockDelay is off: see bug_nolockdelay_on.go.
-const bugNoLockDelay = false
