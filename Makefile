@@ -110,7 +110,7 @@ prometheus-deps:
 # too), so they get more.
 FUZZTIME     ?= 4s
 FUZZ_TARGETS := wire:FuzzFrame,FuzzDecodeRequest,FuzzRoundTrip,FuzzPath \
-	replica:FuzzDecodeRaftEntry@10s,FuzzSnapshotRestore@10s sequencer:FuzzSequencer acl:FuzzACLFile
+	fsm:FuzzDecodeRaftEntry@10s,FuzzSnapshotRestore@10s sequencer:FuzzSequencer acl:FuzzACLFile
 fuzz-short:
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cache=$$($(GO) env GOCACHE)/fuzz/lockcell; \
 	for t in $(FUZZ_TARGETS); do \
