@@ -15,7 +15,7 @@ import (
 // names without a leading "/" are relative to /ls/<cell>; CloseContext
 // (and Close, within Config.CloseTimeout) never waits past its bound.
 func ExampleConfigFromEnv() {
-	dev, stop := exampleCell()
+	dev, stop := fixtures.ExampleCell()
 	defer stop()
 	// A shell set up for the CLI has these exported already.
 	os.Setenv(client.EnvCell, dev.Cell)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/fixtures"
 )
 
 // LockContext is live while the handle holds its lock and the client can
@@ -14,7 +15,7 @@ import (
 // moment the lock may be gone (jeopardy, expiry, Release, Close, the
 // node's deletion). context.Cause says why it ended.
 func ExampleHandle_LockContext() {
-	cfg, stop := exampleCell()
+	cfg, stop := fixtures.ExampleCell()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -4,53 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
-	"lockcell/cell"
 	"lockcell/client"
 	"lockcell/fixtures"
 )
-
-// exampleCell starts a one-replica cell named "example" in this process on
-// free loopback ports, for the examples to run against, and returns a
-// client configuration for it and the function that stops it. A real
-// program is given the replicas' addresses instead.
-func exampleCell() (client.Config, func()) {
-	dir, err := os.MkdirTemp("", "lockcell-example-")
-	if err != nil {
-		panic(err)
-	}
-	ports, err := fixtures.PickPorts(2)
-	if err != nil {
-		panic(err)
-	}
-	d, err := cell.StartDev(cell.DevConfig{Cell: "example", Dir: filepath.Join(dir, "cell"), LeaseTTL: 2 * time.Second,
-		Timings: fixtures.TestTimings(), Logger: fixtures.Logger(),
-		Peers: []cell.Peer{{ID: "1", ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}}})
-	if err != nil {
-		panic(err)
-	}
-	stop := func() {
-		d.Close()
-		os.RemoveAll(dir)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := d.WaitForMaster(ctx); err != nil {
-		stop()
-		panic(err)
-	}
-	return client.Config{Cell: "example", Replicas: d.Addrs(), Logger: fixtures.Logger()}, stop
-}
 
 // Dial starts a session with the cell; Open gives a handle on a file (here
 // creating it); Acquire takes its lock, waiting for it as long as ctx
 // allows; GetSequencer gives the lock's sequencer to hand to resource
 // servers.
 func ExampleDial() {
-	cfg, stop := exampleCell()
+	cfg, stop := fixtures.ExampleCell()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -102,7 +67,7 @@ func ExampleDial() {
 // Handle.Events; Client.Events carries only the session's (jeopardy,
 // safe, expired, renewed, master fail-over).
 func ExampleWithEvents() {
-	cfg, stop := exampleCell()
+	cfg, stop := fixtures.ExampleCell()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"lockcell/client"
+	"lockcell/fixtures"
 )
 
 // A waiter asks the holder of a lock to let go (RequestRelease, with a
@@ -13,7 +14,7 @@ import (
 // ReleaseRequested event), finishes its work and releases, and the
 // waiter's Acquire is granted.
 func ExampleHandle_RequestRelease() {
-	cfg, stop := exampleCell()
+	cfg, stop := fixtures.ExampleCell()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -4,48 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
-	"lockcell/cell"
 	"lockcell/client"
 	"lockcell/client/recipe"
 	"lockcell/fixtures"
 	"lockcell/sequencer"
 )
-
-// exampleCell starts a one-replica cell named "example" in this process on
-// free loopback ports, for the examples to run against, and returns a
-// client configuration for it and the function that stops it. A real
-// program is given the replicas' addresses instead.
-func exampleCell() (client.Config, func()) {
-	dir, err := os.MkdirTemp("", "lockcell-example-")
-	if err != nil {
-		panic(err)
-	}
-	ports, err := fixtures.PickPorts(2)
-	if err != nil {
-		panic(err)
-	}
-	d, err := cell.StartDev(cell.DevConfig{Cell: "example", Dir: filepath.Join(dir, "cell"), LeaseTTL: 2 * time.Second,
-		Timings: fixtures.TestTimings(), Logger: fixtures.Logger(),
-		Peers: []cell.Peer{{ID: "1", ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}}})
-	if err != nil {
-		panic(err)
-	}
-	stop := func() {
-		d.Close()
-		os.RemoveAll(dir)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := d.WaitForMaster(ctx); err != nil {
-		stop()
-		panic(err)
-	}
-	return client.Config{Cell: "example", Replicas: d.Addrs(), Logger: fixtures.Logger()}, stop
-}
 
 // A leader that fences its writes: Lead calls the function while this
 // program leads, and every write carries the leadership's sequencer, so
@@ -55,7 +20,7 @@ func exampleCell() (client.Config, func()) {
 // work is done (or when leaderCtx ends: leadership may be lost, so it
 // stops at once); returning nil while it leads resigns.
 func ExampleLead() {
-	cfg, stop := exampleCell()
+	cfg, stop := fixtures.ExampleCell()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -104,7 +69,7 @@ func ExampleLead() {
 // Campaign blocks until this candidate leads the election on a file;
 // Leader tells anyone who leads. Closing the leader's handle resigns.
 func ExampleCampaign() {
-	cfg, stop := exampleCell()
+	cfg, stop := fixtures.ExampleCell()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -136,7 +101,7 @@ func ExampleCampaign() {
 // nobody does. Values are coalesced, so a slow reader gets the latest
 // state rather than a backlog.
 func ExampleObserve() {
-	cfg, stop := exampleCell()
+	cfg, stop := fixtures.ExampleCell()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
