@@ -204,7 +204,7 @@ func (c *Client) fetchAddrs(ctx context.Context) error {
 	case !slices.ContainsFunc(resp.Replicas, func(r wire.ReplicaStatus) bool { return r.Master && r.ID == resp.Self }):
 		return fmt.Errorf("%s (replica %s) is not the master", addr, resp.Self)
 	}
-	addrs := clientAddrs(resp.Replicas)
+	addrs := wire.ClientAddrs(resp.Replicas)
 	if len(addrs) == 0 {
 		return fmt.Errorf("%s listed no member's client address", addr)
 	}

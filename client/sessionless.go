@@ -12,14 +12,3 @@ func sessionless(m wire.Method) bool {
 	}
 	return false
 }
-
-// clientAddrs returns the members' client addresses (the known ones).
-func clientAddrs(rs []wire.ReplicaStatus) []string {
-	var out []string
-	for _, r := range rs {
-		if r.ClientAddr != "" {
-			out = append(out, r.ClientAddr)
-		}
-	}
-	return out
-}

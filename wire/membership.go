@@ -51,3 +51,15 @@ type ReplicaListResponse struct {
 	// Index is the Raft index of the configuration listed.
 	Index uint64 `msgpack:"x,omitempty"`
 }
+
+// ClientAddrs returns the client addresses of the members listed that
+// have one known: what a client adopts as the replicas it tries.
+func ClientAddrs(rs []ReplicaStatus) []string {
+	var out []string
+	for _, s := range rs {
+		if s.ClientAddr != "" {
+			out = append(out, s.ClientAddr)
+		}
+	}
+	return out
+}

@@ -99,7 +99,7 @@ func (a *Admin) membership(ctx context.Context, op string, m wire.Method, req an
 		out.Replicas = append(out.Replicas, replicaStatusOf(r))
 	}
 	// The master's own answer: the addresses to try from now on.
-	link.Learn(a.c, clientAddrs(resp.Replicas))
+	link.Learn(a.c, wire.ClientAddrs(resp.Replicas))
 	return out, nil
 }
 
@@ -125,15 +125,4 @@ func replicaStatusOf(r wire.ReplicaStatus) ReplicaStatus {
 	return ReplicaStatus{ID: r.ID, ClientAddr: r.ClientAddr, RaftAddr: r.RaftAddr, Master: r.Master,
 		Suffrage: r.Suffrage, Healthy: r.Healthy, LastContact: time.Duration(r.LastContactMillis) * time.Millisecond,
 		MatchIndex: r.MatchIndex}
-}
-
-// clientAddrs returns the members' client addresses (the known ones).
-func clientAddrs(rs []wire.ReplicaStatus) []string {
-	var out []string
-	for _, r := range rs {
-		if r.ClientAddr != "" {
-			out = append(out, r.ClientAddr)
-		}
-	}
-	return out
 }
