@@ -397,10 +397,7 @@ func (c *Client) cacheStats() cache.Stats {
 // hears LockLost, and the idle handles are forgotten (they died with the
 // session).
 func (c *Client) markExpired(id uint64) {
-	c.sess.mu.Lock()
-	ended := c.sess.endedErrLocked() // ErrSessionMoved when another process resumed it
-	c.sess.mu.Unlock()
-	cause := fmt.Errorf("%w (%w)", ErrLockLost, ended)
+	cause := fmt.Errorf("%w (%w)", ErrLockLost, c.sess.endedErr()) // ErrSessionMoved when another process resumed it
 	was, closing := c.sess.expire(id, cause)
 	if was {
 		return

@@ -280,7 +280,7 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 	if _, ok := c.cacheGet(mkey, mayMiss); ok {
 		return nil, missingErr(name)
 	}
-	if h := c.adopted(&req, o); h != nil {
+	if h := c.adopted(o); h != nil {
 		return h, nil // a handle the resumed session had open (resume.go)
 	}
 	usePool := c.cache != nil && poolable(o)

@@ -154,17 +154,16 @@ func (a *adoption) take(req *wire.OpenRequest) (wire.ResumedHandle, bool) {
 	return wire.ResumedHandle{}, false
 }
 
-// adopted returns the resumed handle Open of req takes back, as a
+// adopted returns the resumed handle an Open with o takes back, as a
 // Handle of this client holding the lock it holds; nil when there is
 // none.
-func (c *Client) adopted(req *wire.OpenRequest, o *openOptions) *Handle {
-	rh, ok := c.adopt.take(req)
+func (c *Client) adopted(o *openOptions) *Handle {
+	rh, ok := c.adopt.take(&o.req) // same path, mode bits and event mask
 	if !ok {
 		return nil
 	}
 	gen := c.sess.generation()
 	h := c.newHandle(rh.Path, rh.Handle, rh.Instance, o)
-	h.events.asked = h.events.asked || rh.EventMask != 0
 	if rh.LockMode != wire.LockFree {
 		h.markDirty() // it holds a lock: never left idle in the pool
 		h.gotLock(rh.LockGen, LockMode(rh.LockMode))
@@ -274,7 +273,14 @@ func (s *sessionState) movedAway() bool {
 	return s.moved
 }
 
-// endedErr is the error of a session that is over: ErrSessionMoved
+// endedErr is endedErrLocked under the session's lock.
+func (s *sessionState) endedErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endedErrLocked()
+}
+
+// endedErrLocked is the error of a session that is over: ErrSessionMoved
 // (matching ErrSessionExpired too) when another process resumed it.
 func (s *sessionState) endedErrLocked() error {
 	err := wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id)
