@@ -4,13 +4,13 @@ import (
 	"context"
 	"debug/buildinfo"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"lockcell/fixtures/freeport"
 	"lockcell/replica"
 )
 
@@ -30,16 +30,9 @@ func TestReleaseBinaryHasNoFaultPoints(t *testing.T) {
 			t.Fatalf("the release daemon was built with -tags %s", s.Value)
 		}
 	}
-	freeAddr := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
 	for _, env := range []string{replica.CrashPointEnv + "=log-store", replica.DiskStallEnv + "=1", replica.StartGateEnv + "=/nonexistent"} {
-		client, raft := freeAddr(), freeAddr()
+		addrs := freeport.Addrs(t, 2)
+		client, raft := addrs[0], addrs[1]
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		cmd := exec.CommandContext(ctx, daemon, "serve", "--id", "1", "--data", t.TempDir(),
 			"--peers", fmt.Sprintf("1=%s/%s", client, raft), "--listen", client, "--raft", raft, "--insecure")

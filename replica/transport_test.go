@@ -16,27 +16,12 @@ import (
 	"github.com/hashicorp/raft"
 
 	"lockcell/cell/certs"
+	"lockcell/fixtures/freeport"
 	"lockcell/fsm"
 )
 
-// freeAddrs reserves n loopback TCP addresses (listen, note, close).
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	var out []string
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
-}
+// freeAddrs returns n loopback TCP addresses reserved for this test.
+func freeAddrs(t testing.TB, n int) []string { return freeport.Addrs(t, n) }
 
 // fwdProxy forwards every connection it accepts to target and counts the
 // bytes it carried either way.
