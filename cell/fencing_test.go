@@ -709,10 +709,10 @@ func fenceStacks(frame string) string {
 
 // fenceStopHangs describes a bug outside this file that the run above hits
 // now and then (about 1 run in 8 on a loaded 2-core machine).
-const fenceStopHangs = "stopping the master replica hung: cell.Server.Close waits in s.wg.Wait() " +
-	"(cell/server.go:346) for a serveStream goroutine stuck in replica.(*Replica).Apply (replica/replica.go:260): " +
+const fenceStopHangs = "stopping the master replica hung: cell.Server.Close waits in its client port's Wait " +
+	"for a stream's goroutine stuck in replica.(*Replica).Apply: " +
 	"Close closes the client connections first, which cancels the parked blocking Acquires, whose withdraw " +
-	"(master/handlers.go:184) applies CmdCancelWait while Raft shuts down; Apply " +
+	"applies CmdCancelWait while Raft shuts down; Apply " +
 	"blocks on raft's ApplyFuture.Error() with no escape (its ctx is ignored once the entry is enqueued); " +
 	"hashicorp/raft v1.8.0 never answers a future whose committed batch sat in the buffered fsmMutateCh " +
 	"when Shutdown ran (runFSM returns on shutdownCh, fsm.go:260; hashicorp/raft#498). " +

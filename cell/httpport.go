@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"lockcell/cell/certs"
+	"lockcell/internal/fdlimit"
 )
 
 // The HTTP port's connections. Operators' tools need few of them, so each
@@ -96,7 +97,7 @@ const (
 // start); (0, 0) when the limit cannot be read, and then there is no such
 // share.
 func HTTPFDShare() (share int, limit uint64) {
-	limit = fdLimit()
+	limit = fdlimit.Soft()
 	if limit == 0 {
 		return 0, 0
 	}
@@ -420,3 +421,11 @@ func (s *Server) serveMetrics(addr string) error {
 // MetricsAddr returns the address of the HTTP port, where /metrics,
 // /healthz, /readyz and the status page are served ("" when off).
 func (s *Server) MetricsAddr() string { return s.metricsAddr }
+
+// remoteIP is the address a connection comes from, without its port.
+func remoteIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return c.RemoteAddr().String()
+}

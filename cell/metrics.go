@@ -56,9 +56,9 @@ func newMetrics(s *Server) *metrics {
 			return float64(s.rep.Status().AppliedIndex)
 		}),
 		gauge("lockcell_client_request_bytes", "Request bytes the client port holds: received, not yet served (the request budget).",
-			func() float64 { return float64(s.budget.in.used.Load()) }),
+			func() float64 { return float64(s.port.Stats().RequestBytes) }),
 		gauge("lockcell_client_reply_bytes", "Reply bytes the client port is writing (the reply budget).",
-			func() float64 { return float64(s.budget.out.used.Load()) }),
+			func() float64 { return float64(s.port.Stats().ReplyBytes) }),
 		gauge("lockcell_event_queue_bytes", "Estimated master memory of every session's queued, unacknowledged events (the event budget, --max-event-bytes).",
 			func() float64 { return float64(s.master.EventStats().QueuedBytes) }),
 		gauge("lockcell_event_fanout_backlog", "Applied changes waiting for the master's fan-out to turn them into handle events.",
@@ -94,7 +94,7 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return float64(s.master.InvalidationStats().Late) }),
 		counter("lockcell_client_rate_wait_seconds_total",
 			"Time client connections' reads waited, added up, because their IP address read faster than its rate limit.",
-			func() float64 { return time.Duration(s.budget.slowed.Load()).Seconds() }),
+			func() float64 { return s.port.Stats().RateWait.Seconds() }),
 		counter("lockcell_audit_denials_not_logged_total",
 			"Permission denials the audit stream did not get because their principal was over its ration of denial lines.",
 			func() float64 { return float64(s.master.AuditSuppressed()) }),
@@ -163,36 +163,45 @@ func newMetrics(s *Server) *metrics {
 			}))
 	}
 	m.reg.MustRegister(boundMetrics(s, labels)...)
-	for _, l := range []budgetLevel{levelConn, levelIP, levelProcess} {
+	for level, read := range map[string]func(ConnStats) uint64{
+		"connection": func(st ConnStats) uint64 { return st.OverBudgetConn },
+		"ip":         func(st ConnStats) uint64 { return st.OverBudgetIP },
+		"process":    func(st ConnStats) uint64 { return st.OverBudgetProcess },
+	} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_over_budget_total",
 			Help:        "Client connections closed over a memory budget, by the level that bound (connection, ip, process).",
-			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": l.String()}},
-			func() float64 { return float64(s.budget.over[l].Load()) }))
+			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": level}},
+			func() float64 { return float64(read(s.port.Stats())) }))
 	}
-	// Fair shares of the request budget and the caps on streams (budget.go).
+	// Fair shares of the request budget and the caps on streams (clientport's budget.go).
 	m.reg.MustRegister(
 		gauge("lockcell_client_request_held_bytes",
 			"Request bytes the client port holds with the memory of the buffers that hold them: what the request budget (--max-buffer, then --buffer-reserve) counts.",
-			func() float64 { return float64(s.budget.in.held()) }),
+			func() float64 { return float64(s.port.Stats().RequestHeld) }),
 		counter("lockcell_client_reserve_reads_total",
 			"Reads from client connections admitted into --buffer-reserve, past a full request budget, because their address and principal held less than their fair shares.",
-			func() float64 { return float64(s.budget.reserveReads.Load()) }),
+			func() float64 { return float64(s.port.Stats().ReserveReads) }),
 		gauge("lockcell_client_streams", "Client streams open: calls in flight, parked calls and kept streams (--max-streams).",
-			func() float64 { return float64(s.budget.streams.Load()) }),
+			func() float64 { return float64(s.port.Stats().Streams) }),
 		gauge("lockcell_client_streams_kept", "Kept client streams waiting for their next call (counted in lockcell_client_streams).",
-			func() float64 { return float64(s.budget.kept.Load()) }),
+			func() float64 { return float64(s.port.Stats().StreamsKept) }),
 		counter("lockcell_client_kept_streams_refused_total", "Client streams closed after their call instead of kept idle, over --max-kept-streams-per-ip, -per-principal or --max-kept-streams.",
-			func() float64 { return float64(s.stats.keptRefused.Load()) }),
+			func() float64 { return float64(s.port.Stats().KeptStreamsRefused) }),
 	)
-	for _, l := range []budgetLevel{levelConn, levelIP, levelPrincipal, levelProcess} {
+	for level, read := range map[string]func(ConnStats) uint64{
+		"connection": func(st ConnStats) uint64 { return st.StreamsRefusedConn },
+		"ip":         func(st ConnStats) uint64 { return st.StreamsRefusedIP },
+		"principal":  func(st ConnStats) uint64 { return st.StreamsRefusedPrincipal },
+		"process":    func(st ConnStats) uint64 { return st.StreamsRefusedProcess },
+	} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockcell_client_streams_refused_total",
 			Help:        "Client streams refused at accept (answered too many, unread), by the cap reached (connection, ip, principal, process).",
-			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": l.String()}},
-			func() float64 { return float64(s.budget.refusedStreams[l].Load()) }))
+			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "level": level}},
+			func() float64 { return float64(read(s.port.Stats())) }))
 	}
-	// The client port's connections (connlimits.go).
+	// The client port's connections (clientport's connlimits.go).
 	m.reg.MustRegister(gauge("lockcell_client_connections", "Client connections this replica holds (--max-conns).",
-		func() float64 { return float64(s.openConns()) }))
+		func() float64 { return float64(s.port.Stats().Conns) }))
 	for reason, read := range map[string]func(ConnStats) uint64{
 		"per_ip":        func(st ConnStats) uint64 { return st.RefusedPerIP },
 		"total":         func(st ConnStats) uint64 { return st.RefusedTotal },
@@ -203,7 +212,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "Client connections refused (told why with a refusal frame, then closed) by the cap that was full: per_ip (--max-conns-per-ip), total (--max-conns), " +
 				"fd_share (the process's client ports at five eighths of its file descriptors), per_principal (--max-conns-per-principal, after the TLS handshake).",
 			ConstLabels: prometheus.Labels{"cell": s.cfg.Cell, "replica": s.cfg.Self, "reason": reason}},
-			func() float64 { return float64(read(s.ConnStats())) }))
+			func() float64 { return float64(read(s.port.Stats())) }))
 	}
 	return m
 }

@@ -1,4 +1,4 @@
-package cell
+package clientport
 
 import (
 	"fmt"
@@ -52,8 +52,8 @@ type refusalLog struct {
 
 // refusalMsg says which cap refused a connection, with its value and the
 // flag that sets it.
-func (s *Server) refusalMsg(r connRefusal, principal string) string {
-	l := s.limits
+func (p *Port) refusalMsg(r connRefusal, principal string) string {
+	l := p.limits
 	switch r {
 	case connRefusedPerIP:
 		return fmt.Sprintf("this address holds %d connections to the replica, its cap (--max-conns-per-ip %d)", l.MaxConnsPerIP, l.MaxConnsPerIP)
@@ -75,26 +75,26 @@ func (s *Server) refusalMsg(r connRefusal, principal string) string {
 // otherwise. The write cannot stall the caller: a new
 // connection's socket buffer holds a refusal's few dozen bytes, and the
 // write deadline ends it if not.
-func (s *Server) refuseConn(conn, raw net.Conn, r connRefusal, principal string) {
-	s.countRefusal(r)
-	s.logRefusal(r, raw.RemoteAddr().String(), principal)
+func (p *Port) refuseConn(conn, raw net.Conn, r connRefusal, principal string) {
+	p.countRefusal(r)
+	p.logRefusal(r, raw.RemoteAddr().String(), principal)
 	raw.SetWriteDeadline(time.Now().Add(refusalDrain))
-	if err := wire.WriteRefusal(conn, s.refusalMsg(r, principal)); err != nil {
+	if err := wire.WriteRefusal(conn, p.refusalMsg(r, principal)); err != nil {
 		raw.Close()
 		return
 	}
 	tcp, ok := raw.(*net.TCPConn)
-	if !ok || s.draining.Add(1) > refusalDrainers {
+	if !ok || p.draining.Add(1) > refusalDrainers {
 		if ok {
-			s.draining.Add(-1)
+			p.draining.Add(-1)
 		}
 		raw.Close()
 		return
 	}
-	s.wg.Add(1)
+	p.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
-		defer s.draining.Add(-1)
+		defer p.wg.Done()
+		defer p.draining.Add(-1)
 		drainRefused(tcp)
 	}()
 }
@@ -113,8 +113,8 @@ func drainRefused(tcp *net.TCPConn) {
 // is at least refusalLogEvery old: the first of a quiet period at once,
 // and then one line per refusalLogEvery at most, with the counts by
 // reason and one example.
-func (s *Server) logRefusal(r connRefusal, remote, principal string) {
-	l := &s.refusals
+func (p *Port) logRefusal(r connRefusal, remote, principal string) {
+	l := &p.refusals
 	l.mu.Lock()
 	if l.pending == nil {
 		l.pending = map[connRefusal]uint64{}
@@ -139,7 +139,7 @@ func (s *Server) logRefusal(r connRefusal, remote, principal string) {
 			args = append(args, refusalNames[why], n)
 		}
 	}
-	args = append(args, "example", example, "max_conns_per_ip", s.limits.MaxConnsPerIP, "max_conns", s.limits.MaxConns,
-		"max_conns_per_principal", s.limits.MaxConnsPerPrincipal, "next_report_in", refusalLogEvery)
-	s.log.Info("client port: connections refused over their caps since the last report, each told why (counted, not logged one by one)", args...)
+	args = append(args, "example", example, "max_conns_per_ip", p.limits.MaxConnsPerIP, "max_conns", p.limits.MaxConns,
+		"max_conns_per_principal", p.limits.MaxConnsPerPrincipal, "next_report_in", refusalLogEvery)
+	p.log.Info("client port: connections refused over their caps since the last report, each told why (counted, not logged one by one)", args...)
 }

@@ -1,12 +1,10 @@
-package cell
+package clientport
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,7 +208,7 @@ var errStreamReused = errors.New("stream id reused")
 // process-wide levels and one record per remote IP and per principal with
 // connections or streams.
 type budgets struct {
-	limits ConnLimits
+	limits Limits
 	log    *slog.Logger
 	in     byteCount // request bytes held, process-wide
 	out    byteCount // reply bytes being written, process-wide
@@ -323,7 +321,7 @@ const budgetLogEvery = 10 * time.Second
 
 // newBudgets makes the budgets of limits l; byPrincipal says that
 // principals tell callers apart (the client port has TLS).
-func newBudgets(l ConnLimits, byPrincipal bool, log *slog.Logger) *budgets {
+func newBudgets(l Limits, byPrincipal bool, log *slog.Logger) *budgets {
 	b := &budgets{limits: l, log: log, ips: map[string]*holder{}, principals: map[string]*holder{}, cut: map[string]int64{},
 		reserve: l.BufferReserve, floor: min(fairShareFloor, l.MaxBuffer/16), byPrincipal: byPrincipal}
 	b.in.max, b.out.max = l.MaxBuffer, l.MaxBuffer
@@ -1228,39 +1226,4 @@ func (c *connBudget) sent(p *muxParser, b []byte) {
 			}
 		}
 	}
-}
-
-// ParseBytes reads a byte size: a whole number optionally followed by
-// KiB, MiB or GiB (or B), e.g. "16MiB".
-func ParseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a byte size (like 16MiB)", s)
-	}
-	return n * mult, nil
-}
-
-// FormatBytes writes n as ParseBytes reads it, in the largest unit that
-// divides it.
-func FormatBytes(n int64) string {
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n != 0 && n%u.mult == 0 {
-			return strconv.FormatInt(n/u.mult, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(n, 10) + "B"
 }

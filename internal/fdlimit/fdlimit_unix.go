@@ -1,13 +1,15 @@
 //go:build unix
 
-package cell
+// Package fdlimit reads the process's limit on open file descriptors, the
+// figure the client and HTTP ports take their shares of.
+package fdlimit
 
 import "syscall"
 
-// fdLimit is the process's soft limit on open file descriptors (0 when it
+// Soft is the process's soft limit on open file descriptors (0 when it
 // cannot be read). Go's runtime raised it to the hard limit at start
 // (package syscall, since Go 1.19), so it is what the process may use.
-func fdLimit() uint64 {
+func Soft() uint64 {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0

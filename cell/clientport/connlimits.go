@@ -1,8 +1,10 @@
-package cell
+package clientport
 
 import (
 	"sync"
 	"sync/atomic"
+
+	"lockcell/internal/fdlimit"
 )
 
 // The client port's connections. Each is a file descriptor, a goroutine,
@@ -31,19 +33,19 @@ const (
 	clientFDDenominator = 8
 )
 
-// ClientFDShare returns the most connections the client ports of this
+// FDShare returns the most connections the client ports of this
 // process may hold together (five eighths of the soft RLIMIT_NOFILE) and
 // that limit; 0, 0 when the limit is unknown (no share is then enforced).
-func ClientFDShare() (share int, limit uint64) {
-	limit = fdLimit()
+func FDShare() (share int, limit uint64) {
+	limit = fdlimit.Soft()
 	if limit == 0 {
 		return 0, 0
 	}
 	return int(min(limit/clientFDDenominator*clientFDNumerator, uint64(1<<30))), limit
 }
 
-// clientFDs counts the client connections of every Server of the process
-// against ClientFDShare.
+// clientFDs counts the client connections of every Port of the process
+// against FDShare.
 var clientFDs struct {
 	once sync.Once
 	max  int64 // 0: no share known
@@ -52,7 +54,7 @@ var clientFDs struct {
 
 func takeClientFD() bool {
 	clientFDs.once.Do(func() {
-		share, _ := ClientFDShare()
+		share, _ := FDShare()
 		clientFDs.max = int64(share)
 	})
 	for {
@@ -96,30 +98,30 @@ func (r connRefusal) String() string {
 // admit counts a new connection from ip against MaxConnsPerIP, MaxConns
 // and the process's share of file descriptors, all in one step, or says
 // which is full.
-func (s *Server) admit(ip string) connRefusal {
-	s.connsMu.Lock()
-	defer s.connsMu.Unlock()
+func (p *Port) admit(ip string) connRefusal {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
 	switch {
-	case s.perIP[ip] >= s.limits.MaxConnsPerIP:
+	case p.perIP[ip] >= p.limits.MaxConnsPerIP:
 		return connRefusedPerIP
-	case s.open >= s.limits.MaxConns:
+	case p.open >= p.limits.MaxConns:
 		return connRefusedTotal
 	case !takeClientFD():
 		return connRefusedFDShare
 	}
-	s.perIP[ip]++
-	s.open++
+	p.perIP[ip]++
+	p.open++
 	return connAdmitted
 }
 
 // release gives back what admit took.
-func (s *Server) release(ip string) {
-	s.connsMu.Lock()
-	defer s.connsMu.Unlock()
-	if s.perIP[ip]--; s.perIP[ip] <= 0 {
-		delete(s.perIP, ip)
+func (p *Port) release(ip string) {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	if p.perIP[ip]--; p.perIP[ip] <= 0 {
+		delete(p.perIP, ip)
 	}
-	s.open--
+	p.open--
 	releaseClientFD()
 }
 
@@ -127,41 +129,41 @@ func (s *Server) release(ip string) {
 // against MaxConnsPerPrincipal, or reports false when the principal
 // holds that many already (a plain cell's callers are all one principal,
 // so there the cap is MaxConns's).
-func (s *Server) admitPrincipal(principal string) bool {
-	s.connsMu.Lock()
-	defer s.connsMu.Unlock()
-	if s.perPrincipal[principal] >= s.limits.MaxConnsPerPrincipal {
+func (p *Port) admitPrincipal(principal string) bool {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	if p.perPrincipal[principal] >= p.limits.MaxConnsPerPrincipal {
 		return false
 	}
-	s.perPrincipal[principal]++
+	p.perPrincipal[principal]++
 	return true
 }
 
-func (s *Server) releasePrincipal(principal string) {
-	s.connsMu.Lock()
-	defer s.connsMu.Unlock()
-	if s.perPrincipal[principal]--; s.perPrincipal[principal] <= 0 {
-		delete(s.perPrincipal, principal)
+func (p *Port) releasePrincipal(principal string) {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	if p.perPrincipal[principal]--; p.perPrincipal[principal] <= 0 {
+		delete(p.perPrincipal, principal)
 	}
 }
 
 // countRefusal counts a refused connection by its reason.
-func (s *Server) countRefusal(r connRefusal) {
+func (p *Port) countRefusal(r connRefusal) {
 	switch r {
 	case connRefusedPerIP:
-		s.stats.perIP.Add(1)
+		p.stats.perIP.Add(1)
 	case connRefusedTotal:
-		s.stats.connsTotal.Add(1)
+		p.stats.connsTotal.Add(1)
 	case connRefusedFDShare:
-		s.stats.connsFDShare.Add(1)
+		p.stats.connsFDShare.Add(1)
 	case connRefusedPerPrincipal:
-		s.stats.connsPrincipal.Add(1)
+		p.stats.connsPrincipal.Add(1)
 	}
 }
 
 // openConns reports the client connections the replica holds now.
-func (s *Server) openConns() int {
-	s.connsMu.Lock()
-	defer s.connsMu.Unlock()
-	return s.open
+func (p *Port) openConns() int {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	return p.open
 }

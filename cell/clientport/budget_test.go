@@ -1,4 +1,4 @@
-package cell
+package clientport
 
 import (
 	"encoding/binary"
@@ -23,7 +23,7 @@ func muxFrame(typ byte, flags uint16, id uint32, payload []byte, length uint32) 
 }
 
 func testBudgets(conn, ip, process int64) *budgets {
-	return newBudgets(ConnLimits{MaxConnBuffer: conn, MaxIPBuffer: ip, MaxBuffer: process, BufferStall: 50 * time.Millisecond}, false,
+	return newBudgets(Limits{MaxConnBuffer: conn, MaxIPBuffer: ip, MaxBuffer: process, BufferStall: 50 * time.Millisecond}, false,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
@@ -226,23 +226,6 @@ func TestBudgetAwait(t *testing.T) {
 	}
 }
 
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{"16MiB": 16 << 20, "64 MiB": 64 << 20, "1GiB": 1 << 30, "512KiB": 512 << 10, "1000": 1000, "7B": 7} {
-		got, err := ParseBytes(in)
-		if err != nil || got != want {
-			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-		if back, err := ParseBytes(FormatBytes(want)); err != nil || back != want {
-			t.Errorf("FormatBytes(%d) = %q does not parse back", want, FormatBytes(want))
-		}
-	}
-	for _, bad := range []string{"", "MiB", "-1MiB", "1.5MiB", "16MB", "99999999999GiB"} {
-		if _, err := ParseBytes(bad); err == nil {
-			t.Errorf("ParseBytes(%q) accepted", bad)
-		}
-	}
-}
-
 // BenchmarkBudgetReceived is the request budget's cost on the read path:
 // parsing and charging the frames of honest calls (a 100-byte request and
 // a 256 KiB one per iteration) read 4 KiB at a time, as yamux reads.
@@ -438,7 +421,7 @@ func fullNow(c *connBudget) budgetLevel {
 // its share is not; and none is read past the budget and its reserve.
 func TestBudgetFairSharesReadSmallHoldersFromTheReserve(t *testing.T) {
 	const mib = 1 << 20
-	b := newBudgets(ConnLimits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: 2 * mib, BufferStall: 50 * time.Millisecond},
+	b := newBudgets(Limits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: 2 * mib, BufferStall: 50 * time.Millisecond},
 		false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a, bb, c := b.conn("192.0.2.1", "p"), b.conn("192.0.2.2", "p"), b.conn("192.0.2.3", "p")
 	d, e := b.conn("192.0.2.4", "p"), b.conn("192.0.2.5", "p")
@@ -496,7 +479,7 @@ func TestBudgetFairSharesReadSmallHoldersFromTheReserve(t *testing.T) {
 // many addresses do not share the reserve among themselves.
 func TestBudgetFairSharesCountPrincipals(t *testing.T) {
 	const mib = 1 << 20
-	b := newBudgets(ConnLimits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: mib, BufferStall: 50 * time.Millisecond},
+	b := newBudgets(Limits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: mib, BufferStall: 50 * time.Millisecond},
 		true, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a1, a2 := b.conn("192.0.2.1", "mallory"), b.conn("192.0.2.2", "mallory")
 	a3, v := b.conn("192.0.2.3", "mallory"), b.conn("192.0.2.9", "victim")
@@ -536,7 +519,7 @@ func TestBudgetStreamCountsAreExactUnderConcurrency(t *testing.T) {
 		{"process", 1000, 1000, 100, levelProcess},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newBudgets(ConnLimits{MaxStreamsPerIP: tc.perIP, MaxStreamsPerPrincipal: tc.perPrin, MaxStreams: tc.proc},
+			b := newBudgets(Limits{MaxStreamsPerIP: tc.perIP, MaxStreamsPerPrincipal: tc.perPrin, MaxStreams: tc.proc},
 				true, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			const conns, tries = 16, 50
 			var cs []*connBudget
@@ -603,7 +586,7 @@ func TestBudgetStreamCountsAreExactUnderConcurrency(t *testing.T) {
 // now: cut holders that redial are not newcomers.
 func TestBudgetCutHoldersStayOutOfTheReserve(t *testing.T) {
 	const mib = 1 << 20
-	b := newBudgets(ConnLimits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: 2 * mib, BufferStall: 20 * time.Millisecond},
+	b := newBudgets(Limits{MaxConnBuffer: 3 * mib, MaxIPBuffer: 3 * mib, MaxBuffer: 4 * mib, BufferReserve: 2 * mib, BufferStall: 20 * time.Millisecond},
 		false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a, bb := b.conn("192.0.2.1", "p"), b.conn("192.0.2.2", "p")
 	defer a.end()
