@@ -273,7 +273,22 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 			f.addACLDependents(set, h.Path)
 		}
 	case *CloseArgs:
-		handlePath(p.Handle)
+		// A close changes its node's stat (a lock or a wait of the
+		// handle ends, closeHandle); only a close that may delete its
+		// node (an ephemeral one) changes the parent's listing; a close
+		// of a handle whose node is gone, or replaced by a new instance,
+		// changes no cached name. Invalidating the parent for every
+		// close made a client's own background close of an idle handle
+		// drop the absence it had just cached there.
+		if h := f.handles[p.Handle]; h != nil {
+			if n := f.nodes[h.Path]; n != nil && n.Instance == h.Instance {
+				if n.Ephemeral {
+					addNode(h.Path)
+				} else {
+					set[h.Path] = true
+				}
+			}
+		}
 	case *GrantArgs:
 		set[p.Path] = true
 	case *BreakLockArgs:
