@@ -65,10 +65,13 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"FlagExcl", uint64(FlagExcl), 8},
 		{"FlagDirectory", uint64(FlagDirectory), 16},
 		{"FlagEphemeral", uint64(FlagEphemeral), 32},
+		{"FlagSequential", uint64(FlagSequential), 64},
 		// Format versions.
 		{"commandV1", uint64(commandV1), 1},
 		{"commandVersion", uint64(commandVersion), 2},
-		{"snapshotVersion", uint64(snapshotVersion), 4},
+		{"snapshotVersion", uint64(snapshotVersion), 5},
+		{"snapshotV4", uint64(snapshotV4), 4},
+		{"snapshotV3", uint64(snapshotV3), 3},
 		{"BackupFormat", uint64(BackupFormat), 1},
 	}
 	for _, p := range pins {

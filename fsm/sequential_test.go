@@ -1,0 +1,296 @@
+package fsm
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// seqOpen applies a sequential create of prefix (below the root) as session
+// s's next request.
+func (h *fsmtH) seqOpen(s uint64, prefix string, flags uint32) *Result {
+	h.t.Helper()
+	return h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath(prefix), Flags: flags | FlagCreate | FlagSequential}})
+}
+
+// wantSeqName checks a sequential create made name (below the root), opened
+// its handle on it and reported it.
+func wantSeqName(t *testing.T, h *fsmtH, r *Result, name string) {
+	t.Helper()
+	wantOK(t, "sequential create of "+name, r)
+	if r.Name != fsmtPath(name) || !r.Created {
+		t.Fatalf("made %q (created %v), want %q", r.Name, r.Created, fsmtPath(name))
+	}
+	if got := h.f.handles[r.Handle]; got == nil || got.Path != r.Name || got.Instance != r.Stat.Instance {
+		t.Fatalf("handle %+v does not name %s", got, r.Name)
+	}
+	if !h.exists(name) {
+		t.Fatalf("%s does not exist", name)
+	}
+}
+
+// A sequential create appends the directory's counter in ten digits; the
+// counter grows per directory, never hands a number out twice (not after
+// its node is deleted, not across a snapshot), skips names made by hand,
+// and a retried request gets its first name back without making another.
+func TestSequentialNamesCountPerDirectoryAndSkipTaken(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	h.mustOpen(s, "q", fsmtRWC|FlagDirectory)
+	h.mustOpen(s, "other", fsmtRWC|FlagDirectory)
+
+	r0 := h.seqOpen(s, "q/job-", fsmtRW)
+	wantSeqName(t, h, r0, "q/job-0000000000")
+	wantSeqName(t, h, h.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000001")
+	// The counter is the directory's, not the prefix's.
+	wantSeqName(t, h, h.seqOpen(s, "q/lock-", fsmtRW|FlagEphemeral), "q/lock-0000000002")
+	wantSeqName(t, h, h.seqOpen(s, "other/job-", fsmtRW), "other/job-0000000000")
+	// A directory, and a prefix ending in '/' (digits alone).
+	wantSeqName(t, h, h.seqOpen(s, "q/d-", fsmtRW|FlagDirectory), "q/d-0000000003")
+	if !h.node("q/d-0000000003").Dir {
+		t.Fatal("q/d-0000000003 is not a directory")
+	}
+	wantSeqName(t, h, h.seqOpen(s, "q/", fsmtRW), "q/0000000004")
+	// Initial contents come with the create.
+	r := h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC | FlagSequential, Contents: []byte("payload")}})
+	wantSeqName(t, h, r, "q/job-0000000005")
+	if c := string(h.node("q/job-0000000005").Contents); c != "payload" {
+		t.Fatalf("contents %q", c)
+	}
+
+	// Deleting the newest child does not give its number back.
+	wantOK(t, "delete", h.do(s, Command{Payload: &DeleteArgs{Handle: r.Handle}}))
+	wantSeqName(t, h, h.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000006")
+
+	// Names made by hand where the counter goes are skipped, in order.
+	h.mustOpen(s, "q/job-0000000007", fsmtRWC)
+	h.mustOpen(s, "q/job-0000000008", fsmtRWC|FlagDirectory)
+	h.mustOpen(s, "q/job-0000000010", fsmtRWC)
+	wantSeqName(t, h, h.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000009")
+	wantSeqName(t, h, h.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000011")
+	if got := h.node("q").ChildSeq; got != 12 {
+		t.Fatalf("q's counter is %d, want 12", got)
+	}
+
+	// A retry of the same request answers with the first name and makes
+	// nothing.
+	h.seq[s]++
+	c := Command{Session: s, Seq: h.seq[s], Ack: h.seq[s] - 1, Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC | FlagSequential}}
+	first := h.raw(c)
+	again := h.raw(c)
+	if first.Name != fsmtPath("q/job-0000000012") || again.Name != first.Name || again.Handle != first.Handle {
+		t.Fatalf("first %q (handle %d), retry %q (handle %d)", first.Name, first.Handle, again.Name, again.Handle)
+	}
+	if got := h.node("q").ChildSeq; got != 13 {
+		t.Fatalf("after a retry q's counter is %d, want 13", got)
+	}
+
+	// The counter is in the snapshot: a restored replica goes on from it.
+	snap := h.snapshot()
+	if img := fsmtImage(t, snap); img.Version != snapshotVersion {
+		t.Fatalf("a state with counters snapshots as version %d, want %d", img.Version, snapshotVersion)
+	}
+	f, err := fsmtRestore(t, fsmtCell, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2 := h.clone(f)
+	wantSeqName(t, h2, h2.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000013")
+	wantSeqName(t, h, h.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000013")
+	if _, a, _ := h.f.StateHash(); true {
+		if _, b, _ := f.StateHash(); a != b {
+			t.Fatal("the restored replica and the original differ after the same create")
+		}
+	}
+	fsmtCheckInvariants(t, h.f)
+
+	// A directory deleted and made again starts its count afresh.
+	hd := h.mustOpen(s, "gone", fsmtRWC|FlagDirectory)
+	wantSeqName(t, h, h.seqOpen(s, "gone/x-", fsmtRW), "gone/x-0000000000")
+	h.closeH(s, h.seqOpen(s, "gone/x-", fsmtRW).Handle)
+	for _, n := range []string{"gone/x-0000000000", "gone/x-0000000001"} {
+		wantOK(t, "delete "+n, h.do(s, Command{Payload: &DeleteArgs{Handle: h.mustOpen(s, n, fsmtRW)}}))
+	}
+	wantOK(t, "delete gone", h.do(s, Command{Payload: &DeleteArgs{Handle: hd}}))
+	h.mustOpen(s, "gone", fsmtRWC|FlagDirectory)
+	wantSeqName(t, h, h.seqOpen(s, "gone/x-", fsmtRW), "gone/x-0000000000")
+}
+
+// Bad sequential creates fail with a typed error and change nothing: no
+// create flag, a prefix that leaves no room for the number, an ACL file,
+// a missing or file parent, and a directory past its last number.
+func TestSequentialRefusals(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	h.mustOpen(s, "q", fsmtRWC|FlagDirectory)
+	h.mustOpen(s, "f", fsmtRWC)
+	h.mustOpen(s, ACLDirName, fsmtRWC|FlagDirectory)
+
+	wantKind(t, "no create", h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRW | FlagSequential}}), KindBadRequest)
+	long := strings.Repeat("x", SeqMaxComponentLen-SeqDigits+1)
+	wantKind(t, "component too long", h.seqOpen(s, "q/"+long, fsmtRW), KindBadRequest)
+	wantOK(t, "component at the limit", h.seqOpen(s, "q/"+long[1:], fsmtRW))
+	wantKind(t, "ACL file", h.seqOpen(s, ACLDirName+"/a-", fsmtRW), KindBadRequest)
+	wantKind(t, "missing parent", h.seqOpen(s, "nope/job-", fsmtRW), KindNotFound)
+	wantKind(t, "file parent", h.seqOpen(s, "f/job-", fsmtRW), KindNotDir)
+	wantKind(t, "directory with contents", h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath("q/d-"),
+		Flags: fsmtRWC | FlagSequential | FlagDirectory, Contents: []byte("x")}}), KindBadRequest)
+	if got := h.node("q").ChildSeq; got != 1 {
+		t.Fatalf("refused creates moved the counter to %d", got)
+	}
+
+	// A directory at its last number hands it out, then refuses; the
+	// names made so far keep their order.
+	img := fsmtImage(t, h.snapshot())
+	for _, n := range img.Nodes {
+		if n.Path == fsmtPath("q") {
+			n.ChildSeq = MaxChildSeq
+		}
+	}
+	b, err := msgpack.Marshal(&img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsmtRestore(t, fsmtCell, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = h.clone(f)
+	wantSeqName(t, h, h.seqOpen(s, "q/job-", fsmtRW), "q/job-9999999999")
+	wantKind(t, "past the last number", h.seqOpen(s, "q/job-", fsmtRW), KindBadRequest)
+
+	// A snapshot claiming a counter on a file, or past the last number,
+	// is refused.
+	for what, set := range map[string]func(n *Node){
+		"counter on a file": func(n *Node) {
+			if n.Path == fsmtPath("f") {
+				n.ChildSeq = 3
+			}
+		},
+		"counter past the last": func(n *Node) {
+			if n.Path == fsmtPath("q") {
+				n.ChildSeq = MaxChildSeq + 2
+			}
+		},
+	} {
+		img := fsmtImage(t, h.snapshot())
+		for _, n := range img.Nodes {
+			set(n)
+		}
+		b, err := msgpack.Marshal(&img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fsmtRestore(t, fsmtCell, b); err == nil {
+			t.Errorf("%s: restored", what)
+		}
+	}
+}
+
+// A sequential create needs write on the parent like any create; a
+// principal that may not see the parent is told it does not exist; the
+// quota on nodes caps it.
+func TestSequentialACLAndQuota(t *testing.T) {
+	h := newFSMT(t)
+	root, alice, bob := h.sessionOf("root"), h.sessionOf("alice"), h.sessionOf("bob")
+	aclWant(t, "admin makes q", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("q"), Flags: fsmtRWC | FlagDirectory}}), KindNone)
+	aclWant(t, "admin makes acl", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath(ACLDirName), Flags: fsmtRWC | FlagDirectory}}), KindNone)
+	aclWant(t, "admin makes acl/alice", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath(ACLDirName + "/alice"),
+		Flags: fsmtRWC, Contents: []byte("alice\n")}}), KindNone)
+	qh := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("q"), Flags: fsmtRW | FlagDirectory}}).Handle
+	aclWant(t, "q writable by alice", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: qh, ACL: &ACLNames{Write: "alice"}}}), KindNone)
+
+	seq := Command{Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC | FlagSequential}}
+	r := h.aclDo(alice, "alice", seq)
+	aclWant(t, "alice, a writer of q", r, KindNone)
+	if r.Name != fsmtPath("q/job-0000000000") || h.node("q/job-0000000000").Creator != "alice" {
+		t.Fatalf("made %q", r.Name)
+	}
+	aclWant(t, "bob, a reader of q", h.aclDo(bob, "bob", seq), KindPermission)
+	// Hidden parent: bob may neither read nor write it.
+	aclWant(t, "q hidden from bob", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: qh, ACL: &ACLNames{Read: "alice", Write: "alice"}}}), KindNone)
+	aclWant(t, "bob, q hidden", h.aclDo(bob, "bob", seq), KindNotFound)
+	if got := h.node("q").ChildSeq; got != 1 {
+		t.Fatalf("refused creates moved the counter to %d", got)
+	}
+
+	// The quota counts a sequential create as one node.
+	nodes := int64(len(h.f.nodes)) - 1 // the root is not counted
+	q := &Quota{Nodes: nodes}
+	quoted := Command{Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC | FlagSequential, Quota: q}}
+	aclWant(t, "alice at the node quota", h.aclDo(alice, "alice", quoted), KindQuotaExceeded)
+	q.Nodes = nodes + 1
+	aclWant(t, "alice under the node quota", h.aclDo(alice, "alice", quoted), KindNone)
+}
+
+// A snapshot of the version before (4), with no counters, restores with
+// every counter at 0; a state whose counters are all 0 is still written
+// as the older version, so a replica of the version before can install
+// it during a rolling upgrade; one with a counter is written as
+// version 5, which the version before refuses rather than forget it.
+func TestSequentialSnapshotVersions(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	h.mustOpen(s, "q", fsmtRWC|FlagDirectory)
+	h.mustOpen(s, "q/job-0000000000", fsmtRWC) // by hand: no counter
+	old := h.snapshot()
+	img := fsmtImage(t, old)
+	if img.Version != snapshotV3 {
+		t.Fatalf("a state without counters or resumes snapshots as version %d, want %d", img.Version, snapshotV3)
+	}
+	if strings.Contains(string(old), "\xa2sq") {
+		t.Fatal("a state without counters carries the counter's key")
+	}
+	for _, v := range []uint8{2, 3, 4} {
+		img := fsmtImage(t, old)
+		img.Version = v
+		b, err := msgpack.Marshal(&img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := fsmtRestore(t, fsmtCell, b)
+		if err != nil {
+			t.Fatalf("restore of a version-%d snapshot: %v", v, err)
+		}
+		h2 := h.clone(f)
+		// Counter 0, and the hand-made name at 0 is skipped.
+		wantSeqName(t, h2, h2.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000001")
+		if got := fsmtImage(t, h2.snapshot()).Version; got != snapshotVersion {
+			t.Fatalf("after a sequential create the snapshot is version %d, want %d", got, snapshotVersion)
+		}
+	}
+	// A backup is written at the same version as the snapshot.
+	h.seqOpen(s, "q/job-", fsmtRW)
+	bk, err := h.f.Backup(1, time.Unix(100, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadBackup(bytes.NewReader(backupBytes(t, bk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.img.Version != snapshotVersion || !bytes.Equal(got.Snapshot, h.snapshot()) {
+		t.Fatalf("a backup with a counter is version %d, or not the snapshot's bytes", got.img.Version)
+	}
+}
+
+// The master invalidates the parent's listing before a sequential create
+// (the name it makes is not known until it is applied), even when a node
+// is named like the prefix.
+func TestSequentialAffectedPaths(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	h.mustOpen(s, "q", fsmtRWC|FlagDirectory)
+	h.mustOpen(s, "q/job-", fsmtRWC)
+	var got []string
+	_ = h.f.Read(func(v View) error {
+		got = v.AffectedPaths(&Command{Session: s, Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC | FlagSequential}})
+		return nil
+	})
+	if len(got) != 1 || got[0] != fsmtPath("q") {
+		t.Fatalf("affected %v, want [%s]", got, fsmtPath("q"))
+	}
+}
