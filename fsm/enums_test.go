@@ -35,6 +35,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"CmdMemberRemove", uint64(CmdMemberRemove), 16},
 		{"CmdBreakLock", uint64(CmdBreakLock), 17},
 		{"CmdResumeSession", uint64(CmdResumeSession), 20},
+		{"CmdOpenSequential", uint64(CmdOpenSequential), 21},
 		// Error kinds: stored with de-duplicated results in snapshots.
 		{"KindNone", uint64(KindNone), 0},
 		{"KindNotFound", uint64(KindNotFound), 1},

@@ -387,7 +387,7 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		}
 		delete(m.sessions, c.Session)
 		return mResult{}
-	case CmdOpen:
+	case CmdOpen, CmdOpenSequential:
 		return m.open(idx, c)
 	case CmdClose:
 		h := m.handles[c.Handle]

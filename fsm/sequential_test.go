@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +293,54 @@ func TestSequentialAffectedPaths(t *testing.T) {
 	})
 	if len(got) != 1 || got[0] != fsmtPath("q") {
 		t.Fatalf("affected %v, want [%s]", got, fsmtPath("q"))
+	}
+}
+
+// A sequential open is a command type of its own, so a replica of a
+// version without sequential names stops at it (an unknown type) instead
+// of creating the prefix; an entry whose type and flags disagree is
+// malformed in both log versions; an Open without the flag encodes as it
+// always did.
+func TestSequentialOpenHasItsOwnCommandType(t *testing.T) {
+	seq := &Command{Session: 1, Seq: 1, Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC | FlagSequential}}
+	b, err := seq.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq.Type != CmdOpenSequential {
+		t.Fatalf("a sequential open encodes as type %s", seq.Type)
+	}
+	c, err := DecodeCommand(b)
+	if err != nil || c.Type != CmdOpenSequential || c.Payload.(*OpenArgs).Flags&FlagSequential == 0 {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	plain := &Command{Session: 1, Seq: 1, Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC}}
+	if _, err := plain.Encode(); err != nil || plain.Type != CmdOpen {
+		t.Fatalf("a plain open encodes as type %s (%v)", plain.Type, err)
+	}
+	mismatch := func(v byte, parts ...any) []byte {
+		b, err := msgpack.Marshal(parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == commandV1 {
+			b, err = msgpack.Marshal(parts[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return append([]byte{v}, b...)
+	}
+	for name, b := range map[string][]byte{
+		"v2 Open with the flag": mismatch(commandVersion, map[string]any{"t": CmdOpen},
+			map[string]any{"p": fsmtPath("q/job-"), "f": fsmtRWC | FlagSequential}),
+		"v2 OpenSequential without it": mismatch(commandVersion, map[string]any{"t": CmdOpenSequential},
+			map[string]any{"p": fsmtPath("q/job-"), "f": fsmtRWC}),
+		"v1 Open with the flag": mismatch(commandV1, map[string]any{"t": CmdOpen, "tm": 1, "p": fsmtPath("q/job-"),
+			"f": fsmtRWC | FlagSequential}),
+	} {
+		if _, err := DecodeCommand(b); !errors.Is(err, ErrMalformedCommand) {
+			t.Errorf("%s: %v, want ErrMalformedCommand", name, err)
+		}
 	}
 }
