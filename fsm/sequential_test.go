@@ -344,3 +344,18 @@ func TestSequentialOpenHasItsOwnCommandType(t *testing.T) {
 		}
 	}
 }
+
+// The audit trail records a sequential create under the name it made (a
+// refused one under its prefix), so an operator can find who made an item.
+func TestSequentialAuditNamesTheNodeMade(t *testing.T) {
+	h := newFSMT(t)
+	a := &recordingAuditor{}
+	h.f.SetAuditor(a)
+	s := h.raw(Command{Client: "w", Principal: "ops", Admin: true, Payload: &CreateSessionArgs{}}).Session
+	h.do(s, Command{Principal: "ops", Admin: true, Payload: &OpenArgs{Path: fsmtPath("q"), Flags: fsmtRWC | FlagDirectory}})
+	h.do(s, Command{Principal: "ops", Admin: true, Payload: &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC | FlagSequential}})
+	h.do(s, Command{Principal: "ops", Admin: true, Payload: &OpenArgs{Path: fsmtPath("nope/job-"), Flags: fsmtRWC | FlagSequential}})
+	if got, want := a.ops(), "create_session::ok create:/q:ok create:/q/job-0000000000:ok create:/nope/job-:not_found"; got != want {
+		t.Fatalf("records\n%s\nwant\n%s", got, want)
+	}
+}
