@@ -184,16 +184,21 @@ func (e *env) putSequential(prefix string, data []byte, mode client.OpenMode, pa
 	return h.Name(), st, err
 }
 
-// putName resolves put's NAME: with --sequential a prefix, kept as given
-// (a trailing "/" makes names of digits alone in that directory), which
-// must leave room for the number.
+// putName resolves put's NAME: with --sequential a prefix (seqPrefix).
 func (e *env) putName(sequential bool, arg string) (string, error) {
 	if !sequential {
 		return e.name("put", arg)
 	}
+	return e.seqPrefix("put", arg)
+}
+
+// seqPrefix resolves a --sequential prefix for op: kept as given (a
+// trailing "/" makes names of digits alone in that directory), it must
+// leave room for the number.
+func (e *env) seqPrefix(op, arg string) (string, error) {
 	n := client.ResolveName(e.cell, arg)
 	if err := wire.ValidateSeqPrefix(e.cell, n); err != nil {
-		return "", &opError{op: "put", path: arg, err: err}
+		return "", &opError{op: op, path: arg, err: err}
 	}
 	return n, nil
 }

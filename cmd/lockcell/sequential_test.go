@@ -40,6 +40,20 @@ func TestPutSequential(t *testing.T) {
 		t.Fatalf("after a delete put --sequential printed %q (a number reused?)", got)
 	}
 
+	// Directories: mkdir --sequential, several prefixes, -p for parents.
+	if got := r.ok("mkdir", "--sequential", "jobs/batch-", "jobs/batch-").stdout; got != "/ls/t/jobs/batch-0000000004\n/ls/t/jobs/batch-0000000005\n" {
+		t.Fatalf("mkdir --sequential printed %q", got)
+	}
+	if m := statLines(t, r.ok("stat", "jobs/batch-0000000005").stdout); m["type"] != "directory" {
+		t.Fatalf("mkdir --sequential made %v", m)
+	}
+	var dirs struct{ Dirs []string }
+	if err := json.Unmarshal([]byte(r.ok("--json", "mkdir", "-p", "--sequential", "deep/er/d-").stdout), &dirs); err != nil ||
+		len(dirs.Dirs) != 1 || dirs.Dirs[0] != "/ls/t/deep/er/d-0000000000" {
+		t.Fatalf("mkdir -p --sequential --json: %+v %v", dirs, err)
+	}
+	r.fails(exitError, "not found", "mkdir", "--sequential", "nope/d-")
+
 	r.fails(exitUsage, "--if-generation", "put", "--sequential", "--if-generation", "3", "jobs/job-", "z")
 	r.fails(exitError, "not found", "put", "--sequential", "--no-parents", "nope/job-", "z")
 	res := r.fails(exitError, "", "--json", "put", "--sequential", "jobs/"+strings.Repeat("x", 250), "z")
