@@ -302,11 +302,12 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 	if _, ok := c.cacheGet(mkey, mayMiss); ok {
 		return nil, missingErr(name)
 	}
-	if req.Flags&wire.OpenSequential != 0 {
-		// Never a handle the resumed session had open: a sequential
-		// create makes a new name every time.
-	} else if h := c.adopted(o); h != nil {
-		return h, nil // a handle the resumed session had open (resume.go)
+	// A handle the resumed session had open is taken back (resume.go),
+	// never by a sequential create: it makes a new name every time.
+	if req.Flags&wire.OpenSequential == 0 {
+		if h := c.adopted(o); h != nil {
+			return h, nil
+		}
 	}
 	usePool := c.cache != nil && poolable(o)
 	key := poolKey{name: name, flags: req.Flags, lockDelay: req.LockDelayMillis}
