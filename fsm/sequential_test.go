@@ -2,7 +2,10 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
+	"flag"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -357,5 +360,113 @@ func TestSequentialAuditNamesTheNodeMade(t *testing.T) {
 	h.do(s, Command{Principal: "ops", Admin: true, Payload: &OpenArgs{Path: fsmtPath("nope/job-"), Flags: fsmtRWC | FlagSequential}})
 	if got, want := a.ops(), "create_session::ok create:/q:ok create:/q/job-0000000000:ok create:/nope/job-:not_found"; got != want {
 		t.Fatalf("records\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A snapshot of version 5 written once and committed
+// (testdata/snapshot-v5.bin, with -write-sequential-snapshot): directories
+// with counters, a counter moved past a hand-made name, a deleted
+// sequential child, an ephemeral sequential directory, and a session
+// whose de-duplication table holds a sequential open's result with its
+// name. And the bytes of one sequential open entry (command type 21). The
+// files, not the code that wrote them, are the record: any change to how
+// either encodes fails here.
+const (
+	seqSnapshotV5 = "testdata/snapshot-v5.bin"
+	// seqOpenEntryV2 is Command{Time: fsmtBase, Session: 2, Seq: 7, Ack: 6,
+	// Principal: "p", Payload: &OpenArgs{Path: "/ls/c/q/job-", Flags:
+	// Read|Write|Create|Sequential, Contents: "x"}}.Encode().
+	seqOpenEntryV2 = "029286a174cc15a2746dd317979cfe362a0000a173cf0000000000000002a171cf0000000000000007a161cf0000000000000006a27072a17083a170ac2f6c732f632f712f6a6f622da166ce00000047a163c40178"
+)
+
+var writeSeqSnapshot = flag.Bool("write-sequential-snapshot", false, "write "+seqSnapshotV5+" (TestWriteSequentialSnapshot)")
+
+// seqGoldenState builds the state seqSnapshotV5 holds.
+func seqGoldenState(t *testing.T) (*fsmtH, uint64) {
+	h := newFSMT(t)
+	s := h.session()
+	h.mustOpen(s, "q", fsmtRWC|FlagDirectory)
+	h.mustOpen(s, "other", fsmtRWC|FlagDirectory)
+	first := h.seqOpen(s, "q/job-", fsmtRW).Handle                        // job-0000000000
+	h.mustOpen(s, "q/job-0000000001", fsmtRWC)                            // by hand
+	wantSeqName(t, h, h.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000002") // skips it
+	wantSeqName(t, h, h.seqOpen(s, "q/d-", fsmtRW|FlagDirectory|FlagEphemeral), "q/d-0000000003")
+	wantOK(t, "delete job-0", h.do(s, Command{Payload: &DeleteArgs{Handle: first}}))
+	wantSeqName(t, h, h.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000004") // its result stays in the table
+	return h, s
+}
+
+func TestWriteSequentialSnapshot(t *testing.T) {
+	if !*writeSeqSnapshot {
+		t.Skip("writes the golden version-5 snapshot only with -write-sequential-snapshot")
+	}
+	h, _ := seqGoldenState(t)
+	if err := os.WriteFile(seqSnapshotV5, h.snapshot(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := Command{Time: fsmtBase, Session: 2, Seq: 7, Ack: 6, Principal: "p",
+		Payload: &OpenArgs{Path: "/ls/c/q/job-", Flags: fsmtRWC | FlagSequential, Contents: []byte("x")}}
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seqOpenEntryV2 = %q", hex.EncodeToString(b))
+}
+
+// The committed version-5 snapshot restores, with its counters and the
+// de-duplicated name; re-snapshotted it gives the same bytes; the state
+// it describes is the one the code of today builds; and sequential names
+// go on from its counters. The committed sequential entry decodes and
+// re-encodes to its bytes.
+func TestSequentialSnapshotV5Restores(t *testing.T) {
+	golden, err := os.ReadFile(seqSnapshotV5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := fsmtImage(t, golden); img.Version != 5 {
+		t.Fatalf("the golden snapshot is version %d", img.Version)
+	}
+	f, err := fsmtRestore(t, fsmtCell, golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := fsmtSnapshotBytes(t, f); !bytes.Equal(again, golden) {
+		t.Fatal("the restored golden snapshot snapshots to other bytes")
+	}
+	h, s := seqGoldenState(t)
+	if !bytes.Equal(h.snapshot(), golden) {
+		t.Fatal("the golden state built today snapshots to other bytes: the version-5 format changed")
+	}
+	if got := f.nodes[fsmtPath("q")].ChildSeq; got != 5 {
+		t.Fatalf("q's counter restored as %d, want 5", got)
+	}
+	var named int
+	for _, r := range f.sessions[s].Results {
+		if r.Name == fsmtPath("q/job-0000000004") {
+			named++
+		}
+	}
+	if named != 1 {
+		t.Fatal("the de-duplicated result of the last sequential open lost its name")
+	}
+	h2 := h.clone(f)
+	wantSeqName(t, h2, h2.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000005")
+	wantSeqName(t, h2, h2.seqOpen(s, "other/x-", fsmtRW), "other/x-0000000000")
+
+	entry, err := hex.DecodeString(seqOpenEntryV2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodeCommand(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := c.Payload.(*OpenArgs)
+	if !ok || c.Type != CmdOpenSequential || c.Session != 2 || c.Seq != 7 || p.Path != "/ls/c/q/job-" ||
+		p.Flags != fsmtRWC|FlagSequential || string(p.Contents) != "x" {
+		t.Fatalf("the committed entry decodes to %+v %+v", c, c.Payload)
+	}
+	if b, err := c.Encode(); err != nil || !bytes.Equal(b, entry) {
+		t.Fatalf("the committed entry re-encodes to %x (%v)", b, err)
 	}
 }
