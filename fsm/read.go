@@ -249,7 +249,15 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 	}
 	switch p := cmd.Payload.(type) {
 	case *OpenArgs:
-		if f.nodes[p.Path] == nil && p.Flags&FlagCreate != 0 {
+		if p.Flags&(FlagSequential|FlagCreate) == FlagSequential|FlagCreate {
+			// The name it makes is known only once applied, and was
+			// missing (no one caches it but as an absence, which is
+			// cached under the parent): the parent's listing changes.
+			// It never makes an ACL file (openSequential).
+			if parent := parentOf(p.Path); parent != "" {
+				set[parent] = true
+			}
+		} else if f.nodes[p.Path] == nil && p.Flags&FlagCreate != 0 {
 			addNode(p.Path)
 			f.addACLDependents(set, p.Path)
 		}
