@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"container/heap"
-	"sort"
 	"time"
 )
 
@@ -202,42 +201,51 @@ type TTLExpiry struct {
 
 // DueTTLs returns up to limit TTL nodes whose deadline is at or before now
 // (Unix ns), earliest first, and the earliest deadline of the nodes not
-// returned (0 when there are none). The cost is that of the nodes
-// returned, not of every TTL node.
+// returned (0 when there are none). The cost is O(k log k) for the k
+// nodes returned, not a pass over every TTL node: the heap's top is
+// walked in deadline order, a frontier of candidates at a time.
 func (v View) DueTTLs(now int64, limit int) ([]TTLExpiry, int64) {
 	f := v.f
 	h := f.ttls.heap
+	if len(h) == 0 {
+		return nil, 0
+	}
 	var out []TTLExpiry
-	var next int64
-	// A walk of the heap's top, pruned below entries not due: every
-	// ancestor of a due entry is due, so only due entries and their
-	// direct children are visited.
-	stack := []int{0}
-	for len(stack) > 0 && len(h) > 0 {
-		i := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if i >= len(h) {
-			continue
-		}
-		e := h[i]
+	front := &ttlFrontier{h: h, idx: []int{0}}
+	for front.Len() > 0 {
+		e := h[front.idx[0]]
 		if e.deadline > now || len(out) >= limit {
-			if next == 0 || e.deadline < next {
-				next = e.deadline
-			}
-			continue
+			return out, e.deadline
 		}
+		i := heap.Pop(front).(int)
 		if n := f.nodes[e.path]; n != nil {
 			out = append(out, TTLExpiry{Path: n.Path, Instance: n.Instance, Gen: n.ContentGen, Deadline: e.deadline})
 		}
-		stack = append(stack, 2*i+1, 2*i+2)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Deadline != out[j].Deadline {
-			return out[i].Deadline < out[j].Deadline
+		for _, c := range []int{2*i + 1, 2*i + 2} {
+			if c < len(h) {
+				heap.Push(front, c)
+			}
 		}
-		return out[i].Path < out[j].Path
-	})
-	return out, next
+	}
+	return out, 0
+}
+
+// ttlFrontier is the heap positions DueTTLs may visit next, ordered as
+// the heap they index: every entry before them in deadline order has
+// been visited, as every ancestor of an entry comes before it.
+type ttlFrontier struct {
+	h   ttlHeap
+	idx []int
+}
+
+func (f *ttlFrontier) Len() int           { return len(f.idx) }
+func (f *ttlFrontier) Less(i, j int) bool { return f.h.Less(f.idx[i], f.idx[j]) }
+func (f *ttlFrontier) Swap(i, j int)      { f.idx[i], f.idx[j] = f.idx[j], f.idx[i] }
+func (f *ttlFrontier) Push(x any)         { f.idx = append(f.idx, x.(int)) }
+func (f *ttlFrontier) Pop() any {
+	x := f.idx[len(f.idx)-1]
+	f.idx = f.idx[:len(f.idx)-1]
+	return x
 }
 
 // TTLNodes counts the TTL nodes: the entries of the expiry index.
