@@ -335,3 +335,20 @@ func TestLifetimeGoldenSnapshotAndEntries(t *testing.T) {
 		}
 	}
 }
+
+// The master's expiries enter the audit trail as expire_ttl of the name,
+// with what came of them.
+func TestExpireTTLIsAudited(t *testing.T) {
+	h := newFSMT(t)
+	a := &recordingAuditor{}
+	h.f.SetAuditor(a)
+	s := h.raw(Command{Client: "w", Principal: "ops", Admin: true, Payload: &CreateSessionArgs{}}).Session
+	h.do(s, Command{Principal: "ops", Admin: true, Payload: &OpenArgs{Path: fsmtPath("t"), Flags: fsmtRWC, TTL: int64(time.Second)}})
+	n := h.node("t")
+	h.raw(Command{Payload: &ExpireTTLArgs{Path: n.Path, Instance: n.Instance, Gen: n.ContentGen}}) // not yet due
+	h.now += int64(time.Second)
+	h.raw(Command{Payload: &ExpireTTLArgs{Path: n.Path, Instance: n.Instance, Gen: n.ContentGen}})
+	if got, want := a.ops(), "create_session::ok create:/t:ok expire_ttl:/t:bad_request expire_ttl:/t:ok"; got != want {
+		t.Fatalf("records\n%s\nwant\n%s", got, want)
+	}
+}
