@@ -18,6 +18,10 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 	if err := checkLifetime(p); err != nil {
 		return &Result{Err: err}
 	}
+	if p.TTL != 0 && f.isACLFile(p.Path) {
+		// An expired ACL file would deny every node naming it.
+		return &Result{Err: errf(KindBadRequest, "%s: ACL files take no TTL", p.Path)}
+	}
 	if p.Flags&FlagSequential != 0 {
 		return f.openSequential(index, c, s, p)
 	}

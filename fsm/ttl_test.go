@@ -128,6 +128,9 @@ func TestLifetimeRefusals(t *testing.T) {
 	if h.exists("x") {
 		t.Fatal("a refused open made x")
 	}
+	h.mustOpen(s, ACLDirName, fsmtRWC|FlagDirectory)
+	r := h.do(s, Command{Payload: &OpenArgs{Path: fsmtPath(ACLDirName + "/all"), Flags: fsmtRWC, Contents: []byte("*\n"), TTL: int64(time.Second)}})
+	wantKind(t, "TTL ACL file", r, KindBadRequest)
 	wantOK(t, "TTL at the minimum", h.ttlOpen(s, "min", MinTTL))
 	wantOK(t, "TTL at the maximum", h.ttlOpen(s, "max", MaxTTL))
 	// The master's own command of a node that is no TTL node.
