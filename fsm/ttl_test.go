@@ -163,6 +163,17 @@ func TestContainerGoesWithItsLastChild(t *testing.T) {
 	if h.exists("c") {
 		t.Fatal("c survived its last child")
 	}
+	// The events of a delete, for the container too.
+	var removed []string
+	for _, ch := range h.changesOf(ChangeChildRemoved) {
+		removed = append(removed, ch.Path+" "+ch.Child)
+	}
+	if want := []string{fsmtPath("c") + " y", fsmtRoot + " c"}; !slices.Equal(removed, want) {
+		t.Fatalf("child-removed changes %v, want %v", removed, want)
+	}
+	if del := h.changesOf(ChangeDeleted); len(del) != 2 || del[1].Path != fsmtPath("c") {
+		t.Fatalf("deleted changes %+v", del)
+	}
 	if !h.exists("never") {
 		t.Fatal("a container never given a child went")
 	}
@@ -353,5 +364,26 @@ func TestExpireTTLIsAudited(t *testing.T) {
 	h.raw(Command{Payload: &ExpireTTLArgs{Path: n.Path, Instance: n.Instance, Gen: n.ContentGen}})
 	if got, want := a.ops(), "create_session::ok create:/t:ok expire_ttl:/t:bad_request expire_ttl:/t:ok"; got != want {
 		t.Fatalf("records\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A sequential create takes a TTL too (ZooKeeper's
+// PERSISTENT_SEQUENTIAL_WITH_TTL), under the lifetime command type.
+func TestSequentialTTLFile(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	h.mustOpen(s, "q", fsmtRWC|FlagDirectory|FlagContainer)
+	p := &OpenArgs{Path: fsmtPath("q/job-"), Flags: fsmtRWC | FlagSequential, TTL: int64(time.Second)}
+	r := h.do(s, Command{Payload: p})
+	wantSeqName(t, h, r, "q/job-0000000000")
+	if p.CmdType() != CmdOpenLifetime || r.Stat.TTL != int64(time.Second) {
+		t.Fatalf("type %s, stat %+v", p.CmdType(), r.Stat)
+	}
+	h.now += int64(time.Second)
+	if got := h.expireDue(); !slices.Equal(got, []string{"q/job-0000000000"}) {
+		t.Fatalf("expired %v", got)
+	}
+	if h.exists("q") {
+		t.Fatal("the container q survived its only (sequential TTL) child")
 	}
 }
