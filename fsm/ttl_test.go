@@ -387,3 +387,47 @@ func TestSequentialTTLFile(t *testing.T) {
 		t.Fatal("the container q survived its only (sequential TTL) child")
 	}
 }
+
+// Seeding a cell from a backup drops sessions and their ephemeral nodes;
+// a container they leave empty goes too (up a chain), as the end of those
+// sessions would have taken it; one with a kept child, or never used,
+// stays, and a TTL file keeps its TTL.
+func TestSeedDropsContainersEmptiedOfEphemerals(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	box := fsmtRWC | FlagDirectory | FlagContainer
+	h.mustOpen(s, "c", box)
+	h.mustOpen(s, "c/inner", box)
+	h.mustOpen(s, "c/inner/eph", fsmtRWC|FlagEphemeral)
+	h.mustOpen(s, "k", box)
+	h.mustOpen(s, "k/eph", fsmtRWC|FlagEphemeral)
+	wantOK(t, "ttl", h.ttlOpen(s, "k/t", time.Second))
+	h.mustOpen(s, "never", box)
+	b, err := h.f.Backup(1, time.Unix(100, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadBackup(bytes.NewReader(backupBytes(t, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, res, err := SeedState(got, fsmtCell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsmtRestore(t, fsmtCell, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"c": false, "c/inner": false, "k": true, "k/t": true, "never": true} {
+		if (f.nodes[fsmtPath(name)] != nil) != want {
+			t.Errorf("%s kept: %v, want %v", name, !want, want)
+		}
+	}
+	if res.DroppedEphemeral != 4 {
+		t.Errorf("dropped %d, want 2 ephemeral files and 2 containers", res.DroppedEphemeral)
+	}
+	if n := f.nodes[fsmtPath("k/t")]; n == nil || n.TTL != int64(time.Second) {
+		t.Error("the seeded TTL file lost its TTL")
+	}
+}
