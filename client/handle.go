@@ -42,6 +42,12 @@ const (
 	// made. It never opens an existing node, and combines with Ephemeral
 	// and Directory. A name ending in "/" makes names of digits alone.
 	Sequential OpenMode = 1 << 6
+	// Container with Create and Directory makes a container directory:
+	// the cell deletes it in the same step that deletes its last child
+	// (by a Delete, a TTL, or an ephemeral child's session ending), and
+	// so on up a chain of containers. One never given a child is kept.
+	// Not with Ephemeral.
+	Container OpenMode = 1 << 7
 )
 
 // LockMode is a reader/writer lock mode.
@@ -84,6 +90,30 @@ func WithContents(b []byte) OpenOption {
 func WithLockDelay(d time.Duration) OpenOption {
 	return func(o *openOptions) { o.req.LockDelayMillis = d.Milliseconds() }
 }
+
+// WithTTL makes the file Open creates a TTL node: the cell deletes it
+// once ttl passes after its create or its last write (SetContents)
+// without another, whether or not handles are open on it or its lock is
+// held. ttl is rounded down to milliseconds and must lie between
+// MinTTL and MaxTTL (else ErrBadRequest); 0 leaves the file without one.
+// Only a created file takes a TTL: not a directory, not with Ephemeral;
+// an Open that finds the file opens it as it is.
+func WithTTL(ttl time.Duration) OpenOption {
+	return func(o *openOptions) {
+		o.req.TTLMillis = ttl.Milliseconds()
+		if o.req.TTLMillis != 0 {
+			o.req.Flags |= wire.OpenTTL
+		} else {
+			o.req.Flags &^= wire.OpenTTL
+		}
+	}
+}
+
+// MinTTL and MaxTTL bound WithTTL.
+const (
+	MinTTL = wire.MinTTL
+	MaxTTL = wire.MaxTTL
+)
 
 // EventMask selects the handle events a handle asks for (WithEvents).
 type EventMask uint32
@@ -143,6 +173,11 @@ type Stat struct {
 	// (see LockDelayCause), filled like Holders; nil when no lock-delay was
 	// ever imposed. The delay is running while LockDelayUntil is ahead.
 	LockDelayBy *LockDelayCause
+	// TTL is a TTL node's TTL (WithTTL; 0: none): it is deleted at MTime
+	// plus TTL unless written before. Container says the node is a
+	// container directory.
+	TTL       time.Duration
+	Container bool
 }
 
 func statFrom(s wire.Stat) Stat {
@@ -150,7 +185,8 @@ func statFrom(s wire.Stat) Stat {
 		Checksum: s.Checksum, Size: s.Size, CTime: time.Unix(0, s.CTime), MTime: time.Unix(0, s.MTime),
 		Dir: s.Dir, Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
 		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders), LockWaiters: int(s.LockWaiters),
-		Holders: holdersFrom(s.Holders), Waiters: waitersFrom(s.Waiters), LockDelayBy: delayCauseFrom(s.LockDelayBy)}
+		Holders: holdersFrom(s.Holders), Waiters: waitersFrom(s.Waiters), LockDelayBy: delayCauseFrom(s.LockDelayBy),
+		TTL: time.Duration(s.TTLMillis) * time.Millisecond, Container: s.Container}
 	if s.LockDelayUntil != 0 {
 		st.LockDelayUntil = time.Unix(0, s.LockDelayUntil)
 	}

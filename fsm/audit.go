@@ -92,6 +92,8 @@ func (f *FSM) auditSubjectOf(c *Command) auditSubject {
 		s.op, s.name = "break_lock", p.Path
 	case *ResumeSessionArgs:
 		s.op = "resume_session"
+	case *ExpireTTLArgs:
+		s.op, s.name = "expire_ttl", p.Path
 	case *NoteArgs:
 		s.op, s.name = p.Op, p.Name
 		if p.Op == "" || p.Op == audit.OpGap || len(p.Op) > maxNoteLen || len(p.Name) > maxNoteLen {

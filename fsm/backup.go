@@ -310,8 +310,8 @@ func ReadBackup(r io.Reader) (*BackupContents, error) {
 type SeedResult struct {
 	Header BackupHeader
 	// Nodes and DroppedEphemeral count the nodes kept and the ephemeral
-	// nodes dropped with their sessions; Sessions counts the sessions
-	// dropped.
+	// nodes dropped with their sessions (with the containers they left
+	// empty); Sessions counts the sessions dropped.
 	Nodes, DroppedEphemeral, Sessions int
 	// StateHash is the SHA-256 of the seeded state (FSM.StateHash of a
 	// replica started on it, before any new entry).
@@ -355,7 +355,42 @@ func stripSessions(img *snapshotImage) (*snapshotImage, *SeedResult) {
 		c.children, c.kids, c.openHandles = nil, dirIndex{}, 0
 		out.Nodes = append(out.Nodes, &c)
 	}
+	out.Nodes = dropEmptiedContainers(out.Nodes, dropped, res)
 	return out, res
+}
+
+// dropEmptiedContainers drops the containers (ttl.go) that lost their last
+// child to stripSessions, as the end of those children's sessions would
+// have: deepest first, so a chain of containers goes as in removeNode.
+// nodes are in name order, each parent before its children.
+func dropEmptiedContainers(nodes []*Node, dropped map[string]bool, res *SeedResult) []*Node {
+	kids, lost := map[string]int{}, map[string]bool{}
+	for _, n := range nodes {
+		kids[parentOf(n.Path)]++
+	}
+	for p := range dropped {
+		lost[parentOf(p)] = true
+	}
+	gone := map[string]bool{}
+	for i := len(nodes) - 1; i >= 0; i-- {
+		n := nodes[i]
+		if n.Container && lost[n.Path] && kids[n.Path] == 0 {
+			gone[n.Path] = true
+			kids[parentOf(n.Path)]--
+			lost[parentOf(n.Path)] = true
+			res.DroppedEphemeral++
+		}
+	}
+	if len(gone) == 0 {
+		return nodes
+	}
+	kept := nodes[:0]
+	for _, n := range nodes {
+		if !gone[n.Path] {
+			kept = append(kept, n)
+		}
+	}
+	return kept
 }
 
 // BackupPreview returns what replica.Seed would keep and drop of b, writing

@@ -42,6 +42,15 @@ const (
 	// of a version without sequential names stops at it rather than
 	// create the prefix itself and diverge.
 	CmdOpenSequential CmdType = 21
+	// CmdExpireTTL is the master's deletion of a TTL node whose TTL
+	// passed without a write (ttl.go); it applies only if the node is
+	// still the instance and content generation the master saw.
+	CmdExpireTTL CmdType = 23
+	// CmdOpenLifetime is an Open with a TTL or FlagContainer (ttl.go):
+	// the same payload, OpenArgs, under a type of its own, so a replica
+	// of a version without them stops at it rather than make a plain
+	// node and diverge.
+	CmdOpenLifetime CmdType = 24
 )
 
 func (t CmdType) String() string {
@@ -88,6 +97,10 @@ func (t CmdType) String() string {
 		return "ResumeSession"
 	case CmdOpenSequential:
 		return "OpenSequential"
+	case CmdExpireTTL:
+		return "ExpireTTL"
+	case CmdOpenLifetime:
+		return "OpenLifetime"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

@@ -36,6 +36,8 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"CmdBreakLock", uint64(CmdBreakLock), 17},
 		{"CmdResumeSession", uint64(CmdResumeSession), 20},
 		{"CmdOpenSequential", uint64(CmdOpenSequential), 21},
+		{"CmdExpireTTL", uint64(CmdExpireTTL), 23},
+		{"CmdOpenLifetime", uint64(CmdOpenLifetime), 24},
 		// Error kinds: stored with de-duplicated results in snapshots.
 		{"KindNone", uint64(KindNone), 0},
 		{"KindNotFound", uint64(KindNotFound), 1},
@@ -67,10 +69,12 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"FlagDirectory", uint64(FlagDirectory), 16},
 		{"FlagEphemeral", uint64(FlagEphemeral), 32},
 		{"FlagSequential", uint64(FlagSequential), 64},
+		{"FlagContainer", uint64(FlagContainer), 128},
 		// Format versions.
 		{"commandV1", uint64(commandV1), 1},
 		{"commandVersion", uint64(commandVersion), 2},
-		{"snapshotVersion", uint64(snapshotVersion), 5},
+		{"snapshotVersion", uint64(snapshotVersion), 7},
+		{"snapshotV5", uint64(snapshotV5), 5},
 		{"snapshotV4", uint64(snapshotV4), 4},
 		{"snapshotV3", uint64(snapshotV3), 3},
 		{"BackupFormat", uint64(BackupFormat), 1},

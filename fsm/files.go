@@ -15,6 +15,13 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 	if s == nil {
 		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
 	}
+	if err := checkLifetime(p); err != nil {
+		return &Result{Err: err}
+	}
+	if p.TTL != 0 && f.isACLFile(p.Path) {
+		// An expired ACL file would deny every node naming it.
+		return &Result{Err: errf(KindBadRequest, "%s: ACL files take no TTL", p.Path)}
+	}
 	if p.Flags&FlagSequential != 0 {
 		return f.openSequential(index, c, s, p)
 	}
@@ -62,8 +69,9 @@ func (f *FSM) createNode(index uint64, c *Command, p *OpenArgs, parent *Node, na
 		Contents: p.Contents, Instance: index, ContentGen: index, ACLGen: index,
 		Checksum: checksum(p.Contents), CTime: c.Time, MTime: c.Time,
 		ReadACL: parent.ReadACL, WriteACL: parent.WriteACL, ChangeACL: parent.ChangeACL,
-		Creator: c.Principal,
+		Creator: c.Principal, TTL: p.TTL, Container: p.Flags&FlagContainer != 0,
 	}
+	f.ttls.track(n)
 	if n.Ephemeral {
 		n.Owner = c.Session
 		f.ownEphemeral(n)
@@ -155,6 +163,7 @@ func (f *FSM) setContents(index uint64, c *Command, p *SetContentsArgs) *Result 
 	n.ContentGen = index
 	n.Checksum = checksum(p.Contents)
 	n.MTime = c.Time
+	f.ttls.track(n) // a write restarts a TTL node's TTL
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
 	f.note(Change{Kind: ChangeContents, Path: n.Path})
 	return &Result{Stat: n.stat()}
@@ -197,7 +206,8 @@ func (f *FSM) closeOwnHandle(index uint64, c *Command, p *CloseArgs) *Result {
 
 // removeNode deletes n (a file or an empty directory): its waiters are told
 // their wait ended, its handles go invalid (they name a dead instance), and
-// an ephemeral parent left empty goes too.
+// an ephemeral parent left empty with no handle open goes too, as does a
+// container parent left empty (ttl.go).
 func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	for _, w := range n.Waiters {
 		f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: w.Handle, Session: w.Session, Seq: w.Seq})
@@ -205,6 +215,9 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	n.Waiters, n.Holders = nil, nil
 	delete(f.nodes, n.Path)
 	f.disownEphemeral(n)
+	if n.TTL != 0 {
+		f.ttls.forget(n.Path)
+	}
 	f.usage.remove(n)
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
 	f.note(Change{Kind: ChangeDeleted, Path: n.Path})
@@ -218,7 +231,7 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	parent.MTime = now
 	f.note(Change{Kind: ChangeNode, Path: parentPath})
 	f.note(Change{Kind: ChangeChildRemoved, Path: parentPath, Child: baseOf(n.Path), ChildACL: nodeACL(n)})
-	if parent.Ephemeral && len(parent.children) == 0 && parent.openHandles == 0 {
+	if len(parent.children) == 0 && (parent.Container || parent.Ephemeral && parent.openHandles == 0) {
 		f.removeNode(index, parent, now)
 	}
 }

@@ -59,6 +59,9 @@ type FSM struct {
 	// node: a client making and dropping sessions must not make every
 	// replica walk the namespace.
 	ephemerals map[uint64]map[string]bool
+	// ttls indexes the TTL nodes by deadline (ttl.go; derived, rebuilt
+	// on restore).
+	ttls ttlIndex
 	// backupDir is where Backup writes its temporary files (nil: the
 	// system's temporary directory).
 	backupDir atomic.Pointer[string]
@@ -91,6 +94,7 @@ func (f *FSM) reset() {
 	f.principals = map[string]int{}
 	f.principalHandles = map[string]int{}
 	f.ephemerals = map[uint64]map[string]bool{}
+	f.ttls = ttlIndex{}
 	f.usage = newUsage()
 	f.handles = map[uint64]*Handle{}
 	f.watch = map[string]*watchSet{}
@@ -256,6 +260,8 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return f.applyNote(c, p)
 	case *ResumeSessionArgs:
 		return f.resumeSession(index, c, p)
+	case *ExpireTTLArgs:
+		return f.expireTTL(index, c, p)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d (payload %T) at index %d", c.Type, c.Payload, index))
 }

@@ -52,6 +52,7 @@ var modelOps = []string{
 	"open", "acquire", "release", "set", "open", "acquire", "retry", "close session", "close",
 	"cancel", "set acl", "release", "delete", "new session", "acquire", "open", "set", "retry",
 	"grant", "pause", "close session", "epoch", "cancel", "new session", "break", "resume",
+	"expire ttl", "delete",
 }
 
 // modelNames are the names (below the root) the sequences use: two levels
@@ -62,6 +63,11 @@ var modelNames = []string{"a", "b", "a/x", "a/y", "b/z", "a/x/q", "j-0000000001"
 // make can meet the last two modelNames, made by hand, which they must
 // skip; "a/" makes names of digits alone.
 var modelSeqPrefixes = []string{"j-", "a/j-", "a/"}
+
+// modelTTLs are the TTLs opens ask for: within the bounds, at them, and
+// outside.
+var modelTTLs = []int64{int64(time.Second), int64(500 * time.Millisecond), int64(3 * time.Second),
+	int64(499 * time.Millisecond), -int64(time.Second)}
 
 // The principals of the client sessions, and the ACL files the setup
 // writes: "all" lists everyone, "p1only" lists p1. The empty name is the
@@ -107,6 +113,8 @@ type mNode struct {
 	delayBy    *LockDelayCause // who started the latest lock-delay
 	sum        uint64          // contents checksum (the root's is zero)
 	seq        uint64          // a directory's next sequence number
+	ttl        int64           // a TTL file's TTL (ns)
+	container  bool            // a container directory: goes with its last child
 }
 
 type mHandle struct {
@@ -170,6 +178,9 @@ type model struct {
 	sessions map[uint64]*mSession
 	handles  map[uint64]*mHandle
 	skipped  int // sequential creates that skipped a taken name (a statistic)
+	// containersRemoved counts containers removed with their last child
+	// (a statistic).
+	containersRemoved int
 }
 
 func newModel() *model {
@@ -242,6 +253,8 @@ type mCmd struct {
 	Expired   bool
 	ACL       *ACLNames
 	Identity  CreateSessionArgs
+	TTL       int64  // an Open's TTL
+	Instance  uint64 // an ExpireTTL's instance
 }
 
 // flatCmd flattens an encoded command (its Type set) for the model.
@@ -253,7 +266,9 @@ func flatCmd(c Command) mCmd {
 	case *CloseSessionArgs:
 		m.Expired = p.Expired
 	case *OpenArgs:
-		m.Path, m.Flags, m.Contents, m.LockDelay = p.Path, p.Flags, p.Contents, p.LockDelay
+		m.Path, m.Flags, m.Contents, m.LockDelay, m.TTL = p.Path, p.Flags, p.Contents, p.LockDelay, p.TTL
+	case *ExpireTTLArgs:
+		m.Path, m.Instance, m.IfGen = p.Path, p.Instance, p.Gen
 	case *CloseArgs:
 		m.Handle = p.Handle
 	case *SetContentsArgs:
@@ -285,7 +300,24 @@ func (m *model) stat(n *mNode) Stat {
 		Checksum: n.sum, Size: uint64(len(n.contents)), CTime: n.ctime, MTime: n.mtime,
 		Dir: n.dir, Ephemeral: n.eph, ReadACL: n.acl[0], WriteACL: n.acl[1], ChangeACL: n.acl[2],
 		LockMode: n.mode, LockHolders: uint32(len(n.holders)), LockWaiters: uint32(len(n.waiters)),
-		LockDelayUntil: n.delay}
+		LockDelayUntil: n.delay, TTL: n.ttl, Container: n.container}
+}
+
+// lifetimeOK: the rules of a TTL or container open. A TTL only for a
+// created plain file, of 500ms to 365 days; a container only a created
+// plain directory; never both, never ephemeral.
+func lifetimeOK(c mCmd) bool {
+	container := c.Flags&FlagContainer != 0
+	dir := c.Flags&FlagDirectory != 0
+	switch {
+	case c.TTL == 0 && !container:
+		return true
+	case c.Flags&FlagCreate == 0 || c.Flags&FlagEphemeral != 0:
+		return false
+	case c.TTL != 0:
+		return !container && !dir && c.TTL >= int64(500*time.Millisecond) && c.TTL <= int64(365*24*time.Hour)
+	}
+	return dir
 }
 
 func errResult(k Kind) mResult { return mResult{Kind: k} }
@@ -387,8 +419,25 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		}
 		delete(m.sessions, c.Session)
 		return mResult{}
-	case CmdOpen, CmdOpenSequential:
+	case CmdOpen, CmdOpenSequential, CmdOpenLifetime:
 		return m.open(idx, c)
+	case CmdExpireTTL:
+		// The master's deletion of a TTL file whose TTL passed: only the
+		// instance and generation it saw, only once the entry's time is
+		// past mtime+TTL; then as a Delete.
+		n := m.nodes[c.Path]
+		switch {
+		case n == nil || n.inst != c.Instance:
+			return errResult(KindNotFound)
+		case n.ttl == 0:
+			return errResult(KindBadRequest)
+		case n.cgen != c.IfGen:
+			return errResult(KindGenerationMismatch)
+		case c.Time < n.mtime+n.ttl:
+			return errResult(KindBadRequest)
+		}
+		m.removeNode(c.Path, c.Time)
+		return mResult{}
 	case CmdClose:
 		h := m.handles[c.Handle]
 		if h == nil || h.session != c.Session {
@@ -566,6 +615,9 @@ func (m *model) open(idx uint64, c mCmd) mResult {
 	if m.sessions[c.Session] == nil {
 		return errResult(KindSessionExpired)
 	}
+	if !lifetimeOK(c) {
+		return errResult(KindBadRequest)
+	}
 	if c.Flags&FlagSequential != 0 {
 		return m.openSequential(idx, c)
 	}
@@ -593,7 +645,7 @@ func (m *model) open(idx uint64, c mCmd) mResult {
 		parent := m.nodes[modelParent(c.Path)]
 		n = &mNode{dir: c.Flags&FlagDirectory != 0, eph: c.Flags&FlagEphemeral != 0, contents: string(c.Contents),
 			inst: idx, cgen: idx, agen: idx, ctime: c.Time, mtime: c.Time, acl: parent.acl, creator: c.Principal,
-			sum: checksum(c.Contents)}
+			sum: checksum(c.Contents), ttl: c.TTL, container: c.Flags&FlagContainer != 0}
 		if n.eph {
 			n.owner = c.Session
 		}
@@ -643,7 +695,7 @@ func (m *model) openSequential(idx uint64, c mCmd) mResult {
 	parent.seq = k + 1
 	n := &mNode{dir: c.Flags&FlagDirectory != 0, eph: c.Flags&FlagEphemeral != 0, contents: string(c.Contents),
 		inst: idx, cgen: idx, agen: idx, ctime: c.Time, mtime: c.Time, acl: parent.acl, creator: c.Principal,
-		sum: checksum(c.Contents)}
+		sum: checksum(c.Contents), ttl: c.TTL, container: c.Flags&FlagContainer != 0}
 	if n.eph {
 		n.owner = c.Session
 	}
@@ -780,7 +832,10 @@ func (m *model) removeNode(p string, now int64) {
 		return
 	}
 	parent.mtime = now
-	if parent.eph && m.children(pp) == 0 && m.openHandles(pp) == 0 {
+	if m.children(pp) == 0 && (parent.container || parent.eph && m.openHandles(pp) == 0) {
+		if parent.container {
+			m.containersRemoved++
+		}
 		m.removeNode(pp, now)
 	}
 }
@@ -804,6 +859,8 @@ type obsNode struct {
 	LockDelayUntil int64
 	LockDelayBy    *LockDelayCause
 	ChildSeq       uint64
+	TTL            int64
+	Container      bool
 }
 
 type obsSession struct {
@@ -840,7 +897,7 @@ func (m *model) observe() observed {
 		o.Nodes = append(o.Nodes, obsNode{Path: p, Dir: n.dir, Eph: n.eph, Owner: n.owner, Contents: n.contents,
 			Inst: n.inst, CGen: n.cgen, LGen: n.lgen, AGen: n.agen, CTime: n.ctime, MTime: n.mtime, ACL: n.acl,
 			Creator: n.creator, Mode: n.mode, Holders: slices.Clip(n.holders), Waiters: slices.Clip(n.waiters), LockDelayUntil: n.delay, LockDelayBy: n.delayBy,
-			ChildSeq: n.seq})
+			ChildSeq: n.seq, TTL: n.ttl, Container: n.container})
 	}
 	for _, id := range sortedKeys(m.sessions) {
 		s := m.sessions[id]
@@ -867,7 +924,7 @@ func modelObserve(t testing.TB, f *FSM) observed {
 			Inst: n.Instance, CGen: n.ContentGen, LGen: n.LockGen, AGen: n.ACLGen, CTime: n.CTime, MTime: n.MTime,
 			ACL: [3]string{n.ReadACL, n.WriteACL, n.ChangeACL}, Creator: n.Creator, Mode: n.LockMode,
 			Holders: n.Holders, Waiters: n.Waiters, LockDelayUntil: n.LockDelayUntil, LockDelayBy: n.LockDelayBy,
-			ChildSeq: n.ChildSeq})
+			ChildSeq: n.ChildSeq, TTL: n.TTL, Container: n.Container})
 		if !n.Dir && n.Checksum != checksum(n.Contents) {
 			t.Fatalf("%s: checksum does not match contents", n.Path)
 		}
@@ -1272,7 +1329,18 @@ func TestFSMMatchesModel(t *testing.T) {
 					flags |= FlagSequential
 					name = fsmtPath(rapid.SampledFrom(modelSeqPrefixes).Draw(rt, "prefix"))
 				}
-				r.request(pickSession(), Command{Payload: &OpenArgs{Path: name, Flags: flags, Contents: contents, LockDelay: rapid.SampledFrom(delays).Draw(rt, "lock-delay")}})
+				// Mostly what the master lets through: a container
+				// directory, a TTL on a file; sometimes not.
+				var ttl int64
+				dir, plain := flags&FlagDirectory != 0, flags&(FlagCreate|FlagEphemeral) == FlagCreate
+				if dir && plain && rapid.Bool().Draw(rt, "container") || modelChance(rt, 16, "odd container") {
+					flags |= FlagContainer
+				}
+				if !dir && plain && modelChance(rt, 3, "ttl") || modelChance(rt, 16, "odd ttl") {
+					ttl = rapid.SampledFrom(modelTTLs).Draw(rt, "ttl")
+				}
+				r.request(pickSession(), Command{Payload: &OpenArgs{Path: name, Flags: flags, Contents: contents,
+					LockDelay: rapid.SampledFrom(delays).Draw(rt, "lock-delay"), TTL: ttl}})
 			case "close":
 				h := pickHandle()
 				r.request(ownerOf(h), Command{Payload: &CloseArgs{Handle: h}})
@@ -1321,6 +1389,28 @@ func TestFSMMatchesModel(t *testing.T) {
 				} else {
 					r.request(admin, Command{Principal: "admin", Admin: true, Payload: &BreakLockArgs{Path: pickName(), Reason: "model"}})
 				}
+			case "expire ttl":
+				// The master's deletion of a TTL file it saw due: mostly
+				// of the instance and generation it has now, sometimes
+				// of ones a write or a re-create replaced, or of a node
+				// not yet due (a master whose clock runs ahead).
+				p := &ExpireTTLArgs{Path: pickName()}
+				var ttlNodes []string
+				for _, name := range sortedStrings(r.m.nodes) {
+					if r.m.nodes[name].ttl != 0 {
+						ttlNodes = append(ttlNodes, name)
+					}
+				}
+				if len(ttlNodes) > 0 && !modelChance(rt, 5, "expire any name") {
+					p.Path = rapid.SampledFrom(ttlNodes).Draw(rt, "ttl node")
+				}
+				if n := r.m.nodes[p.Path]; n != nil {
+					p.Instance, p.Gen = n.inst, n.cgen
+					if modelChance(rt, 5, "stale expiry") {
+						p.Gen = uint64(rapid.IntRange(0, len(r.log)).Draw(rt, "stale ttl gen"))
+					}
+				}
+				r.applyEntry(Command{Payload: p})
 			case "grant":
 				// The master's hand-off once a lock-delay has passed.
 				r.applyEntry(Command{Payload: &GrantArgs{Path: pickName()}})
@@ -1392,11 +1482,13 @@ func TestFSMMatchesModel(t *testing.T) {
 				break
 			}
 		}
+		total["container removed"] += r.m.containersRemoved
 	})
 	t.Logf("%d sequences; entries applied by type and outcome (errN: error kind N): %v", sequences, total)
 	// The sequences must exercise what they claim to.
 	for _, k := range []string{"Open", "Acquire", "CloseSession", "SetContents", "SetACL", "CancelWait", "Release", "Delete", "retry", "Grant", "BreakLock", "ResumeSession", "stale incarnation",
-		"sequential", "sequential skip", "directory with a counter"} {
+		"sequential", "sequential skip", "directory with a counter", "ExpireTTL", "OpenLifetime",
+		"container removed"} {
 		if total[k] == 0 && sequences >= 100 {
 			t.Errorf("no %s succeeded in any sequence", k)
 		}

@@ -40,6 +40,9 @@ type OpenArgs struct {
 	// Quota, when set, caps what a create may add to the namespace
 	// (quota.go); without it the create is not capped.
 	Quota *Quota `msgpack:"qu,omitempty"`
+	// TTL (nanoseconds) makes a created file a TTL node (ttl.go); 0 for
+	// none, and omitted then, so other Opens encode as before.
+	TTL int64 `msgpack:"tl,omitempty"`
 }
 
 // CloseArgs: a handle of the envelope's session is closed.
@@ -134,9 +137,13 @@ func (*CreateSessionArgs) CmdType() CmdType { return CmdCreateSession }
 // CmdType returns CmdCloseSession.
 func (*CloseSessionArgs) CmdType() CmdType { return CmdCloseSession }
 
-// CmdType returns CmdOpenSequential for a sequential open, CmdOpen for
+// CmdType returns CmdOpenLifetime for an open that asks for a TTL or a
+// container, CmdOpenSequential for another sequential open, CmdOpen for
 // any other.
 func (p *OpenArgs) CmdType() CmdType {
+	if p.TTL != 0 || p.Flags&FlagContainer != 0 {
+		return CmdOpenLifetime
+	}
 	if p.Flags&FlagSequential != 0 {
 		return CmdOpenSequential
 	}
@@ -206,8 +213,10 @@ func newPayload(t CmdType) Payload {
 		return &CreateSessionArgs{}
 	case CmdCloseSession:
 		return &CloseSessionArgs{}
-	case CmdOpen, CmdOpenSequential:
+	case CmdOpen, CmdOpenSequential, CmdOpenLifetime:
 		return &OpenArgs{}
+	case CmdExpireTTL:
+		return &ExpireTTLArgs{}
 	case CmdClose:
 		return &CloseArgs{}
 	case CmdSetContents:

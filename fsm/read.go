@@ -227,7 +227,8 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 	set := map[string]bool{}
 	addNode := func(p string) {
 		// A node, the listing of its parent, and, where removing it could
-		// empty an ephemeral parent, that parent's parent, and so on.
+		// empty an ephemeral or container parent, that parent's parent,
+		// and so on.
 		set[p] = true
 		for {
 			parent := parentOf(p)
@@ -236,7 +237,7 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 			}
 			set[parent] = true
 			n := f.nodes[parent]
-			if n == nil || !n.Ephemeral {
+			if n == nil || !n.Ephemeral && !n.Container {
 				return
 			}
 			p = parent
@@ -296,6 +297,12 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 					set[h.Path] = true
 				}
 			}
+		}
+	case *ExpireTTLArgs:
+		// Deleted as by a Delete (ttl.go), when it applies.
+		if n := f.nodes[p.Path]; n != nil && n.Instance == p.Instance {
+			addNode(p.Path)
+			f.addACLDependents(set, p.Path)
 		}
 	case *GrantArgs:
 		set[p.Path] = true

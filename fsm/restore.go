@@ -61,6 +61,7 @@ func (f *FSM) RestoreThen(r io.Reader, installing func()) error {
 	}
 	f.nodes, f.sessions, f.handles, f.watch = next.nodes, next.sessions, next.handles, next.watch
 	f.members, f.ephemerals = next.members, next.ephemerals
+	f.ttls = ttlIndexOf(f.nodes)
 	f.principals, f.principalHandles = map[string]int{}, map[string]int{}
 	for _, s := range f.sessions {
 		f.principals[s.Principal]++
@@ -249,6 +250,10 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 			return bad("node %q is outside the root %q", n.Path, root)
 		case n.ChildSeq != 0 && !n.Dir:
 			return bad("file %q has a sequence counter", n.Path)
+		case n.TTL != 0 && (n.Dir || n.Ephemeral || n.TTL < int64(MinTTL) || n.TTL > int64(MaxTTL)):
+			return bad("node %q has TTL %d: only a plain file takes one, of %d to %d ns", n.Path, n.TTL, int64(MinTTL), int64(MaxTTL))
+		case n.Container && (!n.Dir || n.Ephemeral || n.Path == root):
+			return bad("node %q is a container but no plain directory below the root", n.Path)
 		case n.ChildSeq > maxChildSeq+1:
 			return bad("directory %q has sequence counter %d, past the last number %d", n.Path, n.ChildSeq, uint64(maxChildSeq))
 		}

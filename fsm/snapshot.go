@@ -64,27 +64,46 @@ type sessionResult struct {
 // or 3: only a cell that made a sequential name writes version 5, which a
 // replica of the version before refuses rather than drop the counters
 // and hand their numbers out again.
-const snapshotVersion = 5
+// Version 7: nodes carry their lifetime rule (Node.TTL, Node.Container,
+// ttl.go), and de-duplicated results the stat fields of the same names,
+// optional too, so versions 2 to 5 restore as they are, with no TTL
+// node and no container. A state with neither is written as version 5
+// or older: only a cell that made one writes version 7, which a replica
+// of the version before refuses rather than keep the nodes forever and
+// diverge at the first expiry. (Version 6 is left to another change.)
+const snapshotVersion = 7
 
 // The versions written while the newer ones' fields are unused:
 // snapshotV3 while no session was resumed, snapshotV4 while no
-// sequential name was made.
+// sequential name was made, snapshotV5 while no TTL node or container
+// exists.
 const (
 	snapshotV3 = 3
 	snapshotV4 = 4
+	snapshotV5 = 5
 )
 
 // imageVersion is the version img is written as: the oldest whose fields
 // hold its state.
 func imageVersion(img *snapshotImage) uint8 {
 	for _, n := range img.Nodes {
-		if n.ChildSeq != 0 {
+		if n.TTL != 0 || n.Container {
 			return snapshotVersion
 		}
 	}
 	for _, r := range img.Results {
-		if r.Result != nil && r.Result.Name != "" {
+		if r.Result != nil && (r.Result.Stat.TTL != 0 || r.Result.Stat.Container) {
 			return snapshotVersion
+		}
+	}
+	for _, n := range img.Nodes {
+		if n.ChildSeq != 0 {
+			return snapshotV5
+		}
+	}
+	for _, r := range img.Results {
+		if r.Result != nil && r.Result.Name != "" {
+			return snapshotV5
 		}
 	}
 	for _, s := range img.Sessions {
@@ -309,7 +328,7 @@ const nodeTags = "Path:p Dir:d,omitempty Ephemeral:e,omitempty Owner:o,omitempty
 	"Instance:i ContentGen:cg LockGen:lg,omitempty ACLGen:ag,omitempty Checksum:ck,omitempty CTime:ct MTime:mt " +
 	"ReadACL:ra,omitempty WriteACL:wa,omitempty ChangeACL:ca,omitempty LockMode:lm,omitempty Holders:lh,omitempty " +
 	"Waiters:lw,omitempty LockDelayUntil:ld,omitempty Creator:cr,omitempty LockDelayBy:lb,omitempty " +
-	"ChildSeq:sq,omitempty"
+	"ChildSeq:sq,omitempty TTL:tl,omitempty Container:cn,omitempty"
 
 var nodeByHand = codec.FieldTags(reflect.TypeFor[Node]()) == nodeTags
 
@@ -326,7 +345,7 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 	w.MapLen(5, n.Dir, n.Ephemeral, n.Owner != 0, len(n.Contents) != 0, n.LockGen != 0,
 		n.ACLGen != 0, n.Checksum != 0, n.ReadACL != "", n.WriteACL != "", n.ChangeACL != "", n.LockMode != 0,
 		len(n.Holders) != 0, len(n.Waiters) != 0, n.LockDelayUntil != 0, n.Creator != "", n.LockDelayBy != nil,
-		n.ChildSeq != 0)
+		n.ChildSeq != 0, n.TTL != 0, n.Container)
 	w.Str("p", n.Path, true)
 	w.Bool("d", n.Dir)
 	w.Bool("e", n.Ephemeral)
@@ -358,5 +377,7 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 		w.Check(e.Encode(n.LockDelayBy))
 	}
 	w.Uint("sq", n.ChildSeq, false)
+	w.Int("tl", n.TTL, false)
+	w.Bool("cn", n.Container)
 	return w.Err
 }

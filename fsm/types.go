@@ -28,6 +28,10 @@ const (
 	// own: Path plus the parent directory's next sequence number
 	// (sequential.go).
 	FlagSequential uint32 = 1 << 6
+	// FlagContainer with FlagCreate|FlagDirectory makes a container
+	// directory: removed in the same command that removes its last child
+	// (ttl.go).
+	FlagContainer uint32 = 1 << 7
 )
 
 // Lock modes. Entries, snapshots and sequencers store them, so the numbers
@@ -83,6 +87,14 @@ type Node struct {
 	// even after its child is deleted. Omitted while 0, so the snapshots
 	// of cells that never made a sequential name encode as before.
 	ChildSeq uint64 `msgpack:"sq,omitempty"`
+
+	// TTL (files only, nanoseconds) makes the node a TTL node: once
+	// MTime+TTL passes without a write, the master proposes its deletion
+	// (ttl.go). Container marks a container directory, removed with its
+	// last child. Both are omitted while unset, so the snapshots of cells
+	// that never made such a node encode as before.
+	TTL       int64 `msgpack:"tl,omitempty"`
+	Container bool  `msgpack:"cn,omitempty"`
 
 	children    map[string]bool // child name -> is directory; rebuilt on restore
 	kids        dirIndex        // the children in name order (kids.go); rebuilt on restore
@@ -176,6 +188,11 @@ type Stat struct {
 	LockMode                                              uint8
 	LockHolders, LockWaiters                              uint32
 	LockDelayUntil                                        int64
+	// TTL (nanoseconds, 0: none) and Container say the node's lifetime
+	// rule (ttl.go). Omitted while unset, so results stored before they
+	// existed encode the same.
+	TTL       int64 `msgpack:",omitempty"`
+	Container bool  `msgpack:",omitempty"`
 }
 
 // Result is what applying a command produced. Err carries a state-machine
@@ -254,7 +271,7 @@ func (n *Node) stat() Stat {
 		Checksum: n.Checksum, Size: uint64(len(n.Contents)), CTime: n.CTime, MTime: n.MTime,
 		Dir: n.Dir, Ephemeral: n.Ephemeral, ReadACL: n.ReadACL, WriteACL: n.WriteACL, ChangeACL: n.ChangeACL,
 		LockMode: n.LockMode, LockHolders: uint32(len(n.Holders)), LockWaiters: uint32(len(n.Waiters)),
-		LockDelayUntil: n.LockDelayUntil,
+		LockDelayUntil: n.LockDelayUntil, TTL: n.TTL, Container: n.Container,
 	}
 }
 

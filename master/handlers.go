@@ -18,6 +18,9 @@ const (
 	_ = uint64(fsm.SeqDigits) - uint64(wire.SeqDigits) + (uint64(wire.SeqDigits) - uint64(fsm.SeqDigits))
 	_ = uint64(fsm.SeqMaxNameLen) - uint64(wire.MaxNameLen) + (uint64(wire.MaxNameLen) - uint64(fsm.SeqMaxNameLen))
 	_ = uint64(fsm.SeqMaxComponentLen) - uint64(wire.MaxComponentLen) + (uint64(wire.MaxComponentLen) - uint64(fsm.SeqMaxComponentLen))
+	_ = uint64(fsm.FlagContainer) - uint64(wire.OpenContainer) + (uint64(wire.OpenContainer) - uint64(fsm.FlagContainer))
+	_ = uint64(fsm.MinTTL) - uint64(wire.MinTTL) + (uint64(wire.MinTTL) - uint64(fsm.MinTTL))
+	_ = uint64(fsm.MaxTTL) - uint64(wire.MaxTTL) + (uint64(wire.MaxTTL) - uint64(fsm.MaxTTL))
 )
 
 func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest) (*wire.OpenResponse, error) {
@@ -49,6 +52,10 @@ func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest)
 	}
 	if req.Flags&wire.OpenCreate == 0 && (req.Flags&(wire.OpenExcl|wire.OpenEphemeral) != 0 || len(req.Contents) > 0) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "%s: exclusive, ephemeral and initial contents need the create flag", req.Path)
+	}
+	ttl, err := checkLifetime(req)
+	if err != nil {
+		return nil, err
 	}
 	unreserve, err := e.reserveHandle(ctx, c.h.Session)
 	if err != nil {
@@ -84,8 +91,8 @@ func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest)
 		cacheable = req.Cache && readable && e.inv.register(c.h.Session, principal, req.Path)
 		missingCacheable = negative && e.inv.register(c.h.Session, principal, wire.Parent(req.Path))
 	}
-	res, err := e.w.apply(ctx, c, commandOf(fsm.OpenArgs{Path: req.Path, Flags: req.Flags,
-		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask}))
+	res, err := e.w.apply(ctx, c, commandOf(fsm.OpenArgs{Path: req.Path, Flags: req.Flags &^ wire.OpenTTL,
+		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask, TTL: int64(ttl)}))
 	if re := (*fsm.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == fsm.KindNotFound {
 		return &wire.OpenResponse{Missing: true, Cacheable: missingCacheable}, nil
 	}
@@ -370,7 +377,7 @@ func toStat(s fsm.Stat) wire.Stat {
 		Checksum: s.Checksum, Size: s.Size, CTime: s.CTime, MTime: s.MTime, Dir: s.Dir,
 		Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
 		LockMode: s.LockMode, LockHolders: s.LockHolders, LockWaiters: s.LockWaiters,
-		LockDelayUntil: s.LockDelayUntil,
+		LockDelayUntil: s.LockDelayUntil, TTLMillis: time.Duration(s.TTL).Milliseconds(), Container: s.Container,
 	}
 }
 

@@ -270,8 +270,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.serving = true
 	s.servingSince = s.cfg.Clock.Now()
 	s.fan = newFanout(s, s.epoch, &s.fanLost)
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go s.expireLoop(s.stop)
+	go s.ttlLoop(s.stop)
 	go s.proveLoop(s.stop)
 	go s.membershipLoop(s.stop)
 	go s.fan.run(s.stop)

@@ -201,7 +201,8 @@ func fzSamples() []any {
 		Dir: true, Ephemeral: true, ReadACL: "r", WriteACL: "w", ChangeACL: "c", LockMode: wire.LockShared,
 		LockHolders: 2, LockWaiters: 1, LockDelayUntil: 99, Holders: []wire.LockHolder{{Session: 7, Principal: "alice", Host: "h1", PID: 42, Program: "batch", Since: 1 << 60}, {Session: 1 << 40}},
 		Waiters:     []wire.LockWaiter{{Session: 9, Principal: "bob", Mode: wire.LockExclusive, Host: "h2", PID: 1 << 40, Program: "cron", Since: -1}},
-		LockDelayBy: &wire.LockDelayCause{Session: 5, Principal: "carol", Host: "h3", PID: 7, Program: "web", Time: 98}}
+		LockDelayBy: &wire.LockDelayCause{Session: 5, Principal: "carol", Host: "h3", PID: 7, Program: "web", Time: 98},
+		TTLMillis:   30_000, Container: true}
 	return []any{
 		&wire.Header{Method: wire.MethodOpen, Session: 1 << 40, Epoch: 2, Seq: 3, Ack: 2},
 		&wire.CreateSessionRequest{ClientName: "fuzz", Host: "host", PID: 4242, Program: "fuzz.test"},
@@ -210,6 +211,7 @@ func fzSamples() []any {
 		&wire.OpenRequest{Path: "/ls/c/a", Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate, Contents: []byte("x"),
 			LockDelayMillis: 1000, EventMask: wire.MaskContentsModified, Cache: true},
 		&wire.OpenRequest{Path: "/ls/c/a", Flags: wire.OpenRead, CacheMissing: true},
+		&wire.OpenRequest{Path: "/ls/c/t", Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate | wire.OpenTTL, TTLMillis: 30_000},
 		&wire.HandleRequest{Handle: 9, Sequencer: []byte{1, 2, 3}, Cache: true},
 		&wire.SetContentsRequest{Handle: 9, Contents: []byte("hello"), IfGeneration: 4, HasIfGeneration: true, Sequencer: []byte{1}},
 		&wire.AcquireRequest{Handle: 9, Mode: wire.LockExclusive, Wait: true},
@@ -575,7 +577,7 @@ func FuzzRoundTrip(f *testing.F) {
 		n := int(bits>>4) % 4 // elements in slice fields
 		st := wire.Stat{Instance: u1, ContentGen: u2, LockGen: u3, ACLGen: u1 ^ u2, Checksum: u2 ^ u3, Size: u3,
 			CTime: i1, MTime: -i1, Dir: bit(0), Ephemeral: bit(1), ReadACL: s1, WriteACL: s2, ChangeACL: s3,
-			LockMode: uint8(u32), LockHolders: u32, LockWaiters: ^u32, LockDelayUntil: i1 ^ 1}
+			LockMode: uint8(u32), LockHolders: u32, LockWaiters: ^u32, LockDelayUntil: i1 ^ 1, TTLMillis: -i1 ^ 2, Container: bit(4)}
 		if bit(2) {
 			st.LockDelayBy = &wire.LockDelayCause{Session: u3, Principal: s1, Host: s2, PID: i1, Program: s3, Time: -i1}
 		}
@@ -602,7 +604,8 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.CreateSessionRequest{ClientName: s1, Host: s2, PID: i1, Program: s3},
 			&wire.KeepAliveRequest{AckEvent: u1},
 			&wire.CloseSessionRequest{},
-			&wire.OpenRequest{Path: s1, Flags: u32, Contents: b1, LockDelayMillis: i1, EventMask: ^u32, Cache: bit(2), CacheMissing: bit(3)},
+			&wire.OpenRequest{Path: s1, Flags: u32, Contents: b1, LockDelayMillis: i1, EventMask: ^u32, Cache: bit(2), CacheMissing: bit(3),
+				TTLMillis: i1 ^ 3},
 			&wire.HandleRequest{Handle: u1, Sequencer: b2, Cache: bit(3)},
 			&wire.SetContentsRequest{Handle: u1, Contents: b1, IfGeneration: u2, HasIfGeneration: bit(4), Sequencer: b2},
 			&wire.AcquireRequest{Handle: u1, Mode: uint8(u32), Wait: bit(5)},

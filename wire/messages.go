@@ -1,6 +1,9 @@
 package wire
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // RPCMultiplex is the first byte a client writes on a new TCP connection to
 // the client port: the rest of the connection is a yamux session carrying
@@ -114,7 +117,11 @@ func (s *Status) Err() error {
 // ephemeral node that dies with its creating session. Sequential, with
 // Create, makes a new node named Path followed by the parent directory's
 // next sequence number in SeqDigits zero-padded digits (the name is in
-// OpenResponse.Name); it never opens an existing node.
+// OpenResponse.Name); it never opens an existing node. Container, with
+// Create and Directory, makes a container directory: it is deleted with
+// its last child (docs/spec.md#ttl-and-container-nodes). TTL says the
+// request carries TTLMillis: a master of a version without TTL nodes
+// refuses the unknown flag rather than make a plain file.
 const (
 	OpenRead       uint32 = 1 << 0
 	OpenWrite      uint32 = 1 << 1
@@ -123,7 +130,17 @@ const (
 	OpenDirectory  uint32 = 1 << 4
 	OpenEphemeral  uint32 = 1 << 5
 	OpenSequential uint32 = 1 << 6
-	openAll               = OpenRead | OpenWrite | OpenCreate | OpenExcl | OpenDirectory | OpenEphemeral | OpenSequential
+	OpenContainer  uint32 = 1 << 7
+	OpenTTL        uint32 = 1 << 8
+	openAll               = OpenRead | OpenWrite | OpenCreate | OpenExcl | OpenDirectory | OpenEphemeral | OpenSequential |
+		OpenContainer | OpenTTL
+)
+
+// MinTTL and MaxTTL bound OpenRequest.TTLMillis: a TTL outside them is
+// refused with CodeBadRequest.
+const (
+	MinTTL = 500 * time.Millisecond
+	MaxTTL = 365 * 24 * time.Hour
 )
 
 // SeqDigits is the width of the number a sequential create appends to
@@ -192,6 +209,10 @@ type Stat struct {
 	// running only while LockDelayUntil is in the future). Filled like
 	// Holders; nil when no lock-delay was ever imposed.
 	LockDelayBy *LockDelayCause `msgpack:"lb,omitempty"`
+	// TTLMillis is a TTL node's TTL (0: the node has none); Container
+	// says the node is a container directory.
+	TTLMillis int64 `msgpack:"tl,omitempty"`
+	Container bool  `msgpack:"cn,omitempty"`
 }
 
 // MaxStatHolders bounds Stat.Holders, so a stat of a lock shared by
@@ -341,6 +362,11 @@ type OpenRequest struct {
 	// that directory. A master that does not know the field answers
 	// CodeNotFound as before.
 	CacheMissing bool `msgpack:"km,omitempty"`
+	// TTLMillis, with Create and TTL on a file, makes a TTL node:
+	// deleted once TTLMillis pass after its last write (or its create)
+	// without another (docs/spec.md#ttl-and-container-nodes). It is set
+	// exactly when the TTL flag is.
+	TTLMillis int64 `msgpack:"tl,omitempty"`
 }
 
 // OpenResponse names the handle. Missing says no handle was opened: the

@@ -236,7 +236,8 @@ func TestMethodsAndFlags(t *testing.T) {
 			t.Errorf("Method %d: %q", c.m, got)
 		}
 	}
-	all := wire.OpenRead | wire.OpenWrite | wire.OpenCreate | wire.OpenExcl | wire.OpenDirectory | wire.OpenEphemeral | wire.OpenSequential
+	all := wire.OpenRead | wire.OpenWrite | wire.OpenCreate | wire.OpenExcl | wire.OpenDirectory | wire.OpenEphemeral | wire.OpenSequential |
+		wire.OpenContainer | wire.OpenTTL
 	if !wire.ValidOpenFlags(0) || !wire.ValidOpenFlags(all) || wire.ValidOpenFlags(all+1) || wire.ValidOpenFlags(1<<31) {
 		t.Error("ValidOpenFlags")
 	}

@@ -15,7 +15,7 @@ import (
 // (Op: create_session, close_session, expire_session, resume_session,
 // create, write,
 // delete, acquire, release, grant, break_lock, set_acl, member_put,
-// member_remove, member_seed, epoch, backup; "gap" for records the
+// member_remove, member_seed, epoch, backup, expire_ttl; "gap" for records the
 // answering replica does not hold), by whom, to which name, with what
 // result. Index orders the trail and is the same on every replica.
 type AuditRecord struct {

@@ -293,6 +293,9 @@ type statJSON struct {
 	LockMode    string  `json:"lock_mode"`
 	LockHolders int     `json:"lock_holders"`
 	LockWaiters int     `json:"lock_waiters"`
+	// TTLMillis and Container appear only for TTL nodes and containers.
+	TTLMillis int64 `json:"ttl_ms,omitempty"`
+	Container bool  `json:"container,omitempty"`
 }
 
 type aclJSON struct {
@@ -306,7 +309,8 @@ func toStatJSON(name string, st client.Stat) statJSON {
 		ACLGen: st.ACLGen, Checksum: checksumHex(st.Checksum), Size: st.Size,
 		CTime: timeText(st.CTime), MTime: timeText(st.MTime), Ephemeral: st.Ephemeral, Dir: st.Dir,
 		ACL:      aclJSON{Read: st.ReadACL, Write: st.WriteACL, Change: st.ChangeACL},
-		LockMode: st.LockMode.String(), LockHolders: st.LockHolders, LockWaiters: st.LockWaiters}
+		LockMode: st.LockMode.String(), LockHolders: st.LockHolders, LockWaiters: st.LockWaiters,
+		TTLMillis: st.TTL.Milliseconds(), Container: st.Container}
 }
 
 func checksumHex(c uint64) string { return fmt.Sprintf("%016x", c) }

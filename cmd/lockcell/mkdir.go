@@ -18,29 +18,40 @@ func mkdirCommand(e *env) *cli.Command {
 			"Stops at the first failure. With --json prints {\"dirs\": [names]}.\n\n" +
 			"With --sequential each NAME is a prefix: mkdir creates a new directory named NAME followed by " +
 			"the next number of its parent's counter in ten zero-padded digits, and prints the name made " +
-			"(--json: the names made)." +
-			"\n\nExamples: lockcell mkdir -p /ls/local/jobs/etl; lockcell mkdir --sequential jobs/batch-",
+			"(--json: the names made).\n\n" +
+			"With --container each directory made is a container: the cell deletes it with its last " +
+			"child (not before it ever had one)." +
+			"\n\nExamples: lockcell mkdir -p /ls/local/jobs/etl; lockcell mkdir --sequential jobs/batch-; " +
+			"lockcell mkdir --container jobs/run-7",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "parents", Aliases: []string{"p"},
 				Usage: "create missing parents; an existing directory is not an error"},
 			&cli.BoolFlag{Name: "sequential", Usage: "each NAME is a prefix: create a new directory NAME + a 10-digit sequence number and print its name"},
+			&cli.BoolFlag{Name: "container", Usage: "make container directories: deleted with their last child"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 1, -1); err != nil {
 				return err
 			}
+			var extra client.OpenMode
+			if c.Bool("container") {
+				extra = client.Container
+			}
 			if c.Bool("sequential") {
-				return e.mkdirSequential(c.Args().Slice(), c.Bool("parents"))
+				return e.mkdirSequential(c.Args().Slice(), c.Bool("parents"), extra)
 			}
 			names, err := e.names("mkdir", c.Args().Slice())
 			if err != nil {
 				return err
 			}
 			for _, name := range names {
-				if c.Bool("parents") {
+				switch {
+				case c.Bool("parents") && extra != 0:
+					err = e.mkdirAllAs(name, extra)
+				case c.Bool("parents"):
 					err = e.mkdirAll(name)
-				} else {
-					err = e.mkdir(name)
+				default:
+					err = e.mkdir(name, extra)
 				}
 				if err != nil {
 					return fail("mkdir", name, err)
@@ -70,13 +81,14 @@ func (e *env) names(op string, args []string) ([]string, error) {
 	return out, nil
 }
 
-// mkdir creates one directory; it must not exist and its parent must.
-func (e *env) mkdir(name string) error {
+// mkdir creates one directory (with extra: a container); it must not
+// exist and its parent must.
+func (e *env) mkdir(name string, extra client.OpenMode) error {
 	cl, err := e.client()
 	if err != nil {
 		return err
 	}
-	h, err := cl.Open(e.ctx, name, client.Read|client.Create|client.Excl|client.Directory)
+	h, err := cl.Open(e.ctx, name, client.Read|client.Create|client.Excl|client.Directory|extra)
 	if err != nil {
 		return err
 	}
@@ -93,10 +105,26 @@ func (e *env) mkdirAll(name string) error {
 	return cl.MkdirAll(e.ctx, name)
 }
 
+// mkdirAllAs is mkdir -p whose last directory, when it has to be made,
+// is made with extra (a container); its ancestors are plain directories,
+// and an existing directory is left as it is.
+func (e *env) mkdirAllAs(name string, extra client.OpenMode) error {
+	cl, err := e.client()
+	if err != nil {
+		return err
+	}
+	h, err := cl.Open(e.ctx, name, client.Read|client.Create|client.Directory|extra, client.WithParents())
+	if err != nil {
+		return err
+	}
+	h.Close()
+	return nil
+}
+
 // mkdirSequential makes a new directory under each prefix with the next
 // number of its parent's counter, printing each name made (with parents:
 // making the prefix's missing directories first).
-func (e *env) mkdirSequential(args []string, parents bool) error {
+func (e *env) mkdirSequential(args []string, parents bool, extra client.OpenMode) error {
 	prefixes := make([]string, len(args))
 	for i, a := range args {
 		p, err := e.seqPrefix("mkdir", a)
@@ -115,7 +143,7 @@ func (e *env) mkdirSequential(args []string, parents bool) error {
 		if parents {
 			opts = append(opts, client.WithParents())
 		}
-		h, err := cl.Open(e.ctx, p, client.Read|client.Create|client.Directory|client.Sequential, opts...)
+		h, err := cl.Open(e.ctx, p, client.Read|client.Create|client.Directory|client.Sequential|extra, opts...)
 		if err != nil {
 			return fail("mkdir", p, err)
 		}

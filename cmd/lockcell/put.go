@@ -28,15 +28,19 @@ func putCommand(e *env) *cli.Command {
 			"With --sequential NAME is a prefix: put creates a new file named NAME followed by the next " +
 			"number of its directory's counter in ten zero-padded digits (jobs/job- makes " +
 			"jobs/job-0000000017), and prints the name it made (--json: its stat, named so). Numbers " +
-			"only grow and are never reused, so the names sort in the order they were made." +
+			"only grow and are never reused, so the names sort in the order they were made.\n\n" +
+			"With --ttl D a file put creates is a TTL node: the cell deletes it once D passes after its " +
+			"last write without another (500ms to 8760h); each put to it restarts D. An existing file is " +
+			"written and keeps its own TTL, or none." +
 			"\n\nExamples: lockcell put --if-generation 42 cfg/flag off; " +
-			"lockcell put --sequential jobs/job- payload; " +
+			"lockcell put --sequential jobs/job- payload; lockcell put --ttl 30s workers/w1 alive; " +
 			"echo 'put --ephemeral svc/members/me up' | lockcell shell",
 		Flags: []cli.Flag{
 			&cli.Uint64Flag{Name: "if-generation", Usage: "write only if the content generation is still `N`"},
 			&cli.BoolFlag{Name: "no-parents", Usage: "fail instead of creating missing parent directories"},
 			&cli.BoolFlag{Name: "ephemeral", Usage: "create the file ephemeral: deleted when this session ends"},
 			&cli.BoolFlag{Name: "sequential", Usage: "NAME is a prefix: create a new file NAME + a 10-digit sequence number and print its name"},
+			&cli.DurationFlag{Name: "ttl", Usage: "create the file as a TTL node: deleted once `D` passes without a write"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 2, 2); err != nil {
@@ -53,6 +57,13 @@ func putCommand(e *env) *cli.Command {
 			var opts []client.SetOption
 			mode := client.Read | client.Write | client.Create
 			cas := c.IsSet("if-generation")
+			var create []client.OpenOption
+			if c.IsSet("ttl") {
+				if c.Bool("ephemeral") || cas {
+					return usageErrorf(c, "--ttl makes a new file that outlives the session; not with --ephemeral or --if-generation")
+				}
+				create = append(create, client.WithTTL(c.Duration("ttl")))
+			}
 			if c.Bool("sequential") {
 				if cas {
 					return usageErrorf(c, "--sequential creates a new file; --if-generation needs one that exists")
@@ -60,7 +71,7 @@ func putCommand(e *env) *cli.Command {
 				if c.Bool("ephemeral") {
 					mode |= client.Ephemeral
 				}
-				made, st, err := e.putSequential(name, data, mode, !c.Bool("no-parents"))
+				made, st, err := e.putSequential(name, data, mode, !c.Bool("no-parents"), create)
 				if err != nil {
 					return fail("put", name, err)
 				}
@@ -83,7 +94,7 @@ func putCommand(e *env) *cli.Command {
 				// failed compare-and-swap.
 				mode &^= client.Create
 			}
-			st, err := e.put(name, data, mode, !cas && !c.Bool("no-parents"), opts)
+			st, err := e.put(name, data, mode, !cas && !c.Bool("no-parents"), create, opts)
 			if err != nil {
 				return fail("put", name, err)
 			}
@@ -114,8 +125,10 @@ func (e *env) value(arg string) ([]byte, error) {
 // put opens (maybe creating) name and writes data, returning the new stat.
 // With Ephemeral in mode an existing file must be ephemeral too, and the
 // handle stays open until the session ends: closing the last handle of an
-// ephemeral file deletes it.
-func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, opts []client.SetOption) (client.Stat, error) {
+// ephemeral file deletes it. create are options of the create only (a
+// TTL).
+func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, create []client.OpenOption,
+	opts []client.SetOption) (client.Stat, error) {
 	cl, err := e.client()
 	if err != nil {
 		return client.Stat{}, err
@@ -124,7 +137,7 @@ func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, 
 		if mode&client.Create != 0 {
 			// Create with the contents in one replicated step, so no reader
 			// ever sees the new file empty; fall back to a write if it exists.
-			opts := []client.OpenOption{client.WithContents(data)}
+			opts := append([]client.OpenOption{client.WithContents(data)}, create...)
 			if parents {
 				opts = append(opts, client.WithParents())
 			}
@@ -164,12 +177,13 @@ func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, 
 // number of its directory, with data as its first contents in the same
 // replicated step, and returns the name made and its stat. An ephemeral
 // one stays open until the session ends, like put's.
-func (e *env) putSequential(prefix string, data []byte, mode client.OpenMode, parents bool) (string, client.Stat, error) {
+func (e *env) putSequential(prefix string, data []byte, mode client.OpenMode, parents bool,
+	create []client.OpenOption) (string, client.Stat, error) {
 	cl, err := e.client()
 	if err != nil {
 		return "", client.Stat{}, err
 	}
-	opts := []client.OpenOption{client.WithContents(data)}
+	opts := append([]client.OpenOption{client.WithContents(data)}, create...)
 	if parents {
 		opts = append(opts, client.WithParents())
 	}

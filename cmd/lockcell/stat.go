@@ -67,7 +67,7 @@ func statFields(name string, st client.Stat) []field {
 		}
 		return s
 	}
-	return []field{
+	fs := []field{
 		{"name", name},
 		{"type", kind},
 		{"instance", fmt.Sprint(st.Instance)},
@@ -87,6 +87,15 @@ func statFields(name string, st client.Stat) []field {
 		{"lock waiters", fmt.Sprint(st.LockWaiters)},
 		{"lock-delay until", lockDelayText(st.LockDelayUntil)},
 	}
+	// Shown only for the nodes that have them, so other nodes' output
+	// reads as before.
+	if st.TTL != 0 {
+		fs = append(fs, field{"ttl", st.TTL.String()}, field{"expires", timeText(st.MTime.Add(st.TTL)) + " unless written"})
+	}
+	if st.Container {
+		fs = append(fs, field{"container", "true"})
+	}
+	return fs
 }
 
 // printFields prints aligned "key: value" lines, values in one column.
