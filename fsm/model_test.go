@@ -231,6 +231,7 @@ type mCmd struct {
 	WaitSeq   uint64
 	LockDelay int64
 	Expired   bool
+	Idle      bool
 	ACL       *ACLNames
 	Identity  CreateSessionArgs
 }
@@ -242,7 +243,7 @@ func flatCmd(c Command) mCmd {
 	case *CreateSessionArgs:
 		m.Identity = *p
 	case *CloseSessionArgs:
-		m.Expired = p.Expired
+		m.Expired, m.Idle = p.Expired, p.Idle
 	case *OpenArgs:
 		m.Path, m.Flags, m.Contents, m.LockDelay = p.Path, p.Flags, p.Contents, p.LockDelay
 	case *CloseArgs:
@@ -262,7 +263,7 @@ func flatCmd(c Command) mCmd {
 	case *BreakLockArgs:
 		m.Path = p.Path
 	case *SetACLArgs:
-		m.Handle, m.ACL = p.Handle, p.ACL
+		m.Handle, m.ACL, m.IfGen, m.HasIfGen = p.Handle, p.ACL, p.IfGen, p.HasIfGen
 	}
 	return m
 }
@@ -352,6 +353,9 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 			if h.session == c.Session {
 				ids = append(ids, id)
 			}
+		}
+		if c.Idle && len(ids) > 0 {
+			return errResult(KindCanceled) // in use: the idle close is withdrawn
 		}
 		slices.Sort(ids)
 		for _, id := range ids {
@@ -529,6 +533,9 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		}
 		if !m.allowed(c.Principal, c.Admin, n, permChange) {
 			return errResult(KindPermission)
+		}
+		if c.HasIfGen && n.agen != c.IfGen {
+			return errResult(KindGenerationMismatch)
 		}
 		n.acl = [3]string{c.ACL.Read, c.ACL.Write, c.ACL.ChangeACL}
 		n.agen = idx
@@ -1188,7 +1195,11 @@ func TestFSMMatchesModel(t *testing.T) {
 			case "new session":
 				newSession()
 			case "close session":
-				r.applyEntry(Command{Session: pickSession(), Payload: &CloseSessionArgs{Expired: rapid.Bool().Draw(rt, "expired")}})
+				// The master's close: by expiry, for idleness (refused
+				// while the session has a handle open), or the client's own.
+				p := &CloseSessionArgs{Expired: rapid.Bool().Draw(rt, "expired")}
+				p.Idle = !p.Expired && modelChance(rt, 3, "idle")
+				r.applyEntry(Command{Session: pickSession(), Payload: p})
 			case "open":
 				flags := FlagRead
 				if !modelChance(rt, 4, "read-only") {
@@ -1250,7 +1261,15 @@ func TestFSMMatchesModel(t *testing.T) {
 				names.Read = rapid.SampledFrom(modelACLNames).Draw(rt, "read acl")
 				names.Write = rapid.SampledFrom(modelACLNames).Draw(rt, "write acl")
 				names.ChangeACL = rapid.SampledFrom(modelACLNames).Draw(rt, "change acl")
-				r.request(ownerOf(h), Command{Payload: &SetACLArgs{Handle: h, ACL: names}})
+				p := &SetACLArgs{Handle: h, ACL: names}
+				if rapid.Bool().Draw(rt, "acl cas") {
+					p.HasIfGen = true
+					p.IfGen = uint64(rapid.IntRange(0, len(r.log)).Draw(rt, "stale acl gen"))
+					if mh := r.m.handles[h]; mh != nil && r.m.nodes[mh.path] != nil && rapid.Bool().Draw(rt, "current acl gen") {
+						p.IfGen = r.m.nodes[mh.path].agen
+					}
+				}
+				r.request(ownerOf(h), Command{Payload: p})
 			case "break":
 				// The admin breaks a lock (rarely, someone else tries).
 				if modelChance(rt, 6, "non-admin break") {

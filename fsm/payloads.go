@@ -21,11 +21,20 @@ type CreateSessionArgs struct {
 	Program string `msgpack:"pg,omitempty"`
 }
 
-// CloseSessionArgs: the envelope's Session ends, cleanly or by expiry.
+// CloseSessionArgs: the envelope's Session ends, cleanly, by expiry or
+// for idleness.
 type CloseSessionArgs struct {
 	// Expired: the session's lease ran out, so each lock it held stays
 	// unavailable for its handle's lock-delay.
 	Expired bool `msgpack:"x,omitempty"`
+	// Idle: the master closes a session that made no call but KeepAlives
+	// for its idle timeout. The close applies only if the session has no
+	// open handle when the entry applies (else it is refused with
+	// KindCanceled and changes nothing), so an idle close never takes a
+	// lock, a wait or an ephemeral node: the master's view of idleness is
+	// its memory, the state decides. Absent from entries written before
+	// it existed.
+	Idle bool `msgpack:"id,omitempty"`
 }
 
 // OpenArgs: a handle is opened on Path, creating the node when the flags
@@ -100,10 +109,15 @@ type CellKeyArgs struct {
 	Key []byte `msgpack:"c,omitempty"`
 }
 
-// SetACLArgs: the three ACL file names of the handle's node are replaced.
+// SetACLArgs: the three ACL file names of the handle's node are replaced,
+// if its ACL generation is IfGen when HasIfGen is set (as SetContentsArgs
+// compares the content generation). Both absent from entries written
+// before they existed: those replace unconditionally.
 type SetACLArgs struct {
-	Handle uint64    `msgpack:"h,omitempty"`
-	ACL    *ACLNames `msgpack:"acl,omitempty"`
+	Handle   uint64    `msgpack:"h,omitempty"`
+	ACL      *ACLNames `msgpack:"acl,omitempty"`
+	IfGen    uint64    `msgpack:"ig,omitempty"`
+	HasIfGen bool      `msgpack:"hi,omitempty"`
 }
 
 // MembersSeedArgs: the member table and configured size are set, if they
