@@ -1850,7 +1850,7 @@ func fsmtEveryPayload() []Command {
 	for _, p := range []Payload{
 		&EpochArgs{},
 		&CreateSessionArgs{},
-		&CloseSessionArgs{Expired: true},
+		&CloseSessionArgs{Expired: true, Idle: true},
 		&OpenArgs{Path: "/ls/c/x", Flags: fsmtRWC, Contents: []byte("abc"), LockDelay: int64(time.Second), EventMask: 3, Quota: q},
 		&CloseArgs{Handle: 3},
 		&SetContentsArgs{Handle: 3, Contents: []byte("abc"), IfGen: 5, HasIfGen: true, Quota: q, Path: "/ls/c/x"},
@@ -1860,7 +1860,7 @@ func fsmtEveryPayload() []Command {
 		&CancelWaitArgs{Handle: 3, WaitSeq: 4},
 		&GrantArgs{Path: "/ls/c/x"},
 		&CellKeyArgs{Key: bytes.Repeat([]byte{7}, 32)},
-		&SetACLArgs{Handle: 3, ACL: &ACLNames{Read: "r", Write: "w", ChangeACL: "c"}},
+		&SetACLArgs{Handle: 3, ACL: &ACLNames{Read: "r", Write: "w", ChangeACL: "c"}, IfGen: 12, HasIfGen: true},
 		&MembersSeedArgs{Members: ms, ConfiguredSize: 5},
 		&MemberPutArgs{Members: ms},
 		&MemberRemoveArgs{Members: ms},

@@ -104,6 +104,9 @@ func (ss *sessions) answer(ctx context.Context, l *lease, a keepAliveArgs, arriv
 func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, holdUntil time.Time, pending bool, err error) {
 	l, ok := ss.leases[a.session]
 	if !ok {
+		if ss.idleClosedLocked(a.session) {
+			return nil, time.Time{}, false, idleClosedErr(a.session)
+		}
 		if err := ss.known.adopt(a.session); err != nil {
 			return nil, time.Time{}, false, err
 		}
@@ -184,6 +187,9 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 		return nil, movedErr(a.session)
 	}
 	if l.closed {
+		if l.idle {
+			return nil, idleClosedErr(a.session)
+		}
 		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", a.session)
 	}
 	ttl := ss.grantTTLLocked()
