@@ -596,6 +596,7 @@ func (c *Client) keepAliveLoop() {
 				c.log.Debug("lockcell: session safe again", "session", c.Session(), "epoch", resp.Epoch)
 				c.emit(Event{Kind: Safe, Epoch: resp.Epoch})
 			}
+			c.dropStale()
 		case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrUnknownSession):
 			c.markEnded(id, err)
 			if c.sess.idleClosed() && !c.awaitCall() {

@@ -42,7 +42,8 @@ const DefaultIdleSessionTimeout = time.Minute
 // KeepAlive: when the last one began or ended, and how many are in
 // progress (a session with a call in progress is never idle, however long
 // the call takes). Its mutex is a leaf; Dispatch takes it twice a call,
-// and only while the idle timeout is on.
+// and only while the idle timeout is on. It holds an entry per session
+// with a lease, no more (begin).
 type idleCalls struct {
 	mu    sync.Mutex
 	calls map[uint64]*idleEntry
@@ -57,29 +58,34 @@ type idleEntry struct {
 	inflight int
 }
 
-// begin records a call of session arriving at now; end, its answer.
-func (ic *idleCalls) begin(session uint64, now time.Time) {
+// begin records a call of session arriving at now and returns its entry,
+// for end to record its answer; nil when the session has no entry yet.
+// Entries are made only by idle, for the sessions with a lease, so calls
+// naming sessions that do not exist cost no memory; a session made since
+// the last look starts its idle clock at the next one, later than its
+// last call, which never closes it sooner.
+func (ic *idleCalls) begin(session uint64, now time.Time) *idleEntry {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
-	if ic.calls == nil {
-		ic.calls = map[uint64]*idleEntry{}
-	}
 	e := ic.calls[session]
-	if e == nil {
-		e = &idleEntry{}
-		ic.calls[session] = e
+	if e != nil {
+		e.last = now
+		e.inflight++
 	}
-	e.last = now
-	e.inflight++
+	return e
 }
 
-func (ic *idleCalls) end(session uint64, now time.Time) {
+// end records the answer of the call begin returned e for (nil: none).
+// An entry forgotten meanwhile is no longer in the table, so counting on
+// it is harmless.
+func (ic *idleCalls) end(e *idleEntry, now time.Time) {
+	if e == nil {
+		return
+	}
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
-	if e := ic.calls[session]; e != nil {
-		e.last = now
-		e.inflight--
-	}
+	e.last = now
+	e.inflight--
 }
 
 // touch restarts session's idle clock at now (its idle close was

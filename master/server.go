@@ -394,8 +394,8 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if s.cfg.Limits.IdleSessionTimeout > 0 && h.Session != 0 && !r.newSession {
 		// A call in progress keeps its session from being idle, however
 		// long it takes (idle.go).
-		s.idle.begin(h.Session, s.cfg.Clock.Now())
-		defer func() { s.idle.end(h.Session, s.cfg.Clock.Now()) }()
+		e := s.idle.begin(h.Session, s.cfg.Clock.Now())
+		defer func() { s.idle.end(e, s.cfg.Clock.Now()) }()
 	}
 	ration := r.rationed && caller.Principal != s.cfg.Admin
 	if ration {
