@@ -16,8 +16,8 @@ import (
 
 // idleCell is a one-replica cell whose master closes sessions idle for
 // timeout.
-func idleCell(t *testing.T, timeout time.Duration) *fixtures.Cell {
-	return fixtures.NewCell(t, 1, fixtures.Options{Configure: func(cfg *cell.Config) {
+func idleCell(t *testing.T, replicas int, timeout time.Duration) *fixtures.Cell {
+	return fixtures.NewCell(t, replicas, fixtures.Options{Configure: func(cfg *cell.Config) {
 		cfg.SessionLimits.IdleSessionTimeout = timeout
 	}})
 }
@@ -53,7 +53,7 @@ func waitEvent(t *testing.T, c *client.Client, kind client.EventKind, within tim
 // works, in a new session (Renewed), and is not refused.
 func TestIdleSessionIsClosedAndReplaced(t *testing.T) {
 	const timeout = 600 * time.Millisecond
-	c := idleCell(t, timeout)
+	c := idleCell(t, 1, timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -133,5 +133,36 @@ func TestIdleSessionIsClosedAndReplaced(t *testing.T) {
 	time.Sleep(2 * timeout)
 	if !exists(idle.Session()) {
 		t.Fatalf("the new session, holding a handle, was closed")
+	}
+}
+
+// TestIdleClockRestartsAtFailover: when a session last called is master
+// memory, so a new master starts every idle clock afresh: an idle session
+// of a three-replica cell whose master is stopped half a timeout in is
+// closed by the successor, no sooner than a whole timeout after the old
+// master stopped (later than the old master would have), and its client
+// goes on in a new session.
+func TestIdleClockRestartsAtFailover(t *testing.T) {
+	const timeout = time.Second
+	c := idleCell(t, 3, timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	idle := c.Client(t)
+	old := idle.Session()
+	time.Sleep(timeout / 2) // into the old master's timeout, not a synchronisation
+	stopped := time.Now()
+	c.StopMaster()
+	ev, _ := waitEvent(t, idle, client.IdleClosed, 15*time.Second)
+	if since := time.Since(stopped); since < timeout || ev.Session != old {
+		t.Fatalf("session %d closed %v after the old master stopped (event names %d); the new master must wait a whole timeout %v",
+			old, since, ev.Session, timeout)
+	}
+	h, err := idle.Open(ctx, c.Name("after-failover"), client.Read|client.Write|client.Create)
+	if err != nil {
+		t.Fatalf("the first call after the idle close: %v", err)
+	}
+	h.Close()
+	if idle.Session() == old {
+		t.Fatal("the call ran without a new session")
 	}
 }
