@@ -26,8 +26,8 @@ import (
 // when it applies (fsm closeSession), so a handle opened after the
 // master looked keeps the session, and an idle close never takes a lock,
 // a queued Acquire (which needs a handle) or an ephemeral node (an
-// ephemeral node goes when its last handle closes; the session's close
-// would find none of its own left to delete).
+// ephemeral file goes when its last handle closes; an ephemeral directory
+// kept by its children is not deleted by a session's close either).
 //
 // The client is told with a distinct expiry (wire.SessionIdleClosedMsg):
 // on the KeepAlive parked when the close applies, and for a while after
