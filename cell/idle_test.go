@@ -12,6 +12,7 @@ import (
 	"lockcell/client"
 	"lockcell/fixtures"
 	"lockcell/fsm"
+	"lockcell/wire"
 )
 
 // idleCell is a one-replica cell whose master closes sessions idle for
@@ -164,5 +165,38 @@ func TestIdleClockRestartsAtFailover(t *testing.T) {
 	h.Close()
 	if idle.Session() == old {
 		t.Fatal("the call ran without a new session")
+	}
+}
+
+// TestIdleClosedSessionIsToldSo: a session closed for idleness is told so
+// (wire.IsSessionIdleClosed), not given a plain expiry, on a KeepAlive and
+// on a call that come after the close, as a client that missed the
+// answer to its parked KeepAlive, or whose call raced the close, sends
+// them; a raw session, so nothing but the master's answers is tested.
+func TestIdleClosedSessionIsToldSo(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	c := idleCell(t, 1, timeout) // lease 2 s: the idle close comes first
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m := c.Server(c.WaitForMaster(10 * time.Second))
+	r := dialRawSession(t, ctx, m.ClientAddr(), nil)
+	exists := func() bool {
+		ok := false
+		_ = m.Replica().FSM().Read(func(v fsm.View) error { ok = v.SessionExists(r.session); return nil })
+		return ok
+	}
+	for deadline := time.Now().Add(10 * time.Second); exists(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("session %d still open %v after its last call (idle timeout %v)", r.session, 10*time.Second, timeout)
+		}
+	}
+	st := r.call(ctx, wire.MethodKeepAlive, &wire.KeepAliveRequest{}, &wire.KeepAliveResponse{})
+	if !wire.IsSessionIdleClosed(st.Err()) {
+		t.Fatalf("a KeepAlive after the idle close: %+v, want %q", st, wire.SessionIdleClosedMsg)
+	}
+	var open wire.OpenResponse
+	st = r.call(ctx, wire.MethodOpen, &wire.OpenRequest{Path: c.Name("x"), Flags: wire.OpenRead | wire.OpenWrite | wire.OpenCreate}, &open)
+	if !wire.IsSessionIdleClosed(st.Err()) {
+		t.Fatalf("a call after the idle close: %+v, want %q", st, wire.SessionIdleClosedMsg)
 	}
 }
