@@ -119,17 +119,17 @@ var SettingRanges = map[string]SettingRange{
 	"max-sessions":               counts(1, 1_000_000),
 	"max-sessions-per-conn":      counts(1, 1_000_000),
 	"max-handles-per-session":    counts(1, 1_000_000),
-	// 0 never closes an idle session; a day is already "never" for a
-	// leaked session slot.
-	"idle-session-timeout":    durations(0, 24*time.Hour),
-	"max-read-rate":           sizes(1<<10, 1<<30),
-	"max-nodes":               counts(1, 5_000_000),
-	"max-content-bytes":       sizes(1, 1<<30),
-	"max-nodes-per-principal": counts(1, 5_000_000),
-	"max-backups":             counts(1, 16), // each a copy of the whole state
+	"max-read-rate":              sizes(1<<10, 1<<30),
+	"max-nodes":                  counts(1, 5_000_000),
+	"max-content-bytes":          sizes(1, 1<<30),
+	"max-nodes-per-principal":    counts(1, 5_000_000),
+	"max-backups":                counts(1, 16), // each a copy of the whole state
 	// The audit trail keeps at least its newest 16 MiB segment whatever
 	// this says; more than 1 TiB is a typo.
 	"audit-retain": sizes(1<<20, 1<<40),
+	// An idle-session timeout of 0 never closes an idle session; a day
+	// is already "never" for a leaked session slot.
+	"idle-session-timeout": durations(0, 24*time.Hour),
 	// A handle costs every replica about 165 bytes of heap and 68 of
 	// snapshot (replica.BenchmarkHandleCost).
 	"max-handles-per-principal": counts(1, 5_000_000),
