@@ -256,6 +256,20 @@ func TestACLMatrix(t *testing.T) {
 					check(who, child, "delete", err, want(refAllowed(who, childRef, refWrite)))
 					ch.Close()
 				}
+				// A sequential create is a create: write on the
+				// directory, whatever name it makes.
+				sq, err := cl.Open(ctx, c.Name(n.name+"/seq-"+who+"-"), client.Write|client.Create|client.Sequential)
+				check(who, n.name, "create-sequential-child", err, want(w))
+				if err == nil {
+					if !strings.HasPrefix(sq.Name(), c.Name(n.name+"/seq-"+who+"-")) {
+						t.Errorf("%s made %s", who, sq.Name())
+					}
+					childRef := n.ref
+					childRef.creator = who
+					err = sq.Delete(ctx)
+					check(who, sq.Name(), "delete", err, want(refAllowed(who, childRef, refWrite)))
+					sq.Close()
+				}
 			} else {
 				_, _, err = h.GetContentsAndStat(ctx)
 				check(who, n.name, "read", err, want(r))

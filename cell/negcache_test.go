@@ -41,6 +41,23 @@ func expectMissingHits(t *testing.T, cl *client.Client, name string, n int) {
 	}
 }
 
+// awaitNegativeCaching opens the missing name with cl until the open is
+// answered from a cached absence, for at most 10 s.
+func awaitNegativeCaching(t *testing.T, cl *client.Client, name string) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	pollUntil(t, 10*time.Second, "a cached absence of "+name, func() bool {
+		h0 := lcadmin.New(cl).CacheStats().NegativeHits
+		if h, err := cl.Open(ctx, name, client.Read); !errors.Is(err, client.ErrNotFound) {
+			if h != nil {
+				h.Close()
+			}
+			t.Fatalf("open of missing %s: %v", name, err)
+		}
+		return lcadmin.New(cl).CacheStats().NegativeHits > h0
+	})
+}
+
 func TestNegativeOpenCache(t *testing.T) {
 	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: 12 * time.Second})
 	ctx := ctxT(t, 60*time.Second)
@@ -51,6 +68,13 @@ func TestNegativeOpenCache(t *testing.T) {
 	const rw = client.Read | client.Write | client.Create
 	mustOpen(t, ctx, b, c.Name("d"), rw|client.Directory).Close()
 	name := c.Name("d/f")
+	// The master registers a session as a cacher only once one of its
+	// KeepAlives has reached it (master/invalidate.go); the client sends
+	// the first at once, but on a loaded machine it may arrive after the
+	// first open below, whose answer would then not be kept. Wait for that
+	// with another name, so every open of name counted below is served
+	// as the cache promises.
+	awaitNegativeCaching(t, a, c.Name("d/probe"))
 
 	// The first open asks the master; the answer is the uncached one,
 	// word for word, and so is every cached one after it.
@@ -85,7 +109,11 @@ func TestNegativeOpenCache(t *testing.T) {
 	h.Close()
 
 	// Deleted again: the absence is cached again, and a create of a
-	// sibling (which changes the directory) drops it too.
+	// sibling (which changes the directory) drops it too. (a's handle
+	// above was kept idle; the delete drops it and the client closes it
+	// in the background, maybe after the open below cached the absence:
+	// a close of a handle whose file is gone invalidates nothing, so the
+	// absence stays.)
 	d := mustOpen(t, ctx, b, name, client.Read|client.Write)
 	if err := d.Delete(ctx); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ const (
 	_ = uint64(Excl) - uint64(wire.OpenExcl) + (uint64(wire.OpenExcl) - uint64(Excl))
 	_ = uint64(Directory) - uint64(wire.OpenDirectory) + (uint64(wire.OpenDirectory) - uint64(Directory))
 	_ = uint64(Ephemeral) - uint64(wire.OpenEphemeral) + (uint64(wire.OpenEphemeral) - uint64(Ephemeral))
+	_ = uint64(Sequential) - uint64(wire.OpenSequential) + (uint64(wire.OpenSequential) - uint64(Sequential))
 	_ = uint64(Exclusive) - uint64(wire.LockExclusive) + (uint64(wire.LockExclusive) - uint64(Exclusive))
 	_ = uint64(Shared) - uint64(wire.LockShared) + (uint64(wire.LockShared) - uint64(Shared))
 

@@ -33,6 +33,15 @@ const (
 	// holds it open (files) or when empty (directories), and a file that
 	// dies with its creating session.
 	Ephemeral OpenMode = 1 << 5
+	// Sequential with Create makes a new node whose name is the one given
+	// followed by a number from its parent directory's counter, in ten
+	// zero-padded digits: "q/job-" creates q/job-0000000017. Numbers only
+	// grow per directory, are never reused (even after their node is
+	// deleted) and skip names that exist, so the names a directory hands
+	// out sort in the order they were made; Handle.Name reports the one
+	// made. It never opens an existing node, and combines with Ephemeral
+	// and Directory. A name ending in "/" makes names of digits alone.
+	Sequential OpenMode = 1 << 6
 )
 
 // LockMode is a reader/writer lock mode.
@@ -200,6 +209,9 @@ type Handle struct {
 	gen    uint64
 	lost   error
 	opened *wire.OpenRequest
+	// sequential: the handle made its node with Sequential, so a
+	// renewal takes back only that very node (opened names it).
+	sequential bool
 
 	// events is the handle's own event stream (events.go).
 	events eventStream
@@ -248,9 +260,19 @@ func (h *Handle) request() *wire.HandleRequest {
 // name is created or an ACL change could show it (the master invalidates
 // the absence before either completes). Absences are cached only where
 // the principal may read the parent directory (docs/spec.md#caching).
+//
+// With Sequential, name is the prefix of the name to make, and the
+// returned Handle's Name is the name made.
 func (c *Client) Open(ctx context.Context, name string, mode OpenMode, opts ...OpenOption) (*Handle, error) {
 	name = c.abs(name)
-	if err := wire.ValidateName(c.cfg.Cell, name); err != nil {
+	if mode&Sequential != 0 {
+		if err := wire.ValidateSeqPrefix(c.cfg.Cell, name); err != nil {
+			return nil, opErr("open", name, err)
+		}
+		if mode&Create == 0 {
+			return nil, opErr("open", name, wire.Errorf(wire.CodeBadRequest, "Sequential needs Create"))
+		}
+	} else if err := wire.ValidateName(c.cfg.Cell, name); err != nil {
 		return nil, opErr("open", name, err)
 	}
 	o := openOptions{req: wire.OpenRequest{Path: name, Flags: uint32(mode)}}
@@ -280,8 +302,12 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 	if _, ok := c.cacheGet(mkey, mayMiss); ok {
 		return nil, missingErr(name)
 	}
-	if h := c.adopted(o); h != nil {
-		return h, nil // a handle the resumed session had open (resume.go)
+	// A handle the resumed session had open is taken back (resume.go),
+	// never by a sequential create: it makes a new name every time.
+	if req.Flags&wire.OpenSequential == 0 {
+		if h := c.adopted(o); h != nil {
+			return h, nil
+		}
 	}
 	usePool := c.cache != nil && poolable(o)
 	key := poolKey{name: name, flags: req.Flags, lockDelay: req.LockDelayMillis}
@@ -318,6 +344,12 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 		}
 		return nil, missingErr(name)
 	}
+	if resp.Name != "" {
+		if req.Flags&wire.OpenSequential == 0 || wire.Parent(resp.Name) != wire.Parent(name) {
+			return nil, opErr("open", name, wire.Errorf(wire.CodeInternal, "the cell named the node %q, not one in %s", resp.Name, wire.Parent(name)))
+		}
+		name = resp.Name // a sequential create: the name it made
+	}
 	h := c.newHandle(name, resp.Handle, resp.Stat.Instance, o)
 	if usePool && resp.Cacheable && !resp.Stat.Ephemeral {
 		h.pool, h.tok = &key, tok
@@ -325,9 +357,24 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 	if !c.register(h, gen) {
 		// The session was renewed between the answer and now: the
 		// handle died with the old one, and the renewal did not see it.
+		if req.Flags&wire.OpenSequential != 0 {
+			// Open what it made, by name; making another would leave
+			// two nodes for one call.
+			again := *o
+			again.req = sequentialReopen(req, name)
+			return c.open(ctx, name, &again)
+		}
 		return c.open(ctx, name, o)
 	}
 	return h, nil
+}
+
+// sequentialReopen is the request that opens the node a sequential create
+// req made under name, without making another.
+func sequentialReopen(req wire.OpenRequest, name string) wire.OpenRequest {
+	req.Path, req.Contents = name, nil
+	req.Flags &^= wire.OpenSequential | wire.OpenCreate | wire.OpenExcl | wire.OpenEphemeral
+	return req
 }
 
 // newHandle is the Handle of the open handle id of name, at instance.
@@ -338,6 +385,14 @@ func (c *Client) newHandle(name string, id, instance uint64, o *openOptions) *Ha
 	h.events.asked = o.req.EventMask != 0
 	if c.cfg.RenewSession {
 		req := o.req
+		if req.Flags&wire.OpenSequential != 0 {
+			// A renewal opens the node this handle made, by its name,
+			// and never makes another (reopen checks it is the same
+			// instance): an item re-created in a queue after a
+			// consumer took it would be a duplicate.
+			req = sequentialReopen(req, name)
+			h.sequential = true
+		}
 		h.opened = &req
 	}
 	return h
@@ -352,7 +407,8 @@ func (c *Client) register(h *Handle, gen uint64) bool {
 }
 
 // Name returns the full name of the handle's node: the name it was opened
-// with, resolved against /ls/<cell> if it was relative.
+// with, resolved against /ls/<cell> if it was relative; for a handle
+// opened with Sequential, the name the cell made.
 func (h *Handle) Name() string { return h.path }
 
 func (h *Handle) check() error {

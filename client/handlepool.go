@@ -48,7 +48,7 @@ type pooledHandle struct {
 // poolable reports whether an Open may reuse or leave behind an idle handle.
 func poolable(o *openOptions) bool {
 	r := &o.req
-	return !o.noCache && r.Flags&(wire.OpenExcl|wire.OpenEphemeral) == 0 && r.EventMask == 0 && len(r.Contents) == 0
+	return !o.noCache && r.Flags&(wire.OpenExcl|wire.OpenEphemeral|wire.OpenSequential) == 0 && r.EventMask == 0 && len(r.Contents) == 0
 }
 
 // handlePool holds the idle handles, by name and mode. Its lock is held

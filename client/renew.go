@@ -220,6 +220,12 @@ func (c *Client) reopen(h *Handle, gen, session, epoch uint64) bool {
 	if err == nil && resp.Missing {
 		err = missingErr(h.path)
 	}
+	if err == nil && h.sequential && resp.Stat.Instance != oldInstance {
+		// Not the node this handle made: that one is gone, and the
+		// name was made again by hand.
+		c.closeIdle([]uint64{resp.Handle})
+		err = wire.Errorf(wire.CodeNotFound, "%s was deleted and created again by another session", h.path)
+	}
 	now := c.clock.Now()
 	if err != nil {
 		lost := fmt.Errorf("%w: %s was not re-opened in the new session: %w", ErrHandleInvalid, h.path, err)

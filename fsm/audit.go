@@ -127,6 +127,9 @@ func (f *FSM) auditApplied(index uint64, c *Command, s auditSubject, r *Result) 
 	if r.Err != nil {
 		rec.Result, rec.Error = r.Err.Kind.Name(), r.Err.Msg
 	}
+	if r.Name != "" {
+		rec.Name = r.Name // a sequential create: the name it made, not its prefix
+	}
 	rec.Detail = auditDetail(c, r)
 	if p, ok := c.Payload.(*CreateSessionArgs); ok && r.Err == nil {
 		// Only an accepted identity: a refused one may be oversized.

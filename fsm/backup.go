@@ -240,7 +240,7 @@ func (f *FSM) copyLocked() *snapshotImage {
 		i++
 	}
 	f.members.image(img) // a copy: sorted builds a fresh slice
-	img.Version = imageVersion(img.Sessions)
+	img.Version = imageVersion(img)
 	return img
 }
 

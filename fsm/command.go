@@ -37,6 +37,11 @@ const (
 	CmdBatch         CmdType = 18 // commands applied in order, each as its own entry would be (batch.go)
 	CmdNote          CmdType = 19 // the admin's mutation outside the state machine (a backup) enters the audit trail (audit.go)
 	CmdResumeSession CmdType = 20 // a new process takes over a live session: a new incarnation (resume.go)
+	// CmdOpenSequential is an Open with FlagSequential (sequential.go):
+	// the same payload, OpenArgs, under a type of its own, so a replica
+	// of a version without sequential names stops at it rather than
+	// create the prefix itself and diverge.
+	CmdOpenSequential CmdType = 21
 )
 
 func (t CmdType) String() string {
@@ -81,6 +86,8 @@ func (t CmdType) String() string {
 		return "Note"
 	case CmdResumeSession:
 		return "ResumeSession"
+	case CmdOpenSequential:
+		return "OpenSequential"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }
@@ -243,6 +250,12 @@ func (c *Command) DecodeMsgpack(dec *msgpack.Decoder) error {
 	}
 	if err := dec.Decode(p); err != nil {
 		return fmt.Errorf("%s payload: %w", e.Type, err)
+	}
+	if t := p.CmdType(); t != e.Type {
+		// An Open whose flags say another type than its entry's: no
+		// master writes one, and applying it would depend on which of
+		// the two a replica believed.
+		return fmt.Errorf("a %s entry with a %s payload", e.Type, t)
 	}
 	*c = Command{Type: e.Type, Time: e.Time, Session: e.Session, Seq: e.Seq, Ack: e.Ack,
 		Principal: e.Principal, Admin: e.Admin, Client: e.Client, Fence: e.Fence, Incarnation: e.Incarnation, Payload: p}

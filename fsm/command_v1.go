@@ -68,6 +68,12 @@ func decodeV1(b []byte) (*Command, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: unknown command type %d", ErrMalformedCommand, v.Type)
 	}
+	if t := p.CmdType(); t != v.Type {
+		// A version-1 Open with FlagSequential: no master ever wrote
+		// one (sequential opens came after version 1, with a type of
+		// their own).
+		return nil, fmt.Errorf("%w: a %s entry with a %s payload", ErrMalformedCommand, v.Type, t)
+	}
 	return &Command{Type: v.Type, Time: v.Time, Session: v.Session, Seq: v.Seq, Ack: v.Ack,
 		Principal: v.Principal, Admin: v.Admin, Client: v.Client, Fence: v.Fence, Payload: p}, nil
 }

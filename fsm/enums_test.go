@@ -35,6 +35,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"CmdMemberRemove", uint64(CmdMemberRemove), 16},
 		{"CmdBreakLock", uint64(CmdBreakLock), 17},
 		{"CmdResumeSession", uint64(CmdResumeSession), 20},
+		{"CmdOpenSequential", uint64(CmdOpenSequential), 21},
 		// Error kinds: stored with de-duplicated results in snapshots.
 		{"KindNone", uint64(KindNone), 0},
 		{"KindNotFound", uint64(KindNotFound), 1},
@@ -65,10 +66,13 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"FlagExcl", uint64(FlagExcl), 8},
 		{"FlagDirectory", uint64(FlagDirectory), 16},
 		{"FlagEphemeral", uint64(FlagEphemeral), 32},
+		{"FlagSequential", uint64(FlagSequential), 64},
 		// Format versions.
 		{"commandV1", uint64(commandV1), 1},
 		{"commandVersion", uint64(commandVersion), 2},
-		{"snapshotVersion", uint64(snapshotVersion), 4},
+		{"snapshotVersion", uint64(snapshotVersion), 5},
+		{"snapshotV4", uint64(snapshotV4), 4},
+		{"snapshotV3", uint64(snapshotV3), 3},
 		{"BackupFormat", uint64(BackupFormat), 1},
 	}
 	for _, p := range pins {

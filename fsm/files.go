@@ -15,6 +15,9 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 	if s == nil {
 		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
 	}
+	if p.Flags&FlagSequential != 0 {
+		return f.openSequential(index, c, s, p)
+	}
 	n := f.nodes[p.Path]
 	if n != nil && f.hiddenFrom(c, n) {
 		// Answer as for a missing name, up to the one point where that
@@ -31,30 +34,8 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 		if err != nil {
 			return &Result{Err: err}
 		}
-		parentPath := parent.Path
-		dir := p.Flags&FlagDirectory != 0
-		n = &Node{
-			Path: p.Path, Dir: dir, Ephemeral: p.Flags&FlagEphemeral != 0,
-			Contents: p.Contents, Instance: index, ContentGen: index, ACLGen: index,
-			Checksum: checksum(p.Contents), CTime: c.Time, MTime: c.Time,
-			ReadACL: parent.ReadACL, WriteACL: parent.WriteACL, ChangeACL: parent.ChangeACL,
-			Creator: c.Principal,
-		}
-		if n.Ephemeral {
-			n.Owner = c.Session
-			f.ownEphemeral(n)
-		}
-		if dir {
-			n.children = map[string]bool{}
-		}
-		f.nodes[p.Path] = n
-		f.usage.add(n)
-		parent.children[baseOf(p.Path)] = dir
-		parent.addKid(baseOf(p.Path), n)
+		n = f.createNode(index, c, p, parent, p.Path)
 		created = true
-		f.note(Change{Kind: ChangeNode, Path: p.Path})
-		f.note(Change{Kind: ChangeNode, Path: parentPath})
-		f.note(Change{Kind: ChangeChildAdded, Path: parentPath, Child: baseOf(p.Path), ChildACL: nodeACL(n)})
 	} else if err := f.permitOpen(c, p, n); err != nil {
 		// Not hidden (checked above): the caller may read or write n.
 		return &Result{Err: err}
@@ -68,14 +49,48 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 	} else if p.Flags&FlagDirectory != 0 && !n.Dir {
 		return &Result{Err: errf(KindNotDir, "%s is a file", p.Path)}
 	}
-	h := &Handle{ID: index, Session: c.Session, Path: p.Path, Instance: n.Instance,
+	f.openHandle(index, c, s, p, n)
+	return &Result{Handle: index, Created: created, Stat: n.stat()}
+}
+
+// createNode makes the node name (a missing name whose create passed
+// checkCreate, below parent) as p asks, taking parent's ACL names.
+func (f *FSM) createNode(index uint64, c *Command, p *OpenArgs, parent *Node, name string) *Node {
+	dir := p.Flags&FlagDirectory != 0
+	n := &Node{
+		Path: name, Dir: dir, Ephemeral: p.Flags&FlagEphemeral != 0,
+		Contents: p.Contents, Instance: index, ContentGen: index, ACLGen: index,
+		Checksum: checksum(p.Contents), CTime: c.Time, MTime: c.Time,
+		ReadACL: parent.ReadACL, WriteACL: parent.WriteACL, ChangeACL: parent.ChangeACL,
+		Creator: c.Principal,
+	}
+	if n.Ephemeral {
+		n.Owner = c.Session
+		f.ownEphemeral(n)
+	}
+	if dir {
+		n.children = map[string]bool{}
+	}
+	f.nodes[name] = n
+	f.usage.add(n)
+	parent.children[baseOf(name)] = dir
+	parent.addKid(baseOf(name), n)
+	f.note(Change{Kind: ChangeNode, Path: name})
+	f.note(Change{Kind: ChangeNode, Path: parent.Path})
+	f.note(Change{Kind: ChangeChildAdded, Path: parent.Path, Child: baseOf(name), ChildACL: nodeACL(n)})
+	return n
+}
+
+// openHandle opens the handle of id index in session s on n, which p
+// opened (or created).
+func (f *FSM) openHandle(index uint64, c *Command, s *Session, p *OpenArgs, n *Node) {
+	h := &Handle{ID: index, Session: c.Session, Path: n.Path, Instance: n.Instance,
 		Flags: p.Flags, LockDelay: p.LockDelay, EventMask: p.EventMask}
 	f.handles[index] = h
 	s.handles[index] = true
 	f.principalHandles[s.Principal]++
 	f.addWatch(h)
 	n.openHandles++
-	return &Result{Handle: index, Created: created, Stat: n.stat()}
 }
 
 // checkCreate makes the checks a create of the missing name p.Path must

@@ -18,7 +18,7 @@ import (
 
 // The model-based test of the replicated state machine. Random sequences
 // of commands (sessions and their expiry, opens that create files,
-// directories and ephemeral nodes, contents with and without a generation
+// directories and ephemeral nodes, sequential creates, contents with and without a generation
 // check, deletes, exclusive and shared locks with waits, cancels and
 // lock-delay hand-offs, ACL changes and retried requests) go through
 // Encode and FSM.Apply as committed log entries, and through a small
@@ -56,7 +56,12 @@ var modelOps = []string{
 
 // modelNames are the names (below the root) the sequences use: two levels
 // of directories when the creates make them so, files otherwise.
-var modelNames = []string{"a", "b", "a/x", "a/y", "b/z", "a/x/q"}
+var modelNames = []string{"a", "b", "a/x", "a/y", "b/z", "a/x/q", "j-0000000001", "a/j-0000000000"}
+
+// modelSeqPrefixes are the prefixes of sequential creates: the names they
+// make can meet the last two modelNames, made by hand, which they must
+// skip; "a/" makes names of digits alone.
+var modelSeqPrefixes = []string{"j-", "a/j-", "a/"}
 
 // The principals of the client sessions, and the ACL files the setup
 // writes: "all" lists everyone, "p1only" lists p1. The empty name is the
@@ -101,6 +106,7 @@ type mNode struct {
 	delay      int64
 	delayBy    *LockDelayCause // who started the latest lock-delay
 	sum        uint64          // contents checksum (the root's is zero)
+	seq        uint64          // a directory's next sequence number
 }
 
 type mHandle struct {
@@ -136,6 +142,8 @@ type mResult struct {
 	Broken  []Holder
 	// Incarnation and NextSeq answer a ResumeSession.
 	Incarnation, NextSeq uint64
+	// Name answers a sequential create.
+	Name string
 }
 
 func (r mResult) short() string {
@@ -145,7 +153,7 @@ func (r mResult) short() string {
 func resultOf(r *Result) mResult {
 	m := mResult{Epoch: r.Epoch, Session: r.Session, Handle: r.Handle, Created: r.Created,
 		Granted: r.Granted, Queued: r.Queued, LockGen: r.LockGen, Stat: r.Stat, Broken: r.Broken,
-		Incarnation: r.Incarnation, NextSeq: r.NextSeq}
+		Incarnation: r.Incarnation, NextSeq: r.NextSeq, Name: r.Name}
 	if r.Err != nil {
 		m.Kind = r.Err.Kind
 	}
@@ -161,6 +169,7 @@ type model struct {
 	nodes    map[string]*mNode
 	sessions map[uint64]*mSession
 	handles  map[uint64]*mHandle
+	skipped  int // sequential creates that skipped a taken name (a statistic)
 }
 
 func newModel() *model {
@@ -382,7 +391,7 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		}
 		delete(m.sessions, c.Session)
 		return mResult{}
-	case CmdOpen:
+	case CmdOpen, CmdOpenSequential:
 		return m.open(idx, c)
 	case CmdClose:
 		h := m.handles[c.Handle]
@@ -564,6 +573,9 @@ func (m *model) open(idx uint64, c mCmd) mResult {
 	if m.sessions[c.Session] == nil {
 		return errResult(KindSessionExpired)
 	}
+	if c.Flags&FlagSequential != 0 {
+		return m.openSequential(idx, c)
+	}
 	create := c.Flags&FlagCreate != 0
 	n := m.nodes[c.Path]
 	created := false
@@ -606,6 +618,45 @@ func (m *model) open(idx uint64, c mCmd) mResult {
 	}
 	m.handles[idx] = &mHandle{session: c.Session, path: c.Path, inst: n.inst, flags: c.Flags, lockDelay: c.LockDelay}
 	return mResult{Handle: idx, Created: created, Stat: m.stat(n)}
+}
+
+// openSequential: a create under the prefix plus the parent's counter in
+// ten digits, skipping names that exist; the counter moves past the name
+// made.
+func (m *model) openSequential(idx uint64, c mCmd) mResult {
+	base := c.Path[strings.LastIndexByte(c.Path, '/')+1:]
+	switch {
+	case c.Flags&FlagCreate == 0:
+		return errResult(KindBadRequest)
+	case len(c.Path)+10 > 1024 || len(base)+10 > 255:
+		return errResult(KindBadRequest)
+	}
+	if k := m.checkCreate(c); k != KindNone {
+		return errResult(k)
+	}
+	pp := modelParent(c.Path)
+	if pp == m.root+"/"+ACLDirName {
+		return errResult(KindBadRequest)
+	}
+	parent := m.nodes[pp]
+	k := parent.seq
+	for m.nodes[fmt.Sprintf("%s%010d", c.Path, k)] != nil {
+		k++
+	}
+	if k != parent.seq {
+		m.skipped++
+	}
+	name := fmt.Sprintf("%s%010d", c.Path, k)
+	parent.seq = k + 1
+	n := &mNode{dir: c.Flags&FlagDirectory != 0, eph: c.Flags&FlagEphemeral != 0, contents: string(c.Contents),
+		inst: idx, cgen: idx, agen: idx, ctime: c.Time, mtime: c.Time, acl: parent.acl, creator: c.Principal,
+		sum: checksum(c.Contents)}
+	if n.eph {
+		n.owner = c.Session
+	}
+	m.nodes[name] = n
+	m.handles[idx] = &mHandle{session: c.Session, path: name, inst: n.inst, flags: c.Flags, lockDelay: c.LockDelay}
+	return mResult{Handle: idx, Created: true, Stat: m.stat(n), Name: name}
 }
 
 func (m *model) acquire(idx uint64, c mCmd) mResult {
@@ -759,6 +810,7 @@ type obsNode struct {
 	Waiters        []Waiter
 	LockDelayUntil int64
 	LockDelayBy    *LockDelayCause
+	ChildSeq       uint64
 }
 
 type obsSession struct {
@@ -794,7 +846,8 @@ func (m *model) observe() observed {
 		n := m.nodes[p]
 		o.Nodes = append(o.Nodes, obsNode{Path: p, Dir: n.dir, Eph: n.eph, Owner: n.owner, Contents: n.contents,
 			Inst: n.inst, CGen: n.cgen, LGen: n.lgen, AGen: n.agen, CTime: n.ctime, MTime: n.mtime, ACL: n.acl,
-			Creator: n.creator, Mode: n.mode, Holders: slices.Clip(n.holders), Waiters: slices.Clip(n.waiters), LockDelayUntil: n.delay, LockDelayBy: n.delayBy})
+			Creator: n.creator, Mode: n.mode, Holders: slices.Clip(n.holders), Waiters: slices.Clip(n.waiters), LockDelayUntil: n.delay, LockDelayBy: n.delayBy,
+			ChildSeq: n.seq})
 	}
 	for _, id := range sortedKeys(m.sessions) {
 		s := m.sessions[id]
@@ -820,7 +873,8 @@ func modelObserve(t testing.TB, f *FSM) observed {
 		o.Nodes = append(o.Nodes, obsNode{Path: n.Path, Dir: n.Dir, Eph: n.Ephemeral, Owner: n.Owner, Contents: string(n.Contents),
 			Inst: n.Instance, CGen: n.ContentGen, LGen: n.LockGen, AGen: n.ACLGen, CTime: n.CTime, MTime: n.MTime,
 			ACL: [3]string{n.ReadACL, n.WriteACL, n.ChangeACL}, Creator: n.Creator, Mode: n.LockMode,
-			Holders: n.Holders, Waiters: n.Waiters, LockDelayUntil: n.LockDelayUntil, LockDelayBy: n.LockDelayBy})
+			Holders: n.Holders, Waiters: n.Waiters, LockDelayUntil: n.LockDelayUntil, LockDelayBy: n.LockDelayBy,
+			ChildSeq: n.ChildSeq})
 		if !n.Dir && n.Checksum != checksum(n.Contents) {
 			t.Fatalf("%s: checksum does not match contents", n.Path)
 		}
@@ -975,6 +1029,9 @@ func (r *modelRun) applyEntry(c Command) mResult {
 		name += fmt.Sprintf("/err%d", want.Kind)
 	}
 	r.stats[name]++
+	if want.Name != "" {
+		r.stats["sequential"]++
+	}
 	return got
 }
 
@@ -1220,7 +1277,13 @@ func TestFSMMatchesModel(t *testing.T) {
 						contents = nil
 					}
 				}
-				r.request(pickSession(), Command{Payload: &OpenArgs{Path: pickName(), Flags: flags, Contents: contents, LockDelay: rapid.SampledFrom(delays).Draw(rt, "lock-delay")}})
+				name := pickName()
+				if modelChance(rt, 4, "sequential") {
+					// Mostly with create, as the master insists.
+					flags |= FlagSequential
+					name = fsmtPath(rapid.SampledFrom(modelSeqPrefixes).Draw(rt, "prefix"))
+				}
+				r.request(pickSession(), Command{Payload: &OpenArgs{Path: name, Flags: flags, Contents: contents, LockDelay: rapid.SampledFrom(delays).Draw(rt, "lock-delay")}})
 			case "close":
 				h := pickHandle()
 				r.request(ownerOf(h), Command{Payload: &CloseArgs{Handle: h}})
@@ -1341,10 +1404,18 @@ func TestFSMMatchesModel(t *testing.T) {
 		if d := diffObserved(modelObserve(t, restored), r.m.observe()); d != "" {
 			rt.Fatalf("the restored FSM differs from the model: %s", d)
 		}
+		total["sequential skip"] += r.m.skipped
+		for _, n := range r.m.nodes {
+			if n.seq != 0 {
+				total["directory with a counter"]++
+				break
+			}
+		}
 	})
 	t.Logf("%d sequences; entries applied by type and outcome (errN: error kind N): %v", sequences, total)
 	// The sequences must exercise what they claim to.
-	for _, k := range []string{"Open", "Acquire", "CloseSession", "SetContents", "SetACL", "CancelWait", "Release", "Delete", "retry", "Grant", "BreakLock", "ResumeSession", "stale incarnation"} {
+	for _, k := range []string{"Open", "Acquire", "CloseSession", "SetContents", "SetACL", "CancelWait", "Release", "Delete", "retry", "Grant", "BreakLock", "ResumeSession", "stale incarnation",
+		"sequential", "sequential skip", "directory with a counter"} {
 		if total[k] == 0 && sequences >= 100 {
 			t.Errorf("no %s succeeded in any sequence", k)
 		}

@@ -148,8 +148,14 @@ func (*CreateSessionArgs) CmdType() CmdType { return CmdCreateSession }
 // CmdType returns CmdCloseSession.
 func (*CloseSessionArgs) CmdType() CmdType { return CmdCloseSession }
 
-// CmdType returns CmdOpen.
-func (*OpenArgs) CmdType() CmdType { return CmdOpen }
+// CmdType returns CmdOpenSequential for a sequential open, CmdOpen for
+// any other.
+func (p *OpenArgs) CmdType() CmdType {
+	if p.Flags&FlagSequential != 0 {
+		return CmdOpenSequential
+	}
+	return CmdOpen
+}
 
 // CmdType returns CmdClose.
 func (*CloseArgs) CmdType() CmdType { return CmdClose }
@@ -214,7 +220,7 @@ func newPayload(t CmdType) Payload {
 		return &CreateSessionArgs{}
 	case CmdCloseSession:
 		return &CloseSessionArgs{}
-	case CmdOpen:
+	case CmdOpen, CmdOpenSequential:
 		return &OpenArgs{}
 	case CmdClose:
 		return &CloseArgs{}

@@ -249,7 +249,15 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 	}
 	switch p := cmd.Payload.(type) {
 	case *OpenArgs:
-		if f.nodes[p.Path] == nil && p.Flags&FlagCreate != 0 {
+		if p.Flags&(FlagSequential|FlagCreate) == FlagSequential|FlagCreate {
+			// The name it makes is known only once applied, and was
+			// missing (no one caches it but as an absence, which is
+			// cached under the parent): the parent's listing changes.
+			// It never makes an ACL file (openSequential).
+			if parent := parentOf(p.Path); parent != "" {
+				set[parent] = true
+			}
+		} else if f.nodes[p.Path] == nil && p.Flags&FlagCreate != 0 {
 			addNode(p.Path)
 			f.addACLDependents(set, p.Path)
 		}
@@ -273,7 +281,22 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 			f.addACLDependents(set, h.Path)
 		}
 	case *CloseArgs:
-		handlePath(p.Handle)
+		// A close changes its node's stat (a lock or a wait of the
+		// handle ends, closeHandle); only a close that may delete its
+		// node (an ephemeral one) changes the parent's listing; a close
+		// of a handle whose node is gone, or replaced by a new instance,
+		// changes no cached name. Invalidating the parent for every
+		// close made a client's own background close of an idle handle
+		// drop the absence it had just cached there.
+		if h := f.handles[p.Handle]; h != nil {
+			if n := f.nodes[h.Path]; n != nil && n.Instance == h.Instance {
+				if n.Ephemeral {
+					addNode(h.Path)
+				} else {
+					set[h.Path] = true
+				}
+			}
+		}
 	case *GrantArgs:
 		set[p.Path] = true
 	case *BreakLockArgs:

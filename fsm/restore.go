@@ -247,6 +247,10 @@ func (f *FSM) restoredState(img *snapshotImage) (*FSM, error) {
 			return bad("root %q is not a plain directory", root)
 		case n.Path != root && !strings.HasPrefix(n.Path, root+"/"):
 			return bad("node %q is outside the root %q", n.Path, root)
+		case n.ChildSeq != 0 && !n.Dir:
+			return bad("file %q has a sequence counter", n.Path)
+		case n.ChildSeq > maxChildSeq+1:
+			return bad("directory %q has sequence counter %d, past the last number %d", n.Path, n.ChildSeq, uint64(maxChildSeq))
 		}
 		if n.Dir {
 			n.children = map[string]bool{}

@@ -88,8 +88,8 @@ func TestResumeSessionApply(t *testing.T) {
 
 	// Snapshot and restore keep the incarnation.
 	img := fsmtImage(t, h.snapshot())
-	if img.Version != snapshotVersion {
-		t.Fatalf("snapshot of a resumed session is version %d", img.Version)
+	if img.Version != snapshotV4 {
+		t.Fatalf("snapshot of a resumed session is version %d, want %d (no sequential name made)", img.Version, snapshotV4)
 	}
 	f, err := fsmtRestore(t, fsmtCell, h.snapshot())
 	if err != nil {

@@ -56,17 +56,40 @@ type sessionResult struct {
 // (imageVersion): its bytes are exactly a version-3 snapshot's, so a
 // replica of the version before can still install it during a rolling
 // upgrade, and a state's hash does not change with the upgrade.
-const snapshotVersion = 4
+// Version 5: directories carry their sequence counter (Node.ChildSeq,
+// sequential.go) and de-duplicated results of sequential opens the name
+// they created (Result.Name), optional too, so versions 2 to 4 restore as
+// they are, with every counter at 0. By the same rule a state in which no
+// directory has a counter and no result a name is written as version 4
+// or 3: only a cell that made a sequential name writes version 5, which a
+// replica of the version before refuses rather than drop the counters
+// and hand their numbers out again.
+const snapshotVersion = 5
 
-// snapshotV3 is the version written while no session was resumed.
-const snapshotV3 = 3
+// The versions written while the newer ones' fields are unused:
+// snapshotV3 while no session was resumed, snapshotV4 while no
+// sequential name was made.
+const (
+	snapshotV3 = 3
+	snapshotV4 = 4
+)
 
-// imageVersion is the version an image of these sessions is written as:
-// the oldest whose fields hold them.
-func imageVersion(sessions []*Session) uint8 {
-	for _, s := range sessions {
-		if s.Incarnation != 0 {
+// imageVersion is the version img is written as: the oldest whose fields
+// hold its state.
+func imageVersion(img *snapshotImage) uint8 {
+	for _, n := range img.Nodes {
+		if n.ChildSeq != 0 {
 			return snapshotVersion
+		}
+	}
+	for _, r := range img.Results {
+		if r.Result != nil && r.Result.Name != "" {
+			return snapshotVersion
+		}
+	}
+	for _, s := range img.Sessions {
+		if s.Incarnation != 0 {
+			return snapshotV4
 		}
 	}
 	return snapshotV3
@@ -156,7 +179,7 @@ func (f *FSM) writeStateLocked(w io.Writer) error {
 		img.Handles = append(img.Handles, f.handles[id])
 	}
 	f.members.image(&img)
-	img.Version = imageVersion(img.Sessions)
+	img.Version = imageVersion(&img)
 	enc := msgpack.NewEncoder(w)
 	enc.SetSortMapKeys(true) // identical states give identical bytes
 	if err := enc.Encode(&img); err != nil {
@@ -285,7 +308,8 @@ type plainNode Node
 const nodeTags = "Path:p Dir:d,omitempty Ephemeral:e,omitempty Owner:o,omitempty Contents:c,omitempty " +
 	"Instance:i ContentGen:cg LockGen:lg,omitempty ACLGen:ag,omitempty Checksum:ck,omitempty CTime:ct MTime:mt " +
 	"ReadACL:ra,omitempty WriteACL:wa,omitempty ChangeACL:ca,omitempty LockMode:lm,omitempty Holders:lh,omitempty " +
-	"Waiters:lw,omitempty LockDelayUntil:ld,omitempty Creator:cr,omitempty LockDelayBy:lb,omitempty"
+	"Waiters:lw,omitempty LockDelayUntil:ld,omitempty Creator:cr,omitempty LockDelayBy:lb,omitempty " +
+	"ChildSeq:sq,omitempty"
 
 var nodeByHand = codec.FieldTags(reflect.TypeFor[Node]()) == nodeTags
 
@@ -301,7 +325,8 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 	w := codec.Writer{E: e}
 	w.MapLen(5, n.Dir, n.Ephemeral, n.Owner != 0, len(n.Contents) != 0, n.LockGen != 0,
 		n.ACLGen != 0, n.Checksum != 0, n.ReadACL != "", n.WriteACL != "", n.ChangeACL != "", n.LockMode != 0,
-		len(n.Holders) != 0, len(n.Waiters) != 0, n.LockDelayUntil != 0, n.Creator != "", n.LockDelayBy != nil)
+		len(n.Holders) != 0, len(n.Waiters) != 0, n.LockDelayUntil != 0, n.Creator != "", n.LockDelayBy != nil,
+		n.ChildSeq != 0)
 	w.Str("p", n.Path, true)
 	w.Bool("d", n.Dir)
 	w.Bool("e", n.Ephemeral)
@@ -332,5 +357,6 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 		w.Key("lb")
 		w.Check(e.Encode(n.LockDelayBy))
 	}
+	w.Uint("sq", n.ChildSeq, false)
 	return w.Err
 }

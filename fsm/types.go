@@ -24,6 +24,10 @@ const (
 	FlagExcl      uint32 = 1 << 3
 	FlagDirectory uint32 = 1 << 4
 	FlagEphemeral uint32 = 1 << 5
+	// FlagSequential with FlagCreate makes the node under a name of its
+	// own: Path plus the parent directory's next sequence number
+	// (sequential.go).
+	FlagSequential uint32 = 1 << 6
 )
 
 // Lock modes. Entries, snapshots and sequencers store them, so the numbers
@@ -72,6 +76,13 @@ type Node struct {
 	// imposed because the session is gone by the time anyone asks; nil
 	// when no lock-delay was ever imposed on this node.
 	LockDelayBy *LockDelayCause `msgpack:"lb,omitempty"`
+
+	// ChildSeq (directories only) is the number the next sequential
+	// create below this directory tries (sequential.go). It only grows
+	// while the directory lives, so a number is never handed out twice,
+	// even after its child is deleted. Omitted while 0, so the snapshots
+	// of cells that never made a sequential name encode as before.
+	ChildSeq uint64 `msgpack:"sq,omitempty"`
 
 	children    map[string]bool // child name -> is directory; rebuilt on restore
 	kids        dirIndex        // the children in name order (kids.go); rebuilt on restore
@@ -186,6 +197,10 @@ type Result struct {
 	// incarnation, and the first request id its new process may use.
 	Incarnation uint64 `msgpack:"in,omitempty"`
 	NextSeq     uint64 `msgpack:"ns,omitempty"`
+	// Name answers a sequential Open (FlagSequential): the name the node
+	// was created under. Empty for every other command, so results
+	// stored before it existed read the same.
+	Name string `msgpack:"nm,omitempty"`
 }
 
 // ChangeKind says what a Change reports. Changes live only in memory, on

@@ -10,8 +10,31 @@ import (
 	"lockcell/wire"
 )
 
+// The state machine's sequential names are the wire's: the same flag, the
+// same width, the same naming bounds (each line fails to compile when a
+// pair differs).
+const (
+	_ = uint64(fsm.FlagSequential) - uint64(wire.OpenSequential) + (uint64(wire.OpenSequential) - uint64(fsm.FlagSequential))
+	_ = uint64(fsm.SeqDigits) - uint64(wire.SeqDigits) + (uint64(wire.SeqDigits) - uint64(fsm.SeqDigits))
+	_ = uint64(fsm.SeqMaxNameLen) - uint64(wire.MaxNameLen) + (uint64(wire.MaxNameLen) - uint64(fsm.SeqMaxNameLen))
+	_ = uint64(fsm.SeqMaxComponentLen) - uint64(wire.MaxComponentLen) + (uint64(wire.MaxComponentLen) - uint64(fsm.SeqMaxComponentLen))
+)
+
 func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest) (*wire.OpenResponse, error) {
-	if err := wire.ValidateName(e.cfg.Cell, req.Path); err != nil {
+	sequential := req.Flags&wire.OpenSequential != 0
+	if sequential {
+		// The name is the prefix's: it must make valid names with the
+		// number appended, and only a create makes one.
+		if err := wire.ValidateSeqPrefix(e.cfg.Cell, req.Path); err != nil {
+			return nil, err
+		}
+		if req.Flags&wire.OpenCreate == 0 {
+			return nil, wire.Errorf(wire.CodeBadRequest, "%s: a sequential open needs the create flag", req.Path)
+		}
+		// A name no one has seen yet is in no one's cache: nothing to
+		// register (the client never asks; a hostile one is ignored).
+		req.Cache, req.CacheMissing = false, false
+	} else if err := wire.ValidateName(e.cfg.Cell, req.Path); err != nil {
 		return nil, err
 	}
 	if req.EventMask&^(wire.MaskContentsModified|wire.MaskChildAdded|wire.MaskChildRemoved|
@@ -69,7 +92,10 @@ func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest)
 	if err != nil {
 		return nil, err
 	}
-	return &wire.OpenResponse{Handle: res.Handle, Created: res.Created, Stat: toStat(res.Stat), Cacheable: cacheable}, nil
+	if res.Name != "" {
+		c.path = res.Name // for the audit log: the name made, not its prefix
+	}
+	return &wire.OpenResponse{Handle: res.Handle, Created: res.Created, Stat: toStat(res.Stat), Cacheable: cacheable, Name: res.Name}, nil
 }
 
 // negativeCacher reports whether a caller (principal; admin: the cell's

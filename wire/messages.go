@@ -111,16 +111,39 @@ func (s *Status) Err() error {
 // Open flags. Read and Write say what the handle may do; Create creates the
 // node when missing; Excl with Create fails with CodeExists when it exists;
 // Directory creates (or insists on) a directory; Ephemeral creates an
-// ephemeral node that dies with its creating session.
+// ephemeral node that dies with its creating session. Sequential, with
+// Create, makes a new node named Path followed by the parent directory's
+// next sequence number in SeqDigits zero-padded digits (the name is in
+// OpenResponse.Name); it never opens an existing node.
 const (
-	OpenRead      uint32 = 1 << 0
-	OpenWrite     uint32 = 1 << 1
-	OpenCreate    uint32 = 1 << 2
-	OpenExcl      uint32 = 1 << 3
-	OpenDirectory uint32 = 1 << 4
-	OpenEphemeral uint32 = 1 << 5
-	openAll              = OpenRead | OpenWrite | OpenCreate | OpenExcl | OpenDirectory | OpenEphemeral
+	OpenRead       uint32 = 1 << 0
+	OpenWrite      uint32 = 1 << 1
+	OpenCreate     uint32 = 1 << 2
+	OpenExcl       uint32 = 1 << 3
+	OpenDirectory  uint32 = 1 << 4
+	OpenEphemeral  uint32 = 1 << 5
+	OpenSequential uint32 = 1 << 6
+	openAll               = OpenRead | OpenWrite | OpenCreate | OpenExcl | OpenDirectory | OpenEphemeral | OpenSequential
 )
+
+// SeqDigits is the width of the number a sequential create appends to
+// its prefix (ZooKeeper's); SeqPlaceholder is a number of that width, for
+// checking a prefix leaves room for it (ValidateSeqPrefix).
+const (
+	SeqDigits      = 10
+	SeqPlaceholder = "0000000000"
+)
+
+// ValidateSeqPrefix checks that prefix, the name of a sequential Open,
+// makes valid names once the number is appended: prefix plus SeqDigits
+// digits must pass ValidateName. Its last component may be empty (a
+// prefix ending in '/' makes names of digits alone).
+func ValidateSeqPrefix(cell, prefix string) error {
+	if err := ValidateName(cell, prefix+SeqPlaceholder); err != nil {
+		return Errorf(CodeInvalidName, "sequential prefix %.256q: %v", prefix, err)
+	}
+	return nil
+}
 
 // ValidOpenFlags reports whether f names only known flags.
 func ValidOpenFlags(f uint32) bool { return f&^openAll == 0 }
@@ -332,6 +355,9 @@ type OpenResponse struct {
 	Stat      Stat   `msgpack:"s"`
 	Cacheable bool   `msgpack:"k,omitempty"`
 	Missing   bool   `msgpack:"m,omitempty"`
+	// Name answers an Open with OpenSequential: the full name of the node
+	// it created (the handle's name). Empty for every other Open.
+	Name string `msgpack:"n,omitempty"`
 }
 
 // HandleRequest is the request of every call that names only a handle:

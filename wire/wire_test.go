@@ -236,7 +236,7 @@ func TestMethodsAndFlags(t *testing.T) {
 			t.Errorf("Method %d: %q", c.m, got)
 		}
 	}
-	all := wire.OpenRead | wire.OpenWrite | wire.OpenCreate | wire.OpenExcl | wire.OpenDirectory | wire.OpenEphemeral
+	all := wire.OpenRead | wire.OpenWrite | wire.OpenCreate | wire.OpenExcl | wire.OpenDirectory | wire.OpenEphemeral | wire.OpenSequential
 	if !wire.ValidOpenFlags(0) || !wire.ValidOpenFlags(all) || wire.ValidOpenFlags(all+1) || wire.ValidOpenFlags(1<<31) {
 		t.Error("ValidOpenFlags")
 	}

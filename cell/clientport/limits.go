@@ -12,7 +12,7 @@ type Limits struct {
 	// closed as soon as they are accepted. All client ports of the
 	// process together also hold at most five eighths of its file
 	// descriptors (ClientFDShare): a default MaxConns is lowered to that
-	// share, and one set above it is refused (ErrFDReserve).
+	// share, and cell refuses one set above it (cell.ErrFDReserve).
 	MaxConns int
 	// MaxConnsPerPrincipal caps the open connections of one principal
 	// (every caller of a plain cell is one); a connection over it is

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/urfave/cli/v2"
 
 	"lockcell/client"
@@ -13,15 +15,22 @@ func mkdirCommand(e *env) *cli.Command {
 		Usage:     "create directories",
 		ArgsUsage: "NAME...",
 		Description: "Fails if a directory exists already or its parent is missing, unless -p. " +
-			"Stops at the first failure. With --json prints {\"dirs\": [names]}." +
-			"\n\nExample: lockcell mkdir -p /ls/local/jobs/etl",
+			"Stops at the first failure. With --json prints {\"dirs\": [names]}.\n\n" +
+			"With --sequential each NAME is a prefix: mkdir creates a new directory named NAME followed by " +
+			"the next number of its parent's counter in ten zero-padded digits, and prints the name made " +
+			"(--json: the names made)." +
+			"\n\nExamples: lockcell mkdir -p /ls/local/jobs/etl; lockcell mkdir --sequential jobs/batch-",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "parents", Aliases: []string{"p"},
 				Usage: "create missing parents; an existing directory is not an error"},
+			&cli.BoolFlag{Name: "sequential", Usage: "each NAME is a prefix: create a new directory NAME + a 10-digit sequence number and print its name"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 1, -1); err != nil {
 				return err
+			}
+			if c.Bool("sequential") {
+				return e.mkdirSequential(c.Args().Slice(), c.Bool("parents"))
 			}
 			names, err := e.names("mkdir", c.Args().Slice())
 			if err != nil {
@@ -82,4 +91,46 @@ func (e *env) mkdirAll(name string) error {
 		return err
 	}
 	return cl.MkdirAll(e.ctx, name)
+}
+
+// mkdirSequential makes a new directory under each prefix with the next
+// number of its parent's counter, printing each name made (with parents:
+// making the prefix's missing directories first).
+func (e *env) mkdirSequential(args []string, parents bool) error {
+	prefixes := make([]string, len(args))
+	for i, a := range args {
+		p, err := e.seqPrefix("mkdir", a)
+		if err != nil {
+			return err
+		}
+		prefixes[i] = p
+	}
+	cl, err := e.client()
+	if err != nil {
+		return err
+	}
+	var made []string
+	for _, p := range prefixes {
+		var opts []client.OpenOption
+		if parents {
+			opts = append(opts, client.WithParents())
+		}
+		h, err := cl.Open(e.ctx, p, client.Read|client.Create|client.Directory|client.Sequential, opts...)
+		if err != nil {
+			return fail("mkdir", p, err)
+		}
+		h.Close()
+		made = append(made, h.Name())
+		if !e.json {
+			if _, err := fmt.Fprintln(e.stdout, h.Name()); err != nil {
+				return err
+			}
+		}
+	}
+	if e.json {
+		return e.printJSON(struct {
+			Dirs []string `json:"dirs"`
+		}{made})
+	}
+	return nil
 }

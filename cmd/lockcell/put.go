@@ -24,19 +24,25 @@ func putCommand(e *env) *cli.Command {
 			"With --ephemeral the file is created ephemeral: the cell deletes it when lockcell's session " +
 			"ends, so on the command line it lasts only as long as put runs, and in 'lockcell shell' until " +
 			"the shell exits (or its session is lost). An existing file is written only if it is " +
-			"ephemeral already." +
+			"ephemeral already.\n\n" +
+			"With --sequential NAME is a prefix: put creates a new file named NAME followed by the next " +
+			"number of its directory's counter in ten zero-padded digits (jobs/job- makes " +
+			"jobs/job-0000000017), and prints the name it made (--json: its stat, named so). Numbers " +
+			"only grow and are never reused, so the names sort in the order they were made." +
 			"\n\nExamples: lockcell put --if-generation 42 cfg/flag off; " +
+			"lockcell put --sequential jobs/job- payload; " +
 			"echo 'put --ephemeral svc/members/me up' | lockcell shell",
 		Flags: []cli.Flag{
 			&cli.Uint64Flag{Name: "if-generation", Usage: "write only if the content generation is still `N`"},
 			&cli.BoolFlag{Name: "no-parents", Usage: "fail instead of creating missing parent directories"},
 			&cli.BoolFlag{Name: "ephemeral", Usage: "create the file ephemeral: deleted when this session ends"},
+			&cli.BoolFlag{Name: "sequential", Usage: "NAME is a prefix: create a new file NAME + a 10-digit sequence number and print its name"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 2, 2); err != nil {
 				return err
 			}
-			name, err := e.name("put", c.Args().Get(0))
+			name, err := e.putName(c.Bool("sequential"), c.Args().Get(0))
 			if err != nil {
 				return err
 			}
@@ -47,6 +53,23 @@ func putCommand(e *env) *cli.Command {
 			var opts []client.SetOption
 			mode := client.Read | client.Write | client.Create
 			cas := c.IsSet("if-generation")
+			if c.Bool("sequential") {
+				if cas {
+					return usageErrorf(c, "--sequential creates a new file; --if-generation needs one that exists")
+				}
+				if c.Bool("ephemeral") {
+					mode |= client.Ephemeral
+				}
+				made, st, err := e.putSequential(name, data, mode, !c.Bool("no-parents"))
+				if err != nil {
+					return fail("put", name, err)
+				}
+				if e.json {
+					return e.printJSON(toStatJSON(made, st))
+				}
+				_, err = fmt.Fprintln(e.stdout, made)
+				return err
+			}
 			if c.Bool("ephemeral") {
 				if cas {
 					return usageErrorf(c, "--ephemeral creates a file; --if-generation needs one that exists")
@@ -135,4 +158,47 @@ func (e *env) put(name string, data []byte, mode client.OpenMode, parents bool, 
 		}
 	}
 	return h.SetContentsAndStat(e.ctx, data, opts...)
+}
+
+// putSequential creates a new file under prefix with the next sequence
+// number of its directory, with data as its first contents in the same
+// replicated step, and returns the name made and its stat. An ephemeral
+// one stays open until the session ends, like put's.
+func (e *env) putSequential(prefix string, data []byte, mode client.OpenMode, parents bool) (string, client.Stat, error) {
+	cl, err := e.client()
+	if err != nil {
+		return "", client.Stat{}, err
+	}
+	opts := []client.OpenOption{client.WithContents(data)}
+	if parents {
+		opts = append(opts, client.WithParents())
+	}
+	h, err := cl.Open(e.ctx, prefix, mode|client.Sequential, opts...)
+	if err != nil {
+		return "", client.Stat{}, err
+	}
+	if mode&client.Ephemeral == 0 {
+		defer h.Close()
+	}
+	st, err := h.GetStat(e.ctx)
+	return h.Name(), st, err
+}
+
+// putName resolves put's NAME: with --sequential a prefix (seqPrefix).
+func (e *env) putName(sequential bool, arg string) (string, error) {
+	if !sequential {
+		return e.name("put", arg)
+	}
+	return e.seqPrefix("put", arg)
+}
+
+// seqPrefix resolves a --sequential prefix for op: kept as given (a
+// trailing "/" makes names of digits alone in that directory), it must
+// leave room for the number.
+func (e *env) seqPrefix(op, arg string) (string, error) {
+	n := client.ResolveName(e.cell, arg)
+	if err := wire.ValidateSeqPrefix(e.cell, n); err != nil {
+		return "", &opError{op: op, path: arg, err: err}
+	}
+	return n, nil
 }
