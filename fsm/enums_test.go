@@ -36,6 +36,8 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"CmdBreakLock", uint64(CmdBreakLock), 17},
 		{"CmdResumeSession", uint64(CmdResumeSession), 20},
 		{"CmdOpenSequential", uint64(CmdOpenSequential), 21},
+		{"CmdIdleCloseSession", uint64(CmdIdleCloseSession), 25},
+		{"CmdSetACLIfGen", uint64(CmdSetACLIfGen), 26},
 		// Error kinds: stored with de-duplicated results in snapshots.
 		{"KindNone", uint64(KindNone), 0},
 		{"KindNotFound", uint64(KindNotFound), 1},

@@ -352,7 +352,7 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		m.sessions[idx] = &mSession{client: c.Client, principal: c.Principal, created: c.Time, results: map[uint64]mResult{},
 			host: c.Identity.Host, pid: c.Identity.PID, program: c.Identity.Program}
 		return mResult{Session: idx}
-	case CmdCloseSession:
+	case CmdCloseSession, CmdIdleCloseSession:
 		s := m.sessions[c.Session]
 		if s == nil {
 			return errResult(KindSessionExpired)
@@ -535,7 +535,7 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 			next = max(next, q)
 		}
 		return mResult{Session: c.Session, Incarnation: idx, NextSeq: next + 1}
-	case CmdSetACL:
+	case CmdSetACL, CmdSetACLIfGen:
 		_, n, k := m.liveHandle(c)
 		if k != KindNone {
 			return errResult(k)

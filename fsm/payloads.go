@@ -32,8 +32,8 @@ type CloseSessionArgs struct {
 	// open handle when the entry applies (else it is refused with
 	// KindCanceled and changes nothing), so an idle close never takes a
 	// lock, a wait or an ephemeral node: the master's view of idleness is
-	// its memory, the state decides. Absent from entries written before
-	// it existed.
+	// its memory, the state decides. Set, the command is of type
+	// CmdIdleCloseSession, which older replicas do not know.
 	Idle bool `msgpack:"id,omitempty"`
 }
 
@@ -111,8 +111,9 @@ type CellKeyArgs struct {
 
 // SetACLArgs: the three ACL file names of the handle's node are replaced,
 // if its ACL generation is IfGen when HasIfGen is set (as SetContentsArgs
-// compares the content generation). Both absent from entries written
-// before they existed: those replace unconditionally.
+// compares the content generation). With HasIfGen the command is of
+// type CmdSetACLIfGen, which older replicas do not know; without, it is
+// a CmdSetACL encoded as before the fields existed.
 type SetACLArgs struct {
 	Handle   uint64    `msgpack:"h,omitempty"`
 	ACL      *ACLNames `msgpack:"acl,omitempty"`
@@ -145,8 +146,14 @@ func (*EpochArgs) CmdType() CmdType { return CmdEpoch }
 // CmdType returns CmdCreateSession.
 func (*CreateSessionArgs) CmdType() CmdType { return CmdCreateSession }
 
-// CmdType returns CmdCloseSession.
-func (*CloseSessionArgs) CmdType() CmdType { return CmdCloseSession }
+// CmdType returns CmdIdleCloseSession for the master's idle close,
+// CmdCloseSession for any other.
+func (p *CloseSessionArgs) CmdType() CmdType {
+	if p.Idle {
+		return CmdIdleCloseSession
+	}
+	return CmdCloseSession
+}
 
 // CmdType returns CmdOpenSequential for a sequential open, CmdOpen for
 // any other.
@@ -181,8 +188,14 @@ func (*GrantArgs) CmdType() CmdType { return CmdGrant }
 // CmdType returns CmdCellKey.
 func (*CellKeyArgs) CmdType() CmdType { return CmdCellKey }
 
-// CmdType returns CmdSetACL.
-func (*SetACLArgs) CmdType() CmdType { return CmdSetACL }
+// CmdType returns CmdSetACLIfGen for a SetACL given a generation,
+// CmdSetACL for any other.
+func (p *SetACLArgs) CmdType() CmdType {
+	if p.HasIfGen {
+		return CmdSetACLIfGen
+	}
+	return CmdSetACL
+}
 
 // CmdType returns CmdMembersSeed.
 func (*MembersSeedArgs) CmdType() CmdType { return CmdMembersSeed }
@@ -218,7 +231,7 @@ func newPayload(t CmdType) Payload {
 		return &EpochArgs{}
 	case CmdCreateSession:
 		return &CreateSessionArgs{}
-	case CmdCloseSession:
+	case CmdCloseSession, CmdIdleCloseSession:
 		return &CloseSessionArgs{}
 	case CmdOpen, CmdOpenSequential:
 		return &OpenArgs{}
@@ -238,7 +251,7 @@ func newPayload(t CmdType) Payload {
 		return &GrantArgs{}
 	case CmdCellKey:
 		return &CellKeyArgs{}
-	case CmdSetACL:
+	case CmdSetACL, CmdSetACLIfGen:
 		return &SetACLArgs{}
 	case CmdMembersSeed:
 		return &MembersSeedArgs{}
