@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"lockcell/wire"
 )
 
 // TestIdleCallsFindOnlyQuietSessions: the master's memory of sessions'
@@ -15,17 +17,24 @@ import (
 func TestIdleCallsFindOnlyQuietSessions(t *testing.T) {
 	const timeout = time.Minute
 	var ic idleCalls
+	begin := func(session uint64, now time.Time) *idleEntry {
+		e, draining := ic.begin(session, now)
+		if draining {
+			t.Fatalf("session %d draining", session)
+		}
+		return e
+	}
 	t0 := time.Unix(1000, 0)
 	live := []uint64{1, 2, 3}
 	if got := ic.idle(live, t0, timeout); len(got) != 0 {
 		t.Fatalf("sessions first seen now are idle: %v", got)
 	}
-	if e := ic.begin(99, t0); e != nil {
+	if e := begin(99, t0); e != nil {
 		t.Fatal("a call of a session without a lease made an entry")
 	}
 	// 2 calls and is answered; 3 calls and its call stays in progress.
-	ic.end(ic.begin(2, t0.Add(30*time.Second)), t0.Add(31*time.Second))
-	long := ic.begin(3, t0.Add(10*time.Second))
+	ic.end(begin(2, t0.Add(30*time.Second)), t0.Add(31*time.Second))
+	long := begin(3, t0.Add(10*time.Second))
 
 	if got := ic.idle(live, t0.Add(timeout-time.Second), timeout); len(got) != 0 {
 		t.Fatalf("idle before the timeout: %v", got)
@@ -70,7 +79,71 @@ func BenchmarkIdleCallsBeginEnd(b *testing.B) {
 		i := uint64(0)
 		for pb.Next() {
 			i++
-			ic.end(ic.begin(i%100000+1, now), now)
+			e, _ := ic.begin(i%100000+1, now)
+			ic.end(e, now)
 		}
 	})
+}
+
+// TestIdleDrainLetsTheLeaseRunOut: a session the master finds idle is
+// not closed while its lease runs (a client serves its cache for as long
+// as its lease runs, master/idle.go): its parked KeepAlive is answered at
+// once with the idle-closed message, a later KeepAlive is answered so
+// too and extends nothing (its acknowledgement still counts), and only
+// once the lease and the slack ran out does the expiry loop take the
+// session, as an idle close. A call of the session before that ends the
+// drain, and its next KeepAlive extends the lease again.
+func TestIdleDrainLetsTheLeaseRunOut(t *testing.T) {
+	const timeout = time.Second
+	ss, clock, stop := newTestSessions(t)
+	ss.created(1, 0)
+	var ic idleCalls
+	ic.idle([]uint64{1}, clock.Now().Add(-timeout), timeout) // 1 made its last call a timeout ago
+	ch := keepAliveAsync(t, ss, clock, stop, 1, 0)
+	parked(t, ch)
+	end := clock.Now().Add(ss.leaseLeft([]uint64{1}, clock.Now())[1])
+
+	if !ss.markIdle(1, &ic, clock.Now(), timeout) {
+		t.Fatal("an idle session's drain did not start")
+	}
+	if r := answered(t, ch); !wire.IsSessionIdleClosed(r.err) {
+		t.Fatalf("the parked KeepAlive: %+v, %v; want the idle-closed answer at once", r.resp, r.err)
+	}
+	_, seq, _, ok := ss.queueInvalidation(1, "/ls/c/x")
+	if !ok {
+		t.Fatal("no invalidation queued on a draining session")
+	}
+	clock.Advance(time.Second)
+	if r := answered(t, keepAliveAsync(t, ss, clock, stop, 1, seq)); !wire.IsSessionIdleClosed(r.err) {
+		t.Fatalf("a KeepAlive of a draining session: %+v, %v; want the idle-closed answer", r.resp, r.err)
+	}
+	if got := clock.Now().Add(ss.leaseLeft([]uint64{1}, clock.Now())[1]); !got.Equal(end) {
+		t.Fatalf("a draining session's KeepAlive moved its lease end from %v to %v", end, got)
+	}
+	if done, _, _ := ss.ackState(ss.leases[1], seq); !done {
+		t.Fatal("a draining session's acknowledgement was not recorded")
+	}
+	if ids := ss.expired(end); len(ids) != 0 || !ss.idleDraining(1) {
+		t.Fatalf("expired at the lease's end, before the slack: %v (draining %v)", ids, ss.idleDraining(1))
+	}
+	if ids := ss.expired(end.Add(ss.expirySlack() + time.Millisecond)); !slices.Equal(ids, []uint64{1}) {
+		t.Fatalf("expired after the lease and slack: %v, want [1]", ids)
+	}
+
+	// A call before the close ends the drain.
+	if _, draining := ic.begin(1, clock.Now()); !draining {
+		t.Fatal("a call of a draining session was not told of the drain")
+	}
+	ss.unmarkIdle(1)
+	if ss.idleDraining(1) {
+		t.Fatal("the drain outlived a call of the session")
+	}
+	ch = keepAliveAsync(t, ss, clock, stop, 1, seq)
+	parked(t, ch)
+	if got := clock.Now().Add(ss.leaseLeft([]uint64{1}, clock.Now())[1]); !got.After(end) {
+		t.Fatal("the KeepAlive after the drain ended did not extend the lease")
+	}
+	if ss.markIdle(1, &ic, clock.Now(), timeout) {
+		t.Fatal("a session with a call in progress was drained")
+	}
 }

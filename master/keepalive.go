@@ -113,6 +113,17 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 		l = newLease(arrived.Add(ss.ttl))
 		ss.leases[a.session] = l
 	}
+	if l.idle {
+		// Draining for idleness (idle.go): the lease runs out, and
+		// the client is told why at once. Its acknowledgement still
+		// counts: writes waiting on it need not wait out the lease.
+		ss.dropAckedLocked(l, a.ack)
+		if a.ack > l.acked {
+			l.acked = a.ack
+			l.signalAckLocked()
+		}
+		return nil, time.Time{}, false, idleClosedErr(a.session)
+	}
 	// A KeepAlive that waited in the socket while the master stalled may
 	// run before the expiry loop's tick does: it credits the stall first.
 	ss.creditStallLocked(arrived)
@@ -186,10 +197,11 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 		// session's, and must not hear of a lease.
 		return nil, movedErr(a.session)
 	}
+	if l.idle {
+		// Draining for idleness, or closed so (idle.go): extend nothing.
+		return nil, idleClosedErr(a.session)
+	}
 	if l.closed {
-		if l.idle {
-			return nil, idleClosedErr(a.session)
-		}
 		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", a.session)
 	}
 	ttl := ss.grantTTLLocked()

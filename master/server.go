@@ -394,7 +394,10 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if s.cfg.Limits.IdleSessionTimeout > 0 && h.Session != 0 && !r.newSession {
 		// A call in progress keeps its session from being idle, however
 		// long it takes (idle.go).
-		e := s.idle.begin(h.Session, s.cfg.Clock.Now())
+		e, draining := s.idle.begin(h.Session, s.cfg.Clock.Now())
+		if draining {
+			s.sess.unmarkIdle(h.Session) // in use again: its lease runs on
+		}
 		defer func() { s.idle.end(e, s.cfg.Clock.Now()) }()
 	}
 	ration := r.rationed && caller.Principal != s.cfg.Admin

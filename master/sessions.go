@@ -20,8 +20,8 @@ type lease struct {
 	// moved: closed because another process resumed the session; the
 	// KeepAlives parked on it are told so (wire.SessionMovedMsg).
 	moved bool
-	// idle: being closed (or closed) for idleness (idle.go); the
-	// KeepAlives parked on it are told so (wire.SessionIdleClosedMsg).
+	// idle: draining for idleness, or closed so (idle.go): KeepAlives
+	// extend it no more and are told so (wire.SessionIdleClosedMsg).
 	idle   bool
 	events []wire.Event
 	// failoverSeq is the sequence of this master's fail-over event for the
@@ -668,18 +668,7 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		now := s.cfg.Clock.Now()
 		s.sess.watch(now, false)
 		for _, id := range s.sess.expired(now) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := s.w.applyInvalidating(ctx, stop, &fsm.Command{Session: id, Time: s.now(), Payload: &fsm.CloseSessionArgs{Expired: true}})
-			cancel()
-			switch {
-			case err != nil:
-				s.log.Warn("session expiry not applied; will retry", "session", id, "err", err)
-			case res.Err != nil: // the state has no such session
-				s.sess.drop(id)
-				s.inv.forget(id)
-			default:
-				s.log.Info("session expired", "session", id)
-			}
+			s.closeExpired(id, stop) // an idle session's drained lease too (idle.go)
 			select {
 			case <-stop:
 				return
@@ -688,6 +677,6 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		}
 		// Expiries first: they free locks others wait for; an idle
 		// session holds nothing (idle.go).
-		s.closeIdle(now, stop)
+		s.closeIdle(now)
 	}
 }
