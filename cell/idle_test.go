@@ -176,7 +176,7 @@ func TestIdleClockRestartsAtFailover(t *testing.T) {
 // them; a raw session, so nothing but the master's answers is tested.
 func TestIdleClosedSessionIsToldSo(t *testing.T) {
 	const timeout = 400 * time.Millisecond
-	c := idleCell(t, 1, timeout) // lease 2 s: the idle close comes first
+	c := idleCell(t, 1, timeout) // lease 2 s: the idle drain begins first, so the close at its end is an idle close
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	m := c.Server(c.WaitForMaster(10 * time.Second))

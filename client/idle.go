@@ -5,9 +5,12 @@ import "fmt"
 // A session closed for idleness (docs/spec.md#idle-sessions). The master
 // closes a session that has held no open handle and made no call but
 // KeepAlives for the cell's idle-session timeout (a minute by default),
-// and says so (wire's SessionIdleClosedMsg). Such a session held nothing:
-// no handle, so no lock, no queued Acquire, no ephemeral node, no cached
-// entry it could be told about. Chubby's and ZooKeeper's users expect a
+// and says so (wire's SessionIdleClosedMsg) on the KeepAlive it stops
+// extending the lease on; it closes the session once that lease has run
+// out, so the cache this client filled in the session cannot be served
+// after the close (master/idle.go). Such a session held nothing else: no
+// handle, so no lock, no queued Acquire, no ephemeral node. On the answer
+// the Client purges its cache at once and sends no more KeepAlives. Chubby's and ZooKeeper's users expect a
 // session to end only when the program ends it or loses contact, and a
 // program that merely idled did neither; so the Client does not turn
 // this close into an Expired the program must handle. It emits
@@ -44,8 +47,10 @@ func (c *Client) markIdleClosed(id uint64, err error) bool {
 		return false
 	}
 	if c.cache != nil {
-		// The master forgot what this session cached; the next session
-		// starts with an empty cache (renew purges it again).
+		// The master lets the session's lease run out and then forgets
+		// what it cached: serve nothing more from it (writes of what it
+		// cached wait for its lease meanwhile). The next session starts
+		// with an empty cache (renew purges it again).
 		c.cache.Purge()
 	}
 	c.pool.drop("") // their handles closed with the session
