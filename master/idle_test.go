@@ -147,3 +147,34 @@ func TestIdleDrainLetsTheLeaseRunOut(t *testing.T) {
 		t.Fatal("a session with a call in progress was drained")
 	}
 }
+
+// A write held by a session whose lease the master lets run out to close
+// it for idleness waits out that lease as for any cacher (the client may
+// serve its cache until then), but the wait is the master's choice, not
+// the principal's doing: however many such holds, the principal is never
+// barred from caching.
+func TestIdleDrainHoldsAreNotCharged(t *testing.T) {
+	f := newInvFixture(t)
+	const name = "/ls/c/f"
+	for i := range 5 {
+		id := uint64(1 + i)
+		f.sess.add(id, f.clock.Now().Add(testLease))
+		f.sess.mu.Lock()
+		f.sess.leases[id].idle = true // draining: its KeepAlives are refused
+		f.sess.mu.Unlock()
+		if !f.inv.register(id, "p", name) {
+			t.Fatalf("round %d: the principal was barred by its draining sessions' holds", i)
+		}
+		c := f.change(name)
+		f.parked(t, 1)
+		f.clock.Advance(testLease - time.Millisecond)
+		if c.finished() {
+			t.Fatalf("round %d: the write went ahead before the draining cacher's lease ran out", i)
+		}
+		f.clock.Advance(2 * time.Millisecond)
+		c.wait(t)
+	}
+	if st := statsOf(f.inv); st.Bars != 0 {
+		t.Fatalf("stats %+v; want no bar", st)
+	}
+}
