@@ -213,9 +213,9 @@ func (ic *idleCalls) idle(live []uint64, now time.Time, timeout time.Duration) [
 
 // idleGoneKeep is how long the master remembers a session it closed for
 // idleness, to answer its calls with SessionIdleClosedMsg rather than a
-// plain expiry: a client hears of the close on its parked KeepAlive, or
-// on its next call within about a lease; one in jeopardy searches for up
-// to its grace period (45 s by default).
+// plain expiry: a client hears of it on its KeepAlives while the lease
+// drains, or on its next call after the close within about a lease; one
+// in jeopardy searches for up to its grace period (45 s by default).
 func (ss *sessions) idleGoneKeep() time.Duration { return max(2*ss.maxTTL, 2*time.Minute) }
 
 // idleCandidates returns the sessions whose lease runs at now and is
