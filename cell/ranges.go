@@ -127,6 +127,9 @@ var SettingRanges = map[string]SettingRange{
 	// The audit trail keeps at least its newest 16 MiB segment whatever
 	// this says; more than 1 TiB is a typo.
 	"audit-retain": sizes(1<<20, 1<<40),
+	// An idle-session timeout of 0 never closes an idle session; a day
+	// is already "never" for a leaked session slot.
+	"idle-session-timeout": durations(0, 24*time.Hour),
 	// A handle costs every replica about 165 bytes of heap and 68 of
 	// snapshot (replica.BenchmarkHandleCost).
 	"max-handles-per-principal": counts(1, 5_000_000),

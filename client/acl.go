@@ -33,10 +33,22 @@ func (h *Handle) GetACL(ctx context.Context) (ACL, error) {
 // every call the cell admits after it returns, including reads that other
 // clients would have served from their caches, which the cell invalidates
 // first.
-func (h *Handle) SetACL(ctx context.Context, a ACL) (Stat, error) {
+//
+// With IfGeneration(gen) it is a compare-and-swap on the node's ACL
+// generation (Stat.ACLGen, not its content generation): it changes the
+// names only if ACLGen is still gen, and otherwise fails with
+// ErrGenerationMismatch, changing nothing. A read-modify-write of one of
+// the three names (GetStat, then SetACL with the ACLGen it returned)
+// thus never undoes another client's change made in between.
+func (h *Handle) SetACL(ctx context.Context, a ACL, opts ...SetOption) (Stat, error) {
 	h.markDirty()
+	var so setOptions
+	for _, o := range opts {
+		o(&so)
+	}
 	var resp wire.StatResponse
-	err := h.do(ctx, "setacl", wire.MethodSetACL, &wire.SetACLRequest{Handle: h.id.Load(), Read: a.Read, Write: a.Write, ChangeACL: a.ChangeACL}, &resp)
+	err := h.do(ctx, "setacl", wire.MethodSetACL, &wire.SetACLRequest{Handle: h.id.Load(), Read: a.Read, Write: a.Write, ChangeACL: a.ChangeACL,
+		IfGeneration: so.gen, HasIfGeneration: so.hasGen}, &resp)
 	if err != nil {
 		return Stat{}, err
 	}

@@ -615,7 +615,7 @@ func dirEntries(ents []wire.DirEntry) []DirEntry {
 	return out
 }
 
-// SetOption adjusts a SetContents.
+// SetOption adjusts a SetContents or a SetACL.
 type SetOption func(*setOptions)
 
 type setOptions struct {
@@ -625,7 +625,8 @@ type setOptions struct {
 
 // IfGeneration makes SetContents a compare-and-swap: it writes only if the
 // file's content generation is still gen, and otherwise fails with
-// ErrGenerationMismatch, changing nothing.
+// ErrGenerationMismatch, changing nothing. Given to SetACL it compares
+// the node's ACL generation (Stat.ACLGen) instead.
 func IfGeneration(gen uint64) SetOption {
 	return func(o *setOptions) { o.gen, o.hasGen = gen, true }
 }

@@ -17,9 +17,20 @@ import (
 // and with no invalidation of the name since they were opened (the master
 // invalidates the name to us like a cached read, so a delete or re-create of
 // the node drops them). Idle handles are closed at the master when dropped.
+// One not taken back for maxPooledAge is dropped: a pooled handle is an
+// open handle at the master, and a session with one open is never closed
+// for idleness (docs/spec.md#idle-sessions), so a program that closed
+// its handles and forgot its Client would otherwise hold its session for
+// good.
 
 // maxPooled bounds the idle handles kept.
 const maxPooled = 1024
+
+// maxPooledAge is how long an idle handle is kept for an Open that takes
+// it back; the keep-alive loop closes older ones (dropStale). A third of
+// Chubby's idle-session minute: a name opened again within it costs no
+// call, and a forgotten Client's session is idle soon after.
+const maxPooledAge = 20 * time.Second
 
 type poolKey struct {
 	name      string
@@ -31,6 +42,7 @@ type pooledHandle struct {
 	id       uint64
 	tok      cache.Token
 	instance uint64
+	since    time.Time // when it was pooled
 }
 
 // poolable reports whether an Open may reuse or leave behind an idle handle.
@@ -81,6 +93,31 @@ func (p *handlePool) keep(key poolKey, ph pooledHandle, fresh func(cache.Token) 
 	return true
 }
 
+// dropOlder takes out the idle handles pooled before cutoff and returns
+// their ids.
+func (p *handlePool) dropOlder(cutoff time.Time) []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []uint64
+	for key, list := range p.idle {
+		kept := list[:0]
+		for _, ph := range list {
+			if ph.since.Before(cutoff) {
+				ids = append(ids, ph.id)
+			} else {
+				kept = append(kept, ph)
+			}
+		}
+		p.n -= len(list) - len(kept)
+		if len(kept) == 0 {
+			delete(p.idle, key)
+		} else {
+			p.idle[key] = kept
+		}
+	}
+	return ids
+}
+
 // drop empties the pool of name ("" for all) and returns the ids dropped.
 func (p *handlePool) drop(name string) []uint64 {
 	p.mu.Lock()
@@ -118,7 +155,14 @@ func (c *Client) keepIdle(key poolKey, ph pooledHandle) bool {
 	if c.sess.usable() != nil {
 		return false
 	}
+	ph.since = c.clock.Now()
 	return c.pool.keep(key, ph, c.cache.Fresh)
+}
+
+// dropStale closes at the master the idle handles pooled for longer than
+// maxPooledAge.
+func (c *Client) dropStale() {
+	c.closeIdle(c.pool.dropOlder(c.clock.Now().Add(-maxPooledAge)))
 }
 
 // dropPooled closes the idle handles of name ("" for all) at the master.

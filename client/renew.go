@@ -43,7 +43,9 @@ func (c *Client) callAt(ctx context.Context, m wire.Method, seq uint64, req, res
 	}
 	for {
 		_, err = c.roundTrip(ctx, callSpec{method: m, seq: seq, req: req, resp: resp, budget: c.cfg.RetryTimeout, gen: gen})
-		if err == nil || !c.cfg.RenewSession {
+		// After an idle close the call waits for the new session whatever
+		// RenewSession says (idle.go); the close may already be renewed.
+		if err == nil || (!c.cfg.RenewSession && !c.sess.idleClosed() && c.sess.generation() == gen) {
 			return gen, err
 		}
 		gone, ok := err.(*sessionGone) // roundTrip's own, unwrapped
@@ -117,12 +119,14 @@ func (h *Handle) bind(req any) (uint64, error) {
 // renewBackoffCap bounds the wait between a renewal's refused tries.
 const renewBackoffCap = 5 * time.Second
 
-// renew opens a new session after an expiry and re-opens the open handles
-// in it, trying again (with back-off) until it succeeds or the Client is
-// closed. It reports false when the keep-alive loop should end: Config.
-// RenewSession is off, or the Client is closing.
+// renew opens a new session after an expiry, or after an idle close once
+// a call wants one (idle.go), and re-opens the open handles in it, trying
+// again (with back-off) until it succeeds or the Client is closed. It
+// reports false when the keep-alive loop should end: the session expired
+// and Config.RenewSession is off, or the Client is closing.
 func (c *Client) renew() bool {
-	if !c.cfg.RenewSession || c.sess.movedAway() {
+	idle := c.sess.idleClosed()
+	if (!c.cfg.RenewSession && !idle) || c.sess.movedAway() {
 		return false
 	}
 	defer c.sess.endRenewal() // also when Close ends the renewal
@@ -160,7 +164,11 @@ func (c *Client) renew() bool {
 			continue // the new session expired too (or Close began)
 		}
 		c.sess.endRenewal()
-		c.log.Info("lockcell: session renewed after its expiry", "session", resp.Session)
+		if idle {
+			c.log.Info("lockcell: new session opened after the idle one was closed", "session", resp.Session)
+		} else {
+			c.log.Info("lockcell: session renewed after its expiry", "session", resp.Session)
+		}
 		c.emit(Event{Kind: Renewed, Epoch: resp.Epoch, Session: resp.Session})
 		return true
 	}

@@ -252,8 +252,12 @@ func (s *sessionState) callIdentity() (id, epoch, incarnation uint64) {
 // markEnded marks the session id over after the master said so with
 // err: expired, or moved to another process (ErrSessionMoved). A moved
 // session is final even with Config.RenewSession: another process now
-// speaks for it, and this one is the process that must stop.
+// speaks for it, and this one is the process that must stop. A session
+// closed for idleness that held nothing is not an expiry (idle.go).
 func (c *Client) markEnded(id uint64, err error) {
+	if wire.IsSessionIdleClosed(err) && c.markIdleClosed(id, err) {
+		return // it held nothing: the next call opens a new session
+	}
 	if wire.IsSessionMoved(err) {
 		c.sess.mu.Lock()
 		if c.sess.id == id {

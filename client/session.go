@@ -80,6 +80,8 @@ const (
 	// client opened a new session (Event.Session, also Client.Session
 	// from now on) and re-opened its open handles in it, each told so on
 	// its own stream (Reopened or ReopenFailed). No lock carries over.
+	// It also follows IdleClosed, with or without RenewSession, once a
+	// call wanted the new session.
 	Renewed
 	// LockLost (handle event): the session expired while this handle held
 	// its lock (Event.LockGen), so the cell freed it; its lock context
@@ -97,6 +99,13 @@ const (
 	// is gone: ErrNotFound). Every call on the handle fails with an error
 	// matching ErrHandleInvalid and Event.Err; Close it.
 	ReopenFailed
+	// IdleClosed (session event): the master closed the session
+	// (Event.Session) because it held no open handle and made no call
+	// but KeepAlives for the cell's idle-session timeout. It held
+	// nothing, so nothing is lost and this is not an Expired: the next
+	// call opens a new session (then Renewed, with its id) and runs in
+	// it, whatever Config.RenewSession says (client/idle.go says why).
+	IdleClosed
 )
 
 func (k EventKind) String() string {
@@ -137,6 +146,8 @@ func (k EventKind) String() string {
 		return "reopened"
 	case ReopenFailed:
 		return "reopen-failed"
+	case IdleClosed:
+		return "idle-closed"
 	}
 	return "event"
 }
@@ -163,7 +174,8 @@ type Event struct {
 	// Missed is, on an Overflow, the kind of the first event lost (zero
 	// when the master dropped them: it does not say which).
 	Missed EventKind
-	// Session is the new session's id on Renewed and Reopened.
+	// Session is the new session's id on Renewed and Reopened, the
+	// closed one's on IdleClosed.
 	Session uint64
 	// Err is why, on ReopenFailed.
 	Err error
@@ -179,7 +191,7 @@ var handleEventKinds = map[uint8]EventKind{
 }
 
 // Events delivers the session's events in order: Jeopardy, Safe, Expired,
-// Renewed and MasterFailover (handle events go to Handle.Events only).
+// IdleClosed, Renewed and MasterFailover (handle events go to Handle.Events only).
 // The channel is closed by Close. It keeps SessionEventBuffer unread
 // events; a reader that falls further behind does not stall the session,
 // and loses nothing silently: the first event it could not keep becomes
@@ -235,6 +247,10 @@ type sessionState struct {
 	renew     bool
 	renewing  bool
 	renewDone chan struct{}
+	// idle: the master closed the session for idleness (idle.go); the
+	// keep-alive loop waits on idleWake for a call that wants a new one.
+	idle     bool
+	idleWake chan struct{}
 
 	leaseEnd time.Time // on clock, conservative
 	jeopardy bool
@@ -260,7 +276,7 @@ type sessionState struct {
 // drift margin of a lease of ttlMillis. Dial starts with no lease (a zero
 // end) and sets it with start once the master has created the session.
 func newSessionState(clock Clock, end time.Time, ttlMillis int64) *sessionState {
-	s := &sessionState{clock: clock}
+	s := &sessionState{clock: clock, idleWake: make(chan struct{}, 1)}
 	s.setLeaseLocked(end, ttlMillis)
 	s.sure, s.endSure = context.WithCancelCause(context.Background())
 	return s
@@ -293,7 +309,11 @@ func (s *sessionState) start(id, epoch uint64, end time.Time, ttlMillis int64) (
 	s.id, s.epoch = id, epoch
 	s.setLeaseLocked(end, ttlMillis)
 	s.gen++
-	s.expired, s.jeopardy, s.ackEvent = false, false, 0
+	s.expired, s.jeopardy, s.ackEvent, s.idle = false, false, 0, false
+	select { // a call's wish for a session is met by this one
+	case <-s.idleWake:
+	default:
+	}
 	s.incarnation, s.secret, s.moved = 0, nil, false // a new session: Dial's or a renewal's (a resume sets its own)
 	if s.sure.Err() != nil {
 		s.sure, s.endSure = context.WithCancelCause(context.Background())
@@ -341,6 +361,7 @@ func (s *sessionState) usableIn(gen uint64, renewal bool) error {
 	case s.closed:
 		return ErrClosed
 	case s.expired && !renewal:
+		s.wantSessionLocked()
 		return s.endedErrLocked()
 	case gen != 0 && gen != s.gen:
 		return wire.Errorf(wire.CodeSessionExpired, "the session the call was made in has expired (the client renewed it: session %d)", s.id)
@@ -368,6 +389,7 @@ func (c *Client) awaitRenewal(ctx context.Context, gen uint64, budget time.Durat
 			s.mu.Unlock()
 			return wire.Errorf(wire.CodeSessionExpired, "session %d has expired", s.id)
 		}
+		s.wantSessionLocked()
 		done := s.renewDone
 		s.mu.Unlock()
 		if timeout == nil {
@@ -574,8 +596,12 @@ func (c *Client) keepAliveLoop() {
 				c.log.Debug("lockcell: session safe again", "session", c.Session(), "epoch", resp.Epoch)
 				c.emit(Event{Kind: Safe, Epoch: resp.Epoch})
 			}
+			c.dropStale()
 		case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrUnknownSession):
 			c.markEnded(id, err)
+			if c.sess.idleClosed() && !c.awaitCall() {
+				return // closed for idleness: a new session waits for a call that wants it
+			}
 			if !c.renew() {
 				return
 			}

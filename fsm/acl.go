@@ -159,6 +159,9 @@ func (f *FSM) setACL(index uint64, c *Command, p *SetACLArgs) *Result {
 	if err := f.permit(c, n, acl.ChangeACL); err != nil {
 		return &Result{Err: err}
 	}
+	if p.HasIfGen && n.ACLGen != p.IfGen {
+		return &Result{Err: errf(KindGenerationMismatch, "%s: ACL generation is %d, not %d", n.Path, n.ACLGen, p.IfGen)}
+	}
 	n.ReadACL, n.WriteACL, n.ChangeACL = p.ACL.Read, p.ACL.Write, p.ACL.ChangeACL
 	n.ACLGen = index
 	f.note(Change{Kind: ChangeNode, Path: n.Path})

@@ -62,8 +62,11 @@ func (f *FSM) auditSubjectOf(c *Command) auditSubject {
 		s.op = "create_session"
 	case *CloseSessionArgs:
 		s.op = "close_session"
-		if p.Expired {
+		switch {
+		case p.Expired:
 			s.op = "expire_session"
+		case p.Idle:
+			s.op = "idle_close_session"
 		}
 	case *OpenArgs:
 		if p.Flags&FlagCreate == 0 {
@@ -173,7 +176,11 @@ func auditDetail(c *Command, r *Result) string {
 		return d
 	case *SetACLArgs:
 		if a := p.ACL; a != nil {
-			return fmt.Sprintf("read=%q write=%q change_acl=%q", a.Read, a.Write, a.ChangeACL)
+			d := fmt.Sprintf("read=%q write=%q change_acl=%q", a.Read, a.Write, a.ChangeACL)
+			if p.HasIfGen {
+				d += fmt.Sprintf(", if ACL generation %d", p.IfGen)
+			}
+			return d
 		}
 	case *MembersSeedArgs:
 		return memberList(p.Members)

@@ -36,7 +36,7 @@ var cmdTags = map[reflect.Type]string{
 	reflect.TypeFor[Quota](): "Nodes:n,omitempty ContentBytes:b,omitempty NodesPerPrincipal:pn,omitempty " +
 		"ContentBytesPerPrincipal:pb,omitempty NodesAdminReserve:rn,omitempty ContentBytesAdminReserve:rb,omitempty",
 	reflect.TypeFor[CreateSessionArgs](): "Host:ho,omitempty PID:pi,omitempty Program:pg,omitempty",
-	reflect.TypeFor[CloseSessionArgs]():  "Expired:x,omitempty",
+	reflect.TypeFor[CloseSessionArgs]():  "Expired:x,omitempty Idle:id,omitempty",
 	reflect.TypeFor[OpenArgs](): "Path:p,omitempty Flags:f,omitempty Contents:c,omitempty LockDelay:ld,omitempty " +
 		"EventMask:em,omitempty Quota:qu,omitempty TTL:tl,omitempty",
 	reflect.TypeFor[CloseArgs](): "Handle:h,omitempty",
@@ -123,8 +123,9 @@ func writePayload(w *codec.Writer, p Payload) bool {
 		if !closeSessByHand {
 			return false
 		}
-		w.MapLen(0, p.Expired)
+		w.MapLen(0, p.Expired, p.Idle)
 		w.Bool("x", p.Expired)
+		w.Bool("id", p.Idle)
 	case *OpenArgs:
 		if !openByHand {
 			return false

@@ -51,6 +51,18 @@ const (
 	// of a version without them stops at it rather than make a plain
 	// node and diverge.
 	CmdOpenLifetime CmdType = 24
+	// CmdIdleCloseSession is the master's close of an idle session
+	// (CloseSessionArgs.Idle, sessions.go): the same payload as
+	// CloseSession under a type of its own, so a replica of a version
+	// without idle closing stops at it rather than close a session that
+	// has open handles (this version refuses that) and diverge.
+	CmdIdleCloseSession CmdType = 25
+	// CmdSetACLIfGen is a SetACL given the ACL generation it expects
+	// (SetACLArgs.HasIfGen, acl.go): the same payload as SetACL under a
+	// type of its own, so a replica of a version without the comparison
+	// stops at it rather than replace the names unconditionally and
+	// diverge. An unconditional SetACL keeps CmdSetACL and its bytes.
+	CmdSetACLIfGen CmdType = 26
 )
 
 func (t CmdType) String() string {
@@ -101,6 +113,10 @@ func (t CmdType) String() string {
 		return "ExpireTTL"
 	case CmdOpenLifetime:
 		return "OpenLifetime"
+	case CmdIdleCloseSession:
+		return "IdleCloseSession"
+	case CmdSetACLIfGen:
+		return "SetACLIfGen"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

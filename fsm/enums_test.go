@@ -38,6 +38,8 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"CmdOpenSequential", uint64(CmdOpenSequential), 21},
 		{"CmdExpireTTL", uint64(CmdExpireTTL), 23},
 		{"CmdOpenLifetime", uint64(CmdOpenLifetime), 24},
+		{"CmdIdleCloseSession", uint64(CmdIdleCloseSession), 25},
+		{"CmdSetACLIfGen", uint64(CmdSetACLIfGen), 26},
 		// Error kinds: stored with de-duplicated results in snapshots.
 		{"KindNone", uint64(KindNone), 0},
 		{"KindNotFound", uint64(KindNotFound), 1},

@@ -1755,7 +1755,7 @@ func fsmtApplyAll(t *testing.T, g *fsmtGen, hs []*fsmtH, c Command) []*Result {
 	switch {
 	case c.Type == CmdCreateSession:
 		g.sessions = append(g.sessions, r.Session)
-	case c.Type == CmdCloseSession && r.Err == nil:
+	case (c.Type == CmdCloseSession || c.Type == CmdIdleCloseSession) && r.Err == nil:
 		for i, s := range g.sessions {
 			if s == c.Session {
 				g.sessions = append(g.sessions[:i:i], g.sessions[i+1:]...)
@@ -1851,6 +1851,7 @@ func fsmtEveryPayload() []Command {
 		&EpochArgs{},
 		&CreateSessionArgs{},
 		&CloseSessionArgs{Expired: true},
+		&CloseSessionArgs{Idle: true}, // CmdIdleCloseSession
 		&OpenArgs{Path: "/ls/c/x", Flags: fsmtRWC, Contents: []byte("abc"), LockDelay: int64(time.Second), EventMask: 3, Quota: q},
 		&CloseArgs{Handle: 3},
 		&SetContentsArgs{Handle: 3, Contents: []byte("abc"), IfGen: 5, HasIfGen: true, Quota: q, Path: "/ls/c/x"},
@@ -1861,6 +1862,7 @@ func fsmtEveryPayload() []Command {
 		&GrantArgs{Path: "/ls/c/x"},
 		&CellKeyArgs{Key: bytes.Repeat([]byte{7}, 32)},
 		&SetACLArgs{Handle: 3, ACL: &ACLNames{Read: "r", Write: "w", ChangeACL: "c"}},
+		&SetACLArgs{Handle: 3, ACL: &ACLNames{Read: "r", Write: "w", ChangeACL: "c"}, IfGen: 12, HasIfGen: true}, // CmdSetACLIfGen
 		&MembersSeedArgs{Members: ms, ConfiguredSize: 5},
 		&MemberPutArgs{Members: ms},
 		&MemberRemoveArgs{Members: ms},
@@ -1893,8 +1895,10 @@ func TestCommandEncodeRoundTrip(t *testing.T) {
 		}
 		seen[c.Type] = true
 	}
-	if !seen[CmdResumeSession] {
-		t.Error("no ResumeSession command round-tripped")
+	for _, typ := range []CmdType{CmdResumeSession, CmdIdleCloseSession, CmdSetACLIfGen} {
+		if !seen[typ] {
+			t.Errorf("no %s command round-tripped", typ)
+		}
 	}
 	for typ := CmdEpoch; typ <= CmdBreakLock; typ++ {
 		if s := typ.String(); strings.HasPrefix(s, "CmdType(") {

@@ -251,6 +251,7 @@ type mCmd struct {
 	WaitSeq   uint64
 	LockDelay int64
 	Expired   bool
+	Idle      bool
 	ACL       *ACLNames
 	Identity  CreateSessionArgs
 	TTL       int64  // an Open's TTL
@@ -264,7 +265,7 @@ func flatCmd(c Command) mCmd {
 	case *CreateSessionArgs:
 		m.Identity = *p
 	case *CloseSessionArgs:
-		m.Expired = p.Expired
+		m.Expired, m.Idle = p.Expired, p.Idle
 	case *OpenArgs:
 		m.Path, m.Flags, m.Contents, m.LockDelay, m.TTL = p.Path, p.Flags, p.Contents, p.LockDelay, p.TTL
 	case *ExpireTTLArgs:
@@ -286,7 +287,7 @@ func flatCmd(c Command) mCmd {
 	case *BreakLockArgs:
 		m.Path = p.Path
 	case *SetACLArgs:
-		m.Handle, m.ACL = p.Handle, p.ACL
+		m.Handle, m.ACL, m.IfGen, m.HasIfGen = p.Handle, p.ACL, p.IfGen, p.HasIfGen
 	}
 	return m
 }
@@ -383,7 +384,7 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		m.sessions[idx] = &mSession{client: c.Client, principal: c.Principal, created: c.Time, results: map[uint64]mResult{},
 			host: c.Identity.Host, pid: c.Identity.PID, program: c.Identity.Program}
 		return mResult{Session: idx}
-	case CmdCloseSession:
+	case CmdCloseSession, CmdIdleCloseSession:
 		s := m.sessions[c.Session]
 		if s == nil {
 			return errResult(KindSessionExpired)
@@ -393,6 +394,9 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 			if h.session == c.Session {
 				ids = append(ids, id)
 			}
+		}
+		if c.Idle && len(ids) > 0 {
+			return errResult(KindCanceled) // in use: the idle close is withdrawn
 		}
 		slices.Sort(ids)
 		for _, id := range ids {
@@ -580,13 +584,16 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 			next = max(next, q)
 		}
 		return mResult{Session: c.Session, Incarnation: idx, NextSeq: next + 1}
-	case CmdSetACL:
+	case CmdSetACL, CmdSetACLIfGen:
 		_, n, k := m.liveHandle(c)
 		if k != KindNone {
 			return errResult(k)
 		}
 		if !m.allowed(c.Principal, c.Admin, n, permChange) {
 			return errResult(KindPermission)
+		}
+		if c.HasIfGen && n.agen != c.IfGen {
+			return errResult(KindGenerationMismatch)
 		}
 		n.acl = [3]string{c.ACL.Read, c.ACL.Write, c.ACL.ChangeACL}
 		n.agen = idx
@@ -1302,7 +1309,11 @@ func TestFSMMatchesModel(t *testing.T) {
 			case "new session":
 				newSession()
 			case "close session":
-				r.applyEntry(Command{Session: pickSession(), Payload: &CloseSessionArgs{Expired: rapid.Bool().Draw(rt, "expired")}})
+				// The master's close: by expiry, for idleness (refused
+				// while the session has a handle open), or the client's own.
+				p := &CloseSessionArgs{Expired: rapid.Bool().Draw(rt, "expired")}
+				p.Idle = !p.Expired && modelChance(rt, 3, "idle")
+				r.applyEntry(Command{Session: pickSession(), Payload: p})
 			case "open":
 				flags := FlagRead
 				if !modelChance(rt, 4, "read-only") {
@@ -1381,7 +1392,15 @@ func TestFSMMatchesModel(t *testing.T) {
 				names.Read = rapid.SampledFrom(modelACLNames).Draw(rt, "read acl")
 				names.Write = rapid.SampledFrom(modelACLNames).Draw(rt, "write acl")
 				names.ChangeACL = rapid.SampledFrom(modelACLNames).Draw(rt, "change acl")
-				r.request(ownerOf(h), Command{Payload: &SetACLArgs{Handle: h, ACL: names}})
+				p := &SetACLArgs{Handle: h, ACL: names}
+				if rapid.Bool().Draw(rt, "acl cas") {
+					p.HasIfGen = true
+					p.IfGen = uint64(rapid.IntRange(0, len(r.log)).Draw(rt, "stale acl gen"))
+					if mh := r.m.handles[h]; mh != nil && r.m.nodes[mh.path] != nil && rapid.Bool().Draw(rt, "current acl gen") {
+						p.IfGen = r.m.nodes[mh.path].agen
+					}
+				}
+				r.request(ownerOf(h), Command{Payload: p})
 			case "break":
 				// The admin breaks a lock (rarely, someone else tries).
 				if modelChance(rt, 6, "non-admin break") {

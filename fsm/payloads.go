@@ -21,11 +21,20 @@ type CreateSessionArgs struct {
 	Program string `msgpack:"pg,omitempty"`
 }
 
-// CloseSessionArgs: the envelope's Session ends, cleanly or by expiry.
+// CloseSessionArgs: the envelope's Session ends, cleanly, by expiry or
+// for idleness.
 type CloseSessionArgs struct {
 	// Expired: the session's lease ran out, so each lock it held stays
 	// unavailable for its handle's lock-delay.
 	Expired bool `msgpack:"x,omitempty"`
+	// Idle: the master closes a session that made no call but KeepAlives
+	// for its idle timeout. The close applies only if the session has no
+	// open handle when the entry applies (else it is refused with
+	// KindCanceled and changes nothing), so an idle close never takes a
+	// lock, a wait or an ephemeral node: the master's view of idleness is
+	// its memory, the state decides. Set, the command is of type
+	// CmdIdleCloseSession, which older replicas do not know.
+	Idle bool `msgpack:"id,omitempty"`
 }
 
 // OpenArgs: a handle is opened on Path, creating the node when the flags
@@ -103,10 +112,16 @@ type CellKeyArgs struct {
 	Key []byte `msgpack:"c,omitempty"`
 }
 
-// SetACLArgs: the three ACL file names of the handle's node are replaced.
+// SetACLArgs: the three ACL file names of the handle's node are replaced,
+// if its ACL generation is IfGen when HasIfGen is set (as SetContentsArgs
+// compares the content generation). With HasIfGen the command is of
+// type CmdSetACLIfGen, which older replicas do not know; without, it is
+// a CmdSetACL encoded as before the fields existed.
 type SetACLArgs struct {
-	Handle uint64    `msgpack:"h,omitempty"`
-	ACL    *ACLNames `msgpack:"acl,omitempty"`
+	Handle   uint64    `msgpack:"h,omitempty"`
+	ACL      *ACLNames `msgpack:"acl,omitempty"`
+	IfGen    uint64    `msgpack:"ig,omitempty"`
+	HasIfGen bool      `msgpack:"hi,omitempty"`
 }
 
 // MembersSeedArgs: the member table and configured size are set, if they
@@ -134,8 +149,14 @@ func (*EpochArgs) CmdType() CmdType { return CmdEpoch }
 // CmdType returns CmdCreateSession.
 func (*CreateSessionArgs) CmdType() CmdType { return CmdCreateSession }
 
-// CmdType returns CmdCloseSession.
-func (*CloseSessionArgs) CmdType() CmdType { return CmdCloseSession }
+// CmdType returns CmdIdleCloseSession for the master's idle close,
+// CmdCloseSession for any other.
+func (p *CloseSessionArgs) CmdType() CmdType {
+	if p.Idle {
+		return CmdIdleCloseSession
+	}
+	return CmdCloseSession
+}
 
 // CmdType returns CmdOpenLifetime for an open that asks for a TTL or a
 // container, CmdOpenSequential for another sequential open, CmdOpen for
@@ -174,8 +195,14 @@ func (*GrantArgs) CmdType() CmdType { return CmdGrant }
 // CmdType returns CmdCellKey.
 func (*CellKeyArgs) CmdType() CmdType { return CmdCellKey }
 
-// CmdType returns CmdSetACL.
-func (*SetACLArgs) CmdType() CmdType { return CmdSetACL }
+// CmdType returns CmdSetACLIfGen for a SetACL given a generation,
+// CmdSetACL for any other.
+func (p *SetACLArgs) CmdType() CmdType {
+	if p.HasIfGen {
+		return CmdSetACLIfGen
+	}
+	return CmdSetACL
+}
 
 // CmdType returns CmdMembersSeed.
 func (*MembersSeedArgs) CmdType() CmdType { return CmdMembersSeed }
@@ -211,7 +238,7 @@ func newPayload(t CmdType) Payload {
 		return &EpochArgs{}
 	case CmdCreateSession:
 		return &CreateSessionArgs{}
-	case CmdCloseSession:
+	case CmdCloseSession, CmdIdleCloseSession:
 		return &CloseSessionArgs{}
 	case CmdOpen, CmdOpenSequential, CmdOpenLifetime:
 		return &OpenArgs{}
@@ -233,7 +260,7 @@ func newPayload(t CmdType) Payload {
 		return &GrantArgs{}
 	case CmdCellKey:
 		return &CellKeyArgs{}
-	case CmdSetACL:
+	case CmdSetACL, CmdSetACLIfGen:
 		return &SetACLArgs{}
 	case CmdMembersSeed:
 		return &MembersSeedArgs{}

@@ -50,11 +50,18 @@ func (f *FSM) createSession(index uint64, c *Command, p *CreateSessionArgs) *Res
 }
 
 // closeSession ends a session: its handles close (a failed session's
-// locks go under lock-delay) and the ephemeral nodes it created go.
+// locks go under lock-delay) and the ephemeral nodes it created go. An
+// idle close (CloseSessionArgs.Idle) applies only to a session with no
+// open handle, so it ends nothing but the session.
 func (f *FSM) closeSession(index uint64, c *Command, p *CloseSessionArgs) *Result {
 	s := f.sessions[c.Session]
 	if s == nil {
 		return &Result{Err: errf(KindSessionExpired, "session %d does not exist or has expired", c.Session)}
+	}
+	if p.Idle && len(s.handles) > 0 {
+		// The master saw the session idle, but a handle was opened
+		// before this entry: the session is in use, and stays.
+		return &Result{Err: errf(KindCanceled, "idle close of session %d withdrawn: it has %d open handles", s.ID, len(s.handles))}
 	}
 	for _, id := range sortedKeys(s.handles) {
 		if h := f.handles[id]; h != nil {

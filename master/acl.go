@@ -65,7 +65,8 @@ func (e *fileEndpoint) setACL(ctx context.Context, c *call, req *wire.SetACLRequ
 		return nil, err
 	}
 	res, err := e.w.apply(ctx, c, &fsm.Command{Payload: &fsm.SetACLArgs{Handle: req.Handle,
-		ACL: &fsm.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL}}})
+		ACL:   &fsm.ACLNames{Read: req.Read, Write: req.Write, ChangeACL: req.ChangeACL},
+		IfGen: req.IfGeneration, HasIfGen: req.HasIfGeneration}})
 	if err != nil {
 		return nil, err
 	}

@@ -130,6 +130,12 @@ func (f *fakeSessions) ackState(l *lease, seq uint64) (bool, bool, <-chan struct
 	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackCh
 }
 
+func (f *fakeSessions) drainingLease(l *lease) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return l.idle
+}
+
 // queued returns the invalidations queued for session, oldest first.
 func (f *fakeSessions) queued(session uint64) []wire.Event {
 	f.mu.Lock()

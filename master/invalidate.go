@@ -203,6 +203,10 @@ type sessionLink interface {
 	// reply the session has since ignored, and a channel closed when
 	// either may have changed.
 	ackState(l *lease, seq uint64) (done, ignoredDelivered bool, changed <-chan struct{})
+	// drainingLease reports whether the master lets l run out to close
+	// its session for idleness (idle.go): a write held by it is not the
+	// session's principal's doing, and is not charged to it.
+	drainingLease(l *lease) bool
 }
 
 func newInvalidator(clock Clock, sessions sessionLink, admin string, leaseTTL time.Duration, log *slog.Logger) *invalidator {
@@ -430,7 +434,7 @@ func (inv *invalidator) awaitAck(ctx context.Context, stop <-chan struct{}, w *p
 			if !w.counted {
 				w.counted = true
 				inv.late++
-				if ignoredDelivered {
+				if ignoredDelivered && !inv.sessions.drainingLease(w.l) {
 					inv.barLocked(w, now, "a session ignored an invalidation until its lease deadline")
 				}
 			}
@@ -482,7 +486,7 @@ func (inv *invalidator) holdLocked(w *pendingInval, until, now time.Time) {
 	d := hold - w.charged
 	w.charged = hold
 	inv.charged += d
-	if w.principal == "" || w.principal == inv.admin {
+	if w.principal == "" || w.principal == inv.admin || inv.sessions.drainingLease(w.l) {
 		inv.logHoldLocked(w, hold, 0, now)
 		return
 	}

@@ -104,11 +104,25 @@ func (ss *sessions) answer(ctx context.Context, l *lease, a keepAliveArgs, arriv
 func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, holdUntil time.Time, pending bool, err error) {
 	l, ok := ss.leases[a.session]
 	if !ok {
+		if ss.idleClosedLocked(a.session) {
+			return nil, time.Time{}, false, idleClosedErr(a.session)
+		}
 		if err := ss.known.adopt(a.session); err != nil {
 			return nil, time.Time{}, false, err
 		}
 		l = newLease(arrived.Add(ss.ttl))
 		ss.leases[a.session] = l
+	}
+	if l.idle {
+		// Draining for idleness (idle.go): the lease runs out, and
+		// the client is told why at once. Its acknowledgement still
+		// counts: writes waiting on it need not wait out the lease.
+		ss.dropAckedLocked(l, a.ack)
+		if a.ack > l.acked {
+			l.acked = a.ack
+			l.signalAckLocked()
+		}
+		return nil, time.Time{}, false, idleClosedErr(a.session)
 	}
 	// A KeepAlive that waited in the socket while the master stalled may
 	// run before the expiry loop's tick does: it credits the stall first.
@@ -182,6 +196,10 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 		// its admission and its arrival): its process is no longer the
 		// session's, and must not hear of a lease.
 		return nil, movedErr(a.session)
+	}
+	if l.idle {
+		// Draining for idleness, or closed so (idle.go): extend nothing.
+		return nil, idleClosedErr(a.session)
 	}
 	if l.closed {
 		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", a.session)

@@ -86,6 +86,12 @@ type Limits struct {
 	// Handles caps the open handles in the cell. Every replica holds
 	// every handle in its state and its snapshots.
 	Handles int
+	// IdleSessionTimeout closes a session that has held no open handle
+	// and made no call but KeepAlives for this long (idle.go), so a
+	// client that leaked its session holds no session slot forever. Zero
+	// takes DefaultIdleSessionTimeout; a negative value never closes a
+	// session for idleness.
+	IdleSessionTimeout time.Duration
 }
 
 // DefaultLimits are the limits of a cell that sets none. The event
@@ -99,7 +105,7 @@ var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, Handle
 	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
 	ContentBytesPerPrincipal: 64 << 20, CacheRegistrationsPerPrincipal: 100000, CacheRegistrations: 1000000,
 	EventBytes: 64 << 20, EventBytesPerPrincipal: 8 << 20,
-	Backups: 2, HandlesPerPrincipal: 100000, Handles: 1000000}
+	Backups: 2, HandlesPerPrincipal: 100000, Handles: 1000000, IdleSessionTimeout: DefaultIdleSessionTimeout}
 
 func (l *Limits) setDefaults() {
 	if l.SessionsPerPrincipal <= 0 {
@@ -149,6 +155,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.Handles <= 0 {
 		l.Handles = DefaultLimits.Handles
+	}
+	if l.IdleSessionTimeout == 0 {
+		l.IdleSessionTimeout = DefaultLimits.IdleSessionTimeout
 	}
 	l.NodesAdminReserve, l.ContentBytesAdminReserve = l.Reserves()
 }

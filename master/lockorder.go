@@ -14,12 +14,14 @@ package master
 //  4. sessions.mu (sessions.go): the lease table. Holding it the sessions
 //     part calls nothing of the master's, only the state's Read and Raft's
 //     IsLeader (through sessions.known: adopt, movedSince), the
-//     leadership proof's stale signal, the stats' atomics and the clock's
-//     timers; it never runs a parked call's reply callback holding it.
+//     leadership proof's stale signal, the stats' atomics, the clock's
+//     timers and the idle sessions' calls (a leaf: markIdle checks a
+//     session is still idle as it starts its drain, idle.go); it never
+//     runs a parked call's reply callback holding it.
 //  5. the leaves, which call nothing holding their mutex: acquire waits
 //     (waits.go), lock-delay timers (lockdelay.go), stats, backups, audit
 //     and read rations, release asks, the leadership proof, the fan-out's
-//     backlog.
+//     backlog, the idle sessions' calls (idle.go).
 //  6. the state's read lock (FSM.Read) last. The state
 //     never calls into the master holding it: its observer runs after the
 //     apply has unlocked. sessions.overflowMu guards one set and calls

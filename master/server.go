@@ -186,6 +186,7 @@ type parts struct {
 	auditRation *auditRation // denial lines per principal (auditrate.go)
 	mp          *memberPart  // membership changes (membership.go)
 	asks        releaseAsks  // RequestRelease's rate limit (releasereq.go)
+	idle        idleCalls    // sessions' calls, for closing idle ones (idle.go)
 }
 
 // New returns a master for the replica's state machine. It installs itself
@@ -263,6 +264,7 @@ func (s *Server) Start(ctx context.Context) error {
 	var delays map[string]int64
 	s.read(func(v fsm.View) { ids, delays = v.SessionIDs(), v.LockDelays() })
 	recovering := s.sess.start(s.epoch, ids)
+	s.idle.forgetAll() // every session's idle clock starts afresh with the term
 	s.delays.start(s.stop)
 	for path, until := range delays {
 		s.delays.arm(path, until)
@@ -390,6 +392,15 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 		}
 		return nil, epoch, err
 	}
+	if s.cfg.Limits.IdleSessionTimeout > 0 && h.Session != 0 && !r.newSession {
+		// A call in progress keeps its session from being idle, however
+		// long it takes (idle.go).
+		e, draining := s.idle.begin(h.Session, s.cfg.Clock.Now())
+		if draining {
+			s.sess.unmarkIdle(h.Session) // in use again: its lease runs on
+		}
+		defer func() { s.idle.end(e, s.cfg.Clock.Now()) }()
+	}
 	ration := r.rationed && caller.Principal != s.cfg.Admin
 	if ration {
 		if err := s.reads.wait(ctx, caller.Principal); err != nil {
@@ -409,7 +420,7 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if ration {
 		s.reads.charge(caller.Principal, replyBytes(resp))
 	}
-	err = toWire(err)
+	err = s.asIdleClosed(h.Session, toWire(err))
 	s.audit(c, err)
 	return resp, epoch, err
 }

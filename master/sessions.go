@@ -19,7 +19,10 @@ type lease struct {
 	closed bool
 	// moved: closed because another process resumed the session; the
 	// KeepAlives parked on it are told so (wire.SessionMovedMsg).
-	moved  bool
+	moved bool
+	// idle: draining for idleness, or closed so (idle.go): KeepAlives
+	// extend it no more and are told so (wire.SessionIdleClosedMsg).
+	idle   bool
 	events []wire.Event
 	// failoverSeq is the sequence of this master's fail-over event for the
 	// session (0 if it had none).
@@ -175,6 +178,9 @@ type sessions struct {
 	// or under the state's read lock.
 	overflowMu  sync.Mutex
 	overflowing map[uint64]struct{}
+	// idleGone holds the sessions this master closed for idleness, and
+	// when, for idleGoneKeep (idle.go): their calls are told so.
+	idleGone map[uint64]time.Time
 
 	// The stall watch (creditStallLocked): while the expiry loop waits
 	// for its tick, the master runs at least every watchEvery; lastRan is
@@ -228,7 +234,7 @@ func (a raftAuthority) stale() <-chan struct{} { return a.proof.staleSignal() }
 
 func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *masterStats, log *slog.Logger) *sessions {
 	return &sessions{clock: clock, ttl: ttl, maxTTL: ttl, target: DefaultKeepAliveTarget, auth: auth, stats: stats, log: log,
-		leases: map[uint64]*lease{}, byConn: map[uint64]int{}, overflowing: map[uint64]struct{}{},
+		leases: map[uint64]*lease{}, byConn: map[uint64]int{}, overflowing: map[uint64]struct{}{}, idleGone: map[uint64]time.Time{},
 		budget:     newEventBudget(DefaultLimits.EventBytes, DefaultLimits.EventBytesPerPrincipal),
 		watchEvery: expiryPeriod(ttl), connParked: map[uint64]*parkedCall{},
 		termCtx: context.Background(), kick: make(chan struct{}, 1), known: knownNone{}}
@@ -589,6 +595,9 @@ func (ss *sessions) observe(notes []sessionEvent, changes []fsm.Change) (ended [
 		case fsm.ChangeSessionClosed:
 			ss.ackedLocked(c.Session)
 			if l, ok := ss.leases[c.Session]; ok {
+				if l.idle {
+					ss.idleGone[c.Session] = ss.clock.Now()
+				}
 				l.closed = true
 				l.wakeLocked()
 				l.signalAckLocked()
@@ -636,7 +645,8 @@ func (ss *sessions) ackState(l *lease, seq uint64) (bool, bool, <-chan struct{})
 }
 
 // expireLoop expires sessions whose lease ran out, through Raft, so every
-// replica releases their locks and deletes their ephemeral nodes (docs/spec.md#session-expiry).
+// replica releases their locks and deletes their ephemeral nodes (docs/spec.md#session-expiry),
+// and closes idle sessions (closeIdle, idle.go).
 //
 // Expiry measures a client's silence, not the master's: the loop reports
 // when it waits and when it wakes (sessions.watch), so a master that
@@ -658,23 +668,15 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		now := s.cfg.Clock.Now()
 		s.sess.watch(now, false)
 		for _, id := range s.sess.expired(now) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := s.w.applyInvalidating(ctx, stop, &fsm.Command{Session: id, Time: s.now(), Payload: &fsm.CloseSessionArgs{Expired: true}})
-			cancel()
-			switch {
-			case err != nil:
-				s.log.Warn("session expiry not applied; will retry", "session", id, "err", err)
-			case res.Err != nil: // the state has no such session
-				s.sess.drop(id)
-				s.inv.forget(id)
-			default:
-				s.log.Info("session expired", "session", id)
-			}
+			s.closeExpired(id, stop) // an idle session's drained lease too (idle.go)
 			select {
 			case <-stop:
 				return
 			default:
 			}
 		}
+		// Expiries first: they free locks others wait for; an idle
+		// session holds nothing (idle.go).
+		s.closeIdle(now)
 	}
 }

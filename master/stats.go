@@ -53,12 +53,21 @@ type Stats struct {
 	// live lease by the time lost, so that its own stall expired no
 	// session.
 	Stalls uint64
+	// IdleClosed counts the sessions this master closed for idleness: no
+	// open handle and no call but KeepAlives for
+	// Limits.IdleSessionTimeout (idle.go).
+	IdleClosed uint64
+	// IdleDrains counts the idle sessions whose lease this master stopped
+	// extending, to close them once it runs out (idle.go); a drain ends in
+	// an idle close, or in the session's use again.
+	IdleDrains uint64
 }
 
 // Stats reports the master's operating figures.
 func (s *Server) Stats() Stats {
 	return Stats{LockWait: s.stats.lockWait.Snapshot(), LeaseLeft: s.stats.leaseLeft.Snapshot(), LeaseTTL: s.cfg.LeaseTTL,
-		LeaseGranted: s.sess.grantTTL(), Stalls: s.sess.stallCount(), DetachedWaits: s.waits.detached()}
+		LeaseGranted: s.sess.grantTTL(), Stalls: s.sess.stallCount(), DetachedWaits: s.waits.detached(),
+		IdleClosed: s.idle.closed.Load(), IdleDrains: s.idle.drains.Load()}
 }
 
 // acquireTimed runs acquire, counts a grant against the lock's name and,

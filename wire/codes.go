@@ -22,7 +22,7 @@ const (
 	CodeNotFound           Code = 4  // no such node (or parent)
 	CodeExists             Code = 5  // the node exists already
 	CodePermission         Code = 6  // the caller may not do this
-	CodeGenerationMismatch Code = 7  // compare-and-swap lost: content generation differs
+	CodeGenerationMismatch Code = 7  // compare-and-swap lost: the content (or, for SetACL, the ACL) generation differs
 	CodeLockHeld           Code = 8  // the lock is held in a conflicting mode
 	CodeNotHeld            Code = 9  // Release of a lock this handle does not hold
 	CodeInvalidName        Code = 10 // the name breaks a naming rule

@@ -220,7 +220,7 @@ func fzSamples() []any {
 		&wire.CellStatusRequest{Detail: true},
 		&wire.CheckSequencerRequest{Sequencer: []byte{1, 0, 0}},
 		&wire.ListSessionsRequest{},
-		&wire.SetACLRequest{Handle: 9, Read: "readers", Write: "writers", ChangeACL: "admins"},
+		&wire.SetACLRequest{Handle: 9, Read: "readers", Write: "writers", ChangeACL: "admins", IfGeneration: 7, HasIfGeneration: true},
 		&wire.Status{Code: wire.CodeNotMaster, Msg: "m", Leader: "127.0.0.1:7001", Epoch: 2},
 		&wire.CreateSessionResponse{Session: 1, Epoch: 2, LeaseMillis: 12000},
 		&wire.KeepAliveResponse{Epoch: 2, HeldMillis: 3, LeaseMillis: 4, Events: []wire.Event{

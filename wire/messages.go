@@ -627,9 +627,16 @@ const MaxListedSessions = 5000
 // SetACLRequest replaces the three ACL file names of the handle's node
 // (base names of files in /ls/<cell>/acl/; "" means the default rule).
 // It needs the change-ACL permission. The response is a StatResponse.
+// With HasIfGeneration the change happens only if the node's ACL
+// generation (Stat.ACLGen) equals IfGeneration, and otherwise fails with
+// CodeGenerationMismatch, changing nothing: the compare-and-swap
+// SetContentsRequest has for contents. Both fields are omitted when
+// unset, so a request without them is the one older clients send.
 type SetACLRequest struct {
-	Handle    uint64 `msgpack:"h"`
-	Read      string `msgpack:"r,omitempty"`
-	Write     string `msgpack:"w,omitempty"`
-	ChangeACL string `msgpack:"c,omitempty"`
+	Handle          uint64 `msgpack:"h"`
+	Read            string `msgpack:"r,omitempty"`
+	Write           string `msgpack:"w,omitempty"`
+	ChangeACL       string `msgpack:"c,omitempty"`
+	IfGeneration    uint64 `msgpack:"g,omitempty"`
+	HasIfGeneration bool   `msgpack:"i,omitempty"`
 }

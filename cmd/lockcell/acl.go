@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -45,13 +46,18 @@ func aclCommand(e *env) *cli.Command {
 					&cli.StringFlag{Name: "read", Usage: "ACL file `NAME` whose principals may read"},
 					&cli.StringFlag{Name: "write", Usage: "ACL file `NAME` whose principals may write and lock"},
 					&cli.StringFlag{Name: "admin", Usage: "ACL file `NAME` whose principals may change these ACL names"},
+					&cli.Uint64Flag{Name: "if-generation", Usage: "change the names only if the node's ACL generation is still `N`"},
 				},
 				Description: "Needs the change-ACL permission on the node. Each value names a file in " +
 					"/ls/<cell>/acl/, which must exist (the cell refuses a missing one, which would deny everyone " +
 					"but the admin: create it first); \"\" restores the default. A value is a file, not a " +
 					"principal: to let everyone in, name a file holding the line * " +
-					"(lockcell put /ls/<cell>/acl/everyone '*'). With --json prints the new names." +
-					"\n\nExample: lockcell acl set /ls/local/jobs --read staff --write ops --admin ops",
+					"(lockcell put /ls/<cell>/acl/everyone '*'). With --json prints the new names and ACL generation. " +
+					"With --if-generation N the change is a compare-and-swap: it happens only if the node's ACL " +
+					"generation (acl_generation in stat --json) is still N, and otherwise fails with " +
+					"generation_mismatch, changing nothing." +
+					"\n\nExamples: lockcell acl set /ls/local/jobs --read staff --write ops --admin ops; " +
+					"lockcell acl set --if-generation 42 /ls/local/jobs --write ops",
 				Action: func(c *cli.Context) error {
 					if c.NArg() < 1 {
 						return wantArgs(c, 1, 1)
@@ -60,6 +66,15 @@ func aclCommand(e *env) *cli.Command {
 					if err != nil {
 						return err
 					}
+					var opts []client.SetOption
+					if g, ok := set["if-generation"]; ok {
+						delete(set, "if-generation")
+						gen, perr := strconv.ParseUint(g, 10, 64)
+						if perr != nil {
+							return usageErrorf(c, "--if-generation %q is not a generation (a whole number)", g)
+						}
+						opts = append(opts, client.IfGeneration(gen))
+					}
 					if len(set) == 0 {
 						return usageErrorf(c, "give at least one of --read, --write, --admin")
 					}
@@ -67,7 +82,7 @@ func aclCommand(e *env) *cli.Command {
 					if err != nil {
 						return err
 					}
-					return e.aclSet(name, set)
+					return e.aclSet(name, set, opts)
 				},
 			},
 		},
@@ -163,15 +178,18 @@ func (e *env) readWith(cl *client.Client, name string) ([]byte, client.Stat, err
 	return h.GetContentsAndStat(e.ctx)
 }
 
-// aclSetFlags collects --read/--write/--admin given before NAME (parsed by
-// cli) or after it, as in "acl set NAME --read A", which cli leaves as
-// arguments.
+// aclSetFlags collects --read/--write/--admin/--if-generation given
+// before NAME (parsed by cli) or after it, as in "acl set NAME --read A",
+// which cli leaves as arguments.
 func aclSetFlags(c *cli.Context) (map[string]string, error) {
 	set := map[string]string{}
 	for _, f := range []string{"read", "write", "admin"} {
 		if c.IsSet(f) {
 			set[f] = c.String(f)
 		}
+	}
+	if c.IsSet("if-generation") {
+		set["if-generation"] = strconv.FormatUint(c.Uint64("if-generation"), 10)
 	}
 	rest := c.Args().Tail()
 	for i := 0; i < len(rest); i++ {
@@ -180,8 +198,8 @@ func aclSetFlags(c *cli.Context) (map[string]string, error) {
 			return nil, usageErrorf(c, "want exactly 1 argument (NAME), got %q too", rest[i])
 		}
 		key, val, hasVal := strings.Cut(arg, "=")
-		if key != "read" && key != "write" && key != "admin" {
-			return nil, usageErrorf(c, "unknown flag %q (want --read, --write or --admin)", rest[i])
+		if key != "read" && key != "write" && key != "admin" && key != "if-generation" {
+			return nil, usageErrorf(c, "unknown flag %q (want --read, --write, --admin or --if-generation)", rest[i])
 		}
 		if !hasVal {
 			if i+1 >= len(rest) {
@@ -195,7 +213,9 @@ func aclSetFlags(c *cli.Context) (map[string]string, error) {
 	return set, nil
 }
 
-func (e *env) aclSet(name string, set map[string]string) error {
+// aclSet changes the names set says, keeping the others as the node has
+// them; opts carries --if-generation to SetACL.
+func (e *env) aclSet(name string, set map[string]string, opts []client.SetOption) error {
 	cl, err := e.client()
 	if err != nil {
 		return err
@@ -218,7 +238,7 @@ func (e *env) aclSet(name string, set map[string]string) error {
 	if v, ok := set["admin"]; ok {
 		a.ChangeACL = v
 	}
-	st, err := h.SetACL(e.ctx, a)
+	st, err := h.SetACL(e.ctx, a, opts...)
 	if err != nil {
 		return fail("acl set", name, err)
 	}

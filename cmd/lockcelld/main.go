@@ -180,6 +180,7 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-sessions", Value: sd.Sessions, Usage: "live sessions in the cell"},
 		&cli.IntFlag{Name: "max-sessions-per-conn", Value: sd.SessionsPerConn, Usage: "live sessions created over one client connection"},
 		&cli.IntFlag{Name: "max-handles-per-session", Value: sd.HandlesPerSession, Usage: "open handles of one session"},
+		&cli.DurationFlag{Name: "idle-session-timeout", Value: sd.IdleSessionTimeout, Usage: "close a session that has held no open handle and made no call but KeepAlives for this long (0: never); the Go client opens a new one on its next call"},
 		&cli.GenericFlag{Name: "max-read-rate", Value: newByteSize(int64(sd.ReadBytesPerSecond)), Usage: "bytes per second each principal but the admin may read from the master (replies plus 2KiB a call), e.g. 8MiB"},
 		&cli.IntFlag{Name: "max-nodes", Value: sd.Nodes, Usage: "files and directories in the cell, ephemeral ones included (the admin too)"},
 		&cli.GenericFlag{Name: "max-content-bytes", Value: newByteSize(sd.ContentBytes), Usage: "bytes of all files' contents in the cell together (the admin too), e.g. 512MiB; keep it plus about 200 bytes a node under 1GiB, the largest snapshot"},
@@ -216,7 +217,11 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 		Nodes: c.Int("max-nodes"), ContentBytes: size("max-content-bytes"), NodesPerPrincipal: c.Int("max-nodes-per-principal"),
 		EventBytes: size("max-event-bytes"), EventBytesPerPrincipal: size("max-event-bytes-per-principal"),
 		CacheRegistrationsPerPrincipal: c.Int("max-cache-registrations-per-principal"), CacheRegistrations: c.Int("max-cache-registrations"),
-		Backups: c.Int("max-backups"), HandlesPerPrincipal: c.Int("max-handles-per-principal"), Handles: c.Int("max-handles")}
+		Backups: c.Int("max-backups"), HandlesPerPrincipal: c.Int("max-handles-per-principal"), Handles: c.Int("max-handles"),
+		IdleSessionTimeout: c.Duration("idle-session-timeout")}
+	if l.IdleSessionTimeout == 0 {
+		l.IdleSessionTimeout = -1 // 0 on the command line turns idle closing off; in the Limits it means the default
+	}
 	// The per-principal content share, and the admin's reserves: only a
 	// reserve set (here or in --config) is passed on, one left unset
 	// follows the quota it is part of.
