@@ -88,6 +88,8 @@ func (t CmdType) String() string {
 		return "ResumeSession"
 	case CmdOpenSequential:
 		return "OpenSequential"
+	case CmdTxn:
+		return "Txn"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

@@ -256,6 +256,8 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return f.applyNote(c, p)
 	case *ResumeSessionArgs:
 		return f.resumeSession(index, c, p)
+	case *TxnArgs:
+		return f.txn(index, c, p)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d (payload %T) at index %d", c.Type, c.Payload, index))
 }

@@ -52,6 +52,7 @@ var modelOps = []string{
 	"open", "acquire", "release", "set", "open", "acquire", "retry", "close session", "close",
 	"cancel", "set acl", "release", "delete", "new session", "acquire", "open", "set", "retry",
 	"grant", "pause", "close session", "epoch", "cancel", "new session", "break", "resume",
+	"txn", "txn",
 }
 
 // modelNames are the names (below the root) the sequences use: two levels
@@ -144,6 +145,8 @@ type mResult struct {
 	Incarnation, NextSeq uint64
 	// Name answers a sequential create.
 	Name string
+	// Txn answers a transaction.
+	Txn TxnOutcome
 }
 
 func (r mResult) short() string {
@@ -154,6 +157,9 @@ func resultOf(r *Result) mResult {
 	m := mResult{Epoch: r.Epoch, Session: r.Session, Handle: r.Handle, Created: r.Created,
 		Granted: r.Granted, Queued: r.Queued, LockGen: r.LockGen, Stat: r.Stat, Broken: r.Broken,
 		Incarnation: r.Incarnation, NextSeq: r.NextSeq, Name: r.Name}
+	if r.Txn != nil {
+		m.Txn = *r.Txn
+	}
 	if r.Err != nil {
 		m.Kind = r.Err.Kind
 	}
@@ -242,6 +248,7 @@ type mCmd struct {
 	Expired   bool
 	ACL       *ACLNames
 	Identity  CreateSessionArgs
+	Txn       *TxnArgs
 }
 
 // flatCmd flattens an encoded command (its Type set) for the model.
@@ -272,6 +279,8 @@ func flatCmd(c Command) mCmd {
 		m.Path = p.Path
 	case *SetACLArgs:
 		m.Handle, m.ACL = p.Handle, p.ACL
+	case *TxnArgs:
+		m.Txn = p
 	}
 	return m
 }
@@ -396,6 +405,8 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		}
 		m.closeHandle(idx, c.Handle, false, c.Time)
 		return mResult{}
+	case CmdTxn:
+		return m.txn(idx, c)
 	case CmdSetContents:
 		h, n, k := m.liveHandle(c)
 		switch {
@@ -1321,6 +1332,8 @@ func TestFSMMatchesModel(t *testing.T) {
 				} else {
 					r.request(admin, Command{Principal: "admin", Admin: true, Payload: &BreakLockArgs{Path: pickName(), Reason: "model"}})
 				}
+			case "txn":
+				r.request(pickSession(), Command{Payload: modelTxn(rt, r.m, pickName)})
 			case "grant":
 				// The master's hand-off once a lock-delay has passed.
 				r.applyEntry(Command{Payload: &GrantArgs{Path: pickName()}})

@@ -94,8 +94,8 @@ func TestSequentialNamesCountPerDirectoryAndSkipTaken(t *testing.T) {
 
 	// The counter is in the snapshot: a restored replica goes on from it.
 	snap := h.snapshot()
-	if img := fsmtImage(t, snap); img.Version != snapshotVersion {
-		t.Fatalf("a state with counters snapshots as version %d, want %d", img.Version, snapshotVersion)
+	if img := fsmtImage(t, snap); img.Version != snapshotV5 {
+		t.Fatalf("a state with counters snapshots as version %d, want %d", img.Version, snapshotV5)
 	}
 	f, err := fsmtRestore(t, fsmtCell, snap)
 	if err != nil {
@@ -262,8 +262,8 @@ func TestSequentialSnapshotVersions(t *testing.T) {
 		h2 := h.clone(f)
 		// Counter 0, and the hand-made name at 0 is skipped.
 		wantSeqName(t, h2, h2.seqOpen(s, "q/job-", fsmtRW), "q/job-0000000001")
-		if got := fsmtImage(t, h2.snapshot()).Version; got != snapshotVersion {
-			t.Fatalf("after a sequential create the snapshot is version %d, want %d", got, snapshotVersion)
+		if got := fsmtImage(t, h2.snapshot()).Version; got != snapshotV5 {
+			t.Fatalf("after a sequential create the snapshot is version %d, want %d", got, snapshotV5)
 		}
 	}
 	// A backup is written at the same version as the snapshot.
@@ -276,7 +276,7 @@ func TestSequentialSnapshotVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.img.Version != snapshotVersion || !bytes.Equal(got.Snapshot, h.snapshot()) {
+	if got.img.Version != snapshotV5 || !bytes.Equal(got.Snapshot, h.snapshot()) {
 		t.Fatalf("a backup with a counter is version %d, or not the snapshot's bytes", got.img.Version)
 	}
 }

@@ -64,27 +64,39 @@ type sessionResult struct {
 // or 3: only a cell that made a sequential name writes version 5, which a
 // replica of the version before refuses rather than drop the counters
 // and hand their numbers out again.
-const snapshotVersion = 5
+// Version 6: de-duplicated results of transactions carry their outcome
+// (Result.Txn, txn.go), optional too; only a state whose de-duplication
+// table holds a transaction's result is written as version 6, so a
+// replica of the version before refuses it rather than answer a retried
+// transaction without the outcome it needs.
+const snapshotVersion = 6
 
 // The versions written while the newer ones' fields are unused:
 // snapshotV3 while no session was resumed, snapshotV4 while no
-// sequential name was made.
+// sequential name was made, snapshotV5 while no transaction result is
+// kept.
 const (
 	snapshotV3 = 3
 	snapshotV4 = 4
+	snapshotV5 = 5
 )
 
 // imageVersion is the version img is written as: the oldest whose fields
 // hold its state.
 func imageVersion(img *snapshotImage) uint8 {
+	for _, r := range img.Results {
+		if r.Result != nil && r.Result.Txn != nil {
+			return snapshotVersion
+		}
+	}
 	for _, n := range img.Nodes {
 		if n.ChildSeq != 0 {
-			return snapshotVersion
+			return snapshotV5
 		}
 	}
 	for _, r := range img.Results {
 		if r.Result != nil && r.Result.Name != "" {
-			return snapshotVersion
+			return snapshotV5
 		}
 	}
 	for _, s := range img.Sessions {

@@ -1,0 +1,170 @@
+package fsm
+
+import (
+	"strings"
+	"testing"
+)
+
+// txn applies a transaction as session s's next request.
+func (h *fsmtH) txn(s uint64, checks []TxnCheck, ops ...TxnOp) *Result {
+	h.t.Helper()
+	return h.do(s, Command{Payload: &TxnArgs{Checks: checks, Ops: ops}})
+}
+
+func txnPath(k uint8, rel string, contents string) TxnOp {
+	op := TxnOp{Kind: k, Path: fsmtPath(rel)}
+	if contents != "" {
+		op.Contents = []byte(contents)
+	}
+	return op
+}
+
+// A transaction applies all its operations at one generation, or, when a
+// check fails or an operation cannot apply, none of them: the state (its
+// hash) is what it was, and the result names the check or operation.
+// Watchers hear what the single operations tell; a retry of the same
+// request gets the first outcome; the outcome is kept in a version-6
+// snapshot.
+func TestTxnAllOrNothing(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	fh := h.mustOpen(s, "x", fsmtRWC)
+	wantOK(t, "set x", h.set(s, fh, "1"))
+	h.mustOpen(s, "gone", fsmtRWC)
+	h.mustOpen(s, "e", fsmtRWC|FlagDirectory)
+	gen := h.node("x").ContentGen
+	if v := fsmtImage(t, h.snapshot()).Version; v == snapshotVersion {
+		t.Fatalf("a state without transactions snapshots as version %d", v)
+	}
+
+	_, before, _ := h.f.StateHash()
+	fail := func(what string, r *Result, k Kind, check, op int) {
+		t.Helper()
+		wantKind(t, what, r, k)
+		if r.Txn == nil || r.Txn.Check != check || r.Txn.Op != op || r.Txn.Gen != 0 {
+			t.Fatalf("%s: outcome %+v, want check %d op %d", what, r.Txn, check, op)
+		}
+		if _, after, _ := h.f.StateHash(); after != before {
+			// The de-dup table holds the new result: compare nodes.
+			for _, rel := range []string{"x", "gone"} {
+				if !h.exists(rel) {
+					t.Fatalf("%s: %s was deleted by a failed transaction", what, rel)
+				}
+			}
+			if h.exists("y") || h.exists("d") || string(h.node("x").Contents) != "1" {
+				t.Fatalf("%s: a failed transaction changed the namespace", what)
+			}
+		}
+	}
+	ops := []TxnOp{txnPath(TxnOpCreateDir, "d", ""), txnPath(TxnOpCreate, "d/y", "new"),
+		txnPath(TxnOpSet, "x", "2"), txnPath(TxnOpDelete, "gone", "")}
+	r := h.txn(s, []TxnCheck{{Kind: TxnCheckExists, Path: fsmtPath("x")}, {Kind: TxnCheckGeneration, Path: fsmtPath("x"), Gen: gen + 1}}, ops...)
+	fail("stale generation", r, KindGenerationMismatch, 2, 0)
+	if !strings.Contains(r.Err.Msg, "check 1 ("+fsmtPath("x")+")") {
+		t.Fatalf("message %q does not name check 1 and its path", r.Err.Msg)
+	}
+	fail("missing check", h.txn(s, []TxnCheck{{Kind: TxnCheckMissing, Path: fsmtPath("gone")}}, ops...), KindExists, 1, 0)
+	fail("not held", h.txn(s, []TxnCheck{{Kind: TxnCheckHeld, Path: fsmtPath("x")}}, ops...), KindNotHeld, 1, 0)
+	// The last operation cannot apply: the earlier ones do not either.
+	bad := append(append([]TxnOp(nil), ops...), txnPath(TxnOpSet, "nothere", "z"))
+	fail("missing file to set", h.txn(s, nil, bad...), KindNotFound, 0, 5)
+	// A directory emptied by an earlier operation of the transaction may
+	// go; one filled by an earlier operation may not.
+	fail("fill then delete", h.txn(s, nil, txnPath(TxnOpCreate, "e/y", ""), txnPath(TxnOpDelete, "e", "")), KindNotEmpty, 0, 2)
+	wantKind(t, "two operations on one name", h.txn(s, nil, txnPath(TxnOpSet, "x", "a"), txnPath(TxnOpSet, "x", "b")), KindBadRequest)
+	fail("delete a parent then create in it", h.txn(s, nil, txnPath(TxnOpDelete, "gone", ""), txnPath(TxnOpCreate, "gone/y", "")), KindNotFound, 0, 2)
+
+	// A good one, retried.
+	h.seq[s]++
+	c := Command{Session: s, Seq: h.seq[s], Ack: h.seq[s] - 1, Payload: &TxnArgs{
+		Checks: []TxnCheck{{Kind: TxnCheckGeneration, Path: fsmtPath("x"), Gen: gen}, {Kind: TxnCheckMissing, Path: fsmtPath("d")}},
+		Ops:    ops}}
+	first := h.raw(c)
+	wantOK(t, "transaction", first)
+	if first.Txn == nil || first.Txn.Gen != h.idx {
+		t.Fatalf("outcome %+v, want generation %d", first.Txn, h.idx)
+	}
+	if h.changes == nil || len(h.changesOf(ChangeContents)) != 1 || len(h.changesOf(ChangeChildAdded)) != 2 || len(h.changesOf(ChangeDeleted)) != 1 {
+		t.Fatalf("changes %+v: want one contents, two child-added, one deleted", h.changes)
+	}
+	for _, rel := range []string{"x", "d", "d/y"} {
+		if g := h.node(rel).ContentGen; g != first.Txn.Gen {
+			t.Fatalf("%s: generation %d, want %d", rel, g, first.Txn.Gen)
+		}
+	}
+	if h.exists("gone") || string(h.node("d/y").Contents) != "new" || string(h.node("x").Contents) != "2" {
+		t.Fatal("the transaction's operations did not all apply")
+	}
+	again := h.raw(c)
+	if again.Err != nil || again.Txn == nil || *again.Txn != *first.Txn {
+		t.Fatalf("retry answered %+v, want the first outcome %+v", again, first.Txn)
+	}
+	// The outcome is kept in the snapshot, which is now version 6.
+	snap := h.snapshot()
+	if v := fsmtImage(t, snap).Version; v != snapshotVersion {
+		t.Fatalf("snapshot version %d, want %d", v, snapshotVersion)
+	}
+	f2, err := fsmtRestore(t, fsmtCell, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2 := h.clone(f2)
+	if r := h2.raw(c); r.Txn == nil || *r.Txn != *first.Txn {
+		t.Fatalf("retry after restore answered %+v", r)
+	}
+}
+
+// A transaction that would pass a quota is refused whole, and net changes
+// count: a delete makes room for a create in the same transaction.
+func TestTxnQuotaIsWhole(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	h.mustOpen(s, "a", fsmtRWC)
+	q := &Quota{Nodes: 2}
+	do := func(ops ...TxnOp) *Result {
+		return h.do(s, Command{Payload: &TxnArgs{Ops: ops, Quota: q}})
+	}
+	r := do(txnPath(TxnOpCreate, "b", ""), txnPath(TxnOpCreate, "c", ""))
+	wantKind(t, "two creates past the node quota", r, KindQuotaExceeded)
+	if h.exists("b") || h.exists("c") {
+		t.Fatal("a refused transaction created a node")
+	}
+	wantOK(t, "delete and two creates", do(txnPath(TxnOpDelete, "a", ""), txnPath(TxnOpCreate, "b", ""), txnPath(TxnOpCreate, "c", "")))
+}
+
+// A check of a name the caller may neither read nor write answers as for
+// a missing name, word for word (but the name); an operation on it as the
+// single calls do.
+func TestTxnHiddenNamesReadAsMissing(t *testing.T) {
+	h := newFSMT(t)
+	root, bob := h.sessionOf("root"), h.sessionOf("bob")
+	aclWant(t, "acl dir", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl"), Flags: fsmtRWC | FlagDirectory}}), KindNone)
+	aclWant(t, "acl file", h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("acl/admins"), Flags: fsmtRWC, Contents: []byte("root\n")}}), KindNone)
+	r := h.aclDo(root, "root", Command{Payload: &OpenArgs{Path: fsmtPath("secret"), Flags: fsmtRWC}})
+	aclWant(t, "secret", r, KindNone)
+	aclWant(t, "hide secret", h.aclDo(root, "root", Command{Payload: &SetACLArgs{Handle: r.Handle, ACL: &ACLNames{Read: "admins", Write: "admins"}}}), KindNone)
+
+	msg := func(c TxnCheck) (Kind, string) {
+		r := h.aclDo(bob, "bob", Command{Payload: &TxnArgs{Checks: []TxnCheck{c}}})
+		if r.Err == nil {
+			return KindNone, ""
+		}
+		return r.Err.Kind, strings.ReplaceAll(r.Err.Msg, c.Path, "NAME")
+	}
+	for _, k := range []uint8{TxnCheckExists, TxnCheckGeneration, TxnCheckHeld} {
+		hk, hm := msg(TxnCheck{Kind: k, Path: fsmtPath("secret"), Gen: 5})
+		mk, mm := msg(TxnCheck{Kind: k, Path: fsmtPath("nothere"), Gen: 5})
+		if hk != mk || hm != mm || hk != KindNotFound {
+			t.Fatalf("check kind %d: hidden answers %d %q, missing %d %q", k, hk, hm, mk, mm)
+		}
+	}
+	if k, m := msg(TxnCheck{Kind: TxnCheckMissing, Path: fsmtPath("secret")}); k != KindNone {
+		t.Fatalf("check-missing of a hidden name: %d %q", k, m)
+	}
+	// Writing a hidden file fails as writing a missing one.
+	r = h.aclDo(bob, "bob", Command{Payload: &TxnArgs{Ops: []TxnOp{txnPath(TxnOpSet, "secret", "x")}}})
+	aclWant(t, "bob sets the hidden file", r, KindNotFound)
+	if string(h.node("secret").Contents) != "" {
+		t.Fatal("bob wrote a hidden file")
+	}
+}
