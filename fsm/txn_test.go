@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -166,5 +167,59 @@ func TestTxnHiddenNamesReadAsMissing(t *testing.T) {
 	aclWant(t, "bob sets the hidden file", r, KindNotFound)
 	if string(h.node("secret").Contents) != "" {
 		t.Fatal("bob wrote a hidden file")
+	}
+}
+
+// The master invalidates what View.AffectedPaths names before it
+// proposes a transaction: every name an applied change of it names is
+// among them, for creates in a directory the same transaction makes, a
+// set, a delete that empties an ephemeral directory away, and a write of
+// an ACL file (whose dependents' listings change).
+func TestTxnAffectedPathsCoverItsChanges(t *testing.T) {
+	h := newFSMT(t)
+	s := h.session()
+	h.mustOpen(s, "x", fsmtRWC)
+	// An ephemeral directory no handle holds open, with one child: a
+	// delete of the child removes it too.
+	e := h.mustOpen(s, "e", fsmtRWC|FlagDirectory|FlagEphemeral)
+	eh := h.mustOpen(s, "e/only", fsmtRWC)
+	h.closeH(s, eh)
+	h.closeH(s, e)
+	h.mustOpen(s, ACLDirName, fsmtRWC|FlagDirectory)
+	h.mustOpen(s, ACLDirName+"/team", fsmtRWC)
+	named := h.mustOpen(s, "named", fsmtRWC|FlagDirectory)
+	wantOK(t, "name team", h.do(s, Command{Payload: &SetACLArgs{Handle: named, ACL: &ACLNames{Read: "team"}}}))
+	h.mustOpen(s, "named/kid", fsmtRWC)
+	// The plan knows the delete takes e with it: a create in e after it
+	// cannot apply, so neither does the delete.
+	r := h.txn(s, nil, txnPath(TxnOpDelete, "e/only", ""), txnPath(TxnOpCreate, "e/z", ""))
+	wantKind(t, "create in an ephemeral directory an earlier delete removes", r, KindNotFound)
+	if r.Txn == nil || r.Txn.Op != 2 || !h.exists("e/only") {
+		t.Fatalf("outcome %+v; e/only exists: %v", r.Txn, h.exists("e/only"))
+	}
+
+	for _, ops := range [][]TxnOp{
+		{txnPath(TxnOpCreateDir, "d", ""), txnPath(TxnOpCreate, "d/y", "y"), txnPath(TxnOpSet, "x", "2")},
+		{txnPath(TxnOpDelete, "e/only", ""), txnPath(TxnOpDelete, "d/y", "")},
+		{txnPath(TxnOpSet, ACLDirName+"/team", "p\n")},
+	} {
+		c := Command{Payload: &TxnArgs{Ops: ops}}
+		got := h.f.AffectedPaths(&c)
+		r := h.do(s, c)
+		wantOK(t, "transaction", r)
+		if len(h.changes) == 0 {
+			t.Fatal("no changes reported")
+		}
+		if ops[0].Path == fsmtPath("e/only") && h.exists("e") {
+			t.Fatal("deleting the last child of an ephemeral directory no one holds left it")
+		}
+		for _, ch := range h.changes {
+			if ch.Path != "" && !slices.Contains(got, ch.Path) {
+				t.Fatalf("%+v: applied change %+v names %s, which AffectedPaths (%q) left out", ops, ch, ch.Path, got)
+			}
+		}
+	}
+	if !slices.Contains(h.f.AffectedPaths(&Command{Payload: &TxnArgs{Ops: []TxnOp{txnPath(TxnOpSet, ACLDirName+"/team", "q\n")}}}), fsmtRoot) {
+		t.Fatal("a write of an ACL file does not invalidate the listing holding a node that names it")
 	}
 }
