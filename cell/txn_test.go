@@ -120,4 +120,19 @@ func TestTxnCounterAcrossMasterStop(t *testing.T) {
 	if _, err := cl.Open(ctx, name, client.Read); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("the counter survived its delete: %v", err)
 	}
+	// Another session's cached copy is invalidated before the
+	// transaction applies: its next read sees the new contents.
+	other := mustOpen(t, ctx, clients[2], c.Name("d/f"), client.Read)
+	defer other.Close()
+	for range 2 { // the second read is served from the cache
+		if data, _, err := other.GetContentsAndStat(ctx); err != nil || string(data) != "x" {
+			t.Fatalf("d/f: %q, %v", data, err)
+		}
+	}
+	if _, err := cl.Txn(ctx).Then(client.OpSet(c.Name("d/f"), []byte("z"))).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if data, _, err := other.GetContentsAndStat(ctx); err != nil || string(data) != "z" {
+		t.Fatalf("after the transaction another session reads d/f as %q (%v)", data, err)
+	}
 }
