@@ -136,3 +136,57 @@ func TestTxnCounterAcrossMasterStop(t *testing.T) {
 		t.Fatalf("after the transaction another session reads d/f as %q (%v)", data, err)
 	}
 }
+
+// Lock checks: Holds passes while a handle of the caller's session holds
+// the lock (in the mode asked), SequencerValid while the sequencer's
+// generation is the lock's; after the release both fail, naming the
+// check, with the errors a single call gives; a malformed name is the
+// call's error, typed as an invalid name.
+func TestTxnLockChecks(t *testing.T) {
+	c := fixtures.NewCell(t, 1, fixtures.Options{})
+	ctx := ctxT(t, time.Minute)
+	cl, other := c.Client(t), c.Client(t)
+	lock := mustOpen(t, ctx, cl, c.Name("lock"), client.Read|client.Write|client.Create)
+	defer lock.Close()
+	data := c.Name("data")
+	mustOpen(t, ctx, cl, data, client.Read|client.Write|client.Create).Close()
+	if err := lock.Acquire(ctx, client.Exclusive); err != nil {
+		t.Fatal(err)
+	}
+	seq, err := lock.GetSequencer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(cl *client.Client, cs ...client.Cmp) error {
+		_, err := cl.Txn(ctx).If(cs...).Then(client.OpSet(data, []byte("v"))).Commit()
+		return err
+	}
+	if err := write(cl, client.Holds(c.Name("lock"), client.Exclusive), client.Holds(c.Name("lock"), 0), client.SequencerValid(seq)); err != nil {
+		t.Fatalf("checks of a held lock: %v", err)
+	}
+	if err := write(cl, client.Holds(c.Name("lock"), client.Shared)); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("held exclusive, checked shared: %v", err)
+	}
+	if err := write(other, client.Holds(c.Name("lock"), 0)); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("another session's check of a lock it does not hold: %v", err)
+	}
+	if err := write(other, client.SequencerValid(seq)); err != nil {
+		t.Fatalf("another session's check of a valid sequencer: %v", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var te *client.TxnError
+	if err := write(cl, client.Exists(data), client.SequencerValid(seq)); !errors.As(err, &te) || te.Check != 1 || !errors.Is(err, client.ErrStaleSequencer) {
+		t.Fatalf("a released lock's sequencer: %v", err)
+	}
+	if err := write(cl, client.Holds(c.Name("lock"), 0)); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("a released lock: %v", err)
+	}
+	if _, err := cl.Txn(ctx).Then(client.OpSet(c.Name("a//b"), nil)).Commit(); !errors.Is(err, client.ErrInvalidName) {
+		t.Fatalf("a bad name: %v", err)
+	}
+	if _, err := cl.Txn(ctx).If(client.SequencerValid(client.Sequencer("junk"))).Commit(); !errors.Is(err, client.ErrBadSequencer) {
+		t.Fatalf("a malformed sequencer: %v", err)
+	}
+}

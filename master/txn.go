@@ -41,18 +41,18 @@ func (e *fileEndpoint) txn(ctx context.Context, c *call, req *wire.TxnRequest) (
 		if ck.Kind == wire.TxnCheckSequencer {
 			s, err := e.r.verifySequencer(ck.Sequencer)
 			if err != nil {
-				return nil, wire.Errorf(wire.CodeBadSequencer, "check %d: %v", i, err)
+				return nil, txnCallErr(err, "check %d", i)
 			}
 			fc.Path, fc.Mode, fc.Gen = s.Path, uint8(s.Mode), s.Generation
 		} else if err := wire.ValidateName(e.cfg.Cell, ck.Path); err != nil {
-			return nil, wire.Errorf(wire.CodeBadRequest, "check %d: %v", i, err)
+			return nil, txnCallErr(err, "check %d", i)
 		}
 		args.Checks = append(args.Checks, fc)
 	}
 	total := 0
 	for i, op := range req.Ops {
 		if err := wire.ValidateName(e.cfg.Cell, op.Path); err != nil {
-			return nil, wire.Errorf(wire.CodeBadRequest, "operation %d: %v", i, err)
+			return nil, txnCallErr(err, "operation %d", i)
 		}
 		total += len(op.Contents)
 		args.Ops = append(args.Ops, fsm.TxnOp{Kind: op.Kind, Path: op.Path, Contents: op.Contents})
@@ -85,4 +85,14 @@ func (e *fileEndpoint) txn(ctx context.Context, c *call, req *wire.TxnRequest) (
 		gen = res.Txn.Gen
 	}
 	return &wire.TxnResponse{Generation: gen}, nil
+}
+
+// txnCallErr prefixes a refusal of one check or operation with which it
+// is, keeping its code (invalid name, bad sequencer).
+func txnCallErr(err error, format string, i int) error {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return wire.Errorf(we.Code, format+": %s", i, we.Msg)
+	}
+	return wire.Errorf(wire.CodeBadRequest, format+": %v", i, err)
 }
