@@ -223,3 +223,28 @@ func TestTxnAffectedPathsCoverItsChanges(t *testing.T) {
 		t.Fatal("a write of an ACL file does not invalidate the listing holding a node that names it")
 	}
 }
+
+// BenchmarkTxnApply: applying one transaction of the largest shape, 64
+// checks and 64 operations (a set of 64 files, each checked at its
+// generation), which the state machine holds its lock for.
+func BenchmarkTxnApply(b *testing.B) {
+	h := newFSMT(b)
+	s := h.session()
+	var names []string
+	for i := range MaxTxnOps {
+		rel := "f" + strings.Repeat("x", i%8) + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		h.mustOpen(s, rel, fsmtRWC)
+		names = append(names, fsmtPath(rel))
+	}
+	b.ResetTimer()
+	for range b.N {
+		p := &TxnArgs{}
+		for _, n := range names {
+			p.Checks = append(p.Checks, TxnCheck{Kind: TxnCheckGeneration, Path: n, Gen: h.f.nodes[n].ContentGen})
+			p.Ops = append(p.Ops, TxnOp{Kind: TxnOpSet, Path: n, Contents: []byte("v")})
+		}
+		if r := h.do(s, Command{Payload: p}); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+}
