@@ -248,3 +248,18 @@ func BenchmarkTxnApply(b *testing.B) {
 		}
 	}
 }
+
+// A transaction is one audit record, op txn, under its first operation's
+// name, with its outcome.
+func TestTxnAuditRecord(t *testing.T) {
+	h := newFSMT(t)
+	a := &recordingAuditor{}
+	h.f.SetAuditor(a)
+	s := h.raw(Command{Client: "w", Principal: "ops", Admin: true, Payload: &CreateSessionArgs{}}).Session
+	do := func(p *TxnArgs) { h.do(s, Command{Principal: "ops", Admin: true, Payload: p}) }
+	do(&TxnArgs{Ops: []TxnOp{txnPath(TxnOpCreateDir, "q", ""), txnPath(TxnOpCreate, "q/a", "x")}})
+	do(&TxnArgs{Checks: []TxnCheck{{Kind: TxnCheckMissing, Path: fsmtPath("q")}}, Ops: []TxnOp{txnPath(TxnOpDelete, "q/a", "")}})
+	if got, want := a.ops(), "create_session::ok txn:/q:ok txn:/q/a:exists"; got != want {
+		t.Fatalf("records\n%s\nwant\n%s", got, want)
+	}
+}
