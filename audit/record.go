@@ -42,8 +42,8 @@ type Record struct {
 	// Op names what was done: create_session, close_session,
 	// expire_session, resume_session, create, open, write, delete,
 	// acquire, release, grant, break_lock, set_acl, member_put,
-	// member_remove, epoch, backup, expire_ttl; gap for records this
-	// replica never saw.
+	// member_remove, epoch, backup, expire_ttl, txn (a transaction, under
+	// its first operation's name); gap for records this replica never saw.
 	Op string `json:"op"`
 	// Principal is the authenticated caller (empty for the master's own
 	// commands: lock-delay hand-offs, expiries, epochs); Admin says it

@@ -83,6 +83,7 @@ func hiddenNamesAnswerAsMissing(t *testing.T, ctx context.Context, c *fixtures.C
 		whos = append(whos, who)
 	}
 	slices.Sort(whos)
+	txnAsked := map[string]bool{}
 	for _, n := range nodes {
 		twin := twinOf(n.name)
 		for _, who := range whos {
@@ -113,6 +114,45 @@ func hiddenNamesAnswerAsMissing(t *testing.T, ctx context.Context, c *fixtures.C
 				for _, below := range []string{"/x", "/x/y"} {
 					same(mname+" "+n.name+below, open(cl, n.name+below, mode), open(cl, twin+below, mode))
 				}
+			}
+			// A transaction's checks and operations answer alike too
+			// (asked by one principal per node: the answers depend on
+			// the node's visibility, which the opens above cover for
+			// every principal).
+			if txnAsked[n.name] {
+				continue
+			}
+			txnAsked[n.name] = true
+			txn := func(rel string, cmp func(string) client.Cmp, op func(string) client.Op) string {
+				t := cl.Txn(ctx)
+				if cmp != nil {
+					t.If(cmp(c.Name(rel)))
+				}
+				if op != nil {
+					t.Then(op(c.Name(rel)))
+				}
+				_, err := t.Commit()
+				return answerOf(err)
+			}
+			cmps := map[string]func(string) client.Cmp{
+				"txn check-exists": client.Exists,
+				"txn check-gen":    func(p string) client.Cmp { return client.GenerationIs(p, 1) },
+				"txn check-held":   func(p string) client.Cmp { return client.Holds(p, 0) },
+			}
+			for what, cmp := range cmps {
+				same(what, txn(n.name, cmp, nil), txn(twin, cmp, nil))
+			}
+			ops := map[string]func(string) client.Op{
+				"txn set":    func(p string) client.Op { return client.OpSet(p, []byte("x")) },
+				"txn delete": client.OpDelete,
+			}
+			for what, op := range ops {
+				same(what, txn(n.name, nil, op), txn(twin, nil, op))
+			}
+			create := func(p string) client.Op { return client.OpCreate(p, nil) }
+			same("txn create below", txn(n.name+"/x", nil, create), txn(twin+"/x", nil, create))
+			if !mayCreate { // where who may create, the open creates above say what a taken name answers
+				same("txn create", txn(n.name, nil, create), txn(twin, nil, create))
 			}
 		}
 	}

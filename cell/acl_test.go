@@ -227,6 +227,25 @@ func TestACLMatrix(t *testing.T) {
 			if err == nil {
 				h.Close()
 			}
+			// A transaction needs what its parts need, and a check
+			// needs read; a name the caller can neither read nor write
+			// answers as a missing one.
+			_, err = cl.Txn(ctx).If(client.Exists(c.Name(n.name))).Commit()
+			check(who, n.name, "txn-check-exists", err, openWant(r))
+			if n.ref.dir {
+				child := c.Name(n.name + "/txn-" + who)
+				_, err = cl.Txn(ctx).Then(client.OpCreate(child, nil)).Commit()
+				check(who, n.name, "txn-create-child", err, openWant(w))
+				if err == nil {
+					childRef := n.ref
+					childRef.creator = who
+					_, err = cl.Txn(ctx).Then(client.OpDelete(child)).Commit()
+					check(who, child, "txn-delete", err, want(refAllowed(who, childRef, refWrite)))
+				}
+			} else {
+				_, err = cl.Txn(ctx).Then(client.OpSet(c.Name(n.name), []byte("by "+who))).Commit()
+				check(who, n.name, "txn-set", err, openWant(w))
+			}
 			if hidden {
 				continue // no handle to try the rest with: the node is invisible
 			}

@@ -97,6 +97,15 @@ func (f *FSM) auditSubjectOf(c *Command) auditSubject {
 		s.op = "resume_session"
 	case *ExpireTTLArgs:
 		s.op, s.name = "expire_ttl", p.Path
+	case *TxnArgs:
+		// One record for the whole transaction, under its first
+		// operation's name (or its first check's, if it has none).
+		s.op = "txn"
+		if len(p.Ops) > 0 {
+			s.name = p.Ops[0].Path
+		} else if len(p.Checks) > 0 {
+			s.name = p.Checks[0].Path
+		}
 	case *NoteArgs:
 		s.op, s.name = p.Op, p.Name
 		if p.Op == "" || p.Op == audit.OpGap || len(p.Op) > maxNoteLen || len(p.Name) > maxNoteLen {

@@ -117,6 +117,8 @@ func (t CmdType) String() string {
 		return "IdleCloseSession"
 	case CmdSetACLIfGen:
 		return "SetACLIfGen"
+	case CmdTxn:
+		return "Txn"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

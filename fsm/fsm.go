@@ -262,6 +262,8 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return f.resumeSession(index, c, p)
 	case *ExpireTTLArgs:
 		return f.expireTTL(index, c, p)
+	case *TxnArgs:
+		return f.txn(index, c, p)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d (payload %T) at index %d", c.Type, c.Payload, index))
 }

@@ -53,6 +53,7 @@ var modelOps = []string{
 	"cancel", "set acl", "release", "delete", "new session", "acquire", "open", "set", "retry",
 	"grant", "pause", "close session", "epoch", "cancel", "new session", "break", "resume",
 	"expire ttl", "delete",
+	"txn", "txn",
 }
 
 // modelNames are the names (below the root) the sequences use: two levels
@@ -152,6 +153,8 @@ type mResult struct {
 	Incarnation, NextSeq uint64
 	// Name answers a sequential create.
 	Name string
+	// Txn answers a transaction.
+	Txn TxnOutcome
 }
 
 func (r mResult) short() string {
@@ -162,6 +165,9 @@ func resultOf(r *Result) mResult {
 	m := mResult{Epoch: r.Epoch, Session: r.Session, Handle: r.Handle, Created: r.Created,
 		Granted: r.Granted, Queued: r.Queued, LockGen: r.LockGen, Stat: r.Stat, Broken: r.Broken,
 		Incarnation: r.Incarnation, NextSeq: r.NextSeq, Name: r.Name}
+	if r.Txn != nil {
+		m.Txn = *r.Txn
+	}
 	if r.Err != nil {
 		m.Kind = r.Err.Kind
 	}
@@ -256,6 +262,7 @@ type mCmd struct {
 	Identity  CreateSessionArgs
 	TTL       int64  // an Open's TTL
 	Instance  uint64 // an ExpireTTL's instance
+	Txn       *TxnArgs
 }
 
 // flatCmd flattens an encoded command (its Type set) for the model.
@@ -288,6 +295,8 @@ func flatCmd(c Command) mCmd {
 		m.Path = p.Path
 	case *SetACLArgs:
 		m.Handle, m.ACL, m.IfGen, m.HasIfGen = p.Handle, p.ACL, p.IfGen, p.HasIfGen
+	case *TxnArgs:
+		m.Txn = p
 	}
 	return m
 }
@@ -449,6 +458,8 @@ func (m *model) exec(idx uint64, c mCmd) mResult {
 		}
 		m.closeHandle(idx, c.Handle, false, c.Time)
 		return mResult{}
+	case CmdTxn:
+		return m.txn(idx, c)
 	case CmdSetContents:
 		h, n, k := m.liveHandle(c)
 		switch {
@@ -1430,6 +1441,8 @@ func TestFSMMatchesModel(t *testing.T) {
 					}
 				}
 				r.applyEntry(Command{Payload: p})
+			case "txn":
+				r.request(pickSession(), Command{Payload: modelTxn(rt, r.m, pickName)})
 			case "grant":
 				// The master's hand-off once a lock-delay has passed.
 				r.applyEntry(Command{Payload: &GrantArgs{Path: pickName()}})

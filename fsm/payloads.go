@@ -276,6 +276,8 @@ func newPayload(t CmdType) Payload {
 		return &NoteArgs{}
 	case CmdResumeSession:
 		return &ResumeSessionArgs{}
+	case CmdTxn:
+		return &TxnArgs{}
 	}
 	return nil
 }

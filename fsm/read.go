@@ -306,6 +306,8 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 		}
 	case *GrantArgs:
 		set[p.Path] = true
+	case *TxnArgs:
+		f.txnAffectedPaths(set, p, addNode)
 	case *BreakLockArgs:
 		set[p.Path] = true
 	case *ResumeSessionArgs:

@@ -64,23 +64,29 @@ type sessionResult struct {
 // or 3: only a cell that made a sequential name writes version 5, which a
 // replica of the version before refuses rather than drop the counters
 // and hand their numbers out again.
+// Version 6: de-duplicated results of transactions carry their outcome
+// (Result.Txn, txn.go), optional too; only a state whose de-duplication
+// table holds a transaction's result is written as version 6, so a
+// replica of the version before refuses it rather than answer a retried
+// transaction without the outcome it needs.
 // Version 7: nodes carry their lifetime rule (Node.TTL, Node.Container,
 // ttl.go), and de-duplicated results the stat fields of the same names,
-// optional too, so versions 2 to 5 restore as they are, with no TTL
-// node and no container. A state with neither is written as version 5
+// optional too, so versions 2 to 6 restore as they are, with no TTL
+// node and no container. A state with neither is written as version 6
 // or older: only a cell that made one writes version 7, which a replica
 // of the version before refuses rather than keep the nodes forever and
-// diverge at the first expiry. (Version 6 is left to another change.)
+// diverge at the first expiry.
 const snapshotVersion = 7
 
 // The versions written while the newer ones' fields are unused:
 // snapshotV3 while no session was resumed, snapshotV4 while no
-// sequential name was made, snapshotV5 while no TTL node or container
-// exists.
+// sequential name was made, snapshotV5 while no transaction result is
+// kept, snapshotV6 while no TTL node or container exists.
 const (
 	snapshotV3 = 3
 	snapshotV4 = 4
 	snapshotV5 = 5
+	snapshotV6 = 6
 )
 
 // imageVersion is the version img is written as: the oldest whose fields
@@ -94,6 +100,11 @@ func imageVersion(img *snapshotImage) uint8 {
 	for _, r := range img.Results {
 		if r.Result != nil && (r.Result.Stat.TTL != 0 || r.Result.Stat.Container) {
 			return snapshotVersion
+		}
+	}
+	for _, r := range img.Results {
+		if r.Result != nil && r.Result.Txn != nil {
+			return snapshotV6
 		}
 	}
 	for _, n := range img.Nodes {

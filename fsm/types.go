@@ -218,6 +218,9 @@ type Result struct {
 	// was created under. Empty for every other command, so results
 	// stored before it existed read the same.
 	Name string `msgpack:"nm,omitempty"`
+	// Txn answers a transaction (txn.go): its generation, or which check
+	// or operation failed. Nil for every other command.
+	Txn *TxnOutcome `msgpack:"tx,omitempty"`
 }
 
 // ChangeKind says what a Change reports. Changes live only in memory, on

@@ -84,6 +84,7 @@ func routeTable(e *endpoints) map[wire.Method]route {
 		wire.MethodOpen:          {serve: decoded(fs.open)},
 		wire.MethodSetContents:   {serve: decoded(fs.setContents)},
 		wire.MethodSetACL:        {serve: decoded(fs.setACL)},
+		wire.MethodTxn:           {serve: decoded(fs.txn)},
 		wire.MethodAcquire:       {serve: decoded(ls.acquireTimed)},
 		wire.MethodCancelAcquire: {serve: decoded(ls.cancelAcquire)},
 

@@ -25,6 +25,10 @@ func (w *writes) setQuota(cmd *fsm.Command) {
 		}
 	case *fsm.SetContentsArgs:
 		p.Quota = w.quota
+	case *fsm.TxnArgs:
+		if len(p.Ops) > 0 {
+			p.Quota = w.quota
+		}
 	}
 }
 

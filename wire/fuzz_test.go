@@ -98,6 +98,8 @@ var fzTypes = []fzType{
 	{"AuditReadResponse", func() any { return new(wire.AuditReadResponse) }},
 	{"QuotaUsageRequest", func() any { return new(wire.QuotaUsageRequest) }},
 	{"QuotaUsageResponse", func() any { return new(wire.QuotaUsageResponse) }},
+	{"TxnRequest", func() any { return new(wire.TxnRequest) }},
+	{"TxnResponse", func() any { return new(wire.TxnResponse) }},
 	{"ResumeSessionRequest", func() any { return new(wire.ResumeSessionRequest) }},
 	{"ResumeSessionResponse", func() any { return new(wire.ResumeSessionResponse) }},
 }
@@ -186,6 +188,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.AuditReadRequest)
 	case wire.MethodQuotaUsage:
 		return new(wire.QuotaUsageRequest)
+	case wire.MethodTxn:
+		return new(wire.TxnRequest)
 	case wire.MethodResumeSession:
 		return new(wire.ResumeSessionRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
@@ -269,6 +273,9 @@ func fzSamples() []any {
 		&wire.AuditReadRequest{Since: 12, SinceTime: 1_700_000_000_000_000_000, Prefix: "/ls/c/svc", Max: 100, WaitMillis: 20000},
 		&wire.AuditReadResponse{Records: [][]byte{[]byte(`{"index":12,"op":"write","result":"ok"}`)}, Next: 13, Oldest: 1, Last: 40, Replica: "2"},
 		&wire.QuotaUsageRequest{Principal: "alice"},
+		&wire.TxnRequest{Checks: []wire.TxnCheck{{Kind: wire.TxnCheckGeneration, Path: "/ls/c/x", Generation: 7}},
+			Ops: []wire.TxnOp{{Kind: wire.TxnOpSet, Path: "/ls/c/x", Contents: []byte("8")}}},
+		&wire.TxnResponse{Failed: &wire.TxnFailure{Check: 0, Op: -1, Code: wire.CodeGenerationMismatch, Msg: "check 0 (/ls/c/x): content generation is 9, not 7"}},
 		&wire.QuotaUsageResponse{Principal: "alice", Admin: true, Limits: []wire.QuotaLimit{
 			{Name: wire.QuotaNodesPerPrincipal, Used: 3, Max: 100000, Exempt: true},
 			{Name: wire.QuotaContentBytes, Used: 1 << 20, Max: 512 << 20, Reserve: 4 << 20, Bytes: true}},
@@ -649,6 +656,9 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.AuditReadRequest{Since: u1, SinceTime: i1, Prefix: s1, Max: u32, WaitMillis: -i1},
 			&wire.AuditReadResponse{Records: [][]byte{b1, b2}[:n%3], Next: u1, Oldest: u2, Last: u3, Replica: s2},
 			&wire.QuotaUsageRequest{Principal: s1},
+			&wire.TxnRequest{Checks: []wire.TxnCheck{{Kind: uint8(u32), Path: s1, Generation: u1, Mode: uint8(u32 >> 8), Sequencer: b1}}[:n%2],
+				Ops: []wire.TxnOp{{Kind: uint8(u32), Path: s2, Contents: b2}}[:(n/2)%2]},
+			&wire.TxnResponse{Generation: u1, Failed: map[bool]*wire.TxnFailure{true: {Check: int(i1), Op: -int(i1), Code: wire.Code(u32), Msg: s3}}[bit(4)]},
 			&wire.QuotaUsageResponse{Principal: s1, Admin: bit(0), Limits: []wire.QuotaLimit{{Name: s2, Used: i1, Max: -i1, Reserve: i1 ^ 1,
 				Bytes: bit(1), Exempt: bit(2)}}[:n%2], TopByNodes: []wire.PrincipalUsage{{Principal: s3, Nodes: i1, ContentBytes: -i1}}[:n%2],
 				TopByContentBytes: []wire.PrincipalUsage{{Principal: s2, Nodes: -i1, ContentBytes: i1}}[:(n/2)%2]},

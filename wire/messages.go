@@ -62,7 +62,7 @@ func (m Method) String() string {
 func (m Method) Mutating() bool {
 	switch m {
 	case MethodOpen, MethodClose, MethodSetContents, MethodDelete, MethodAcquire, MethodRelease, MethodCancelAcquire,
-		MethodSetACL, MethodBreakLock:
+		MethodSetACL, MethodBreakLock, MethodTxn:
 		return true
 	}
 	return false

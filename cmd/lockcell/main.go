@@ -156,7 +156,7 @@ func newApp(e *env) *cli.App {
 			putCommand(e), catCommand(e), statCommand(e), lsCommand(e), mkdirCommand(e), touchCommand(e), rmCommand(e), sessionsCommand(e), shellCommand(e),
 			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e), healthCommand(e), aclCommand(e), backupCommand(e), replicaCommand(e),
 			whoCommand(e), selfcheckCommand(e), breakCommand(e), locksCommand(e),
-			requestReleaseCommand(e), benchCommand(e), auditCommand(e), quotaCommand(e),
+			requestReleaseCommand(e), benchCommand(e), auditCommand(e), quotaCommand(e), txnCommand(e),
 		},
 		Before: e.setup,
 		// Without a verb, or with an unknown one, urfave/cli would fall back
