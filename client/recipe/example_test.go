@@ -141,3 +141,32 @@ func ExampleObserve() {
 	// leader host-b:9090
 	// no leader
 }
+
+// A shared counter: every Add is a compare-and-swap transaction, retried
+// when another client's Add got in first, so no update is lost.
+func ExampleCounter() {
+	cfg, stop := fixtures.ExampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	hits, err := recipe.NewCounter(ctx, c, "stats/hits")
+	if err != nil {
+		fmt.Println("counter:", err)
+		return
+	}
+	hits.Add(ctx, 5)
+	v, err := hits.Add(ctx, -2)
+	fmt.Println(v, err)
+	v, err = hits.Get(ctx)
+	fmt.Println(v, err)
+	// Output:
+	// 3 <nil>
+	// 3 <nil>
+}
