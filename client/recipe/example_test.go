@@ -170,3 +170,38 @@ func ExampleCounter() {
 	// 3 <nil>
 	// 3 <nil>
 }
+
+// A FIFO work queue: Put appends an item under a sequential name, Take
+// blocks until there is one and removes the oldest, exactly once however
+// many consumers race for it.
+func ExampleQueue() {
+	cfg, stop := fixtures.ExampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	q, err := recipe.NewQueue(ctx, c, "jobs/resize")
+	if err != nil {
+		fmt.Println("queue:", err)
+		return
+	}
+	for _, job := range []string{"img-1.png", "img-2.png"} {
+		if _, err := q.Put(ctx, []byte(job)); err != nil {
+			fmt.Println("put:", err)
+			return
+		}
+	}
+	for range 2 {
+		job, err := q.Take(ctx)
+		fmt.Printf("took %s %v\n", job, err)
+	}
+	// Output:
+	// took img-1.png <nil>
+	// took img-2.png <nil>
+}
