@@ -205,3 +205,45 @@ func ExampleQueue() {
 	// took img-1.png <nil>
 	// took img-2.png <nil>
 }
+
+// Group membership: each process joins under its own name with its
+// address; anyone lists the group or watches it change. A member leaves
+// on Close, or when its session ends.
+func ExampleJoin() {
+	cfg, stop := fixtures.ExampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	changes := recipe.WatchGroup(ctx, c, "svc/web/members")
+	show := func(want int) {
+		for v := range changes {
+			if len(v.Members) == want {
+				for _, m := range v.Members {
+					fmt.Printf("%s at %s; ", m.Name, m.Data)
+				}
+				fmt.Println(len(v.Members), "members")
+				return
+			}
+		}
+	}
+	show(0)
+	me, err := recipe.Join(ctx, c, "svc/web/members", "web-1", []byte("10.0.0.1:8080"))
+	if err != nil {
+		fmt.Println("join:", err)
+		return
+	}
+	show(1)
+	me.Close() // leave
+	show(0)
+	// Output:
+	// 0 members
+	// web-1 at 10.0.0.1:8080; 1 members
+	// 0 members
+}
