@@ -247,3 +247,69 @@ func ExampleJoin() {
 	// web-1 at 10.0.0.1:8080; 1 members
 	// 0 members
 }
+
+// A barrier: Set shuts it, Wait blocks while it is shut, Remove opens it
+// for every waiter at once.
+func ExampleBarrier() {
+	cfg, stop := fixtures.ExampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	gate := recipe.NewBarrier(c, "deploy/gate")
+	if err := gate.Set(ctx); err != nil {
+		fmt.Println("set:", err)
+		return
+	}
+	passed := make(chan error)
+	go func() { passed <- gate.Wait(ctx) }()
+	// ... the migration the workers must not start before ...
+	if err := gate.Remove(ctx); err != nil {
+		fmt.Println("remove:", err)
+		return
+	}
+	fmt.Println("worker passed:", <-passed)
+	// Output:
+	// worker passed: <nil>
+}
+
+// A double barrier for two: each member's Enter returns once both have
+// entered, each Leave once both have left.
+func ExampleDoubleBarrier() {
+	cfg, stop := fixtures.ExampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	done := make(chan string, 2)
+	for _, name := range []string{"w1", "w2"} {
+		go func() {
+			b := recipe.NewDoubleBarrier(c, "jobs/round", name, 2)
+			if err := b.Enter(ctx); err != nil {
+				done <- "enter: " + err.Error()
+				return
+			}
+			// ... the computation both run together ...
+			if err := b.Leave(ctx); err != nil {
+				done <- "leave: " + err.Error()
+				return
+			}
+			done <- "ok"
+		}()
+	}
+	fmt.Println(<-done, <-done)
+	// Output:
+	// ok ok
+}
