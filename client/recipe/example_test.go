@@ -313,3 +313,41 @@ func ExampleDoubleBarrier() {
 	// Output:
 	// ok ok
 }
+
+// A re-entrant lock: code that holds it may call code that takes it
+// again through the same Mutex value; the cell's lock is released by the
+// outermost Release.
+func ExampleMutex() {
+	cfg, stop := fixtures.ExampleCell()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+
+	m := recipe.NewMutex(c, "locks/db-migrate", client.WithLockDelay(10*time.Second))
+	migrateTable := func(ctx context.Context) error {
+		if err := m.Acquire(ctx); err != nil { // nested: counts only
+			return err
+		}
+		defer m.Release(ctx)
+		fmt.Println("migrating, depth", m.Depth())
+		return nil
+	}
+	if err := m.Acquire(ctx); err != nil {
+		fmt.Println("acquire:", err)
+		return
+	}
+	err = migrateTable(m.Handle().LockContext())
+	fmt.Println("migrated:", err, "depth", m.Depth())
+	m.Release(ctx)
+	fmt.Println("released, depth", m.Depth())
+	// Output:
+	// migrating, depth 2
+	// migrated: <nil> depth 1
+	// released, depth 0
+}
