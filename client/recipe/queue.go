@@ -68,12 +68,17 @@ func (q *Queue) Put(ctx context.Context, data []byte) (string, error) {
 // Overflow or Reannounce telling of lost ones) wakes it first.
 const QueueRecheck = time.Second
 
+// takePage is how many of the lowest items Take reads at once.
+const takePage = 64
+
 // Take removes the queue's lowest-numbered item and returns its data,
-// blocking until there is one or ctx ends. It lists the directory with a
-// watch already set on it (so an item put after the listing wakes it),
-// reads the first item, and deletes it in a transaction that checks it
-// still exists at that generation; if another consumer took it first it
-// moves on to the next item, and lists again when it runs out.
+// blocking until there is one or ctx ends. It reads the lowest items (one
+// page of the listing: a linearizable read) with a watch already set on
+// the directory (so an item put after the read wakes it), reads the
+// first, and deletes it in a transaction that checks it still exists at
+// that generation; if another consumer took it first it moves on to the
+// next item, reads the listing again when it runs out, and waits for an
+// event only when the listing held no item.
 func (q *Queue) Take(ctx context.Context) ([]byte, error) {
 	dh, err := q.c.Open(ctx, q.dir, client.Read|client.Directory, client.WithEvents(client.OnChildAdded))
 	if err != nil {
@@ -81,14 +86,22 @@ func (q *Queue) Take(ctx context.Context) ([]byte, error) {
 	}
 	defer dh.Close()
 	for {
-		entries, err := dh.ReadDir(ctx)
+		// One page is one linearizable read, so it holds the lowest
+		// items at one instant; a whole listing is several reads, and
+		// could show a later item without an earlier one put meanwhile.
+		entries, _, err := dh.ReadDirPage(ctx, itemPrefix, takePage)
 		if err != nil {
 			return nil, err
 		}
+		seen := false
 		for _, e := range entries {
-			if e.Dir || !strings.HasPrefix(e.Name, itemPrefix) {
+			if !strings.HasPrefix(e.Name, itemPrefix) {
+				break // past the items
+			}
+			if e.Dir {
 				continue
 			}
+			seen = true
 			data, ok, err := q.take(ctx, q.dir+"/"+e.Name)
 			if err != nil {
 				return nil, err
@@ -97,7 +110,10 @@ func (q *Queue) Take(ctx context.Context) ([]byte, error) {
 				return data, nil
 			}
 		}
-		// Empty (or every item listed was taken by others): wait for news.
+		if seen {
+			continue // others took every item listed: there may be more
+		}
+		// Empty: wait for news.
 		t := time.NewTimer(QueueRecheck)
 		select {
 		case _, ok := <-dh.Events():
@@ -132,11 +148,10 @@ func (q *Queue) take(ctx context.Context, name string) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	_, err = q.c.Txn(ctx).If(client.Exists(name), client.GenerationIs(name, st.ContentGen)).Then(client.OpDelete(name)).Commit()
-	var te *client.TxnError
 	switch {
 	case err == nil:
 		return data, true, nil
-	case errors.As(err, &te):
+	case errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrGenerationMismatch):
 		// The item is gone (or was rewritten): another consumer won.
 		return nil, false, nil
 	default:
