@@ -23,11 +23,11 @@ var ErrNotCounter = errors.New("lockcell: not a counter")
 //
 // Failure modes: an Add whose transaction was sent but whose answer was
 // lost to a master change is retried under the same request id
-// (client.Txn), so it applies at most once; an Add that fails otherwise
+// (client.Txn), so it applies at most once. An Add that returns an error
 // (ctx ended, no master within the client's RetryTimeout, the session
-// expired) returns the error and may or may not have applied only in the
-// first case (ctx ended while the transaction was in flight). A jeopardy
-// just delays it. The file is permanent: the count outlives every client.
+// expired) did not apply, unless the error came while its transaction
+// was in flight: then it may have, and Get tells. A jeopardy only delays
+// it. The file is permanent: the count outlives every client.
 type Counter struct {
 	c    *client.Client
 	name string

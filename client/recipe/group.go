@@ -30,8 +30,12 @@ type Membership struct {
 // that dies or loses the cell for longer than its lease and grace period
 // leaves the group when its session expires, so Members and WatchGroup
 // never list a dead process for longer than that. Through a jeopardy the
-// member stays listed (the session may survive). Joining under a name
-// that is already a member fails with client.ErrExists.
+// member stays listed (the session may survive); a Client whose session
+// expired has left, and must Join again (with Config.RenewSession the
+// client re-opens the member's handle in its new session: its Reopened
+// or ReopenFailed event says whether the file is back). Joining under a
+// name that is already a member fails with client.ErrExists, also while
+// a dead process's session under that name has not yet expired.
 func Join(ctx context.Context, c *client.Client, dir, member string, data []byte) (*Membership, error) {
 	dir = client.ResolveName(c.Cell(), dir)
 	h, err := c.Open(ctx, dir+"/"+member, client.Read|client.Write|client.Create|client.Excl|client.Ephemeral,
