@@ -82,3 +82,25 @@ func TestGroupMembersComeAndGo(t *testing.T) {
 		return err == nil && len(ms) == 0
 	})
 }
+
+// A member whose process stops answering (its connections cut: a crash
+// or a partition) leaves the group when its session expires, without
+// anyone closing anything, and the watcher sees it go.
+func TestGroupDeadMemberLeavesWhenItsSessionExpires(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: time.Second})
+	ctx := testCtx(t, 60*time.Second)
+	dir := c.Name("svc/db/members")
+	changes := recipe.WatchGroup(ctx, c.Client(t), dir)
+	waitGroup(t, changes, nil, "before anyone joined")
+
+	cut := fixtures.NewCutter()
+	cfg := c.ClientConfig()
+	cfg.Dialer, cfg.GracePeriod, cfg.RetryTimeout = cut.Dial, 2*time.Second, 2*time.Second
+	doomed := c.ClientWith(t, cfg)
+	if _, err := recipe.Join(ctx, doomed, dir, "replica-2", []byte("up")); err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	waitGroup(t, changes, []string{"replica-2=up"}, "joined")
+	cut.Cut()
+	waitGroup(t, changes, nil, "the cut member's session expired")
+}
