@@ -114,3 +114,32 @@ func TestDoubleBarrierEnterAndLeaveTogether(t *testing.T) {
 	allDone(t, left, n, "Leave with all out")
 	waitUntil(t, 10*time.Second, "the directory empty", func() bool { return entries() == 0 })
 }
+
+// A double-barrier member that dies between Enter and Leave counts as
+// left once its session expires: the others' Leave waits for it until
+// then, and not forever.
+func TestDoubleBarrierDeadMemberCountsAsLeft(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: time.Second})
+	ctx := testCtx(t, 60*time.Second)
+	dir := c.Name("jobs/fragile")
+	cut := fixtures.NewCutter()
+	cfg := c.ClientConfig()
+	cfg.Dialer, cfg.GracePeriod, cfg.RetryTimeout = cut.Dial, 2*time.Second, 2*time.Second
+	bs := []*recipe.DoubleBarrier{
+		recipe.NewDoubleBarrier(c.Client(t), dir, "a", 3),
+		recipe.NewDoubleBarrier(c.Client(t), dir, "b", 3),
+		recipe.NewDoubleBarrier(c.ClientWith(t, cfg), dir, "doomed", 3),
+	}
+	entered := make(chan error, 3)
+	for _, b := range bs {
+		go func() { entered <- b.Enter(ctx) }()
+	}
+	allDone(t, entered, 3, "Enter")
+	left := make(chan error, 2)
+	for _, b := range bs[:2] {
+		go func() { left <- b.Leave(ctx) }()
+	}
+	noneDone(t, left, "Leave while the doomed member is in")
+	cut.Cut()
+	allDone(t, left, 2, "Leave after the doomed member's session expired")
+}
