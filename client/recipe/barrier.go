@@ -121,7 +121,9 @@ const (
 // an Enter waiting for it waits for another member instead, and a Leave
 // stops waiting for it. A member that enters after the count was reached
 // (and before the last Leave) passes at once. One round at a time: begin
-// the next round's Enters after the last Leave of this one returned.
+// the next round's Enters after the last Leave of this one returned. A
+// DoubleBarrier value is one member: call Enter and Leave from one
+// goroutine at a time.
 type DoubleBarrier struct {
 	c     *client.Client
 	dir   string
