@@ -1,6 +1,22 @@
-// Package recipe is leader election on a lockcell cell, built on package
-// client's public API alone (as etcd's clientv3/concurrency is on
-// clientv3).
+// Package recipe holds the coordination primitives programs build on a
+// lockcell cell, each on package client's public API alone (as etcd's
+// clientv3/concurrency is on clientv3, and Curator's recipes on
+// ZooKeeper): leader election (Campaign, Leader, Observe, Lead), group
+// membership (Join, Members, WatchGroup), a barrier and a double barrier
+// (Barrier, DoubleBarrier), a FIFO work queue (Queue), a shared counter
+// (Counter) and a re-entrant lock (Mutex). Each type's comment says what
+// it guarantees and what happens when a session is in jeopardy or
+// expires.
+//
+// The recipes lean on four features of the cell: ephemeral files die with
+// their session, so a member or a waiter that dies leaves (groups, double
+// barriers); sequential names sort in creation order (queues); a
+// transaction checks and writes in one step, so a compare-and-swap never
+// loses a race (counters, a queue's take); and a directory's ChildAdded
+// and ChildRemoved events, with Overflow and Reannounce when some were
+// lost, wake a waiter that re-reads the listing, so it never sleeps
+// through a change (every blocking call also re-reads at least every
+// QueueRecheck, a safety net).
 //
 // Campaign blocks until the caller leads the election on a file and
 // returns the handle whose lock is the leadership: its LockContext ends

@@ -2,6 +2,7 @@ package recipe_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -24,3 +25,5 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
