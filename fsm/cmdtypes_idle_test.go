@@ -56,19 +56,9 @@ func TestGoldenIdleAndACLEntries(t *testing.T) {
 		if g.c.Type != g.want {
 			t.Fatalf("encodes as type %s, want %s", g.c.Type, g.want)
 		}
-		golden, err := hex.DecodeString(g.hex)
-		if err != nil || len(golden) == 0 {
-			t.Fatalf("no golden %s entry (%v)", g.want, err)
-		}
+		d, golden := goldenEntry(t, g.hex, g.want)
 		if !bytes.Equal(b, golden) {
 			t.Errorf("%s encodes to %x today, the committed entry is %x", g.want, b, golden)
-		}
-		d, err := DecodeCommand(golden)
-		if err != nil || d.Type != g.want {
-			t.Fatalf("the committed %s entry decodes to %+v (%v)", g.want, d, err)
-		}
-		if again, err := d.Encode(); err != nil || !bytes.Equal(again, golden) {
-			t.Fatalf("the committed %s entry re-encodes to %x (%v)", g.want, again, err)
 		}
 		switch p := d.Payload.(type) {
 		case *CloseSessionArgs:

@@ -62,23 +62,7 @@ func TestWriteTxnGolden(t *testing.T) {
 // today's code makes of the same commands; the committed entry decodes to
 // the command it was written from and re-encodes to its bytes.
 func TestTxnGoldenSnapshotAndEntry(t *testing.T) {
-	golden, err := os.ReadFile(txnSnapshotV6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if img := fsmtImage(t, golden); img.Version != 6 {
-		t.Fatalf("the golden snapshot is version %d", img.Version)
-	}
-	f, err := fsmtRestore(t, fsmtCell, golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again := fsmtSnapshotBytes(t, f); !bytes.Equal(again, golden) {
-		t.Fatal("the restored golden snapshot snapshots to other bytes")
-	}
-	if !bytes.Equal(txnGoldenState(t).snapshot(), golden) {
-		t.Fatal("the golden state built today snapshots to other bytes: the version-6 format changed")
-	}
+	f := restoreGolden(t, txnSnapshotV6, 6, txnGoldenState(t).snapshot())
 	// The second acknowledged the first: the failed one's outcome is
 	// the one kept.
 	var outcomes int
@@ -93,16 +77,9 @@ func TestTxnGoldenSnapshotAndEntry(t *testing.T) {
 		t.Fatalf("%d failed transaction outcomes restored, want 1", outcomes)
 	}
 
-	b, err := hex.DecodeString(txnEntryV2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := DecodeCommand(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Type != CmdTxn || b[0] != commandVersion {
-		t.Fatalf("the golden entry decodes as %s", c.Type)
+	_, b := goldenEntry(t, txnEntryV2, CmdTxn)
+	if b[0] != commandVersion {
+		t.Fatalf("the golden entry is of command version %d", b[0])
 	}
 	want := txnGoldenCommand()
 	again, err := want.Encode()
