@@ -18,14 +18,7 @@ func TestACLSetIfGeneration(t *testing.T) {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
 	runBin := cliOnCell(t)
-	ok := func(args ...string) result {
-		t.Helper()
-		res := runBin(args...)
-		if res.code != exitOK {
-			t.Fatalf("lockcell %s: exit %d, stderr %q", strings.Join(args, " "), res.code, res.stderr)
-		}
-		return res
-	}
+	ok := succeeding(t, runBin)
 	aclGen := func() uint64 {
 		t.Helper()
 		var st struct {

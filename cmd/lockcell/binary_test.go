@@ -230,6 +230,19 @@ func cliOnCell(t *testing.T) func(args ...string) result {
 	}
 }
 
+// succeeding wraps a runner (cliOnCell's) into one that fails the test
+// unless the command exits 0.
+func succeeding(t *testing.T, run func(args ...string) result) func(args ...string) result {
+	return func(args ...string) result {
+		t.Helper()
+		res := run(args...)
+		if res.code != exitOK {
+			t.Fatalf("lockcell %s: exit %d, stderr %q", strings.Join(args, " "), res.code, res.stderr)
+		}
+		return res
+	}
+}
+
 // buildCLI returns the lockcell binary, built once per test binary.
 func buildCLI(t *testing.T) string {
 	t.Helper()
