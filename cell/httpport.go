@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"lockcell/cell/certs"
+	"lockcell/cell/clientport"
 	"lockcell/internal/fdlimit"
 )
 
@@ -237,7 +238,7 @@ func (l *httpListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err // net/http backs off on temporary errors (EMFILE)
 		}
-		ip := remoteIP(c)
+		ip := clientport.RemoteIP(c)
 		if why := l.admit(ip); why >= 0 {
 			if tc, ok := c.(*net.TCPConn); ok {
 				tc.SetLinger(0) // reset: no TIME_WAIT kept for a refused caller
@@ -421,11 +422,3 @@ func (s *Server) serveMetrics(addr string) error {
 // MetricsAddr returns the address of the HTTP port, where /metrics,
 // /healthz, /readyz and the status page are served ("" when off).
 func (s *Server) MetricsAddr() string { return s.metricsAddr }
-
-// remoteIP is the address a connection comes from, without its port.
-func remoteIP(c net.Conn) string {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
-	}
-	return c.RemoteAddr().String()
-}

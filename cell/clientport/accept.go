@@ -26,7 +26,7 @@ func (p *Port) acceptLoop() {
 			}
 			continue
 		}
-		ip := remoteIP(conn)
+		ip := RemoteIP(conn)
 		if r := p.admit(ip); r != connAdmitted {
 			p.refuseConn(conn, conn, r, "")
 			continue
@@ -36,8 +36,9 @@ func (p *Port) acceptLoop() {
 	}
 }
 
-// remoteIP is the address a connection comes from, without its port.
-func remoteIP(c net.Conn) string {
+// RemoteIP is the address a connection comes from, without its port: the
+// key of the per-address caps (the HTTP port's too).
+func RemoteIP(c net.Conn) string {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		return a.IP.String()
 	}
