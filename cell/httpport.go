@@ -240,11 +240,13 @@ func (l *httpListener) Accept() (net.Conn, error) {
 		}
 		ip := clientport.RemoteIP(c)
 		if why := l.admit(ip); why >= 0 {
+			// Counted before the reset: a caller that sees its connection
+			// refused then finds the refusal in the stats and metrics.
+			l.refuse(why, c.RemoteAddr().String())
 			if tc, ok := c.(*net.TCPConn); ok {
 				tc.SetLinger(0) // reset: no TIME_WAIT kept for a refused caller
 			}
 			c.Close()
-			l.refuse(why, c.RemoteAddr().String())
 			continue
 		}
 		return &httpConn{Conn: c, l: l, ip: ip}, nil

@@ -137,11 +137,12 @@ func (l *streamLayer) acceptLoop() {
 		}
 		delay = 0
 		if why := l.admit(c); why != "" {
+			// Counted before the reset, so a refused caller finds it counted.
+			l.stats.count(statRefused, c.RemoteAddr().String()+": "+why)
 			if tc, ok := c.(*net.TCPConn); ok {
 				tc.SetLinger(0) // reset: no TIME_WAIT kept for a refused stranger
 			}
 			c.Close()
-			l.stats.count(statRefused, c.RemoteAddr().String()+": "+why)
 			continue
 		}
 		if l.server == nil {
