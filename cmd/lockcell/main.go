@@ -157,6 +157,7 @@ func newApp(e *env) *cli.App {
 			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e), healthCommand(e), aclCommand(e), backupCommand(e), replicaCommand(e),
 			whoCommand(e), selfcheckCommand(e), breakCommand(e), locksCommand(e),
 			requestReleaseCommand(e), benchCommand(e), auditCommand(e), quotaCommand(e), txnCommand(e),
+			counterCommand(e), queueCommand(e), membersCommand(e), barrierCommand(e),
 		},
 		Before: e.setup,
 		// Without a verb, or with an unknown one, urfave/cli would fall back
