@@ -3,7 +3,8 @@
 // (print a node's events), lock (hold a lock while a command runs), seq
 // (inspect and check sequencers), status (every replica's view of the
 // cell), health (a verdict for probes) and replica (list, add and remove
-// the cell's members) (docs/spec.md#cli).
+// the cell's members), and the recipe verbs counter, queue, members and
+// barrier over client/recipe (docs/spec.md#cli).
 //
 // Exit codes: 0 ok, 1 error (the cell or the client refused or failed; the
 // message names the operation and the path), 2 usage error; lock exits with
