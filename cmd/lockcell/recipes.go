@@ -167,7 +167,7 @@ func counterCommand(e *env) *cli.Command {
 	}
 	return recipeGroup("counter", "add to or read a shared counter (a file of decimal text)", "add|get NAME [N]",
 		"A counter is a file holding a decimal integer, changed only by compare-and-swap transactions "+
-			"(client/recipe Counter), so no add is ever lost.", add, get)
+			"(client/recipe Counter), so no add is ever lost.\n\nExample: lockcell counter add jobs/done 1", add, get)
 }
 
 // queueItemJSON is queue's --json output.
@@ -267,7 +267,7 @@ func queueCommand(e *env) *cli.Command {
 	}
 	return recipeGroup("queue", "put items into and take them from a FIFO work queue (a directory)", "put|take DIR [VALUE]",
 		"A queue is a directory of sequentially named files (client/recipe Queue): put appends one, "+
-			"take removes the oldest, each exactly once.", put, take)
+			"take removes the oldest, each exactly once.\n\nExample: lockcell queue put jobs/todo 'resize img-17'", put, take)
 }
 
 // memberJSON is one member in members' --json output.
@@ -448,7 +448,8 @@ func barrierCommand(e *env) *cli.Command {
 			}}
 	}
 	return recipeGroup("barrier", "set, remove or wait for a barrier (a file whose deletion lets waiters through)", "set|remove|wait NAME",
-		"A barrier is shut while its file exists (client/recipe Barrier): wait blocks until it is removed.",
+		"A barrier is shut while its file exists (client/recipe Barrier): wait blocks until it is removed."+
+			"\n\nExample: lockcell barrier wait deploy/hold && ./deploy",
 		verb("set", "shut a barrier (create its file)",
 			`Creates the barrier's file and its parents; setting a set barrier changes nothing. Prints "NAME set"; with --json {"name", "state"}.`,
 			func(ctx context.Context, b *recipe.Barrier) error { return b.Set(ctx) }, false),
