@@ -47,6 +47,14 @@ func NewCounter(ctx context.Context, c *client.Client, name string) (*Counter, e
 	return &Counter{c: c, name: name}, nil
 }
 
+// CounterAt returns the counter kept in the existing file name (resolved
+// as by client.Client.Open) without making any call or creating it: for
+// a reader that must not create a counter by looking at it. Get and Add
+// on a missing file fail with client.ErrNotFound.
+func CounterAt(c *client.Client, name string) *Counter {
+	return &Counter{c: c, name: client.ResolveName(c.Cell(), name)}
+}
+
 // Name is the counter's file.
 func (k *Counter) Name() string { return k.name }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/client"
+	"lockcell/client/recipe"
 	"lockcell/wire"
 )
 
@@ -250,6 +251,8 @@ func errorCode(err error) string {
 		return "refused"
 	case errors.Is(err, client.ErrClosed):
 		return "closed"
+	case errors.Is(err, recipe.ErrNotCounter):
+		return "not_counter"
 	case errors.As(err, &we):
 		return we.Code.Name()
 	}

@@ -3,7 +3,8 @@
 // (print a node's events), lock (hold a lock while a command runs), seq
 // (inspect and check sequencers), status (every replica's view of the
 // cell), health (a verdict for probes) and replica (list, add and remove
-// the cell's members) (docs/spec.md#cli).
+// the cell's members), and the recipe verbs counter, queue, members and
+// barrier over client/recipe (docs/spec.md#cli).
 //
 // Exit codes: 0 ok, 1 error (the cell or the client refused or failed; the
 // message names the operation and the path), 2 usage error; lock exits with
@@ -157,6 +158,7 @@ func newApp(e *env) *cli.App {
 			watchCommand(e), lockCommand(e), seqCommand(e), statusCommand(e), healthCommand(e), aclCommand(e), backupCommand(e), replicaCommand(e),
 			whoCommand(e), selfcheckCommand(e), breakCommand(e), locksCommand(e),
 			requestReleaseCommand(e), benchCommand(e), auditCommand(e), quotaCommand(e), txnCommand(e),
+			counterCommand(e), queueCommand(e), membersCommand(e), barrierCommand(e),
 		},
 		Before: e.setup,
 		// Without a verb, or with an unknown one, urfave/cli would fall back

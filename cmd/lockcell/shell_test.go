@@ -134,7 +134,7 @@ func TestShellScript(t *testing.T) {
 			}
 		}
 		check("se", 2, "se", "selfcheck", "seq", "sessions")
-		check("  c", 3, "c", "cat", "cd")
+		check("  c", 3, "c", "cat", "cd", "counter")
 		check("sta", 3, "sta", "stat", "status")
 		check("cat cmp/f", 9, "cmp/f", "cmp/fab", "cmp/fdir/", "cmp/foo")
 		check("cat cmp/f and more", 9, "cmp/f", "cmp/fab", "cmp/fdir/", "cmp/foo")
