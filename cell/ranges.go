@@ -120,6 +120,7 @@ var SettingRanges = map[string]SettingRange{
 	"max-sessions-per-conn":      counts(1, 1_000_000),
 	"max-handles-per-session":    counts(1, 1_000_000),
 	"max-read-rate":              sizes(1<<10, 1<<30),
+	"max-write-rate":             sizes(1<<10, 1<<30),
 	"max-nodes":                  counts(1, 5_000_000),
 	"max-content-bytes":          sizes(1, 1<<30),
 	"max-nodes-per-principal":    counts(1, 5_000_000),

@@ -30,6 +30,11 @@ type Limits struct {
 	// for listings, contents, stats, session lists and sequencer checks
 	// (rations.go). A principal over it waits.
 	ReadBytesPerSecond int
+	// WriteBytesPerSecond is the rate at which each principal but the
+	// admin may propose writes: request bytes plus 256 bytes per call,
+	// for every call that proposes a Raft command (rations.go). A
+	// principal over it waits.
+	WriteBytesPerSecond int
 	// Nodes caps the files and directories of the cell, ephemeral ones
 	// included and the root not counted. The admin is held to it.
 	Nodes int
@@ -102,7 +107,7 @@ type Limits struct {
 // every session the cell may hold (100,000, 27 MB) twice over; a master
 // holds about 156 bytes of heap an event.
 var DefaultLimits = Limits{SessionsPerPrincipal: 20000, Sessions: 100000, HandlesPerSession: 10000, SessionsPerConn: 4096,
-	ReadBytesPerSecond: 8 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
+	ReadBytesPerSecond: 8 << 20, WriteBytesPerSecond: 1 << 20, Nodes: 1000000, ContentBytes: 512 << 20, NodesPerPrincipal: 100000,
 	ContentBytesPerPrincipal: 64 << 20, CacheRegistrationsPerPrincipal: 100000, CacheRegistrations: 1000000,
 	EventBytes: 64 << 20, EventBytesPerPrincipal: 8 << 20,
 	Backups: 2, HandlesPerPrincipal: 100000, Handles: 1000000, IdleSessionTimeout: DefaultIdleSessionTimeout}
@@ -122,6 +127,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.ReadBytesPerSecond <= 0 {
 		l.ReadBytesPerSecond = DefaultLimits.ReadBytesPerSecond
+	}
+	if l.WriteBytesPerSecond <= 0 {
+		l.WriteBytesPerSecond = DefaultLimits.WriteBytesPerSecond
 	}
 	if l.Nodes <= 0 {
 		l.Nodes = DefaultLimits.Nodes

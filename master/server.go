@@ -141,7 +141,8 @@ type Server struct {
 	epoch   uint64
 	stop    chan struct{} // closed by Stop; a fresh one per term of service
 	wg      sync.WaitGroup
-	reads   *readRations // each principal's read budget (rations.go)
+	reads   *rations // each principal's read budget (rations.go)
+	writes  *rations // each principal's write budget (rations.go)
 	// servingSince is when this term of service began.
 	servingSince time.Time
 	delays       *lockDelays // lock-delay hand-offs (lockdelay.go)
@@ -211,7 +212,8 @@ func New(cfg Config, cons Consensus, state *fsm.FSM) *Server {
 	p.inv = newInvalidator(cfg.Clock, p.sess, cfg.Admin, cfg.LeaseTTL, cfg.Logger)
 	p.inv.limit(cfg.Limits.CacheRegistrations, cfg.Limits.CacheRegistrationsPerPrincipal)
 	p.auditRation = newAuditRation(cfg.Clock.Now)
-	s.reads = newReadRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
+	s.reads = newRations(cfg.Limits.ReadBytesPerSecond, cfg.Clock)
+	s.writes = newRations(cfg.Limits.WriteBytesPerSecond, cfg.Clock)
 	p.w = &writes{clock: cfg.Clock, state: state, cons: cons, inv: p.inv, quota: quotaOf(cfg.Limits)}
 	p.r = &reads{cell: cfg.Cell, state: state, proof: s.proof, bound: cfg.LeaseTTL / 2}
 	members := newMembership()
@@ -401,9 +403,17 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 		}
 		defer func() { s.idle.end(e, s.cfg.Clock.Now()) }()
 	}
-	ration := r.rationed && caller.Principal != s.cfg.Admin
-	if ration {
-		if err := s.reads.wait(ctx, caller.Principal); err != nil {
+	var ration *rations // the caller's read or write budget, if it has one
+	if caller.Principal != s.cfg.Admin {
+		switch {
+		case r.rationed:
+			ration = s.reads
+		case proposes(h.Method):
+			ration = s.writes
+		}
+	}
+	if ration != nil {
+		if err := ration.wait(ctx, caller.Principal); err != nil {
 			return nil, epoch, toWire(err)
 		}
 	}
@@ -417,8 +427,11 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if err == nil {
 		resp, err = r.serve(ctx, c, body)
 	}
-	if ration {
-		s.reads.charge(caller.Principal, replyBytes(resp))
+	switch ration {
+	case s.reads:
+		ration.charge(caller.Principal, replyBytes(resp))
+	case s.writes:
+		ration.charge(caller.Principal, len(body)+writeCallCost)
 	}
 	err = s.asIdleClosed(h.Session, toWire(err))
 	s.audit(c, err)

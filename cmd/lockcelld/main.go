@@ -182,6 +182,7 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-handles-per-session", Value: sd.HandlesPerSession, Usage: "open handles of one session"},
 		&cli.DurationFlag{Name: "idle-session-timeout", Value: sd.IdleSessionTimeout, Usage: "close a session that has held no open handle and made no call but KeepAlives for this long (0: never); the Go client opens a new one on its next call"},
 		&cli.GenericFlag{Name: "max-read-rate", Value: newByteSize(int64(sd.ReadBytesPerSecond)), Usage: "bytes per second each principal but the admin may read from the master (replies plus 2KiB a call), e.g. 8MiB"},
+		&cli.GenericFlag{Name: "max-write-rate", Value: newByteSize(int64(sd.WriteBytesPerSecond)), Usage: "bytes per second each principal but the admin may propose as writes (requests plus 256 bytes a call), e.g. 1MiB"},
 		&cli.IntFlag{Name: "max-nodes", Value: sd.Nodes, Usage: "files and directories in the cell, ephemeral ones included (the admin too)"},
 		&cli.GenericFlag{Name: "max-content-bytes", Value: newByteSize(sd.ContentBytes), Usage: "bytes of all files' contents in the cell together (the admin too), e.g. 512MiB; keep it plus about 200 bytes a node under 1GiB, the largest snapshot"},
 		&cli.IntFlag{Name: "max-nodes-per-principal", Value: sd.NodesPerPrincipal, Usage: "existing files and directories one principal created (the admin is exempt)"},
@@ -214,7 +215,8 @@ func sessionLimits(c *cli.Context) cell.SessionLimits {
 	}
 	l := cell.SessionLimits{SessionsPerPrincipal: c.Int("max-sessions-per-principal"), Sessions: c.Int("max-sessions"),
 		SessionsPerConn: c.Int("max-sessions-per-conn"), HandlesPerSession: c.Int("max-handles-per-session"), ReadBytesPerSecond: rate,
-		Nodes: c.Int("max-nodes"), ContentBytes: size("max-content-bytes"), NodesPerPrincipal: c.Int("max-nodes-per-principal"),
+		WriteBytesPerSecond: int(size("max-write-rate")),
+		Nodes:               c.Int("max-nodes"), ContentBytes: size("max-content-bytes"), NodesPerPrincipal: c.Int("max-nodes-per-principal"),
 		EventBytes: size("max-event-bytes"), EventBytesPerPrincipal: size("max-event-bytes-per-principal"),
 		CacheRegistrationsPerPrincipal: c.Int("max-cache-registrations-per-principal"), CacheRegistrations: c.Int("max-cache-registrations"),
 		Backups: c.Int("max-backups"), HandlesPerPrincipal: c.Int("max-handles-per-principal"), Handles: c.Int("max-handles"),
