@@ -41,6 +41,11 @@ type FSM struct {
 	auditRecord audit.Record
 	// watch indexes handles that asked for events by name (watch.go).
 	watch map[string]*watchSet
+	// hist is the recent changes to nodes, for subtree watches
+	// (history.go; derived, emptied on restore). histWakeMu guards the
+	// making of its wake channel by readers, who hold only the read lock.
+	hist       history
+	histWakeMu sync.Mutex
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
 	// restore).
 	usage usage
@@ -80,7 +85,7 @@ func NewFSM(cell string, logger *slog.Logger) *FSM {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	f := &FSM{log: logger, cell: cell}
+	f := &FSM{log: logger, cell: cell, hist: newHistory()}
 	f.reset()
 	return f
 }
@@ -124,6 +129,7 @@ func (f *FSM) ApplyEntry(index uint64, data []byte) any {
 	}
 	f.mu.Lock()
 	f.changes = f.changes[:0]
+	f.hist.begin(index)
 	var res any
 	if b, ok := cmd.Payload.(*BatchArgs); ok {
 		res = f.applyBatch(index, b) // each command's changes, in order
@@ -131,6 +137,7 @@ func (f *FSM) ApplyEntry(index uint64, data []byte) any {
 		res = f.applyDedup(f.nextIndex(index), cmd)
 	}
 	f.applied = index
+	f.hist.end()
 	obs := f.observer
 	var changes []Change
 	if obs != nil && len(f.changes) > 0 {
@@ -278,7 +285,10 @@ func (f *FSM) setCellKey(p *CellKeyArgs) *Result {
 }
 
 // note records an effect of the entry being applied for the observer.
-func (f *FSM) note(c Change) { f.changes = append(f.changes, c) }
+func (f *FSM) note(c Change) {
+	f.changes = append(f.changes, c)
+	f.record(&c) // the change history (history.go), O(1)
+}
 
 // ownHandle finds the handle and checks it belongs to the session.
 func (f *FSM) ownHandle(session, handle uint64) (*Handle, *Error) {
