@@ -234,14 +234,13 @@ func (v View) progress() Position {
 // reader that found nothing new waits on before it reads again.
 func (v View) HistoryWake() <-chan struct{} {
 	h := &v.f.hist
+	// The view holds the read lock: other readers may be here too, and
+	// only one may make the channel. (Applies, which close it, hold the
+	// write lock.)
+	v.f.histWakeMu.Lock()
+	defer v.f.histWakeMu.Unlock()
 	if h.wake == nil {
-		// The view holds the read lock: a second reader may be here too,
-		// and only one may make the channel.
-		v.f.histWakeMu.Lock()
-		if h.wake == nil {
-			h.wake = make(chan struct{})
-		}
-		v.f.histWakeMu.Unlock()
+		h.wake = make(chan struct{})
 	}
 	return h.wake
 }
