@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -68,7 +69,15 @@ func (e *env) watchTree(c *cli.Context, name string, count int) error {
 		return fail("watch", name, err)
 	}
 	defer h.Close()
-	w, err := h.WatchSubtree(e.ctx, opts...)
+	// --timeout, when given, bounds the whole watch; the default bounds
+	// only the open (a watch runs until Ctrl-C).
+	wctx := e.ctx
+	if !e.timeoutSet {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithCancel(c.Context)
+		defer cancel()
+	}
+	w, err := h.WatchSubtree(wctx, opts...)
 	if errors.Is(err, client.ErrHistoryCompacted) {
 		return compacted(err)
 	}
@@ -88,16 +97,22 @@ func (e *env) watchTree(c *cli.Context, name string, count int) error {
 		deadline = e.ctx.Done()
 	}
 	seen := 0
+	timedOut := func() error {
+		return &exitStatus{code: exitTimeout, kind: "timeout",
+			err: fmt.Errorf("watch %s: --timeout %v ended the watch after %d change(s)", name, e.timeout, seen)}
+	}
 	for {
 		select {
 		case <-sigc:
 			return nil
 		case <-deadline:
-			return &exitStatus{code: exitTimeout, kind: "timeout",
-				err: fmt.Errorf("watch %s: --timeout %v ended the watch after %d change(s)", name, e.timeout, seen)}
+			return timedOut()
 		case ev, ok := <-w.Events():
 			if !ok {
 				err := w.Err()
+				if e.timeoutSet && e.ctx.Err() != nil {
+					return timedOut()
+				}
 				if errors.Is(err, client.ErrHistoryCompacted) {
 					return compacted(err)
 				}

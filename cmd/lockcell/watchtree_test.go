@@ -74,6 +74,9 @@ func TestWatchRecursive(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.stderr), &je); err != nil || je.Code != "history_compacted" {
 		t.Fatalf("compacted --json error %q: %+v %v", res.stderr, je, err)
 	}
+	// --timeout bounds the whole watch: exit 75 once it runs out.
+	r2 := cliRunner{t, []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "1s"}}
+	r2.fails(exitTimeout, "--timeout", "watch", "-r", "wt")
 	r.fails(exitUsage, "--from", "watch", "-r", "--from", "x", "wt")
 	r.fails(exitUsage, "--from needs --recursive", "watch", "--from", "5.0", "wt")
 	r.fails(exitError, "watch /ls/t/wt/a/f", "watch", "-r", "wt/a/f")
