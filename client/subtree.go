@@ -271,6 +271,7 @@ func (h *Handle) WatchSubtree(ctx context.Context, opts ...WatchOption) (*Subtre
 		defer stopBase()
 		defer h.subtree.remove(w)
 		err := h.runSubtree(wctx, w, pending, next, cfg.kinds)
+		cancel(nil) // the watch's context is done with
 		w.mu.Lock()
 		w.err = err
 		w.mu.Unlock()
