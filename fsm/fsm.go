@@ -42,10 +42,8 @@ type FSM struct {
 	// watch indexes handles that asked for events by name (watch.go).
 	watch map[string]*watchSet
 	// hist is the recent changes to nodes, for subtree watches
-	// (history.go; derived, emptied on restore). histWakeMu guards the
-	// making of its wake channel by readers, who hold only the read lock.
-	hist       history
-	histWakeMu sync.Mutex
+	// (history.go; derived, emptied on restore).
+	hist history
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
 	// restore).
 	usage usage
@@ -137,7 +135,6 @@ func (f *FSM) ApplyEntry(index uint64, data []byte) any {
 		res = f.applyDedup(f.nextIndex(index), cmd)
 	}
 	f.applied = index
-	f.hist.end()
 	obs := f.observer
 	var changes []Change
 	if obs != nil && len(f.changes) > 0 {

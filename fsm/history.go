@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"lockcell/acl"
 )
@@ -124,9 +125,20 @@ type history struct {
 	// entry and ord number the changes of the entry being applied.
 	entry uint64
 	ord   uint32
-	// wake is closed when an entry records a change, if a reader took
-	// it (View.HistoryWake); nil until then.
-	wake chan struct{}
+	// waits are the readers waiting for a change below a directory
+	// (View.HistoryWake), by directory: a change closes the channels of
+	// its ancestors only, so a change wakes the readers it concerns, not
+	// every reader. wakeMu guards them: readers come under the state's
+	// read lock only.
+	wakeMu sync.Mutex
+	waits  map[string]*histWait
+}
+
+// histWait is the readers waiting on one directory: the channel a change
+// below it closes, and how many hold it.
+type histWait struct {
+	ch      chan struct{}
+	holders int
 }
 
 func newHistory() history {
@@ -136,21 +148,32 @@ func newHistory() history {
 // begin numbers the changes of entry index from 1.
 func (h *history) begin(index uint64) { h.entry, h.ord = index, 0 }
 
-// end wakes the readers waiting for a change, if the entry made one.
-func (h *history) end() {
-	if h.ord > 0 && h.wake != nil {
-		close(h.wake)
-		h.wake = nil
-	}
-}
-
 // reset empties the history: it holds nothing at or before floor.
 func (h *history) reset(floor Position) {
 	clear(h.recs)
 	h.recs, h.start, h.bytes, h.floor = nil, 0, 0, floor
-	if h.wake != nil { // readers re-read, and hear they are compacted
-		close(h.wake)
-		h.wake = nil
+	h.wakeMu.Lock()
+	for dir, w := range h.waits { // readers re-read, and hear they are compacted
+		close(w.ch)
+		delete(h.waits, dir)
+	}
+	h.wakeMu.Unlock()
+}
+
+// wakeAbove wakes the readers waiting on a directory above name: O(its
+// depth).
+func (h *history) wakeAbove(name string) {
+	h.wakeMu.Lock()
+	defer h.wakeMu.Unlock()
+	if len(h.waits) == 0 {
+		return
+	}
+	for i := strings.LastIndexByte(name, '/'); i > 0; i = strings.LastIndexByte(name, '/') {
+		name = name[:i]
+		if w := h.waits[name]; w != nil {
+			close(w.ch)
+			delete(h.waits, name)
+		}
 	}
 }
 
@@ -160,6 +183,7 @@ func (h *history) add(c HistoryChange) {
 	h.recs = append(h.recs, c)
 	h.bytes += c.size()
 	h.trim()
+	h.wakeAbove(c.Path)
 }
 
 // trim forgets the oldest changes past the bounds.
@@ -216,12 +240,17 @@ type HistoryStats struct {
 	// Floor: every change after it is held; Progress is the position
 	// after the last applied entry.
 	Floor, Progress Position
+	// Waiting counts the directories readers wait on (HistoryWake).
+	Waiting int
 }
 
 // HistoryStats reports the history's size and window.
 func (v View) HistoryStats() HistoryStats {
 	h := &v.f.hist
-	return HistoryStats{Changes: len(h.recs) - h.start, Bytes: h.bytes, Floor: h.floor, Progress: v.progress()}
+	h.wakeMu.Lock()
+	waiting := len(h.waits)
+	h.wakeMu.Unlock()
+	return HistoryStats{Changes: len(h.recs) - h.start, Bytes: h.bytes, Floor: h.floor, Progress: v.progress(), Waiting: waiting}
 }
 
 // progress is the position after every change applied so far.
@@ -230,19 +259,34 @@ func (v View) progress() Position {
 }
 
 // HistoryWake returns a channel closed once an entry applied after this
-// view records a change (or the history is emptied by a restore): what a
-// reader that found nothing new waits on before it reads again.
-func (v View) HistoryWake() <-chan struct{} {
+// view records a change below directory dir (or the history is emptied by
+// a restore), and the func to call once done waiting: what a reader that
+// found nothing new waits on before it reads again. Only the changes
+// below dir wake it, so a busy cell does not wake every waiting reader
+// at every change.
+func (v View) HistoryWake(dir string) (<-chan struct{}, func()) {
 	h := &v.f.hist
-	// The view holds the read lock: other readers may be here too, and
-	// only one may make the channel. (Applies, which close it, hold the
-	// write lock.)
-	v.f.histWakeMu.Lock()
-	defer v.f.histWakeMu.Unlock()
-	if h.wake == nil {
-		h.wake = make(chan struct{})
+	// The view holds the read lock: other readers may be here too.
+	h.wakeMu.Lock()
+	defer h.wakeMu.Unlock()
+	if h.waits == nil {
+		h.waits = map[string]*histWait{}
 	}
-	return h.wake
+	w := h.waits[dir]
+	if w == nil {
+		w = &histWait{ch: make(chan struct{})}
+		h.waits[dir] = w
+	}
+	w.holders++
+	return w.ch, func() {
+		h.wakeMu.Lock()
+		defer h.wakeMu.Unlock()
+		// A wait no reader holds any more goes, so the map is bounded by
+		// the readers waiting now.
+		if w.holders--; w.holders == 0 && h.waits[dir] == w {
+			delete(h.waits, dir)
+		}
+	}
 }
 
 // SubtreeChanges appends to dst the recorded changes after position after

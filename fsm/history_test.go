@@ -146,23 +146,51 @@ func TestHistoryBoundsAndCompaction(t *testing.T) {
 }
 
 // A reader that found nothing waits on HistoryWake: it is closed by the
-// next entry that records a change, not by one that records none.
+// next entry that records a change below its directory, at any depth, not
+// by one that records none or one elsewhere; once released by every
+// reader, a wait is forgotten.
 func TestHistoryWake(t *testing.T) {
 	h := newFSMT(t)
 	s := h.session()
-	f1 := h.mustOpen(s, "f", fsmtRWC)
-	var wake <-chan struct{}
-	_ = h.f.Read(func(v View) error { wake = v.HistoryWake(); return nil })
-	h.session() // records nothing
+	h.mustOpen(s, "d", fsmtRWC|FlagDirectory)
+	h.mustOpen(s, "d/e", fsmtRWC|FlagDirectory)
+	f1 := h.mustOpen(s, "d/e/f", fsmtRWC)
+	other := h.mustOpen(s, "other", fsmtRWC)
+	var wake, wake2 <-chan struct{}
+	var release, release2 func()
+	_ = h.f.Read(func(v View) error {
+		wake, release = v.HistoryWake(fsmtPath("d"))
+		wake2, release2 = v.HistoryWake(fsmtPath("d"))
+		return nil
+	})
+	if wake != wake2 {
+		t.Fatal("two readers of one directory wait on two channels")
+	}
+	h.session()                                  // records nothing
+	wantOK(t, "set other", h.set(s, other, "x")) // elsewhere
 	select {
 	case <-wake:
-		t.Fatal("woken by an entry that changed no node")
+		t.Fatal("woken by an entry that changed nothing below the directory")
 	default:
 	}
 	wantOK(t, "set", h.set(s, f1, "x"))
 	select {
 	case <-wake:
 	default:
-		t.Fatal("not woken by a write")
+		t.Fatal("not woken by a write two levels below")
+	}
+	release()
+	release2()
+	_ = h.f.Read(func(v View) error {
+		var r func()
+		wake, r = v.HistoryWake(fsmtPath("d/e"))
+		r()
+		return nil
+	})
+	h.f.hist.wakeMu.Lock()
+	n := len(h.f.hist.waits)
+	h.f.hist.wakeMu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d waits left once every reader released them", n)
 	}
 }

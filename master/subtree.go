@@ -18,6 +18,8 @@ import (
 //   - nothing is missed at a seam between a replay and live delivery:
 //     there is one source, read in position order, and the wait channel is
 //     taken in the same view that found nothing (fsm.View.HistoryWake);
+//     it is the directory's, closed by a change below it only, so a busy
+//     cell wakes the calls a change concerns, not every waiting call;
 //   - a fail-over loses nothing: every replica records the same changes
 //     at the same positions, and a new master has applied every committed
 //     entry before it serves, so the consumer goes on from its position at
@@ -130,8 +132,10 @@ func (e *fileEndpoint) watchSubtree(ctx context.Context, c *call, req *wire.Watc
 	}
 	resp := &wire.WatchSubtreeResponse{}
 	pos := posOf(req.After)
+	final := false // the wait ran out: answer after this look
 	for {
 		var wake <-chan struct{}
+		release := func() {}
 		var atEnd bool
 		err := e.r.view(func(v fsm.View) error {
 			hv, err := v.LookupHandle(c.h.Session, req.Handle)
@@ -171,27 +175,38 @@ func (e *fileEndpoint) watchSubtree(ctx context.Context, c *call, req *wire.Watc
 			atEnd = next == v.HistoryStats().Progress
 			pos = next
 			resp.Next = wirePos(pos)
-			if atEnd && len(got) == 0 {
-				wake = v.HistoryWake()
+			if atEnd && len(got) == 0 && expired != nil && !final {
+				// It will wait: for a change applied after this view.
+				wake, release = v.HistoryWake(dir)
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		if len(resp.Changes) > 0 || resp.Compacted || req.Now || atEnd && expired == nil {
+		if len(resp.Changes) > 0 || resp.Compacted || req.Now || atEnd && (expired == nil || final) {
 			return resp, nil
 		}
 		if !atEnd {
 			continue // a long stretch of changes elsewhere: look on, under a new read lock
 		}
+		var ended bool
 		select {
 		case <-wake:
 		case <-expired:
-			return resp, nil
+			// One more look, so the answer's Next is the position now:
+			// changes elsewhere moved the log on without waking this
+			// call, and a quiet watcher must keep up (progress).
+			final = true
+			release()
+			continue
 		case <-ctx.Done():
-			return resp, nil
+			ended = true
 		case <-c.stop:
+			ended = true
+		}
+		release()
+		if ended {
 			return resp, nil
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"lockcell/fsm"
 	"lockcell/wire"
 )
 
@@ -109,6 +110,11 @@ func TestWatchSubtreeWaitsWithoutASeam(t *testing.T) {
 	if err != nil || len(r.Changes) != 1 {
 		t.Fatalf("after the progress position: %+v, %v", r, err)
 	}
+	m.read(func(v fsm.View) {
+		if n := v.HistoryStats().Waiting; n != 0 {
+			t.Errorf("%d directories still waited on once every call ended", n)
+		}
+	})
 }
 
 // Calls in progress are bounded per session, each refused past it with
@@ -154,6 +160,11 @@ func TestWatchSubtreeBoundsAndAnswers(t *testing.T) {
 		}
 	}
 	eventually(t, "the calls are counted down", func() bool { return m.polls.inProgress() == 0 })
+	m.read(func(v fsm.View) {
+		if n := v.HistoryStats().Waiting; n != 0 {
+			t.Errorf("%d directories still waited on once every call ended", n)
+		}
+	})
 
 	if _, err := m.watchSubtree(t, sess, &wire.WatchSubtreeRequest{Handle: file}); codeOf(err) != wire.CodeNotDir {
 		t.Fatalf("a file handle: %v, want NotDir", err)
