@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"lockcell/acl"
 	"lockcell/fsm"
 	"lockcell/wire"
 )
@@ -158,7 +159,16 @@ func (e *fileEndpoint) watchSubtree(ctx context.Context, c *call, req *wire.Watc
 			admin := principal == e.cfg.Admin
 			// A change is a read of its node: none for who could not
 			// read the node (its ACL names when it changed).
-			keep := func(hc *fsm.HistoryChange) bool { return v.ReadableBy(principal, admin, hc.ACL) }
+			// Most changes share a few ACLs: each is checked once a view.
+			seen := map[acl.NodeACL]bool{}
+			keep := func(hc *fsm.HistoryChange) bool {
+				ok, known := seen[hc.ACL]
+				if !known {
+					ok = v.ReadableBy(principal, admin, hc.ACL)
+					seen[hc.ACL] = ok
+				}
+				return ok
+			}
 			var got []fsm.HistoryChange
 			var next fsm.Position
 			got, next, err = v.SubtreeChanges(nil, dir, pos, kinds, subtreeScan, limit, keep)
