@@ -263,6 +263,12 @@ func TestACLMatrix(t *testing.T) {
 			if n.ref.dir {
 				_, err = h.ReadDir(ctx)
 				check(who, n.name, "readdir", err, want(r))
+				// A subtree watch is a read of the directory.
+				sw, err := h.WatchSubtree(ctx)
+				check(who, n.name, "watch-subtree", err, want(r))
+				if err == nil {
+					sw.Stop()
+				}
 				child := n.name + "/by-" + who
 				ch, err := cl.Open(ctx, c.Name(child), client.Write|client.Create)
 				check(who, n.name, "create-child", err, want(w))
@@ -323,6 +329,7 @@ func TestACLMatrix(t *testing.T) {
 	}
 	checked += hiddenNamesAnswerAsMissing(t, ctx, c, clients, nodes, parentRef)
 	checked += sessionsAreOwnOnly(t, ctx, c, certs, clients)
+	checked += subtreeWatchesShowOnlyReadable(t, ctx, c, clients, nodes)
 	checked += listingsAndEventsShowOnlyVisible(t, ctx, c, clients, nodes)
 
 	// Acquire without write: a read-only handle is refused by the handle

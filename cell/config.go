@@ -124,6 +124,12 @@ type Config struct {
 	// replica computes for CellStatus callers (default
 	// DefaultStateHashInterval).
 	StateHashInterval time.Duration
+	// HistoryChanges and HistoryBytes bound the change history that
+	// subtree watches read and resume from (fsm.FSM.SetHistoryLimits):
+	// the recent changes to nodes every replica keeps in memory. Zero:
+	// fsm.DefaultHistoryChanges, fsm.DefaultHistoryBytes.
+	HistoryChanges int
+	HistoryBytes   int64
 
 	// Transport, when set, replaces the replica's TCP (or, with PeerTLS,
 	// TLS) Raft transport; it is for fault-injection tests, which wrap a
@@ -191,6 +197,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Dir == "" {
 		return fmt.Errorf("cell: no data folder")
+	}
+	if c.HistoryChanges < 0 || c.HistoryBytes < 0 {
+		return fmt.Errorf("cell: the change history's bounds are negative (%d changes, %d bytes)", c.HistoryChanges, c.HistoryBytes)
 	}
 	if c.MaxLeaseTTL < 0 {
 		return fmt.Errorf("cell: the longest lease under load is negative (%v)", c.MaxLeaseTTL)

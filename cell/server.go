@@ -81,6 +81,7 @@ func New(cfg Config) (*Server, error) {
 		closeTransport(cfg.Transport)
 		return nil, err
 	}
+	cfg.setHistoryLimits(rep.FSM())
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, log: cfg.Logger.With("replica", cfg.Self), rep: rep, ctx: ctx, cancel: cancel}
 	if cfg.TLS == nil {

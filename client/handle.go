@@ -249,6 +249,9 @@ type Handle struct {
 	// renewal takes back only that very node (opened names it).
 	sequential bool
 
+	// subtree is the handle's running subtree watches (subtree.go).
+	subtree subtreeWatches
+
 	// events is the handle's own event stream (events.go).
 	events eventStream
 }
@@ -825,6 +828,7 @@ func (h *Handle) CloseContext(ctx context.Context) error {
 	id, gen, lost := h.id.Load(), h.gen, h.lost
 	h.mu.Unlock()
 	h.endLock(ErrClosed)
+	h.subtree.closeAll() // subtree.go
 	h.c.streams.drop(id, h)
 	if lost != nil {
 		return nil // never re-opened after a renewal: nothing to close

@@ -112,6 +112,8 @@ func (h *Handle) bind(req any) (uint64, error) {
 		r.Handle = id
 	case *wire.CancelAcquireRequest:
 		r.Handle = id
+	case *wire.WatchSubtreeRequest:
+		r.Handle = id
 	}
 	return h.gen, nil
 }

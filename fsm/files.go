@@ -220,7 +220,7 @@ func (f *FSM) removeNode(index uint64, n *Node, now int64) {
 	}
 	f.usage.remove(n)
 	f.note(Change{Kind: ChangeNode, Path: n.Path})
-	f.note(Change{Kind: ChangeDeleted, Path: n.Path})
+	f.note(Change{Kind: ChangeDeleted, Path: n.Path, Seq: n.Instance, ChildACL: nodeACL(n)})
 	parentPath := parentOf(n.Path)
 	parent := f.nodes[parentPath]
 	if parent == nil {

@@ -41,6 +41,9 @@ type FSM struct {
 	auditRecord audit.Record
 	// watch indexes handles that asked for events by name (watch.go).
 	watch map[string]*watchSet
+	// hist is the recent changes to nodes, for subtree watches
+	// (history.go; derived, emptied on restore).
+	hist history
 	// usage counts what the quotas cap (quota.go; derived, rebuilt on
 	// restore).
 	usage usage
@@ -80,7 +83,7 @@ func NewFSM(cell string, logger *slog.Logger) *FSM {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	f := &FSM{log: logger, cell: cell}
+	f := &FSM{log: logger, cell: cell, hist: newHistory()}
 	f.reset()
 	return f
 }
@@ -124,6 +127,7 @@ func (f *FSM) ApplyEntry(index uint64, data []byte) any {
 	}
 	f.mu.Lock()
 	f.changes = f.changes[:0]
+	f.hist.begin(index)
 	var res any
 	if b, ok := cmd.Payload.(*BatchArgs); ok {
 		res = f.applyBatch(index, b) // each command's changes, in order
@@ -278,7 +282,10 @@ func (f *FSM) setCellKey(p *CellKeyArgs) *Result {
 }
 
 // note records an effect of the entry being applied for the observer.
-func (f *FSM) note(c Change) { f.changes = append(f.changes, c) }
+func (f *FSM) note(c Change) {
+	f.changes = append(f.changes, c)
+	f.record(&c) // the change history (history.go), O(1)
+}
 
 // ownHandle finds the handle and checks it belongs to the session.
 func (f *FSM) ownHandle(session, handle uint64) (*Handle, *Error) {

@@ -53,6 +53,8 @@ func (f *FSM) RestoreThen(r io.Reader, installing func()) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.epoch, f.applied, f.lastIndex, f.cellKey = next.epoch, next.applied, next.lastIndex, next.cellKey
+	// What the entries up to the snapshot changed is not known here.
+	f.hist.reset(Position{Index: f.applied + 1})
 	if f.auditor != nil {
 		// The entries the snapshot covers are never applied here: their
 		// records are another replica's to serve, unless this one has

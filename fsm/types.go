@@ -259,7 +259,8 @@ type Change struct {
 	// Reason is an admin's reason for a ChangeLockBroken.
 	Reason string
 	// ChildACL is the added or removed child's ACL, so the master tells
-	// of it only watchers who may see it, also once it is gone.
+	// of it only watchers who may see it, also once it is gone. For a
+	// ChangeDeleted it is the deleted node's ACL, and Seq its instance.
 	ChildACL acl.NodeACL
 }
 

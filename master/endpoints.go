@@ -169,6 +169,7 @@ type fileEndpoint struct {
 	r             *reads
 	inv           *invalidator
 	reserveHandle func(ctx context.Context, session uint64) (func(), error) // limits.go
+	polls         *subtreePolls                                             // subtree.go
 }
 
 // lockEndpoint serves the lock calls: Acquire, Release, CancelAcquire,
@@ -225,7 +226,7 @@ type endpoints struct {
 func newEndpoints(p *parts) *endpoints {
 	return &endpoints{
 		sessions: sessionEndpoint{cfg: &p.cfg, w: p.w, r: p.r, sess: p.sess, auditRation: p.auditRation, reserveSession: p.reserveSession},
-		files:    fileEndpoint{cfg: &p.cfg, w: p.w, r: p.r, inv: p.inv, reserveHandle: p.reserveHandle},
+		files:    fileEndpoint{cfg: &p.cfg, w: p.w, r: p.r, inv: p.inv, reserveHandle: p.reserveHandle, polls: p.polls},
 		locks:    lockEndpoint{cfg: &p.cfg, w: p.w, r: p.r, waits: &p.waits, sess: p.sess, stats: &p.stats, asks: &p.asks},
 		admin:    adminEndpoint{cfg: &p.cfg, w: p.w, r: p.r, inv: p.inv, sess: p.sess, backups: &p.backups, members: p.mp},
 	}

@@ -21,7 +21,8 @@ package master
 //  5. the leaves, which call nothing holding their mutex: acquire waits
 //     (waits.go), lock-delay timers (lockdelay.go), stats, backups, audit
 //     and read rations, release asks, the leadership proof, the fan-out's
-//     backlog, the idle sessions' calls (idle.go).
+//     backlog, the idle sessions' calls (idle.go), the subtree watch
+//     calls in progress (subtree.go).
 //  6. the state's read lock (FSM.Read) last. The state
 //     never calls into the master holding it: its observer runs after the
 //     apply has unlocked. sessions.overflowMu guards one set and calls

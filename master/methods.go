@@ -95,6 +95,7 @@ func routeTable(e *endpoints) map[wire.Method]route {
 		wire.MethodGetContentsAndStat: {serve: decoded(fs.getContentsAndStat), rationed: true},
 		wire.MethodGetStat:            {serve: decoded(fs.getStat), rationed: true},
 		wire.MethodReadDir:            {serve: decoded(fs.readDir), rationed: true},
+		wire.MethodWatchSubtree:       {serve: decoded(fs.watchSubtree), rationed: true},
 
 		wire.MethodListSessions:   {serve: bodiless(ss.listSessions), rationed: true},
 		wire.MethodCheckSequencer: {serve: decoded(ls.checkSequencer), rationed: true},

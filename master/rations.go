@@ -126,6 +126,13 @@ func replyBytes(resp any) int {
 		if r != nil {
 			n += len(r.Contents)
 		}
+	case *wire.WatchSubtreeResponse:
+		if r == nil {
+			break
+		}
+		for _, c := range r.Changes {
+			n += len(c.Path) + 24
+		}
 	case *wire.ListSessionsResponse:
 		if r == nil {
 			break

@@ -180,14 +180,15 @@ type parts struct {
 
 	inv         *invalidator
 	sess        *sessions
-	reserved    reservations // sessions and handles being created (limits.go)
-	waits       acquireWaits // blocked acquires (lockdelay.go)
-	stats       masterStats  // operators' figures (stats.go)
-	backups     backupStore  // backups being paged out (backup.go)
-	auditRation *auditRation // denial lines per principal (auditrate.go)
-	mp          *memberPart  // membership changes (membership.go)
-	asks        releaseAsks  // RequestRelease's rate limit (releasereq.go)
-	idle        idleCalls    // sessions' calls, for closing idle ones (idle.go)
+	reserved    reservations  // sessions and handles being created (limits.go)
+	waits       acquireWaits  // blocked acquires (lockdelay.go)
+	stats       masterStats   // operators' figures (stats.go)
+	backups     backupStore   // backups being paged out (backup.go)
+	auditRation *auditRation  // denial lines per principal (auditrate.go)
+	mp          *memberPart   // membership changes (membership.go)
+	asks        releaseAsks   // RequestRelease's rate limit (releasereq.go)
+	idle        idleCalls     // sessions' calls, for closing idle ones (idle.go)
+	polls       *subtreePolls // WatchSubtree calls in progress (subtree.go)
 }
 
 // New returns a master for the replica's state machine. It installs itself
@@ -196,6 +197,7 @@ func New(cfg Config, cons Consensus, state *fsm.FSM) *Server {
 	cfg.setDefaults()
 	p := &parts{cfg: cfg, cons: cons, state: state, log: cfg.Logger,
 		reserved: reservations{principal: map[string]int{}, conn: map[uint64]int{}, handles: map[uint64]int{}, principalHandles: map[string]int{}}}
+	p.polls = newSubtreePolls()
 	s := &Server{parts: p}
 	s.delays = newLockDelays(cfg.Clock, &s.wg, s.grantAfterDelay)
 	p.waits.clock, p.waits.wg = cfg.Clock, &s.wg

@@ -100,6 +100,8 @@ var fzTypes = []fzType{
 	{"QuotaUsageResponse", func() any { return new(wire.QuotaUsageResponse) }},
 	{"TxnRequest", func() any { return new(wire.TxnRequest) }},
 	{"TxnResponse", func() any { return new(wire.TxnResponse) }},
+	{"WatchSubtreeRequest", func() any { return new(wire.WatchSubtreeRequest) }},
+	{"WatchSubtreeResponse", func() any { return new(wire.WatchSubtreeResponse) }},
 	{"ResumeSessionRequest", func() any { return new(wire.ResumeSessionRequest) }},
 	{"ResumeSessionResponse", func() any { return new(wire.ResumeSessionResponse) }},
 }
@@ -190,6 +192,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.QuotaUsageRequest)
 	case wire.MethodTxn:
 		return new(wire.TxnRequest)
+	case wire.MethodWatchSubtree:
+		return new(wire.WatchSubtreeRequest)
 	case wire.MethodResumeSession:
 		return new(wire.ResumeSessionRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
@@ -273,6 +277,9 @@ func fzSamples() []any {
 		&wire.AuditReadRequest{Since: 12, SinceTime: 1_700_000_000_000_000_000, Prefix: "/ls/c/svc", Max: 100, WaitMillis: 20000},
 		&wire.AuditReadResponse{Records: [][]byte{[]byte(`{"index":12,"op":"write","result":"ok"}`)}, Next: 13, Oldest: 1, Last: 40, Replica: "2"},
 		&wire.QuotaUsageRequest{Principal: "alice"},
+		&wire.WatchSubtreeRequest{Handle: 9, After: wire.SubtreePos{Index: 120, Ord: 2}, Kinds: wire.SubtreeAllKinds, Max: 100, WaitMillis: 5000},
+		&wire.WatchSubtreeResponse{Changes: []wire.SubtreeChange{{Pos: wire.SubtreePos{Index: 121, Ord: 1}, Path: "/ls/c/d/e", Kind: wire.SubtreeCreated, Generation: 121}},
+			Next: wire.SubtreePos{Index: 130}},
 		&wire.TxnRequest{Checks: []wire.TxnCheck{{Kind: wire.TxnCheckGeneration, Path: "/ls/c/x", Generation: 7}},
 			Ops: []wire.TxnOp{{Kind: wire.TxnOpSet, Path: "/ls/c/x", Contents: []byte("8")}}},
 		&wire.TxnResponse{Failed: &wire.TxnFailure{Check: 0, Op: -1, Code: wire.CodeGenerationMismatch, Msg: "check 0 (/ls/c/x): content generation is 9, not 7"}},
@@ -656,6 +663,9 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.AuditReadRequest{Since: u1, SinceTime: i1, Prefix: s1, Max: u32, WaitMillis: -i1},
 			&wire.AuditReadResponse{Records: [][]byte{b1, b2}[:n%3], Next: u1, Oldest: u2, Last: u3, Replica: s2},
 			&wire.QuotaUsageRequest{Principal: s1},
+			&wire.WatchSubtreeRequest{Handle: u1, After: wire.SubtreePos{Index: u2, Ord: u32}, Now: bit(0), Kinds: uint8(u32), Max: u32, WaitMillis: ^u32},
+			&wire.WatchSubtreeResponse{Changes: []wire.SubtreeChange{{Pos: wire.SubtreePos{Index: u1, Ord: u32}, Path: s1, Kind: uint8(u32), Generation: u3}}[:n%2],
+				Next: wire.SubtreePos{Index: u2}, Compacted: bit(1)},
 			&wire.TxnRequest{Checks: []wire.TxnCheck{{Kind: uint8(u32), Path: s1, Generation: u1, Mode: uint8(u32 >> 8), Sequencer: b1}}[:n%2],
 				Ops: []wire.TxnOp{{Kind: uint8(u32), Path: s2, Contents: b2}}[:(n/2)%2]},
 			&wire.TxnResponse{Generation: u1, Failed: map[bool]*wire.TxnFailure{true: {Check: int(i1), Op: -int(i1), Code: wire.Code(u32), Msg: s3}}[bit(4)]},

@@ -43,9 +43,12 @@ func watchCommand(e *env) *cli.Command {
 			"what arrived until then; without it the default timeout bounds only opening NAME. " +
 			"With --json prints one JSON object per line: {\"time\", \"kind\", \"path\", \"child\", " +
 			"\"epoch\", \"instance\", \"content_generation\", \"lock_generation\", \"missed\"}.\n\n" +
-			"Example: lockcell watch --count 1 svc/config && lockcell cat svc/config",
+			"Example: lockcell watch --count 1 svc/config && lockcell cat svc/config\n\n" +
+			recursiveWatchHelp,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "count", Usage: "exit after `N` node events (0: no limit)"},
+			&cli.BoolFlag{Name: "recursive", Aliases: []string{"r"}, Usage: "watch every change below the directory NAME, at any depth, with positions (see below)"},
+			&cli.StringFlag{Name: "from", Usage: "with --recursive: start after position `POS` (as printed by an earlier watch) instead of now"},
 		},
 		Action: e.watch,
 	}
@@ -79,6 +82,12 @@ func (e *env) watch(c *cli.Context) error {
 	name, err := e.name("watch", c.Args().First())
 	if err != nil {
 		return err
+	}
+	if c.Bool("recursive") {
+		return e.watchTree(c, name, count)
+	}
+	if c.IsSet("from") {
+		return usageErrorf(c, "--from needs --recursive")
 	}
 	// Ctrl-C is how a watch normally ends: listen before anything else so
 	// an early one is not lost (or fatal).

@@ -27,6 +27,7 @@ import (
 	"lockcell/buildinfo"
 	"lockcell/cell"
 	"lockcell/cell/certs"
+	"lockcell/fsm"
 	"lockcell/replica"
 )
 
@@ -94,6 +95,15 @@ func auditRetain(c *cli.Context) int64 {
 	return 0
 }
 
+// historyLimits are --history-changes and --history-bytes.
+func historyLimits(c *cli.Context) (int, int64) {
+	var b int64
+	if v, ok := c.Generic("history-bytes").(*byteSize); ok {
+		b = int64(*v)
+	}
+	return c.Int("history-changes"), b
+}
+
 // reopenAuditLogs reopens the --audit-log file (SIGHUP), saying so.
 func reopenAuditLogs(log *slog.Logger) {
 	auditFiles.Lock()
@@ -156,6 +166,10 @@ func limitFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.GenericFlag{Name: "audit-retain", Value: newByteSize(audit.DefaultRetainBytes),
 			Usage: "disk each replica's audit trail (every mutation of the cell, in DATA/audit, served by lockcell audit) may fill before its oldest records are deleted, e.g. 1GiB"},
+		&cli.IntFlag{Name: "history-changes", Value: fsm.DefaultHistoryChanges,
+			Usage: "recent changes to nodes each replica keeps in memory for subtree watches (lockcell watch -r) to resume from; a watcher further behind is told to re-read"},
+		&cli.GenericFlag{Name: "history-bytes", Value: newByteSize(fsm.DefaultHistoryBytes),
+			Usage: "the memory those changes may take, e.g. 64MiB"},
 		&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
 		&cli.IntFlag{Name: "max-conns", Value: d.MaxConns, Usage: "client connections this replica may hold (at most five eighths of the file-descriptor limit; the default is lowered to it)"},
 		&cli.IntFlag{Name: "max-conns-per-principal", Value: d.MaxConnsPerPrincipal, Usage: "client connections one principal may hold (closed after the TLS handshake)"},
@@ -626,6 +640,7 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 		return cell.Config{}, err
 	}
 	cfg.AuditRetainBytes = auditRetain(c)
+	cfg.HistoryChanges, cfg.HistoryBytes = historyLimits(c)
 	if c.Bool("insecure-bind-any") && !c.Bool("insecure") {
 		return cell.Config{}, cli.Exit("--insecure-bind-any goes with --insecure only", 2)
 	}
