@@ -1868,6 +1868,9 @@ func fsmtEveryPayload() []Command {
 		&MemberRemoveArgs{Members: ms},
 		&BreakLockArgs{Path: "/ls/c/x", Reason: "stuck"},
 		&ResumeSessionArgs{},
+		&OpenArgs{Path: "/ls/c/s", Flags: fsmtRWC, SemLimit: 3}, // CmdOpenSemaphore
+		&AcquireMultiArgs{Handles: []uint64{3, 5}, Wait: true},
+		&ReleaseMultiArgs{Handles: []uint64{3, 5}},
 	} {
 		c := env
 		c.Payload = p
@@ -1895,7 +1898,7 @@ func TestCommandEncodeRoundTrip(t *testing.T) {
 		}
 		seen[c.Type] = true
 	}
-	for _, typ := range []CmdType{CmdResumeSession, CmdIdleCloseSession, CmdSetACLIfGen} {
+	for _, typ := range []CmdType{CmdResumeSession, CmdIdleCloseSession, CmdSetACLIfGen, CmdOpenSemaphore, CmdAcquireMulti, CmdReleaseMulti} {
 		if !seen[typ] {
 			t.Errorf("no %s command round-tripped", typ)
 		}

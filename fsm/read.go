@@ -138,7 +138,7 @@ func (v View) LockWait(session, handle, seq uint64) (WaitState, uint64, error) {
 	}
 	for _, ho := range n.Holders {
 		if ho.Handle == h.ID {
-			return WaitGranted, n.LockGen, nil
+			return WaitGranted, holderGen(n, ho), nil
 		}
 	}
 	for _, w := range n.Waiters {
@@ -170,6 +170,9 @@ func (v View) LockDelays() map[string]int64 {
 	for p, n := range f.nodes {
 		if n.LockMode == LockFree && len(n.Waiters) > 0 && n.LockDelayUntil > 0 {
 			out[p] = n.LockDelayUntil
+		}
+		if n.SemLimit != 0 && len(n.Waiters) > 0 && len(n.SemDelays) > 0 {
+			out[p] = slices.Min(n.SemDelays) // a passed end is re-armed at once and its Grant prunes it
 		}
 	}
 	return out
@@ -207,7 +210,7 @@ func (v View) HeldLock(session, handle uint64) (Fence, error) {
 	}
 	for _, ho := range n.Holders {
 		if ho.Handle == h.ID {
-			return Fence{Path: n.Path, Mode: n.LockMode, Generation: n.LockGen}, nil
+			return Fence{Path: n.Path, Mode: n.LockMode, Generation: holderGen(n, ho)}, nil
 		}
 	}
 	return Fence{}, errf(KindNotHeld, "%s: this handle does not hold the lock", n.Path)
