@@ -39,7 +39,7 @@ type FSM struct {
 	// command, so it is neither snapshotted nor restored.
 	lastPermitGen uint64
 	cellKey       []byte
-	observer  Observer
+	observer      Observer
 	// auditor receives the audit trail's records (audit.go), or is nil;
 	// auditRecord is the one record being handed to it.
 	auditor     Auditor

@@ -1,10 +1,10 @@
 package fsm
 
 import (
-	"slices"
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
