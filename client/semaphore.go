@@ -90,7 +90,9 @@ func (s *Semaphore) LockContext() context.Context { return s.h.LockContext() }
 // GetSequencer returns the sequencer of this holder's permit: a resource
 // server's CheckSequencer says it is valid exactly while this holder
 // holds it, whoever else holds the semaphore's other permits.
-func (s *Semaphore) GetSequencer(ctx context.Context) (Sequencer, error) { return s.h.GetSequencer(ctx) }
+func (s *Semaphore) GetSequencer(ctx context.Context) (Sequencer, error) {
+	return s.h.GetSequencer(ctx)
+}
 
 // Holders reads the semaphore's holders (at most MaxStatHolders of them,
 // in grant order), and how many there are and wait.
