@@ -31,6 +31,12 @@ func TestLockSemaphoreAndMultiLock(t *testing.T) {
 		t.Fatalf("two permits share generation %d", parseSeq(t, s1).Generation)
 	}
 	r.fails(exitError, "lock held", "lock", "--try", "-n", "2", "pool", "--", "/bin/sh", "-c", "exit 0")
+	if out := r.ok("locks").stdout; !strings.Contains(out, "semaphore 2/2") {
+		t.Fatalf("locks does not show the semaphore's permits held of N:\n%s", out)
+	}
+	if out := r.ok("stat", "pool").stdout; !strings.Contains(out, "2 (2 held)") {
+		t.Fatalf("stat does not show the semaphore's permits:\n%s", out)
+	}
 	r.fails(exitUsage, "-n", "lock", "-n", "0", "pool", "--", "/bin/sh", "-c", "exit 0")
 	r.fails(exitError, "semaphore", "lock", "--try", "-n", "3", "pool", "--", "/bin/sh", "-c", "exit 0")
 	touch(t, file("go1"))
