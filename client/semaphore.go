@@ -48,15 +48,15 @@ type Semaphore struct {
 	limit int
 }
 
-// OpenSemaphore opens the semaphore name of limit permits, creating it
-// if it does not exist; an existing file must be a semaphore of exactly
-// limit permits (else ErrExists). opts are Open's (WithLockDelay,
-// WithParents, ...).
+// OpenSemaphore opens the semaphore name of limit permits for writing
+// (what taking a permit needs), creating it if it does not exist; an
+// existing file must be a semaphore of exactly limit permits (else
+// ErrExists). opts are Open's (WithLockDelay, WithParents, ...).
 func (c *Client) OpenSemaphore(ctx context.Context, name string, limit int, opts ...OpenOption) (*Semaphore, error) {
 	if limit < 1 || limit > MaxSemLimit {
 		return nil, opErr("open", c.abs(name), wire.Errorf(wire.CodeBadRequest, "a semaphore has 1 to %d permits, not %d", MaxSemLimit, limit))
 	}
-	h, err := c.Open(ctx, name, Read|Write|Create, append(slices.Clip(opts), WithSemaphore(limit), WithoutCache())...)
+	h, err := c.Open(ctx, name, Write|Create, append(slices.Clip(opts), WithSemaphore(limit), WithoutCache())...)
 	if err != nil {
 		return nil, err
 	}
