@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 
@@ -291,12 +292,17 @@ type Change struct {
 type Observer func(index uint64, changes []Change)
 
 func (n *Node) stat() Stat {
+	delayUntil := n.LockDelayUntil
+	if n.SemLimit != 0 && len(n.SemDelays) > 0 {
+		// A semaphore's: when the last held-back permit is free again.
+		delayUntil = slices.Max(n.SemDelays)
+	}
 	return Stat{
 		Instance: n.Instance, ContentGen: n.ContentGen, LockGen: n.LockGen, ACLGen: n.ACLGen,
 		Checksum: n.Checksum, Size: uint64(len(n.Contents)), CTime: n.CTime, MTime: n.MTime,
 		Dir: n.Dir, Ephemeral: n.Ephemeral, ReadACL: n.ReadACL, WriteACL: n.WriteACL, ChangeACL: n.ChangeACL,
 		LockMode: n.LockMode, LockHolders: uint32(len(n.Holders)), LockWaiters: uint32(len(n.Waiters)),
-		LockDelayUntil: n.LockDelayUntil, TTL: n.TTL, Container: n.Container, SemLimit: n.SemLimit,
+		LockDelayUntil: delayUntil, TTL: n.TTL, Container: n.Container, SemLimit: n.SemLimit,
 	}
 }
 
