@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/hex"
 	"flag"
 	"os"
@@ -349,5 +350,43 @@ func TestSemaphoreSnapshotVersion(t *testing.T) {
 	h.semOpen(s, "sem", 2, 0)
 	if v := fsmtImage(t, h.snapshot()).Version; v != 8 {
 		t.Fatalf("a state with a semaphore snapshots as version %d", v)
+	}
+}
+
+// A backup keeps a semaphore (its permit count) and restores it free, as
+// it restores every lock: no holders, no held-back permits, no waits, a
+// multi-lock group's included; the restored cell grants its N permits.
+func TestBackupKeepsSemaphores(t *testing.T) {
+	h := semGoldenState(t)
+	b, err := h.f.Backup(3, time.Unix(100, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadBackup(bytes.NewReader(backupBytes(t, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := SeedState(got, fsmtCell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsmtRestore(t, fsmtCell, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := f.nodes[fsmtPath("sem")]
+	if n == nil || n.SemLimit != 3 || len(n.Holders)+len(n.Waiters)+len(n.SemDelays) != 0 || n.LockMode != LockFree {
+		t.Fatalf("the semaphore restored as %+v", n)
+	}
+	if w := f.nodes[fsmtPath("l2")].Waiters; len(w) != 0 {
+		t.Fatalf("a group's wait outlived the backup: %+v", w)
+	}
+	h2 := h.clone(f)
+	for i := range 4 {
+		s := h2.session()
+		r, _ := h2.acquire(s, h2.semOpen(s, "sem", 3, 0), LockShared, false)
+		if (r.Err == nil) != (i < 3) {
+			t.Fatalf("permit %d after restore: %+v", i+1, r)
+		}
 	}
 }
