@@ -28,7 +28,25 @@ func TestSemaphoreAndMultiLockRules(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		h := newFSMT(t)
 		var stepChanges []Change // every entry's changes in this step
-		h.f.SetObserver(func(_ uint64, ch []Change) { stepChanges = append(stepChanges, ch...) })
+		// Every name an entry changes is one the master would have
+		// invalidated first: AffectedPaths, asked before it applies.
+		var affected []string
+		var affectedOf Command
+		h.record = func(l *logEntry) {
+			c, err := DecodeCommand(l.Data)
+			if err != nil {
+				rt.Fatalf("decode: %v", err)
+			}
+			affected, affectedOf = h.f.AffectedPaths(c), *c
+		}
+		h.f.SetObserver(func(_ uint64, ch []Change) {
+			stepChanges = append(stepChanges, ch...)
+			for _, c := range ch {
+				if c.Path != "" && c.Kind != ChangeSessionClosed && c.Kind != ChangeSessionCreated && !slices.Contains(affected, c.Path) {
+					rt.Fatalf("%s %+v changed %s (%+v), which AffectedPaths %q left out", affectedOf.Type, affectedOf.Payload, c.Path, c, affected)
+				}
+			}
+		})
 		locks := []string{"A", "B", "C"}
 		limit := uint32(rapid.IntRange(1, 3).Draw(rt, "limit"))
 		type client struct {
