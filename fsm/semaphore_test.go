@@ -3,12 +3,15 @@ package fsm
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"os"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // semOpen opens (creating) the semaphore rel of limit permits with a
@@ -387,6 +390,49 @@ func TestBackupKeepsSemaphores(t *testing.T) {
 		r, _ := h2.acquire(s, h2.semOpen(s, "sem", 3, 0), LockShared, false)
 		if (r.Err == nil) != (i < 3) {
 			t.Fatalf("permit %d after restore: %+v", i+1, r)
+		}
+	}
+}
+
+// A version-8 image whose semaphores or groups this version could not
+// have made is refused as malformed, and changes nothing.
+func TestRestoreRefusesBadSemaphoresAndGroups(t *testing.T) {
+	good := semGoldenState(t).snapshot()
+	node := func(img *snapshotImage, rel string) *Node {
+		for _, n := range img.Nodes {
+			if n.Path == fsmtPath(rel) {
+				return n
+			}
+		}
+		t.Fatalf("no node %s", rel)
+		return nil
+	}
+	for name, mutate := range map[string]func(img *snapshotImage){
+		"more holders than permits": func(img *snapshotImage) { node(img, "sem").SemLimit = 1 },
+		"over the cap":              func(img *snapshotImage) { node(img, "sem").SemLimit = MaxSemLimit + 1 },
+		"held exclusively":          func(img *snapshotImage) { node(img, "sem").LockMode = LockExclusive },
+		"a holder without its own generation": func(img *snapshotImage) {
+			node(img, "sem").Holders[0].Gen = 0
+		},
+		"a plain holder with one": func(img *snapshotImage) { node(img, "l1").Holders[0].Gen = 5 },
+		"delays on a plain lock":  func(img *snapshotImage) { node(img, "l1").SemDelays = []int64{1} },
+		"a group not naming its handle": func(img *snapshotImage) {
+			w := &node(img, "l2").Waiters[0]
+			w.Group = []uint64{w.Handle + 1000}
+		},
+		"a shared group": func(img *snapshotImage) { node(img, "l2").Waiters[0].Mode = LockShared },
+	} {
+		var img snapshotImage
+		if err := msgpack.Unmarshal(good, &img); err != nil {
+			t.Fatal(err)
+		}
+		mutate(&img)
+		b, err := msgpack.Marshal(&img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fsmtRestore(t, fsmtCell, b); !errors.Is(err, ErrMalformedSnapshot) {
+			t.Errorf("%s: restore returned %v", name, err)
 		}
 	}
 }
