@@ -121,10 +121,15 @@ var SettingRanges = map[string]SettingRange{
 	"max-handles-per-session":    counts(1, 1_000_000),
 	"max-read-rate":              sizes(1<<10, 1<<30),
 	"max-write-rate":             sizes(1<<10, 1<<30),
-	"max-nodes":                  counts(1, 5_000_000),
-	"max-content-bytes":          sizes(1, 1<<30),
-	"max-nodes-per-principal":    counts(1, 5_000_000),
-	"max-backups":                counts(1, 16), // each a copy of the whole state
+	// The change history subtree watches resume from: every replica holds
+	// it in memory; a few hundred changes is the least that lets a watcher
+	// page through a burst, and more than 1 GiB is a typo.
+	"history-changes":         counts(256, 1<<24),
+	"history-bytes":           sizes(64<<10, 1<<30),
+	"max-nodes":               counts(1, 5_000_000),
+	"max-content-bytes":       sizes(1, 1<<30),
+	"max-nodes-per-principal": counts(1, 5_000_000),
+	"max-backups":             counts(1, 16), // each a copy of the whole state
 	// The audit trail keeps at least its newest 16 MiB segment whatever
 	// this says; more than 1 TiB is a typo.
 	"audit-retain": sizes(1<<20, 1<<40),

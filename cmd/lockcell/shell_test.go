@@ -106,7 +106,7 @@ func TestShellScript(t *testing.T) {
 		if res.code != exitOK {
 			t.Fatalf("shell: exit %d; stderr %q", res.code, res.stderr)
 		}
-		for _, w := range []string{"cd [DIR]", "put NAME VALUE", "sessions", "lock NAME -- CMD", "--if-generation"} {
+		for _, w := range []string{"cd [DIR]", "put NAME VALUE", "sessions", "lock NAME [NAME...] -- CMD", "--if-generation"} {
 			if !strings.Contains(res.stdout, w) {
 				t.Errorf("help output %q does not mention %q", res.stdout, w)
 			}
