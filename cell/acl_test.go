@@ -320,12 +320,44 @@ func TestACLMatrix(t *testing.T) {
 					}
 					check(who, n.name, "release", h.Release(ctx), "ok")
 				}
+				// A multi-lock needs what a lock needs, on each of its
+				// locks.
+				got, err = cl.TryAcquireAll(ctx, h)
+				check(who, n.name, "acquire-multi", err, "ok")
+				if got {
+					check(who, n.name, "release-multi", cl.ReleaseAll(ctx, h), "ok")
+				}
 			}
 			cur := client.ACL{Read: n.ref.read, Write: n.ref.write, ChangeACL: n.ref.change}
 			_, err = h.SetACL(ctx, cur)
 			check(who, n.name, "set-acl", err, want(ch))
 			h.Close()
 		}
+	}
+	// A semaphore's permit needs what a lock needs: write, with the
+	// handle opened for writing; a principal that may not read or write
+	// it finds no such name.
+	semRef := refNode{named.read, named.write, named.change, "admin", false}
+	sem, err := admin.OpenSemaphore(ctx, c.Name("d/sem"), 2)
+	must(err, "admin makes d/sem")
+	sem.Close()
+	for _, who := range principals {
+		r, w := refAllowed(who, semRef, refRead), refAllowed(who, semRef, refWrite)
+		s, err := clients[who].OpenSemaphore(ctx, c.Name("d/sem"), 2)
+		outcome := want(w)
+		if !r && !w {
+			outcome = "not-found"
+		}
+		check(who, "d/sem", "open-semaphore", err, outcome)
+		if err != nil {
+			continue
+		}
+		got, err := s.TryAcquire(ctx)
+		check(who, "d/sem", "acquire-permit", err, "ok")
+		if got {
+			check(who, "d/sem", "release-permit", s.Release(ctx), "ok")
+		}
+		s.Close()
 	}
 	checked += hiddenNamesAnswerAsMissing(t, ctx, c, clients, nodes, parentRef)
 	checked += sessionsAreOwnOnly(t, ctx, c, certs, clients)
@@ -344,6 +376,8 @@ func TestACLMatrix(t *testing.T) {
 	must(writersH.SetContents(ctx, []byte("nobody\n")), "revoke writer")
 	_, err = wh.TryAcquire(ctx, client.Exclusive)
 	check("writer", "d/f", "acquire-after-revocation", err, "denied")
+	_, err = clients["writer"].TryAcquireAll(ctx, wh)
+	check("writer", "d/f", "acquire-multi-after-revocation", err, "denied")
 	check("writer", "d/f", "write-after-revocation", wh.SetContents(ctx, []byte("x")), "denied")
 	must(writersH.SetContents(ctx, []byte("writer\n")), "restore writer")
 	_, err = wh.TryAcquire(ctx, client.Exclusive)

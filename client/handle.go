@@ -178,6 +178,9 @@ type Stat struct {
 	// container directory.
 	TTL       time.Duration
 	Container bool
+	// SemLimit is a semaphore's permit count (WithSemaphore; 0: a plain
+	// lock): its lock has up to SemLimit holders.
+	SemLimit int
 }
 
 func statFrom(s wire.Stat) Stat {
@@ -186,7 +189,7 @@ func statFrom(s wire.Stat) Stat {
 		Dir: s.Dir, Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
 		LockMode: LockMode(s.LockMode), LockHolders: int(s.LockHolders), LockWaiters: int(s.LockWaiters),
 		Holders: holdersFrom(s.Holders), Waiters: waitersFrom(s.Waiters), LockDelayBy: delayCauseFrom(s.LockDelayBy),
-		TTL: time.Duration(s.TTLMillis) * time.Millisecond, Container: s.Container}
+		TTL: time.Duration(s.TTLMillis) * time.Millisecond, Container: s.Container, SemLimit: int(s.SemLimit)}
 	if s.LockDelayUntil != 0 {
 		st.LockDelayUntil = time.Unix(0, s.LockDelayUntil)
 	}

@@ -97,6 +97,17 @@ func (f *FSM) auditSubjectOf(c *Command) auditSubject {
 		s.op = "resume_session"
 	case *ExpireTTLArgs:
 		s.op, s.name = "expire_ttl", p.Path
+	case *AcquireMultiArgs:
+		// One record for the group, under its first handle's name.
+		s.op = "acquire_multi"
+		if len(p.Handles) > 0 {
+			s.name = handleName(p.Handles[0])
+		}
+	case *ReleaseMultiArgs:
+		s.op = "release_multi"
+		if len(p.Handles) > 0 {
+			s.name = handleName(p.Handles[0])
+		}
 	case *TxnArgs:
 		// One record for the whole transaction, under its first
 		// operation's name (or its first check's, if it has none).

@@ -352,6 +352,7 @@ func stripSessions(img *snapshotImage) (*snapshotImage, *SeedResult) {
 		}
 		c := *n
 		c.Holders, c.Waiters, c.LockMode, c.LockDelayUntil, c.LockDelayBy = nil, nil, LockFree, 0, nil
+		c.SemDelays = nil // the semaphore (its SemLimit) is kept, free
 		c.children, c.kids, c.openHandles = nil, dirIndex{}, 0
 		out.Nodes = append(out.Nodes, &c)
 	}

@@ -30,9 +30,10 @@ func (f *FSM) breakLock(index uint64, c *Command, p *BreakLockArgs) *Result {
 		return &Result{Err: errf(KindNotFound, "%s: no such file", p.Path)}
 	}
 	broken := n.Holders
-	if len(broken) == 0 && n.LockDelayUntil <= c.Time {
+	if len(broken) == 0 && n.LockDelayUntil <= c.Time && len(n.SemDelays) == 0 {
 		return &Result{LockGen: n.LockGen}
 	}
+	n.SemDelays = nil // a semaphore's held-back permits are freed as a lock's delay ends
 	if n.LockDelayUntil > c.Time {
 		n.LockDelayUntil = c.Time
 	}

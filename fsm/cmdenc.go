@@ -38,7 +38,7 @@ var cmdTags = map[reflect.Type]string{
 	reflect.TypeFor[CreateSessionArgs](): "Host:ho,omitempty PID:pi,omitempty Program:pg,omitempty",
 	reflect.TypeFor[CloseSessionArgs]():  "Expired:x,omitempty Idle:id,omitempty",
 	reflect.TypeFor[OpenArgs](): "Path:p,omitempty Flags:f,omitempty Contents:c,omitempty LockDelay:ld,omitempty " +
-		"EventMask:em,omitempty Quota:qu,omitempty TTL:tl,omitempty",
+		"EventMask:em,omitempty Quota:qu,omitempty TTL:tl,omitempty SemLimit:sl,omitempty",
 	reflect.TypeFor[CloseArgs](): "Handle:h,omitempty",
 	reflect.TypeFor[SetContentsArgs](): "Handle:h,omitempty Contents:c,omitempty IfGen:ig,omitempty " +
 		"HasIfGen:hi,omitempty Quota:qu,omitempty Path:p,omitempty",
@@ -131,7 +131,7 @@ func writePayload(w *codec.Writer, p Payload) bool {
 			return false
 		}
 		w.MapLen(0, p.Path != "", p.Flags != 0, len(p.Contents) != 0, p.LockDelay != 0, p.EventMask != 0, p.Quota != nil,
-			p.TTL != 0)
+			p.TTL != 0, p.SemLimit != 0)
 		w.Str("p", p.Path, false)
 		w.Uint32("f", p.Flags, false)
 		w.Bytes("c", p.Contents, false)
@@ -139,6 +139,7 @@ func writePayload(w *codec.Writer, p Payload) bool {
 		w.Uint32("em", p.EventMask, false)
 		writeQuota(w, "qu", p.Quota)
 		w.Int("tl", p.TTL, false)
+		w.Uint32("sl", p.SemLimit, false)
 	case *CloseArgs:
 		if !closeByHand {
 			return false

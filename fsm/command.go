@@ -63,6 +63,17 @@ const (
 	// stops at it rather than replace the names unconditionally and
 	// diverge. An unconditional SetACL keeps CmdSetACL and its bytes.
 	CmdSetACLIfGen CmdType = 26
+	// CmdOpenSemaphore is an Open that creates a counting semaphore
+	// (OpenArgs.SemLimit, semaphore.go): the same payload under a type of
+	// its own, so a replica of a version without semaphores stops at it
+	// rather than make a plain lock and diverge.
+	CmdOpenSemaphore CmdType = 27
+	// CmdAcquireMulti takes the locks of several handles all at once or
+	// queues for all of them in one place of each queue (semaphore.go).
+	CmdAcquireMulti CmdType = 28
+	// CmdReleaseMulti lets go of the locks of several handles in one
+	// entry (semaphore.go).
+	CmdReleaseMulti CmdType = 29
 )
 
 func (t CmdType) String() string {
@@ -119,6 +130,12 @@ func (t CmdType) String() string {
 		return "SetACLIfGen"
 	case CmdTxn:
 		return "Txn"
+	case CmdOpenSemaphore:
+		return "OpenSemaphore"
+	case CmdAcquireMulti:
+		return "AcquireMulti"
+	case CmdReleaseMulti:
+		return "ReleaseMulti"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

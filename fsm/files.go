@@ -18,6 +18,9 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 	if err := checkLifetime(p); err != nil {
 		return &Result{Err: err}
 	}
+	if err := checkSemaphore(p); err != nil {
+		return &Result{Err: err}
+	}
 	if p.TTL != 0 && f.isACLFile(p.Path) {
 		// An expired ACL file would deny every node naming it.
 		return &Result{Err: errf(KindBadRequest, "%s: ACL files take no TTL", p.Path)}
@@ -53,6 +56,9 @@ func (f *FSM) open(index uint64, c *Command, p *OpenArgs) *Result {
 		if want := p.Flags&FlagDirectory != 0; want != n.Dir {
 			return &Result{Err: errf(KindExists, "%s already exists as a %s", p.Path, kindName(n.Dir))}
 		}
+		if p.SemLimit != 0 && p.SemLimit != n.SemLimit {
+			return &Result{Err: errf(KindExists, "%s already exists as %s, not a semaphore of %d permits", p.Path, semName(n.SemLimit), p.SemLimit)}
+		}
 	} else if p.Flags&FlagDirectory != 0 && !n.Dir {
 		return &Result{Err: errf(KindNotDir, "%s is a file", p.Path)}
 	}
@@ -69,7 +75,7 @@ func (f *FSM) createNode(index uint64, c *Command, p *OpenArgs, parent *Node, na
 		Contents: p.Contents, Instance: index, ContentGen: index, ACLGen: index,
 		Checksum: checksum(p.Contents), CTime: c.Time, MTime: c.Time,
 		ReadACL: parent.ReadACL, WriteACL: parent.WriteACL, ChangeACL: parent.ChangeACL,
-		Creator: c.Principal, TTL: p.TTL, Container: p.Flags&FlagContainer != 0,
+		Creator: c.Principal, TTL: p.TTL, Container: p.Flags&FlagContainer != 0, SemLimit: p.SemLimit,
 	}
 	f.ttls.track(n)
 	if n.Ephemeral {
@@ -209,11 +215,17 @@ func (f *FSM) closeOwnHandle(index uint64, c *Command, p *CloseArgs) *Result {
 // an ephemeral parent left empty with no handle open goes too, as does a
 // container parent left empty (ttl.go).
 func (f *FSM) removeNode(index uint64, n *Node, now int64) {
-	for _, w := range n.Waiters {
+	waiters := n.Waiters
+	for _, w := range waiters {
 		f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: w.Handle, Session: w.Session, Seq: w.Seq})
 	}
-	n.Waiters, n.Holders = nil, nil
+	n.Waiters, n.Holders, n.SemDelays = nil, nil, nil
 	delete(f.nodes, n.Path)
+	for _, w := range waiters {
+		// A multi-lock wait is granted on all its nodes or none: with
+		// this one gone it leaves the others' queues too.
+		f.dropGroup(index, w, n.Path, now)
+	}
 	f.disownEphemeral(n)
 	if n.TTL != 0 {
 		f.ttls.forget(n.Path)
@@ -292,10 +304,18 @@ func (f *FSM) closeHandle(index uint64, h *Handle, failed bool, now int64) {
 		if w.Handle == h.ID {
 			n.Waiters = append(n.Waiters[:i:i], n.Waiters[i+1:]...)
 			f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: h.ID, Session: h.Session, Seq: w.Seq})
+			f.dropGroup(index, w, n.Path, now)
 			break
 		}
 	}
-	if n.removeHolder(h.ID) {
+	if n.SemLimit != 0 && n.removeHolder(h.ID) {
+		if failed && h.LockDelay > 0 && !bugNoLockDelay {
+			// The failed holder's permit alone is held back.
+			n.SemDelays = append(n.SemDelays, now+h.LockDelay)
+			n.LockDelayBy = f.delayCause(h, now)
+		}
+		f.afterRelease(index, n, now)
+	} else if n.removeHolder(h.ID) {
 		if failed && h.LockDelay > 0 && len(n.Holders) == 0 && !bugNoLockDelay && now+h.LockDelay > n.LockDelayUntil {
 			// A longer delay already running keeps its cause: it is the
 			// one that ends last.

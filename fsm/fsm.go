@@ -33,8 +33,13 @@ type FSM struct {
 	// Raft index of its entry, or past it once batches have run
 	// (batch.go). Ids and generations are command indexes.
 	lastIndex uint64
-	cellKey   []byte
-	observer  Observer
+	// lastPermitGen is the generation of the latest semaphore permit
+	// granted (semaphore.go), so a second permit granted by the same
+	// command takes a fresh command index. Only compared within one
+	// command, so it is neither snapshotted nor restored.
+	lastPermitGen uint64
+	cellKey       []byte
+	observer      Observer
 	// auditor receives the audit trail's records (audit.go), or is nil;
 	// auditRecord is the one record being handed to it.
 	auditor     Auditor
@@ -268,6 +273,10 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return f.expireTTL(index, c, p)
 	case *TxnArgs:
 		return f.txn(index, c, p)
+	case *AcquireMultiArgs:
+		return f.acquireMulti(index, c, p)
+	case *ReleaseMultiArgs:
+		return f.releaseMulti(index, c, p)
 	}
 	panic(fmt.Sprintf("lockcell replica: unknown command type %d (payload %T) at index %d", c.Type, c.Payload, index))
 }

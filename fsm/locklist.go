@@ -31,6 +31,8 @@ type LockListing struct {
 	Waiters        []LockWaiterView
 	WaiterCount    int
 	LockDelayUntil int64
+	// SemLimit is a semaphore's permit count (0: a plain lock).
+	SemLimit uint32
 }
 
 // Locks lists, in name order, every lock at prefix or below it that is
@@ -61,7 +63,7 @@ func (v View) Locks(prefix, principal string, admin bool, max, perLock int) (out
 	for _, p := range names {
 		n := f.nodes[p]
 		lv := LockListing{Path: p, Mode: n.LockMode, Gen: n.LockGen, Holders: v.LockHolders(p, perLock),
-			HolderCount: len(n.Holders), WaiterCount: len(n.Waiters), LockDelayUntil: n.LockDelayUntil}
+			HolderCount: len(n.Holders), WaiterCount: len(n.Waiters), LockDelayUntil: n.LockDelayUntil, SemLimit: n.SemLimit}
 		lv.Waiters = v.LockWaiters(p, perLock)
 		out = append(out, lv)
 	}

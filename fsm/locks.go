@@ -27,6 +27,9 @@ func (f *FSM) acquire(index uint64, c *Command, p *AcquireArgs) *Result {
 	if err := f.permit(c, n, acl.Write); err != nil {
 		return &Result{Err: err}
 	}
+	if n.SemLimit != 0 {
+		return f.acquirePermit(index, c, p, h, n)
+	}
 	for _, ho := range n.Holders {
 		if ho.Handle == h.ID {
 			if n.LockMode == p.Mode {
@@ -129,6 +132,10 @@ func (f *FSM) afterRelease(index uint64, n *Node, now int64) {
 // of shared waiters at its head (also when the lock is held shared), unless
 // a lock-delay is running, which it reports instead.
 func (f *FSM) grantWaiters(index uint64, n *Node, now int64) {
+	if n.SemLimit != 0 {
+		f.grantPermits(index, n, now)
+		return
+	}
 	for len(n.Waiters) > 0 {
 		w := n.Waiters[0]
 		if n.LockDelayUntil > now {
@@ -138,6 +145,12 @@ func (f *FSM) grantWaiters(index uint64, n *Node, now int64) {
 			return
 		}
 		if !(n.LockMode == LockFree || n.LockMode == LockShared && w.Mode == LockShared) {
+			return
+		}
+		if w.Group != nil {
+			// A multi-lock: granted here only with all its locks at once
+			// (semaphore.go); until then it keeps its place.
+			f.grantGroup(index, w, now)
 			return
 		}
 		n.Waiters = n.Waiters[1:]
@@ -161,6 +174,7 @@ func (f *FSM) cancelWait(index uint64, c *Command, p *CancelWaitArgs) *Result {
 		if w.Handle == h.ID && w.Seq == p.WaitSeq {
 			n.Waiters = append(n.Waiters[:i:i], n.Waiters[i+1:]...)
 			f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: h.ID, Session: h.Session, Seq: p.WaitSeq})
+			f.dropGroup(index, w, n.Path, c.Time)
 			// A queue head leaving may unblock shared waiters behind it.
 			f.grantWaiters(index, n, c.Time)
 			return &Result{}
@@ -170,6 +184,12 @@ func (f *FSM) cancelWait(index uint64, c *Command, p *CancelWaitArgs) *Result {
 		if ho.Handle == h.ID && ho.WaitSeq == p.WaitSeq && p.WaitSeq != 0 {
 			n.removeHolder(h.ID)
 			f.afterRelease(index, n, c.Time)
+			// A multi-lock granted by this wait is undone on every lock
+			// (its holders share the request id; a single lock's is its
+			// own, so for one nothing else matches).
+			if s := f.sessions[h.Session]; s != nil {
+				f.cancelGroup(index, h.Session, p.WaitSeq, sortedKeys(s.handles), c.Time)
+			}
 			return &Result{}
 		}
 	}
@@ -201,6 +221,13 @@ func fenceReasonOf(fc *Fence, n *Node) string {
 		return fmt.Sprintf("%s no longer exists", fc.Path)
 	case len(n.Holders) == 0:
 		return fmt.Sprintf("%s is no longer locked", fc.Path)
+	case n.SemLimit != 0:
+		for _, ho := range n.Holders {
+			if ho.Gen == fc.Generation && fc.Mode == LockShared {
+				return ""
+			}
+		}
+		return fmt.Sprintf("%s: no permit of the semaphore is held at generation %d", fc.Path, fc.Generation)
 	case n.LockGen != fc.Generation:
 		return fmt.Sprintf("%s is locked at generation %d, not %d", fc.Path, n.LockGen, fc.Generation)
 	case n.LockMode != fc.Mode:

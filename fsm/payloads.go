@@ -52,6 +52,10 @@ type OpenArgs struct {
 	// TTL (nanoseconds) makes a created file a TTL node (ttl.go); 0 for
 	// none, and omitted then, so other Opens encode as before.
 	TTL int64 `msgpack:"tl,omitempty"`
+	// SemLimit makes a created file a counting semaphore of that many
+	// permits (semaphore.go); 0 for none, and omitted then. Set, the
+	// command is of type CmdOpenSemaphore.
+	SemLimit uint32 `msgpack:"sl,omitempty"`
 }
 
 // CloseArgs: a handle of the envelope's session is closed.
@@ -158,10 +162,14 @@ func (p *CloseSessionArgs) CmdType() CmdType {
 	return CmdCloseSession
 }
 
-// CmdType returns CmdOpenLifetime for an open that asks for a TTL or a
+// CmdType returns CmdOpenSemaphore for an open that creates a
+// semaphore, CmdOpenLifetime for an open that asks for a TTL or a
 // container, CmdOpenSequential for another sequential open, CmdOpen for
 // any other.
 func (p *OpenArgs) CmdType() CmdType {
+	if p.SemLimit != 0 {
+		return CmdOpenSemaphore
+	}
 	if p.TTL != 0 || p.Flags&FlagContainer != 0 {
 		return CmdOpenLifetime
 	}
@@ -240,7 +248,7 @@ func newPayload(t CmdType) Payload {
 		return &CreateSessionArgs{}
 	case CmdCloseSession, CmdIdleCloseSession:
 		return &CloseSessionArgs{}
-	case CmdOpen, CmdOpenSequential, CmdOpenLifetime:
+	case CmdOpen, CmdOpenSequential, CmdOpenLifetime, CmdOpenSemaphore:
 		return &OpenArgs{}
 	case CmdExpireTTL:
 		return &ExpireTTLArgs{}
@@ -278,6 +286,10 @@ func newPayload(t CmdType) Payload {
 		return &ResumeSessionArgs{}
 	case CmdTxn:
 		return &TxnArgs{}
+	case CmdAcquireMulti:
+		return &AcquireMultiArgs{}
+	case CmdReleaseMulti:
+		return &ReleaseMultiArgs{}
 	}
 	return nil
 }

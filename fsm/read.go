@@ -138,7 +138,7 @@ func (v View) LockWait(session, handle, seq uint64) (WaitState, uint64, error) {
 	}
 	for _, ho := range n.Holders {
 		if ho.Handle == h.ID {
-			return WaitGranted, n.LockGen, nil
+			return WaitGranted, holderGen(n, ho), nil
 		}
 	}
 	for _, w := range n.Waiters {
@@ -170,6 +170,9 @@ func (v View) LockDelays() map[string]int64 {
 	for p, n := range f.nodes {
 		if n.LockMode == LockFree && len(n.Waiters) > 0 && n.LockDelayUntil > 0 {
 			out[p] = n.LockDelayUntil
+		}
+		if n.SemLimit != 0 && len(n.Waiters) > 0 && len(n.SemDelays) > 0 {
+			out[p] = slices.Min(n.SemDelays) // a passed end is re-armed at once and its Grant prunes it
 		}
 	}
 	return out
@@ -207,7 +210,7 @@ func (v View) HeldLock(session, handle uint64) (Fence, error) {
 	}
 	for _, ho := range n.Holders {
 		if ho.Handle == h.ID {
-			return Fence{Path: n.Path, Mode: n.LockMode, Generation: n.LockGen}, nil
+			return Fence{Path: n.Path, Mode: n.LockMode, Generation: holderGen(n, ho)}, nil
 		}
 	}
 	return Fence{}, errf(KindNotHeld, "%s: this handle does not hold the lock", n.Path)
@@ -306,6 +309,18 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 		}
 	case *GrantArgs:
 		set[p.Path] = true
+	case *AcquireMultiArgs:
+		for _, id := range p.Handles {
+			if h := f.handles[id]; h != nil {
+				set[h.Path] = true
+			}
+		}
+	case *ReleaseMultiArgs:
+		for _, id := range p.Handles {
+			if h := f.handles[id]; h != nil {
+				set[h.Path] = true
+			}
+		}
 	case *TxnArgs:
 		f.txnAffectedPaths(set, p, addNode)
 	case *BreakLockArgs:
@@ -330,12 +345,62 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 			}
 		}
 	}
+	switch p := cmd.Payload.(type) {
+	case *CancelWaitArgs:
+		// A group's cancel leaves, or releases, every lock of the group.
+		if h := f.handles[p.Handle]; h != nil {
+			if s := f.sessions[h.Session]; s != nil {
+				for id := range s.handles {
+					if o := f.handles[id]; o != nil {
+						set[o.Path] = true
+					}
+				}
+			}
+		}
+	}
+	switch cmd.Payload.(type) {
+	case *AcquireArgs, *ReleaseArgs, *CancelWaitArgs, *CloseArgs, *DeleteArgs, *GrantArgs, *BreakLockArgs,
+		*ExpireTTLArgs, *CloseSessionArgs, *ResumeSessionArgs, *AcquireMultiArgs, *ReleaseMultiArgs, *TxnArgs:
+		f.addGroupPaths(set)
+	}
 	out := slices.Grow(dst, len(set))
 	for p := range set {
 		out = append(out, p)
 	}
 	sort.Strings(out[len(dst):])
 	return out
+}
+
+// addGroupPaths adds to set the nodes of every multi-lock group waiting
+// on a node in it, twice over: a command that changes a node's lock can
+// drop such a group from all its queues or grant it on all its locks
+// (semaphore.go), and a group dropped from a queue can let the next
+// group there be granted on its own locks. Nothing further follows from
+// a grant, so two rounds cover every node that can change. Without
+// groups it adds nothing.
+func (f *FSM) addGroupPaths(set map[string]bool) {
+	for range 2 {
+		var more []string
+		for p := range set {
+			n := f.nodes[p]
+			if n == nil {
+				continue
+			}
+			for _, w := range n.Waiters {
+				for _, id := range w.Group {
+					if h := f.handles[id]; h != nil && !set[h.Path] {
+						more = append(more, h.Path)
+					}
+				}
+			}
+		}
+		if len(more) == 0 {
+			return
+		}
+		for _, p := range more {
+			set[p] = true
+		}
+	}
 }
 
 // HandlePath returns the name a live handle of session names.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -356,10 +357,17 @@ func (f *FSM) checkRestoredLocks(nodes []*Node) error {
 			return bad(n, "mode %s with %d holders", modeName(n.LockMode), len(n.Holders))
 		case n.LockMode == LockExclusive && len(n.Holders) != 1:
 			return bad(n, "exclusive with %d holders", len(n.Holders))
+		case n.SemLimit != 0 && (n.Dir || n.SemLimit > MaxSemLimit || n.LockMode == LockExclusive || len(n.Holders) > int(n.SemLimit)):
+			return bad(n, "a semaphore of %d permits (directory %v) held %s by %d", n.SemLimit, n.Dir, modeName(n.LockMode), len(n.Holders))
+		case n.SemLimit == 0 && len(n.SemDelays) != 0:
+			return bad(n, "permit delays on a plain lock")
 		}
 		for _, ho := range n.Holders {
 			if !onNode(n, ho.Handle, ho.Session) || seen[ho.Handle] {
 				return bad(n, "holder %+v is not a handle open on it, or holds twice", ho)
+			}
+			if (n.SemLimit != 0) != (ho.Gen != 0) {
+				return bad(n, "holder %+v: a generation of its own is a semaphore holder's only", ho)
 			}
 			seen[ho.Handle] = true
 		}
@@ -369,6 +377,10 @@ func (f *FSM) checkRestoredLocks(nodes []*Node) error {
 			}
 			if !onNode(n, w.Handle, w.Session) || seen[w.Handle] {
 				return bad(n, "waiter %+v is not a handle open on it, or holds or waits twice", w)
+			}
+			if w.Group != nil && (n.SemLimit != 0 || w.Mode != LockExclusive || !slices.Contains(w.Group, w.Handle) ||
+				len(w.Group) > MaxMultiLock || !slices.IsSorted(w.Group)) {
+				return bad(n, "multi-lock waiter %+v is not one this version makes", w)
 			}
 			seen[w.Handle] = true
 		}

@@ -69,13 +69,22 @@ func (f *FSM) resumeSession(index uint64, c *Command, _ *ResumeSessionArgs) *Res
 			if w.Handle == h.ID {
 				n.Waiters = append(n.Waiters[:i:i], n.Waiters[i+1:]...)
 				f.note(Change{Kind: ChangeWaitEnded, Path: n.Path, Handle: h.ID, Session: h.Session, Seq: w.Seq})
+				f.dropGroup(index, w, n.Path, c.Time)
 				// The departed waiter may have headed the queue.
 				f.grantWaiters(index, n, c.Time)
 				f.note(Change{Kind: ChangeNode, Path: n.Path})
 				break
 			}
 		}
-		for _, ho := range n.Holders {
+		for i, ho := range n.Holders {
+			if ho.Handle == h.ID && n.SemLimit != 0 {
+				// A permit's generation is its own: only this holder's
+				// sequencer goes stale.
+				n.Holders[i].Gen = f.permitGen(index)
+				n.LockGen = n.Holders[i].Gen
+				f.note(Change{Kind: ChangeNode, Path: n.Path})
+				continue
+			}
 			if ho.Handle == h.ID && !bumped[n.Path] {
 				// A shared lock's other holders share the generation:
 				// their sequencers go stale too, and GetSequencer gives
@@ -136,7 +145,7 @@ func (v View) SessionOpenHandles(id uint64, limit int) (out []ResumedHandle, mor
 		r := ResumedHandle{Handle: *h}
 		for _, ho := range n.Holders {
 			if ho.Handle == h.ID {
-				r.LockMode, r.LockGen = n.LockMode, n.LockGen
+				r.LockMode, r.LockGen = n.LockMode, holderGen(n, ho)
 			}
 		}
 		out = append(out, r)

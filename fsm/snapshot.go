@@ -76,30 +76,56 @@ type sessionResult struct {
 // or older: only a cell that made one writes version 7, which a replica
 // of the version before refuses rather than keep the nodes forever and
 // diverge at the first expiry.
-const snapshotVersion = 7
+// Version 8: nodes carry a semaphore's permit count and held-back
+// permits (Node.SemLimit, Node.SemDelays, semaphore.go), holders their
+// own generation (Holder.Gen), waiters their multi-lock group
+// (Waiter.Group), and de-duplicated results the stat's SemLimit, all
+// optional, so versions 2 to 7 restore as they are, with no semaphore
+// and no multi-lock wait. A state with none is written as version 7 or
+// older: only a cell that made a semaphore or queued a multi-lock writes
+// version 8, which a replica of the version before refuses rather than
+// treat a semaphore as a plain lock or a group as separate waits.
+const snapshotVersion = 8
 
 // The versions written while the newer ones' fields are unused:
 // snapshotV3 while no session was resumed, snapshotV4 while no
 // sequential name was made, snapshotV5 while no transaction result is
-// kept, snapshotV6 while no TTL node or container exists.
+// kept, snapshotV6 while no TTL node or container exists, snapshotV7
+// while no semaphore or multi-lock wait exists.
 const (
 	snapshotV3 = 3
 	snapshotV4 = 4
 	snapshotV5 = 5
 	snapshotV6 = 6
+	snapshotV7 = 7
 )
 
 // imageVersion is the version img is written as: the oldest whose fields
 // hold its state.
 func imageVersion(img *snapshotImage) uint8 {
 	for _, n := range img.Nodes {
-		if n.TTL != 0 || n.Container {
+		if n.SemLimit != 0 {
 			return snapshotVersion
+		}
+		for _, w := range n.Waiters {
+			if w.Group != nil {
+				return snapshotVersion
+			}
+		}
+	}
+	for _, r := range img.Results {
+		if r.Result != nil && r.Result.Stat.SemLimit != 0 {
+			return snapshotVersion
+		}
+	}
+	for _, n := range img.Nodes {
+		if n.TTL != 0 || n.Container {
+			return snapshotV7
 		}
 	}
 	for _, r := range img.Results {
 		if r.Result != nil && (r.Result.Stat.TTL != 0 || r.Result.Stat.Container) {
-			return snapshotVersion
+			return snapshotV7
 		}
 	}
 	for _, r := range img.Results {
@@ -339,7 +365,7 @@ const nodeTags = "Path:p Dir:d,omitempty Ephemeral:e,omitempty Owner:o,omitempty
 	"Instance:i ContentGen:cg LockGen:lg,omitempty ACLGen:ag,omitempty Checksum:ck,omitempty CTime:ct MTime:mt " +
 	"ReadACL:ra,omitempty WriteACL:wa,omitempty ChangeACL:ca,omitempty LockMode:lm,omitempty Holders:lh,omitempty " +
 	"Waiters:lw,omitempty LockDelayUntil:ld,omitempty Creator:cr,omitempty LockDelayBy:lb,omitempty " +
-	"ChildSeq:sq,omitempty TTL:tl,omitempty Container:cn,omitempty"
+	"ChildSeq:sq,omitempty TTL:tl,omitempty Container:cn,omitempty SemLimit:sl,omitempty SemDelays:sd,omitempty"
 
 var nodeByHand = codec.FieldTags(reflect.TypeFor[Node]()) == nodeTags
 
@@ -356,7 +382,7 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 	w.MapLen(5, n.Dir, n.Ephemeral, n.Owner != 0, len(n.Contents) != 0, n.LockGen != 0,
 		n.ACLGen != 0, n.Checksum != 0, n.ReadACL != "", n.WriteACL != "", n.ChangeACL != "", n.LockMode != 0,
 		len(n.Holders) != 0, len(n.Waiters) != 0, n.LockDelayUntil != 0, n.Creator != "", n.LockDelayBy != nil,
-		n.ChildSeq != 0, n.TTL != 0, n.Container)
+		n.ChildSeq != 0, n.TTL != 0, n.Container, n.SemLimit != 0, len(n.SemDelays) != 0)
 	w.Str("p", n.Path, true)
 	w.Bool("d", n.Dir)
 	w.Bool("e", n.Ephemeral)
@@ -390,5 +416,10 @@ func (n *Node) EncodeMsgpack(e *msgpack.Encoder) error {
 	w.Uint("sq", n.ChildSeq, false)
 	w.Int("tl", n.TTL, false)
 	w.Bool("cn", n.Container)
+	w.Uint32("sl", n.SemLimit, false)
+	if len(n.SemDelays) != 0 {
+		w.Key("sd")
+		w.Check(e.Encode(n.SemDelays))
+	}
 	return w.Err
 }

@@ -153,7 +153,7 @@ func TestNodeEncodingMatchesReflection(t *testing.T) {
 				f.SetString(strs[1+rng.Intn(len(strs)-1)])
 			case reflect.Bool:
 				f.SetBool(true)
-			case reflect.Uint64, reflect.Uint8:
+			case reflect.Uint64, reflect.Uint32, reflect.Uint8:
 				u := uints[rng.Intn(len(uints))]
 				if f.OverflowUint(u) {
 					u = uint64(rng.Intn(256))
@@ -166,9 +166,11 @@ func TestNodeEncodingMatchesReflection(t *testing.T) {
 				case []byte:
 					f.SetBytes(bytes.Repeat([]byte{byte(i)}, []int{1, 255, 256, 65536}[rng.Intn(4)]))
 				case []Holder:
-					f.Set(reflect.ValueOf([]Holder{{Handle: uint64(i), Session: 7}, {Handle: 1 << 40, Session: 1, WaitSeq: 3, Since: 1 << 60}}))
+					f.Set(reflect.ValueOf([]Holder{{Handle: uint64(i), Session: 7}, {Handle: 1 << 40, Session: 1, WaitSeq: 3, Since: 1 << 60, Gen: 1 << 33}}))
 				case []Waiter:
-					f.Set(reflect.ValueOf([]Waiter{{Handle: 9, Session: 8, Seq: 200, Mode: 2, Since: -1}}))
+					f.Set(reflect.ValueOf([]Waiter{{Handle: 9, Session: 8, Seq: 200, Mode: 2, Since: -1}, {Handle: 10, Seq: 3, Mode: 1, Group: []uint64{10, 1 << 40}}}))
+				case []int64:
+					f.Set(reflect.ValueOf(ints[:1+rng.Intn(len(ints))]))
 				default:
 					t.Fatalf("field %s: no values for %s", v.Type().Field(j).Name, f.Type())
 				}

@@ -231,7 +231,7 @@ func TestLifetimeSnapshotVersions(t *testing.T) {
 	wantOK(t, "ttl", h.ttlOpen(s, "t", time.Second))
 	h.mustOpen(s, "c", fsmtRWC|FlagDirectory|FlagContainer)
 	b := h.snapshot()
-	if v := fsmtImage(t, b).Version; v != snapshotVersion {
+	if v := fsmtImage(t, b).Version; v != snapshotV7 {
 		t.Fatalf("a state with a TTL node snapshots as version %d", v)
 	}
 	f, err := fsmtRestore(t, fsmtCell, b)

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 
@@ -96,6 +97,16 @@ type Node struct {
 	TTL       int64 `msgpack:"tl,omitempty"`
 	Container bool  `msgpack:"cn,omitempty"`
 
+	// SemLimit (files only) makes the node a counting semaphore
+	// (semaphore.go): its lock has up to SemLimit holders at once, each
+	// with a generation of its own (Holder.Gen). SemDelays are the ends
+	// (Unix ns) of the lock-delays of permits whose holders' sessions
+	// failed: each keeps one permit from being granted until it passes.
+	// Both are omitted while unset, so the snapshots of cells that never
+	// made a semaphore encode as before.
+	SemLimit  uint32  `msgpack:"sl,omitempty"`
+	SemDelays []int64 `msgpack:"sd,omitempty"`
+
 	children    map[string]bool // child name -> is directory; rebuilt on restore
 	kids        dirIndex        // the children in name order (kids.go); rebuilt on restore
 	openHandles int             // handles open on this instance; rebuilt on restore
@@ -113,6 +124,11 @@ type Holder struct {
 	Session uint64 `msgpack:"s"`
 	WaitSeq uint64 `msgpack:"w,omitempty"`
 	Since   int64  `msgpack:"t,omitempty"`
+	// Gen is a semaphore holder's own generation (semaphore.go): its
+	// permit's sequencer names it, so a holder that lost its permit is
+	// told apart from those still holding. 0 on a plain lock, whose
+	// holders share the node's LockGen.
+	Gen uint64 `msgpack:"g,omitempty"`
 }
 
 // Waiter is one queued blocking Acquire. Since is the Time of the entry
@@ -123,6 +139,11 @@ type Waiter struct {
 	Seq     uint64 `msgpack:"q"`
 	Mode    uint8  `msgpack:"m"`
 	Since   int64  `msgpack:"t,omitempty"`
+	// Group names every handle of a multi-lock wait (semaphore.go),
+	// sorted, the same in the queue of each of their nodes: the wait is
+	// granted on all of them in one entry or on none. Nil for a
+	// single-lock wait.
+	Group []uint64 `msgpack:"gr,omitempty"`
 }
 
 // LockDelayCause is what started a lock-delay: the session that expired
@@ -193,6 +214,8 @@ type Stat struct {
 	// existed encode the same.
 	TTL       int64 `msgpack:",omitempty"`
 	Container bool  `msgpack:",omitempty"`
+	// SemLimit is a semaphore's permit count (0: a plain lock).
+	SemLimit uint32 `msgpack:",omitempty"`
 }
 
 // Result is what applying a command produced. Err carries a state-machine
@@ -270,12 +293,17 @@ type Change struct {
 type Observer func(index uint64, changes []Change)
 
 func (n *Node) stat() Stat {
+	delayUntil := n.LockDelayUntil
+	if n.SemLimit != 0 && len(n.SemDelays) > 0 {
+		// A semaphore's: when the last held-back permit is free again.
+		delayUntil = slices.Max(n.SemDelays)
+	}
 	return Stat{
 		Instance: n.Instance, ContentGen: n.ContentGen, LockGen: n.LockGen, ACLGen: n.ACLGen,
 		Checksum: n.Checksum, Size: uint64(len(n.Contents)), CTime: n.CTime, MTime: n.MTime,
 		Dir: n.Dir, Ephemeral: n.Ephemeral, ReadACL: n.ReadACL, WriteACL: n.WriteACL, ChangeACL: n.ChangeACL,
 		LockMode: n.LockMode, LockHolders: uint32(len(n.Holders)), LockWaiters: uint32(len(n.Waiters)),
-		LockDelayUntil: n.LockDelayUntil, TTL: n.TTL, Container: n.Container,
+		LockDelayUntil: delayUntil, TTL: n.TTL, Container: n.Container, SemLimit: n.SemLimit,
 	}
 }
 

@@ -57,6 +57,10 @@ func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest)
 	if err != nil {
 		return nil, err
 	}
+	semLimit, err := checkSemaphore(req)
+	if err != nil {
+		return nil, err
+	}
 	unreserve, err := e.reserveHandle(ctx, c.h.Session)
 	if err != nil {
 		return nil, err
@@ -91,8 +95,8 @@ func (e *fileEndpoint) open(ctx context.Context, c *call, req *wire.OpenRequest)
 		cacheable = req.Cache && readable && e.inv.register(c.h.Session, principal, req.Path)
 		missingCacheable = negative && e.inv.register(c.h.Session, principal, wire.Parent(req.Path))
 	}
-	res, err := e.w.apply(ctx, c, commandOf(fsm.OpenArgs{Path: req.Path, Flags: req.Flags &^ wire.OpenTTL,
-		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask, TTL: int64(ttl)}))
+	res, err := e.w.apply(ctx, c, commandOf(fsm.OpenArgs{Path: req.Path, Flags: req.Flags &^ (wire.OpenTTL | wire.OpenSemaphore),
+		Contents: req.Contents, LockDelay: int64(delay), EventMask: req.EventMask, TTL: int64(ttl), SemLimit: semLimit}))
 	if re := (*fsm.Error)(nil); cacheMissing && errors.As(err, &re) && re.Kind == fsm.KindNotFound {
 		return &wire.OpenResponse{Missing: true, Cacheable: missingCacheable}, nil
 	}
@@ -378,6 +382,7 @@ func toStat(s fsm.Stat) wire.Stat {
 		Ephemeral: s.Ephemeral, ReadACL: s.ReadACL, WriteACL: s.WriteACL, ChangeACL: s.ChangeACL,
 		LockMode: s.LockMode, LockHolders: s.LockHolders, LockWaiters: s.LockWaiters,
 		LockDelayUntil: s.LockDelayUntil, TTLMillis: time.Duration(s.TTL).Milliseconds(), Container: s.Container,
+		SemLimit: s.SemLimit,
 	}
 }
 

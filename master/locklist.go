@@ -43,7 +43,7 @@ func (e *lockEndpoint) listLocks(ctx context.Context, c *call, req *wire.ListLoc
 // they declared.
 func lockInfos(locks []fsm.LockListing, budget int) (out []wire.LockInfo, short bool) {
 	for _, l := range locks {
-		li := wire.LockInfo{Path: l.Path, Mode: l.Mode, Generation: l.Gen, HolderCount: uint32(l.HolderCount),
+		li := wire.LockInfo{Path: l.Path, Mode: l.Mode, Generation: l.Gen, HolderCount: uint32(l.HolderCount), SemLimit: l.SemLimit,
 			WaiterCount: uint32(l.WaiterCount), LockDelayUntil: l.LockDelayUntil}
 		size := len(l.Path) + 64
 		for _, h := range l.Holders {

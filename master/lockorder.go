@@ -19,8 +19,8 @@ package master
 //     session is still idle as it starts its drain, idle.go); it never
 //     runs a parked call's reply callback holding it.
 //  5. the leaves, which call nothing holding their mutex: acquire waits
-//     (waits.go), lock-delay timers (lockdelay.go), stats, backups, audit
-//     and read rations, release asks, the leadership proof, the fan-out's
+//     (waits.go), lock-delay timers (lockdelay.go), stats, backups, audit,
+//     read and write rations (rations.go), release asks, the leadership proof, the fan-out's
 //     backlog, the idle sessions' calls (idle.go), the subtree watch
 //     calls in progress (subtree.go).
 //  6. the state's read lock (FSM.Read) last. The state

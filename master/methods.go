@@ -87,6 +87,8 @@ func routeTable(e *endpoints) map[wire.Method]route {
 		wire.MethodTxn:           {serve: decoded(fs.txn)},
 		wire.MethodAcquire:       {serve: decoded(ls.acquireTimed)},
 		wire.MethodCancelAcquire: {serve: decoded(ls.cancelAcquire)},
+		wire.MethodAcquireMulti:  {serve: decoded(ls.acquireMulti)},
+		wire.MethodReleaseMulti:  {serve: decoded(ls.releaseMulti)},
 
 		wire.MethodClose:              {serve: decoded(fs.close)},
 		wire.MethodDelete:             {serve: decoded(fs.delete)},

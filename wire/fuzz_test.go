@@ -102,6 +102,9 @@ var fzTypes = []fzType{
 	{"TxnResponse", func() any { return new(wire.TxnResponse) }},
 	{"WatchSubtreeRequest", func() any { return new(wire.WatchSubtreeRequest) }},
 	{"WatchSubtreeResponse", func() any { return new(wire.WatchSubtreeResponse) }},
+	{"AcquireMultiRequest", func() any { return new(wire.AcquireMultiRequest) }},
+	{"AcquireMultiResponse", func() any { return new(wire.AcquireMultiResponse) }},
+	{"ReleaseMultiRequest", func() any { return new(wire.ReleaseMultiRequest) }},
 	{"ResumeSessionRequest", func() any { return new(wire.ResumeSessionRequest) }},
 	{"ResumeSessionResponse", func() any { return new(wire.ResumeSessionResponse) }},
 }
@@ -194,6 +197,10 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.TxnRequest)
 	case wire.MethodWatchSubtree:
 		return new(wire.WatchSubtreeRequest)
+	case wire.MethodAcquireMulti:
+		return new(wire.AcquireMultiRequest)
+	case wire.MethodReleaseMulti:
+		return new(wire.ReleaseMultiRequest)
 	case wire.MethodResumeSession:
 		return new(wire.ResumeSessionRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
@@ -283,6 +290,9 @@ func fzSamples() []any {
 		&wire.TxnRequest{Checks: []wire.TxnCheck{{Kind: wire.TxnCheckGeneration, Path: "/ls/c/x", Generation: 7}},
 			Ops: []wire.TxnOp{{Kind: wire.TxnOpSet, Path: "/ls/c/x", Contents: []byte("8")}}},
 		&wire.TxnResponse{Failed: &wire.TxnFailure{Check: 0, Op: -1, Code: wire.CodeGenerationMismatch, Msg: "check 0 (/ls/c/x): content generation is 9, not 7"}},
+		&wire.AcquireMultiRequest{Handles: []uint64{9, 4}, Wait: true},
+		&wire.AcquireMultiResponse{Locks: []wire.AcquireResponse{{LockGen: 12, Sequencer: []byte("s1")}, {LockGen: 12, Sequencer: []byte("s2")}}},
+		&wire.ReleaseMultiRequest{Handles: []uint64{9, 4}},
 		&wire.QuotaUsageResponse{Principal: "alice", Admin: true, Limits: []wire.QuotaLimit{
 			{Name: wire.QuotaNodesPerPrincipal, Used: 3, Max: 100000, Exempt: true},
 			{Name: wire.QuotaContentBytes, Used: 1 << 20, Max: 512 << 20, Reserve: 4 << 20, Bytes: true}},
@@ -669,6 +679,9 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.TxnRequest{Checks: []wire.TxnCheck{{Kind: uint8(u32), Path: s1, Generation: u1, Mode: uint8(u32 >> 8), Sequencer: b1}}[:n%2],
 				Ops: []wire.TxnOp{{Kind: uint8(u32), Path: s2, Contents: b2}}[:(n/2)%2]},
 			&wire.TxnResponse{Generation: u1, Failed: map[bool]*wire.TxnFailure{true: {Check: int(i1), Op: -int(i1), Code: wire.Code(u32), Msg: s3}}[bit(4)]},
+			&wire.AcquireMultiRequest{Handles: []uint64{u1, u2, u3}[:n%4], Wait: bit(2)},
+			&wire.AcquireMultiResponse{Locks: []wire.AcquireResponse{{LockGen: u1, Sequencer: b1}, {LockGen: u2, Sequencer: b2}}[:n%3]},
+			&wire.ReleaseMultiRequest{Handles: []uint64{u3, u1}[:n%3]},
 			&wire.QuotaUsageResponse{Principal: s1, Admin: bit(0), Limits: []wire.QuotaLimit{{Name: s2, Used: i1, Max: -i1, Reserve: i1 ^ 1,
 				Bytes: bit(1), Exempt: bit(2)}}[:n%2], TopByNodes: []wire.PrincipalUsage{{Principal: s3, Nodes: i1, ContentBytes: -i1}}[:n%2],
 				TopByContentBytes: []wire.PrincipalUsage{{Principal: s2, Nodes: -i1, ContentBytes: i1}}[:(n/2)%2]},

@@ -41,7 +41,7 @@ var handTags = map[reflect.Type]string{
 	reflect.TypeFor[Stat](): "Instance:i ContentGen:cg LockGen:lg ACLGen:ag Checksum:ck Size:sz CTime:ct MTime:mt " +
 		"Dir:d,omitempty Ephemeral:ep,omitempty ReadACL:ra,omitempty WriteACL:wa,omitempty ChangeACL:ca,omitempty " +
 		"LockMode:lm,omitempty LockHolders:lh,omitempty LockWaiters:lw,omitempty LockDelayUntil:ld,omitempty " +
-		"Holders:ho,omitempty Waiters:wt,omitempty LockDelayBy:lb,omitempty TTLMillis:tl,omitempty Container:cn,omitempty",
+		"Holders:ho,omitempty Waiters:wt,omitempty LockDelayBy:lb,omitempty TTLMillis:tl,omitempty Container:cn,omitempty SemLimit:sl,omitempty",
 	reflect.TypeFor[ContentsResponse](): "Contents:c Stat:s Cacheable:k,omitempty",
 	reflect.TypeFor[StatResponse]():     "Stat:s Cacheable:k,omitempty",
 }
@@ -157,7 +157,7 @@ func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 func writeStat(w *codec.Writer, s *Stat) {
 	w.MapLen(8, s.Dir, s.Ephemeral, s.ReadACL != "", s.WriteACL != "", s.ChangeACL != "", s.LockMode != 0,
 		s.LockHolders != 0, s.LockWaiters != 0, s.LockDelayUntil != 0, len(s.Holders) != 0, len(s.Waiters) != 0,
-		s.LockDelayBy != nil, s.TTLMillis != 0, s.Container)
+		s.LockDelayBy != nil, s.TTLMillis != 0, s.Container, s.SemLimit != 0)
 	w.Uint("i", s.Instance, true)
 	w.Uint("cg", s.ContentGen, true)
 	w.Uint("lg", s.LockGen, true)
@@ -189,4 +189,5 @@ func writeStat(w *codec.Writer, s *Stat) {
 	}
 	w.Int("tl", s.TTLMillis, false)
 	w.Bool("cn", s.Container)
+	w.Uint32("sl", s.SemLimit, false)
 }

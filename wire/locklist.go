@@ -31,6 +31,9 @@ type LockInfo struct {
 	Waiters        []LockWaiter `msgpack:"w,omitempty"`
 	WaiterCount    uint32       `msgpack:"wc,omitempty"`
 	LockDelayUntil int64        `msgpack:"ld,omitempty"`
+	// SemLimit is a semaphore's permit count: its lock has up to that
+	// many holders (0: a plain lock).
+	SemLimit uint32 `msgpack:"sl,omitempty"`
 }
 
 // LockWaiter is one queued Acquire: its session, that session's

@@ -62,7 +62,7 @@ func (m Method) String() string {
 func (m Method) Mutating() bool {
 	switch m {
 	case MethodOpen, MethodClose, MethodSetContents, MethodDelete, MethodAcquire, MethodRelease, MethodCancelAcquire,
-		MethodSetACL, MethodBreakLock, MethodTxn:
+		MethodSetACL, MethodBreakLock, MethodTxn, MethodAcquireMulti, MethodReleaseMulti:
 		return true
 	}
 	return false
@@ -133,7 +133,7 @@ const (
 	OpenContainer  uint32 = 1 << 7
 	OpenTTL        uint32 = 1 << 8
 	openAll               = OpenRead | OpenWrite | OpenCreate | OpenExcl | OpenDirectory | OpenEphemeral | OpenSequential |
-		OpenContainer | OpenTTL
+		OpenContainer | OpenTTL | OpenSemaphore
 )
 
 // MinTTL and MaxTTL bound OpenRequest.TTLMillis: a TTL outside them is
@@ -213,6 +213,8 @@ type Stat struct {
 	// says the node is a container directory.
 	TTLMillis int64 `msgpack:"tl,omitempty"`
 	Container bool  `msgpack:"cn,omitempty"`
+	// SemLimit is a semaphore's permit count (0: a plain lock).
+	SemLimit uint32 `msgpack:"sl,omitempty"`
 }
 
 // MaxStatHolders bounds Stat.Holders, so a stat of a lock shared by
@@ -367,6 +369,10 @@ type OpenRequest struct {
 	// without another (docs/spec.md#ttl-and-container-nodes). It is set
 	// exactly when the TTL flag is.
 	TTLMillis int64 `msgpack:"tl,omitempty"`
+	// SemLimit, with Create and OpenSemaphore on a file, makes it a
+	// counting semaphore of that many permits (1 to MaxSemLimit); set
+	// exactly when the OpenSemaphore flag is.
+	SemLimit uint32 `msgpack:"sl,omitempty"`
 }
 
 // OpenResponse names the handle. Missing says no handle was opened: the

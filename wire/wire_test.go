@@ -228,6 +228,11 @@ func TestMethodsAndFlags(t *testing.T) {
 			t.Errorf("%s.Mutating() = %v", m, m.Mutating())
 		}
 	}
+	for _, m := range []wire.Method{wire.MethodAcquireMulti, wire.MethodReleaseMulti} {
+		if strings.HasPrefix(m.String(), "Method(") || !m.Mutating() {
+			t.Errorf("%s: a mutating method with a name", m)
+		}
+	}
 	for _, c := range []struct {
 		m    wire.Method
 		want string
@@ -237,7 +242,7 @@ func TestMethodsAndFlags(t *testing.T) {
 		}
 	}
 	all := wire.OpenRead | wire.OpenWrite | wire.OpenCreate | wire.OpenExcl | wire.OpenDirectory | wire.OpenEphemeral | wire.OpenSequential |
-		wire.OpenContainer | wire.OpenTTL
+		wire.OpenContainer | wire.OpenTTL | wire.OpenSemaphore
 	if !wire.ValidOpenFlags(0) || !wire.ValidOpenFlags(all) || wire.ValidOpenFlags(all+1) || wire.ValidOpenFlags(1<<31) {
 		t.Error("ValidOpenFlags")
 	}

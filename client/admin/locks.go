@@ -23,6 +23,9 @@ type LockInfo struct {
 	Waiters        []client.LockWaiter `json:"waiters"`
 	WaiterCount    int                 `json:"waiter_count"`
 	LockDelayUntil time.Time           `json:"lock_delay_until"`
+	// SemLimit is a semaphore's permit count (0: a plain lock), so a
+	// listing shows how many of its permits are held.
+	SemLimit int `json:"sem_limit,omitempty"`
 }
 
 // Locks lists, in name order, the locks held or waited for at the name
@@ -44,7 +47,7 @@ func (a *Admin) Locks(ctx context.Context, prefix string) (locks []LockInfo, tru
 	locks = make([]LockInfo, 0, len(resp.Locks))
 	for _, l := range resp.Locks {
 		li := LockInfo{Name: l.Path, Mode: client.LockMode(l.Mode), Generation: l.Generation, Holders: holdersFrom(l.Holders),
-			HolderCount: int(l.HolderCount), WaiterCount: int(l.WaiterCount)}
+			HolderCount: int(l.HolderCount), WaiterCount: int(l.WaiterCount), SemLimit: int(l.SemLimit)}
 		if l.LockDelayUntil != 0 {
 			li.LockDelayUntil = time.Unix(0, l.LockDelayUntil)
 		}

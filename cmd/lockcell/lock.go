@@ -53,7 +53,7 @@ func lockCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:      "lock",
 		Usage:     "hold a lock while a command runs",
-		ArgsUsage: "NAME -- CMD [ARGS...]",
+		ArgsUsage: "NAME [NAME...] -- CMD [ARGS...]",
 		Description: "Opens NAME (creating it and its missing parents when needed), takes its lock, " +
 			"and runs CMD with $" + seqEnv + " (the lock's sequencer, for seq check and for resource " +
 			"servers to fence with) and $" + lockEnv + " (the lock's full name) added to its environment " +
@@ -76,12 +76,21 @@ func lockCommand(e *env) *cli.Command {
 			"signals reach the whole group.\n\n" +
 			"When another session asks for the lock (lockcell request-release), lockcell says who and why on " +
 			"stderr and, with --on-release-request SIGNAL, sends CMD that signal so it can finish and exit; " +
-			"the lock is held until CMD exits. A request is advice: CMD decides." +
-			"\n\nExample: lockcell lock --lock-delay 10s jobs/etl -- ./run-etl.sh",
+			"the lock is held until CMD exits. A request is advice: CMD decides.\n\n" +
+			"With -n N, NAME is a counting semaphore of N permits (made so if it does not exist; an existing one " +
+			"must have N): up to N lock runs hold it at once, the others wait in FIFO order, and each holder's " +
+			"$" + seqEnv + " is its own. With several NAMEs lockcell takes all their locks at once, or none, " +
+			"in one step at the cell (a multi-lock): two runs naming the same files in any order never deadlock. " +
+			"$" + lockEnv + " then holds the names and $" + seqEnv + " the sequencers, space-separated, in the order given." +
+			"\n\nExample: lockcell lock --lock-delay 10s jobs/etl -- ./run-etl.sh\n" +
+			"Example: lockcell lock -n 3 pools/gpu -- ./train.sh\n" +
+			"Example: lockcell lock accounts/a accounts/b -- ./transfer.sh",
 		// NAME is free text: "lock help -- CMD" must not show help.
 		HideHelpCommand: true,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "shared", Usage: "take the lock in shared (reader) mode instead of exclusive"},
+			&cli.IntFlag{Name: "limit", Aliases: []string{"n"}, DefaultText: "a plain lock",
+				Usage: "NAME is a counting semaphore of `N` permits: up to N runs hold it at once"},
 			&cli.BoolFlag{Name: "try", Usage: "fail (exit 1) at once if the lock is held instead of waiting"},
 			&cli.DurationFlag{Name: "wait", DefaultText: "no limit",
 				Usage: "give up waiting for the lock after `D` (exit " + fmt.Sprint(exitTimeout) + "); the same as --timeout"},
@@ -106,38 +115,53 @@ func lockCommand(e *env) *cli.Command {
 	}
 }
 
-// lockArgs splits lock's arguments into NAME and CMD [ARGS...].
-func lockArgs(c *cli.Context) (string, []string, error) {
+// lockArgs splits lock's arguments into NAME [NAME...] and CMD [ARGS...].
+func lockArgs(c *cli.Context) ([]string, []string, error) {
 	args := c.Args().Slice()
 	dash := slices.Index(args, "--")
 	switch {
 	case dash < 0:
-		return "", nil, usageErrorf(c, "no -- before the command (want %s)", c.Command.ArgsUsage)
+		return nil, nil, usageErrorf(c, "no -- before the command (want %s)", c.Command.ArgsUsage)
 	case dash == 0:
-		return "", nil, usageErrorf(c, "no NAME before -- (want %s)", c.Command.ArgsUsage)
-	case dash > 1:
-		hint := ""
-		for _, a := range args[1:dash] {
-			if isOptionWord(a) {
-				// arrangeArgs moved every known option out of the way.
-				hint = fmt.Sprintf(" (%s is not an option of lock)", a)
-				break
-			}
-		}
-		return "", nil, usageErrorf(c, "want one NAME before --, got %d%s", dash, hint)
+		return nil, nil, usageErrorf(c, "no NAME before -- (want %s)", c.Command.ArgsUsage)
 	case dash == len(args)-1:
-		return "", nil, usageErrorf(c, "no command after -- (want %s)", c.Command.ArgsUsage)
+		return nil, nil, usageErrorf(c, "no command after -- (want %s)", c.Command.ArgsUsage)
 	}
-	return args[0], args[dash+1:], nil
+	for _, a := range args[:dash] {
+		if isOptionWord(a) {
+			// arrangeArgs moved every known option out of the way.
+			return nil, nil, usageErrorf(c, "%s is not an option of lock", a)
+		}
+	}
+	if dash > client.MaxMultiLock {
+		return nil, nil, usageErrorf(c, "at most %d NAMEs at once, got %d", client.MaxMultiLock, dash)
+	}
+	return args[:dash], args[dash+1:], nil
 }
 
 // lock is lock's Action.
 func (e *env) lock(c *cli.Context) error {
-	arg, argv, err := lockArgs(c)
+	args, argv, err := lockArgs(c)
 	if err != nil {
 		return err
 	}
+	arg := args[0]
 	mode := client.Exclusive
+	var opts []client.OpenOption
+	if c.IsSet("limit") {
+		n := c.Int("limit")
+		switch {
+		case n < 1 || n > client.MaxSemLimit:
+			return usageErrorf(c, "-n must be from 1 to %d, got %d", client.MaxSemLimit, n)
+		case c.Bool("shared") || c.Bool("ephemeral") || len(args) > 1:
+			return usageErrorf(c, "-n takes one NAME, and neither --shared nor --ephemeral: a semaphore's permits are its own mode")
+		}
+		mode = client.Shared // a semaphore's permits are taken shared
+		opts = append(opts, client.WithSemaphore(n))
+	}
+	if len(args) > 1 && (c.Bool("shared") || c.Bool("ephemeral")) {
+		return usageErrorf(c, "several NAMEs are taken exclusively all at once: not with --shared or --ephemeral")
+	}
 	if c.Bool("shared") {
 		mode = client.Shared
 		if c.Bool("ephemeral") {
@@ -146,7 +170,6 @@ func (e *env) lock(c *cli.Context) error {
 			return usageErrorf(c, "--ephemeral needs an exclusive lock: a shared holder cannot delete the file under the others")
 		}
 	}
-	var opts []client.OpenOption
 	if c.IsSet("lock-delay") {
 		// The wire protocol reads 0 ms as "the cell's default", so the
 		// shortest delay one can ask for is 1 ms.
@@ -196,6 +219,17 @@ func (e *env) lock(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	var others []string // a multi-lock's further names
+	for _, a := range args[1:] {
+		n, err := e.name("lock", a)
+		if err != nil {
+			return err
+		}
+		if n == name || slices.Contains(others, n) {
+			return usageErrorf(c, "%s is named twice", n)
+		}
+		others = append(others, n)
+	}
 	// Look CMD up before touching the cell: a typo must not take the lock.
 	// (exec.Command checks only names without a slash.)
 	if _, err := exec.LookPath(argv[0]); err != nil {
@@ -207,7 +241,7 @@ func (e *env) lock(c *cli.Context) error {
 	}
 	// Deletion of NAME while CMD runs must end the lock's context at once.
 	opts = append(opts, client.WithEvents(client.OnHandleInvalid))
-	l := &locker{e: e, name: name, ephemeral: c.Bool("ephemeral")}
+	l := &locker{e: e, name: name, others: others, ephemeral: c.Bool("ephemeral"), semLimit: c.Int("limit")}
 	if l.ephemeral {
 		// done counts the waiters: a cached stat could miss one.
 		opts = append(opts, client.WithoutCache())
@@ -258,12 +292,19 @@ func (e *env) lock(c *cli.Context) error {
 		l.warnf("holding %s (%s, lock generation %d)", name, l.seq.Mode(), l.seq.Generation())
 	}
 
-	cmd.Env = append(os.Environ(), seqEnv+"="+sequencer.EncodeText(l.seq), lockEnv+"="+name)
+	seqs, names := sequencer.EncodeText(l.seq), name
+	for i, h := range l.more {
+		seqs += " " + sequencer.EncodeText(l.moreSeqs[i])
+		names += " " + h.Name()
+	}
+	cmd.Env = append(os.Environ(), seqEnv+"="+seqs, lockEnv+"="+names)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	cmd.WaitDelay = waitDelay
 	ch := newChild(cmd, e.stdin)
-	// The lock's context ends the moment the lock may be gone.
-	held := l.h.LockContext()
+	// The lock's context ends the moment the lock may be gone (any of a
+	// multi-lock's).
+	held, stopHeld := l.lockContext()
+	defer stopHeld()
 	if held.Err() != nil {
 		return l.lostError(context.Cause(held), "the command was not run")
 	}
@@ -348,6 +389,12 @@ type locker struct {
 	ephemeral bool // --ephemeral: delete the file when done, if nobody waits
 	h         *client.Handle
 	seq       client.Sequencer
+	// others are a multi-lock's further names; more and moreSeqs their
+	// handles and sequencers, once held.
+	others   []string
+	more     []*client.Handle
+	moreSeqs []client.Sequencer
+	semLimit int // -n: the lock is a semaphore of this many permits
 	// waiting: the lock's node is open and the wait for the lock has
 	// begun (set by acquire, read once acquire has returned).
 	waiting bool
@@ -402,6 +449,9 @@ func (l *locker) acquire(mode client.LockMode, try bool, opts []client.OpenOptio
 		return fail("lock", l.name, err)
 	}
 	l.watch(cl)
+	if len(l.others) > 0 {
+		return l.acquireAll(cl, try, opts)
+	}
 	for {
 		h, err := l.open(cl, opts)
 		if err != nil {
@@ -436,20 +486,88 @@ func (l *locker) acquire(mode client.LockMode, try bool, opts []client.OpenOptio
 	}
 }
 
+// acquireAll opens every name of a multi-lock and takes their locks all
+// at once (client.AcquireAll), then gets each one's sequencer.
+func (l *locker) acquireAll(cl *client.Client, try bool, opts []client.OpenOption) error {
+	ctx := l.e.ctx
+	h, err := l.open(cl, opts)
+	if err != nil {
+		return err
+	}
+	l.h = h
+	for _, name := range l.others {
+		h, err := l.openName(cl, name, opts)
+		if err != nil {
+			return err
+		}
+		l.more = append(l.more, h)
+	}
+	all := append([]*client.Handle{l.h}, l.more...)
+	l.waiting = true
+	if try {
+		ok, err := cl.TryAcquireAll(ctx, all...)
+		if err == nil && !ok {
+			return &opError{op: "lock", path: l.name, err: client.ErrLockHeld,
+				hint: "another session holds one of them or waits; --try does not wait"}
+		}
+		if err != nil {
+			return fail("lock", l.name, err)
+		}
+	} else if err := cl.AcquireAll(ctx, all...); err != nil {
+		return fail("lock", l.name, err)
+	}
+	if l.seq, err = l.h.GetSequencer(ctx); err != nil {
+		return fail("lock", l.name, err)
+	}
+	for _, h := range l.more {
+		seq, err := h.GetSequencer(ctx)
+		if err != nil {
+			return fail("lock", h.Name(), err)
+		}
+		l.moreSeqs = append(l.moreSeqs, seq)
+	}
+	return nil
+}
+
+// lockContext is the context of the locks held: it ends when any of
+// them may be lost. The caller calls stop when done with it.
+func (l *locker) lockContext() (held context.Context, stop func()) {
+	if len(l.more) == 0 {
+		return l.h.LockContext(), func() {}
+	}
+	// The first holding to end ends it, with its cause.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	for _, h := range append([]*client.Handle{l.h}, l.more...) {
+		one := h.LockContext()
+		context.AfterFunc(one, func() { cancel(context.Cause(one)) })
+	}
+	return ctx, func() { cancel(nil) }
+}
+
 // open opens the lock's file, creating it and its missing parents as put
 // does; a directory is refused with a message that says so.
 func (l *locker) open(cl *client.Client, opts []client.OpenOption) (*client.Handle, error) {
+	return l.openName(cl, l.name, opts)
+}
+
+// openName is open of one of a multi-lock's names.
+func (l *locker) openName(cl *client.Client, name string, opts []client.OpenOption) (*client.Handle, error) {
 	const open = client.Read | client.Write | client.Create
-	h, err := cl.Open(l.e.ctx, l.name, open, append(opts, client.WithParents())...)
+	h, err := cl.Open(l.e.ctx, name, open, append(opts, client.WithParents())...)
 	var oe *client.OpError
-	if errors.Is(err, client.ErrExists) && errors.As(err, &oe) && oe.Path == l.name {
+	if errors.Is(err, client.ErrExists) && errors.As(err, &oe) && oe.Path == name && l.semLimit != 0 {
+		// A file that is not a semaphore of -n permits (or a directory).
+		return nil, &opError{op: "lock", path: name, err: err,
+			hint: fmt.Sprintf("-n %d needs a semaphore of %d permits: the name is taken by something else", l.semLimit, l.semLimit)}
+	}
+	if errors.Is(err, client.ErrExists) && errors.As(err, &oe) && oe.Path == name {
 		// Create without Excl fails only on a node of the other kind (a
 		// parent's failure is MkdirAll's, naming the parent).
-		return nil, &opError{op: "lock", path: l.name, err: wire.Errorf(wire.CodeIsDir, "%s is a directory", l.name),
-			hint: "lock takes a file's lock: name a file, such as " + l.name + "/lock"}
+		return nil, &opError{op: "lock", path: name, err: wire.Errorf(wire.CodeIsDir, "%s is a directory", name),
+			hint: "lock takes a file's lock: name a file, such as " + name + "/lock"}
 	}
 	if err != nil {
-		return nil, fail("lock", l.name, err)
+		return nil, fail("lock", name, err)
 	}
 	return h, nil
 }
@@ -510,6 +628,9 @@ func (l *locker) lostError(why error, hint string) error {
 func (l *locker) done() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.e.timeout)
 	defer cancel()
+	if len(l.more) > 0 {
+		return l.e.cl.ReleaseAll(ctx, append([]*client.Handle{l.h}, l.more...)...)
+	}
 	if l.ephemeral {
 		st, err := l.h.GetStat(ctx)
 		if err == nil && st.LockWaiters == 0 {

@@ -69,6 +69,8 @@ type lockJSON struct {
 	WaiterCount    int                 `json:"waiter_count"`
 	Waiters        []waiterJSON        `json:"waiters"`
 	LockDelayUntil *string             `json:"lock_delay_until"`
+	// SemLimit is a semaphore's permit count, left out for a plain lock.
+	SemLimit int `json:"sem_limit,omitempty"`
 }
 
 // waiterJSON is a waiter for scripts: client.LockWaiter with the mode as a
@@ -93,7 +95,7 @@ func toLocksJSON(locks []admin.LockInfo, truncated bool) locksJSON {
 	out := locksJSON{Locks: []lockJSON{}, Truncated: truncated}
 	for _, l := range locks {
 		lj := lockJSON{Name: l.Name, Mode: l.Mode.String(), Generation: l.Generation, HolderCount: l.HolderCount,
-			Holders: []client.LockHolder{}, WaiterCount: l.WaiterCount, Waiters: toWaitersJSON(l.Waiters)}
+			Holders: []client.LockHolder{}, WaiterCount: l.WaiterCount, Waiters: toWaitersJSON(l.Waiters), SemLimit: l.SemLimit}
 		for _, h := range l.Holders {
 			h.Since = h.Since.UTC()
 			lj.Holders = append(lj.Holders, h)
@@ -126,7 +128,11 @@ func (e *env) printLocks(locks []admin.LockInfo, truncated bool) error {
 		if more := l.WaiterCount - len(l.Waiters); more > 0 {
 			ws = append(ws, fmt.Sprintf("+%d", more))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", l.Name, l.Mode, l.Generation, listText(hs), listText(ws),
+		mode := l.Mode.String()
+		if l.SemLimit != 0 {
+			mode = fmt.Sprintf("semaphore %d/%d", l.HolderCount, l.SemLimit) // permits held of N
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", l.Name, mode, l.Generation, listText(hs), listText(ws),
 			lockDelayText(l.LockDelayUntil), listText(ids))
 	}
 	if truncated {

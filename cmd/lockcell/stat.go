@@ -95,6 +95,9 @@ func statFields(name string, st client.Stat) []field {
 	if st.Container {
 		fs = append(fs, field{"container", "true"})
 	}
+	if st.SemLimit != 0 {
+		fs = append(fs, field{"semaphore permits", fmt.Sprintf("%d (%d held)", st.SemLimit, st.LockHolders)})
+	}
 	return fs
 }
 
