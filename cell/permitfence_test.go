@@ -1,6 +1,7 @@
 package cell_test
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -105,5 +106,67 @@ func TestPermitHoldersFencedThroughOneGuard(t *testing.T) {
 	local := fenceStartKV(t, kv.Config{Guard: sequencer.NewGuard(sequencer.GuardConfig{Cell: c.Options().Cell})})
 	if ans := local.incr(ctx, key, seqs[2]); ans.status != http.StatusServiceUnavailable || !strings.Contains(ans.rej.Error, "Checker") {
 		t.Fatalf("a permit at a guard without a Checker: %d %s", ans.status, ans.body)
+	}
+}
+
+// The cell's own fences take a Permit sequencer: a handle fenced by it
+// (SetSequencer) writes, a transaction checking it (SequencerValid)
+// applies and a Release fenced by it (IfSequencer) frees the permit,
+// exactly while its holder holds that permit, whatever the other holder
+// does; once it is released, each is refused with ErrStaleSequencer and
+// changes nothing.
+func TestPermitSequencerFencesCellWrites(t *testing.T) {
+	c := fixtures.NewCell(t, 1, fixtures.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	cl := c.Client(t)
+	pool, data := c.Name("permit-cell"), c.Name("permit-data")
+	var seqs [2]client.Sequencer
+	var sems [2]*client.Semaphore
+	for i := range sems {
+		var err error
+		if sems[i], err = cl.OpenSemaphore(ctx, pool, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := sems[i].Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if seqs[i], err = sems[i].GetSequencer(ctx); err != nil || seqs[i].Mode() != client.Permit {
+			t.Fatalf("holder %d's sequencer %s: %v", i, seqs[i], err)
+		}
+	}
+	const rw = client.Read | client.Write | client.Create
+	fenced := func(i int) *client.Handle {
+		h := mustOpen(t, ctx, cl, data, rw, client.WithoutCache())
+		t.Cleanup(func() { h.Close() })
+		if err := h.SetSequencer(ctx, seqs[i]); err != nil {
+			t.Fatalf("holder %d's permit attached: %v", i, err)
+		}
+		return h
+	}
+	h0, h1 := fenced(0), fenced(1)
+	for i, h := range []*client.Handle{h1, h0, h1} {
+		if err := h.SetContents(ctx, []byte("w"+strconv.Itoa(i))); err != nil {
+			t.Fatalf("write %d fenced by a held permit: %v", i, err)
+		}
+	}
+	if _, err := cl.Txn(ctx).If(client.SequencerValid(seqs[0])).Then(client.OpSet(data, []byte("t0"))).Commit(); err != nil {
+		t.Fatalf("txn checking a held permit: %v", err)
+	}
+
+	// Holder 0 lets go, fenced by its own permit's sequencer.
+	if err := sems[0].Handle().Release(ctx, client.IfSequencer(seqs[0])); err != nil {
+		t.Fatalf("a release fenced by the holder's permit: %v", err)
+	}
+	if err := h0.SetContents(ctx, []byte("late")); !errors.Is(err, client.ErrStaleSequencer) {
+		t.Fatalf("a write fenced by a released permit: %v", err)
+	}
+	if _, err := cl.Txn(ctx).If(client.SequencerValid(seqs[0])).Then(client.OpSet(data, []byte("late"))).Commit(); !errors.Is(err, client.ErrStaleSequencer) {
+		t.Fatalf("a txn checking a released permit: %v", err)
+	}
+	if err := h1.SetContents(ctx, []byte("still")); err != nil {
+		t.Fatalf("the other holder's fenced write: %v", err)
+	}
+	if got, _, err := h1.GetContentsAndStat(ctx); err != nil || string(got) != "still" {
+		t.Fatalf("contents %q (%v), want the last admitted write", got, err)
 	}
 }
