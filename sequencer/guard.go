@@ -98,7 +98,8 @@ func (g *Guard) Do(ctx context.Context, seq []byte, fn func(Sequencer) error) (S
 }
 
 // Check is Do without an action: it reports whether seq would be accepted
-// now, and records its generation if so. Prefer Do, which holds the fence
+// now, and records its generation if so (a Permit sequencer's is never
+// recorded). Prefer Do, which holds the fence
 // across the write it protects.
 func (g *Guard) Check(ctx context.Context, seq []byte) (Sequencer, error) {
 	return g.Do(ctx, seq, nil)
