@@ -59,6 +59,11 @@ const (
 	Exclusive LockMode = 1
 	// Shared: any number of holders.
 	Shared LockMode = 2
+	// Permit is the mode a semaphore holder's sequencer names
+	// (Sequencer.Mode): one of the semaphore's permits, held at a
+	// generation of the holder's own. It is never a mode to Acquire in
+	// (a permit is taken Shared); the master refuses it as a bad request.
+	Permit LockMode = 3
 )
 
 func (m LockMode) String() string {
@@ -67,6 +72,8 @@ func (m LockMode) String() string {
 		return "exclusive"
 	case Shared:
 		return "shared"
+	case Permit:
+		return "permit"
 	}
 	return "free"
 }

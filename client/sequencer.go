@@ -35,7 +35,10 @@ func (s Sequencer) fields() sequencer.Sequencer {
 // Path is the name of the lock's file.
 func (s Sequencer) Path() string { return s.fields().Path }
 
-// Mode is the mode the lock was held in when the sequencer was issued.
+// Mode is the mode the lock was held in when the sequencer was issued:
+// Exclusive, Shared, or Permit for a holder of a semaphore's permit
+// (whose sequencer a resource's Guard confirms at the cell, never by
+// comparing generations: the holders hold at once).
 func (s Sequencer) Mode() LockMode { return LockMode(s.fields().Mode) }
 
 // Generation is the lock generation the sequencer was issued at: it grows

@@ -76,6 +76,8 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"LockFree", uint64(LockFree), 0},
 		{"LockExclusive", uint64(LockExclusive), 1},
 		{"LockShared", uint64(LockShared), 2},
+		// A permit's mode: in signed sequencers only (never in entries).
+		{"LockPermit", uint64(LockPermit), 3},
 		// Open flags: in entries and handles.
 		{"FlagRead", uint64(FlagRead), 1},
 		{"FlagWrite", uint64(FlagWrite), 2},

@@ -193,15 +193,18 @@ func (v View) CellKey() []byte {
 }
 
 // FenceValid reports whether the lock fc names is held at fc's generation
-// in fc's mode ("" reason) or why not.
+// in fc's mode ("" reason) or why not. A LockPermit fence is valid while a
+// holder of the semaphore holds that generation (permitfence.go).
 func (v View) FenceValid(fc *Fence) (bool, string) {
 	f := v.f
-	r := f.fenceReason(fc)
+	r := readFenceReason(fc, f.nodes[fc.Path])
 	return r == "", r
 }
 
-// HeldLock returns the lock the handle holds: its path, mode and
-// generation; an error of KindNotHeld when it holds none.
+// HeldLock returns the lock the handle holds as its sequencer names it:
+// its path, mode (LockPermit for a semaphore's holder) and generation; an
+// error of KindNotHeld when it holds none. Its Replicated form is what a
+// command may carry.
 func (v View) HeldLock(session, handle uint64) (Fence, error) {
 	f := v.f
 	h, n, err := f.liveHandle(session, handle)
@@ -210,7 +213,7 @@ func (v View) HeldLock(session, handle uint64) (Fence, error) {
 	}
 	for _, ho := range n.Holders {
 		if ho.Handle == h.ID {
-			return Fence{Path: n.Path, Mode: n.LockMode, Generation: holderGen(n, ho)}, nil
+			return Fence{Path: n.Path, Mode: sequencerMode(n, n.LockMode), Generation: holderGen(n, ho)}, nil
 		}
 	}
 	return Fence{}, errf(KindNotHeld, "%s: this handle does not hold the lock", n.Path)
@@ -457,7 +460,7 @@ func (v View) Allowed(path, principal string, admin bool, p acl.Perm) *Error {
 // whose node is gone.
 func (v View) FenceValidFor(fc *Fence, principal string, admin bool) (bool, string) {
 	f := v.f
-	r := fenceReasonOf(fc, f.fenceNode(fc, principal, admin))
+	r := readFenceReason(fc, f.fenceNode(fc, principal, admin))
 	return r == "", r
 }
 

@@ -232,9 +232,19 @@ func newEndpoints(p *parts) *endpoints {
 	}
 }
 
+// A sequencer's modes are the state machine's (each line fails to compile
+// when a pair differs).
+const (
+	_ = uint64(fsm.LockPermit) - uint64(sequencer.Permit) + (uint64(sequencer.Permit) - uint64(fsm.LockPermit))
+	_ = uint64(fsm.LockShared) - uint64(sequencer.Shared) + (uint64(sequencer.Shared) - uint64(fsm.LockShared))
+	_ = uint64(fsm.LockExclusive) - uint64(sequencer.Exclusive) + (uint64(sequencer.Exclusive) - uint64(fsm.LockExclusive))
+)
+
 // fence verifies a sequencer attached to a handle call (signature, cell)
 // and turns it into the claim the state machine checks atomically; nil
-// when none is attached.
+// when none is attached. A permit's claim is its Replicated form (shared
+// at the holder's own generation): commands carry it, and every replica,
+// of any build, checks it the same way.
 func (r *reads) fence(seq []byte) (*fsm.Fence, error) {
 	if len(seq) == 0 {
 		return nil, nil
@@ -243,7 +253,7 @@ func (r *reads) fence(seq []byte) (*fsm.Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fsm.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}, nil
+	return (&fsm.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}).Replicated(), nil
 }
 
 // verifySequencer checks a sequencer's signature under the cell's key and

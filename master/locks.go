@@ -140,14 +140,18 @@ func (e *lockEndpoint) granted(c *call, req *wire.AcquireRequest, gen uint64) *w
 	var key []byte
 	var path string
 	var ok bool
+	mode := req.Mode
 	e.r.read(func(v fsm.View) {
 		key = v.CellKey()
 		path, ok = v.HandlePath(c.h.Session, req.Handle)
+		if ok {
+			mode = v.SequencerMode(path, req.Mode) // a semaphore's holder gets a Permit sequencer
+		}
 	})
 	resp := &wire.AcquireResponse{LockGen: gen}
 	if ok {
 		resp.Sequencer = sequencer.Sign(key, sequencer.Sequencer{Cell: e.cfg.Cell, Path: path,
-			Mode: sequencer.Mode(req.Mode), Generation: gen})
+			Mode: sequencer.Mode(mode), Generation: gen})
 	}
 	return resp
 }
@@ -195,9 +199,10 @@ func (e *lockEndpoint) cancelAcquire(ctx context.Context, c *call, req *wire.Can
 
 // checkSequencer answers whether a sequencer is still valid: signed by
 // this cell, and its lock held at that generation in that mode right now
-// (a linearizable read). It reads the lock's state, so it needs read on
-// the lock's node: a caller without it hears what it would of a lock
-// whose node is gone, which tells it nothing about the name.
+// (a linearizable read); a Permit sequencer while a holder of its
+// semaphore holds that generation. It reads the lock's state, so it needs
+// read on the lock's node: a caller without it hears what it would of a
+// lock whose node is gone, which tells it nothing about the name.
 func (e *lockEndpoint) checkSequencer(ctx context.Context, c *call, req *wire.CheckSequencerRequest) (*wire.CheckSequencerResponse, error) {
 	s, err := e.r.verifySequencer(req.Sequencer)
 	if err != nil {

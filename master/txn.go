@@ -43,7 +43,10 @@ func (e *fileEndpoint) txn(ctx context.Context, c *call, req *wire.TxnRequest) (
 			if err != nil {
 				return nil, txnCallErr(err, "check %d", i)
 			}
-			fc.Path, fc.Mode, fc.Gen = s.Path, uint8(s.Mode), s.Generation
+			// A permit is checked as the replicas check it: shared, at
+			// the holder's own generation (fsm.Fence.Replicated).
+			rf := (&fsm.Fence{Path: s.Path, Mode: uint8(s.Mode), Generation: s.Generation}).Replicated()
+			fc.Path, fc.Mode, fc.Gen = rf.Path, rf.Mode, rf.Generation
 		} else if err := wire.ValidateName(e.cfg.Cell, ck.Path); err != nil {
 			return nil, txnCallErr(err, "check %d", i)
 		}

@@ -34,6 +34,7 @@ func FuzzSequencer(f *testing.F) {
 	f.Add(Sign(fzKey, Sequencer{Cell: "c", Path: "/ls/c/x", Mode: Exclusive, Generation: 7}))
 	f.Add(Sign(fzKey, Sequencer{Cell: "c", Path: "/ls/c/" + strings.Repeat("p", 1018), Mode: Shared, Generation: 1<<64 - 1}))
 	f.Add(Sign([]byte("other"), Sequencer{Cell: "c", Path: "/ls/c/x", Mode: Exclusive, Generation: 7}))
+	f.Add(Sign(fzKey, Sequencer{Cell: "c", Path: "/ls/c/sem", Mode: Permit, Generation: 12}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s Sequencer
 		var err error
@@ -55,7 +56,7 @@ func FuzzSequencer(f *testing.F) {
 		if len(s.Cell) > maxField || len(s.Path) > maxField {
 			t.Fatalf("accepted over-long fields: %d, %d bytes", len(s.Cell), len(s.Path))
 		}
-		if s.Mode != Exclusive && s.Mode != Shared {
+		if s.Mode != Exclusive && s.Mode != Shared && s.Mode != Permit {
 			t.Fatalf("accepted mode %d", s.Mode)
 		}
 		// Sign(Parse(b)) parses back to the same fields.
@@ -88,11 +89,12 @@ func FuzzSequencerSign(f *testing.F) {
 	f.Add([]byte{}, "", "", uint8(2), uint64(1<<64-1), uint16(3))
 	f.Add(fzKey, "c", strings.Repeat("x", 1025), uint8(1), uint64(0), uint16(9))
 	f.Add(fzKey, "c\x00", "/ls/c/\xff", uint8(3), uint64(1<<63), uint16(100))
+	f.Add(fzKey, "c", "/ls/c/sem", uint8(4), uint64(9), uint16(7))
 	f.Fuzz(func(t *testing.T, k []byte, cell, path string, mode uint8, gen uint64, flip uint16) {
 		s := Sequencer{Cell: cell, Path: path, Mode: Mode(mode), Generation: gen}
 		b := Sign(k, s)
 		got, err := Verify(k, b)
-		valid := len(cell) <= maxField && len(path) <= maxField && (s.Mode == Exclusive || s.Mode == Shared)
+		valid := len(cell) <= maxField && len(path) <= maxField && (s.Mode == Exclusive || s.Mode == Shared || s.Mode == Permit)
 		if !valid {
 			fzWantErr(t, "Verify of an out-of-range sequencer", err, ErrMalformed)
 			return

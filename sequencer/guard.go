@@ -26,7 +26,8 @@ type GuardConfig struct {
 	// CacheTTL is how long a confirmation from the cell is reused for the
 	// same sequencer (default 1 s; negative disables the cache). A holder
 	// that lost its lock within that window is still fenced locally once
-	// its successor has written.
+	// its successor has written. Permit sequencers are never cached: the
+	// cell is asked on each of their requests.
 	CacheTTL time.Duration
 	// Cell, when set, rejects sequencers of other cells.
 	Cell string
@@ -34,7 +35,10 @@ type GuardConfig struct {
 
 // Guard fences a resource server's writes: it remembers, per lock, the
 // highest generation it has accepted and rejects any request whose
-// sequencer is older. It is safe for concurrent use; its state can be
+// sequencer is older. A semaphore holder's sequencer (mode Permit) is the
+// exception: it is accepted exactly when the cell confirms it, whatever
+// generations were seen, and a Guard without a Checker refuses it with
+// ErrNeedsChecker. It is safe for concurrent use; its state can be
 // saved and restored (State, Restore, or JSON) so fencing survives a
 // restart of the resource server.
 type Guard struct {
@@ -58,8 +62,10 @@ func NewGuard(cfg GuardConfig) *Guard {
 // whole of fn, so no older holder's request can be accepted while a newer
 // one is being applied and no two requests of one lock interleave their
 // check and their effect. It returns the parsed sequencer and fn's error,
-// or an error wrapping ErrStale, ErrMalformed or the Checker's error, or
-// ctx's error when ctx ends while it waits for the fence.
+// or an error wrapping ErrStale, ErrMalformed, ErrNeedsChecker or the
+// Checker's error, or ctx's error when ctx ends while it waits for the
+// fence. The requests of a semaphore's permit holders share its fence
+// too: they do not interleave at one guard, though none fences another.
 func (g *Guard) Do(ctx context.Context, seq []byte, fn func(Sequencer) error) (Sequencer, error) {
 	s, err := Parse(seq)
 	if err != nil {
@@ -92,7 +98,8 @@ func (g *Guard) Do(ctx context.Context, seq []byte, fn func(Sequencer) error) (S
 }
 
 // Check is Do without an action: it reports whether seq would be accepted
-// now, and records its generation if so. Prefer Do, which holds the fence
+// now, and records its generation if so (a Permit sequencer's is never
+// recorded). Prefer Do, which holds the fence
 // across the write it protects.
 func (g *Guard) Check(ctx context.Context, seq []byte) (Sequencer, error) {
 	return g.Do(ctx, seq, nil)
@@ -100,6 +107,9 @@ func (g *Guard) Check(ctx context.Context, seq []byte) (Sequencer, error) {
 
 // admit runs under the lock's fence.
 func (g *Guard) admit(ctx context.Context, s Sequencer, seq []byte) error {
+	if s.Mode == Permit {
+		return g.admitPermit(ctx, s, seq)
+	}
 	key := s.Key()
 	g.mu.Lock()
 	high := g.highest[key]
@@ -129,6 +139,30 @@ func (g *Guard) admit(ctx context.Context, s Sequencer, seq []byte) error {
 		g.highest[key] = s.Generation
 	}
 	g.mu.Unlock()
+	return nil
+}
+
+// admitPermit admits a semaphore holder's sequencer on the cell's word
+// alone, asked every time. The highest-generation rule does not apply:
+// the holders of one semaphore hold at once, so a holder with a lower
+// generation is not superseded by one with a higher. Nor is the answer
+// cached: a lock holder that loses its lock is fenced locally once its
+// successor writes here, which bounds what a cached confirmation can let
+// through, but a permit holder that loses its permit has no successor
+// whose write would fence it, so a cached confirmation would let it
+// write for the whole TTL after the cell stopped vouching for it. Its
+// generation is not recorded either, so it never raises Highest.
+func (g *Guard) admitPermit(ctx context.Context, s Sequencer, seq []byte) error {
+	if g.cfg.Checker == nil {
+		return fmt.Errorf("%w (%s generation %d)", ErrNeedsChecker, s.Path, s.Generation)
+	}
+	ok, err := g.cfg.Checker.CheckSequencer(ctx, seq)
+	if err != nil {
+		return fmt.Errorf("sequencer: asking the cell: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: the cell says %s generation %d no longer holds its permit", ErrStale, s.Path, s.Generation)
+	}
 	return nil
 }
 

@@ -23,10 +23,21 @@ import (
 // Mode is the lock mode a sequencer was issued for.
 type Mode uint8
 
-// Lock modes (they match the wire protocol's).
+// Lock modes. Exclusive and Shared match the wire protocol's lock modes.
 const (
+	// Exclusive: the sole holder of a lock.
 	Exclusive Mode = 1
-	Shared    Mode = 2
+	// Shared: one of a shared lock's holders, who all carry the lock's
+	// generation.
+	Shared Mode = 2
+	// Permit: one holder of a counting semaphore's permits (a semaphore's
+	// lock is taken in shared mode). Each permit holder has a generation
+	// of its own, and holders of one semaphore hold at once: a higher
+	// generation does not supersede a lower one, so a Guard never fences
+	// a Permit sequencer by generation and accepts it only on the cell's
+	// word. A build older than this mode refuses the byte as malformed
+	// (fail-closed: a permit holder is refused, never a stale one let in).
+	Permit Mode = 3
 )
 
 func (m Mode) String() string {
@@ -35,6 +46,8 @@ func (m Mode) String() string {
 		return "exclusive"
 	case Shared:
 		return "shared"
+	case Permit:
+		return "permit"
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
@@ -60,6 +73,13 @@ var (
 	// ErrStale: the lock holder the sequencer names has been superseded
 	// (a newer generation was seen) or no longer holds the lock.
 	ErrStale = errors.New("sequencer: stale")
+	// ErrNeedsChecker: a Guard without a Checker was shown a Permit
+	// sequencer. Permit holders are concurrent, so no local rule can tell
+	// a holder that lost its permit from one that still holds it; only
+	// the cell can, and this guard cannot ask it. The sequencer may well
+	// be valid: the resource server, not the holder, must change (give
+	// the guard a Checker).
+	ErrNeedsChecker = errors.New("sequencer: a permit sequencer can only be confirmed by the cell, and this guard has no Checker")
 )
 
 // Sequencer is the parsed content of a sequencer.
@@ -131,7 +151,7 @@ func Parse(b []byte) (Sequencer, error) {
 		return Sequencer{}, fmt.Errorf("%w: no mode", ErrMalformed)
 	}
 	s.Mode = Mode(rest[0])
-	if s.Mode != Exclusive && s.Mode != Shared {
+	if s.Mode != Exclusive && s.Mode != Shared && s.Mode != Permit {
 		return Sequencer{}, fmt.Errorf("%w: unknown mode %d", ErrMalformed, rest[0])
 	}
 	gen, k := binary.Uvarint(rest[1:])

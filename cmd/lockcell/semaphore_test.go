@@ -12,7 +12,7 @@ import (
 )
 
 // lock -n N: up to N runs hold the semaphore at once, each with its own
-// sequencer (valid exactly while it holds its permit); a --try beyond N
+// sequencer (mode permit, valid exactly while it holds its permit); a --try beyond N
 // fails as for a held lock; another count for the same name is refused.
 // lock A B: both locks at once, the sequencers and names space-separated;
 // a run naming them the other way round gets neither while they are
@@ -29,6 +29,9 @@ func TestLockSemaphoreAndMultiLock(t *testing.T) {
 	s1, s2 := waitFile(t, file("seq1"), res1), waitFile(t, file("seq2"), res2)
 	if parseSeq(t, s1).Generation == parseSeq(t, s2).Generation {
 		t.Fatalf("two permits share generation %d", parseSeq(t, s1).Generation)
+	}
+	if out := r.ok("seq", "show", s1).stdout; !strings.Contains(out, "mode:       permit\n") {
+		t.Fatalf("seq show of a permit holder's sequencer does not name mode permit:\n%s", out)
 	}
 	r.fails(exitError, "lock held", "lock", "--try", "-n", "2", "pool", "--", "/bin/sh", "-c", "exit 0")
 	if out := r.ok("locks").stdout; !strings.Contains(out, "semaphore 2/2") {

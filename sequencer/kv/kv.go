@@ -62,7 +62,10 @@ type Config struct {
 	// Checker (a *client.Client, or a CellChecker) wherever clients are not
 	// trusted: a local-only guard cannot verify signatures, so it accepts a
 	// forged sequencer of a high generation, and it accepts a stale
-	// holder's writes until the lock's next holder has written.
+	// holder's writes until the lock's next holder has written. A guard
+	// without a Checker refuses every semaphore holder's (Permit)
+	// sequencer with 503: only the cell can tell a held permit from a
+	// lost one.
 	Guard *sequencer.Guard
 	// StateFile, when set, persists the store and the guard's fencing
 	// state after every accepted write (temporary file, fsync, rename,
