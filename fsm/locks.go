@@ -209,12 +209,8 @@ func (f *FSM) checkFence(c *Command) *Error {
 	return nil
 }
 
-// fenceReason is "" when the lock fc names is held at fc's generation in
-// fc's mode, else why not.
-func (f *FSM) fenceReason(fc *Fence) string { return fenceReasonOf(fc, f.nodes[fc.Path]) }
-
-// fenceReasonOf is fenceReason given n, the node of the lock fc names
-// (nil: there is none).
+// fenceReasonOf is "" when the lock fc names, whose node is n (nil: there
+// is none), is held at fc's generation in fc's mode, else why not.
 func fenceReasonOf(fc *Fence, n *Node) string {
 	switch {
 	case n == nil:

@@ -34,7 +34,7 @@ func (h *fsmtH) multi(s uint64, wait bool, handles ...uint64) (*Result, uint64) 
 func (h *fsmtH) fenceOK(rel string, gen uint64, mode uint8) bool {
 	h.f.mu.RLock()
 	defer h.f.mu.RUnlock()
-	return h.f.fenceReason(&Fence{Path: fsmtPath(rel), Mode: mode, Generation: gen}) == ""
+	return fenceReasonOf(&Fence{Path: fsmtPath(rel), Mode: mode, Generation: gen}, h.f.nodes[fsmtPath(rel)]) == ""
 }
 
 func holdersOf(h *fsmtH, rel string) []uint64 {
