@@ -36,7 +36,23 @@ func TestCloseAffectsOnlyWhatItCanChange(t *testing.T) {
 	}
 
 	plain := h.mustOpen(s, "d/plain", fsmtRWC)
-	closes("a plain file's handle", plain, "d/plain")
+	closes("a plain file's handle, neither holding nor waiting", plain)
+
+	// A handle that neither holds nor waits, on a file others wait for:
+	// the close grants what the queue allows (here, nothing changes
+	// hands, but the affected set cannot know that without applying).
+	queued := h.mustOpen(s, "d/queued", fsmtRWC)
+	if r := h.do(s, Command{Payload: &AcquireArgs{Handle: queued, Mode: LockExclusive}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	s2 := h.session()
+	waiter := h.mustOpen(s2, "d/queued", fsmtRWC)
+	if r := h.do(s2, Command{Payload: &AcquireArgs{Handle: waiter, Mode: LockExclusive, Wait: true}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	bystander := h.mustOpen(s, "d/queued", fsmtRWC)
+	closes("a bystander's handle on a file with waiters", bystander, "d/queued")
+	closes("a holder's handle with a waiter queued", queued, "d/queued")
 
 	locked := h.mustOpen(s, "d/locked", fsmtRWC)
 	if r := h.do(s, Command{Payload: &AcquireArgs{Handle: locked, Mode: LockExclusive}}); r.Err != nil {

@@ -1183,7 +1183,25 @@ func (r *modelRun) applyEntry(c Command) mResult {
 	}
 	e := logEntry{Index: idx, Term: 1, Data: data}
 	r.log = append(r.log, e)
+	// Every node the entry changes is one the master invalidated before
+	// proposing it (AffectedPaths, asked of the state before the apply):
+	// a name left out would be served stale from some client's cache.
+	affected := r.f.AffectedPaths(&c)
+	seen := len(r.fifo.changes)
 	got := resultOf(modelApplyAt(r.rt, r.f, &e, pos))
+	// A sequential create's name is known only once applied; it was
+	// missing, cached by no one but as an absence under its parent, which
+	// is what AffectedPaths names.
+	op, _ := c.Payload.(*OpenArgs)
+	sequential := op != nil && op.Flags&(FlagSequential|FlagCreate) == FlagSequential|FlagCreate
+	for _, ch := range r.fifo.changes[seen:] {
+		if sequential && slices.Contains(affected, parentOf(ch.Path)) {
+			continue
+		}
+		if ch.Path != "" && ch.Kind != ChangeSessionCreated && ch.Kind != ChangeSessionClosed && !slices.Contains(affected, ch.Path) {
+			r.rt.Fatalf("entry %d %s %+v changed %s (%+v), which AffectedPaths %q left out", idx, c.Type, c.Payload, ch.Path, ch, affected)
+		}
+	}
 	for i, fl := range r.followers {
 		if fr := resultOf(modelApplyAt(r.rt, fl, &e, pos)); !reflect.DeepEqual(fr, got) {
 			r.rt.Fatalf("entry %d %s: follower %d answered %+v, the main FSM %+v", idx, c.Type, i, fr, got)

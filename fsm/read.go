@@ -288,21 +288,8 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 			f.addACLDependents(set, h.Path)
 		}
 	case *CloseArgs:
-		// A close changes its node's stat (a lock or a wait of the
-		// handle ends, closeHandle); only a close that may delete its
-		// node (an ephemeral one) changes the parent's listing; a close
-		// of a handle whose node is gone, or replaced by a new instance,
-		// changes no cached name. Invalidating the parent for every
-		// close made a client's own background close of an idle handle
-		// drop the absence it had just cached there.
 		if h := f.handles[p.Handle]; h != nil {
-			if n := f.nodes[h.Path]; n != nil && n.Instance == h.Instance {
-				if n.Ephemeral {
-					addNode(h.Path)
-				} else {
-					set[h.Path] = true
-				}
-			}
+			f.addCloseAffects(set, h, addNode)
 		}
 	case *ExpireTTLArgs:
 		// Deleted as by a Delete (ttl.go), when it applies.
@@ -341,7 +328,9 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 	case *CloseSessionArgs:
 		if s := f.sessions[cmd.Session]; s != nil {
 			for id := range s.handles {
-				handlePath(id)
+				if h := f.handles[id]; h != nil {
+					f.addCloseAffects(set, h, addNode)
+				}
 			}
 			for _, n := range f.ownedEphemerals(s.ID) {
 				addNode(n.Path)
@@ -372,6 +361,29 @@ func (v View) AppendAffectedPaths(dst []string, cmd *Command) []string {
 	}
 	sort.Strings(out[len(dst):])
 	return out
+}
+
+// addCloseAffects adds to set what closing handle h can change as a
+// cache holds it (closeHandle): its node's stat when the handle holds the
+// lock or a permit, or the node has waiters (a close grants what the
+// queue then allows, whoever's handle it is), and the parent's listing
+// too when the node is ephemeral (its last close deletes it). A close of
+// any other handle changes nothing a client caches (the count of open
+// handles is in no stat), and neither does a close of a handle whose node
+// is gone or replaced by a new instance. Invalidating the node (and its
+// parent) on every close made each client's close, or session end, drop
+// every other client's cached copy of a popular file, and made a
+// client's own background close of an idle handle drop the absence it
+// had just cached in the parent.
+func (f *FSM) addCloseAffects(set map[string]bool, h *Handle, addNode func(string)) {
+	n := f.nodes[h.Path]
+	switch {
+	case n == nil || n.Instance != h.Instance:
+	case n.Ephemeral:
+		addNode(h.Path)
+	case len(n.Waiters) > 0 || slices.ContainsFunc(n.Holders, func(ho Holder) bool { return ho.Handle == h.ID }):
+		set[h.Path] = true
+	}
 }
 
 // addGroupPaths adds to set the nodes of every multi-lock group waiting
