@@ -5,13 +5,14 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"lockcell/backupfile"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"lockcell/backupfile"
 )
 
 // backupFixture is an FSM with a cell key, plain files and a directory,
@@ -274,4 +275,28 @@ func TestBackupLeftoversRemovedOthersKept(t *testing.T) {
 	if err := RemoveBackupLeftovers(filepath.Join(t.TempDir(), "missing")); err != nil {
 		t.Fatalf("a missing folder: %v", err)
 	}
+}
+
+// seededFromBackup backs f up (at term, time 100 s), reads the file back
+// and returns the state a replica seeded from it starts with, and the
+// seed's result.
+func seededFromBackup(t *testing.T, f *FSM, term uint64) (*FSM, *SeedResult) {
+	t.Helper()
+	b, err := f.Backup(term, time.Unix(100, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadBackup(bytes.NewReader(backupBytes(t, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, res, err := SeedState(got, fsmtCell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeded, err := fsmtRestore(t, fsmtCell, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seeded, res
 }

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -361,22 +360,7 @@ func TestSemaphoreSnapshotVersion(t *testing.T) {
 // multi-lock group's included; the restored cell grants its N permits.
 func TestBackupKeepsSemaphores(t *testing.T) {
 	h := semGoldenState(t)
-	b, err := h.f.Backup(3, time.Unix(100, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadBackup(bytes.NewReader(backupBytes(t, b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, _, err := SeedState(got, fsmtCell)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := fsmtRestore(t, fsmtCell, snap)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, _ := seededFromBackup(t, h.f, 3)
 	n := f.nodes[fsmtPath("sem")]
 	if n == nil || n.SemLimit != 3 || len(n.Holders)+len(n.Waiters)+len(n.SemDelays) != 0 || n.LockMode != LockFree {
 		t.Fatalf("the semaphore restored as %+v", n)

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"encoding/hex"
 	"flag"
 	"os"
@@ -377,22 +376,7 @@ func TestSeedDropsContainersEmptiedOfEphemerals(t *testing.T) {
 	h.mustOpen(s, "k/eph", fsmtRWC|FlagEphemeral)
 	wantOK(t, "ttl", h.ttlOpen(s, "k/t", time.Second))
 	h.mustOpen(s, "never", box)
-	b, err := h.f.Backup(1, time.Unix(100, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadBackup(bytes.NewReader(backupBytes(t, b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, res, err := SeedState(got, fsmtCell)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := fsmtRestore(t, fsmtCell, snap)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, res := seededFromBackup(t, h.f, 1)
 	for name, want := range map[string]bool{"c": false, "c/inner": false, "k": true, "k/t": true, "never": true} {
 		if (f.nodes[fsmtPath(name)] != nil) != want {
 			t.Errorf("%s kept: %v, want %v", name, !want, want)
