@@ -1,0 +1,91 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"lockcell/fsm"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+)
+
+// Log store names for Config.LogStore.
+const (
+	// LogStoreBadger keeps the Raft log in the badger database beside the
+	// stable state (Dir/raft): the default.
+	LogStoreBadger = "badger"
+	// LogStoreWAL keeps the Raft log in hashicorp/raft-wal segment files
+	// (Dir/wal); the stable state (term, vote) stays in badger. An
+	// experiment: a data folder keeps the store it was created with.
+	LogStoreWAL = "wal"
+)
+
+// ErrLogStoreMismatch means a data folder holds a Raft log in one store
+// and the replica was opened with the other: opening it would start from
+// an empty log beside a term and vote that assume the other's entries.
+var ErrLogStoreMismatch = errors.New("replica: data folder holds its Raft log in the other log store")
+
+// walDir is where LogStoreWAL keeps its segment files and meta database.
+func walDir(dir string) string { return filepath.Join(dir, "wal") }
+
+// openLogStore returns the log store raft appends to for name, counting
+// each StoreLogs's time in h. A folder that already holds a log in the
+// other store is refused (ErrLogStoreMismatch), never silently emptied.
+// The returned closer is nil for badger, whose Store the caller closes.
+func openLogStore(name, dir string, store *Store, h *fsm.Histogram, hlog hclog.Logger) (raft.LogStore, func() error, error) {
+	walExists := false
+	if ents, err := os.ReadDir(walDir(dir)); err == nil && len(ents) > 0 {
+		walExists = true
+	}
+	switch name {
+	case "", LogStoreBadger:
+		if walExists {
+			return nil, nil, fmt.Errorf("%w: %s holds a raft-wal log; open it with log store %q", ErrLogStoreMismatch, walDir(dir), LogStoreWAL)
+		}
+		return timedLogStore{store, h}, nil, nil
+	case LogStoreWAL:
+		if last, err := store.LastIndex(); err != nil {
+			return nil, nil, err
+		} else if last > 0 {
+			return nil, nil, fmt.Errorf("%w: the badger store holds entries up to %d; open it with log store %q", ErrLogStoreMismatch, last, LogStoreBadger)
+		}
+		if err := os.MkdirAll(walDir(dir), 0o755); err != nil {
+			return nil, nil, err
+		}
+		w, err := wal.Open(walDir(dir), wal.WithLogger(hlog.Named("wal")))
+		if err != nil {
+			return nil, nil, fmt.Errorf("open raft-wal in %s: %w", walDir(dir), err)
+		}
+		return timedWAL{w, h}, w.Close, nil
+	default:
+		return nil, nil, fmt.Errorf("replica: unknown log store %q (want %q or %q)", name, LogStoreBadger, LogStoreWAL)
+	}
+}
+
+// timedWAL is timedLogStore for raft-wal. It embeds the *WAL itself, not
+// the raft.LogStore interface, so raft still sees IsMonotonic: raft-wal
+// cannot hold a gap, and raft must then drop the whole log when it
+// installs a snapshot past its end rather than keep a tail behind a hole.
+type timedWAL struct {
+	*wal.WAL
+	h *fsm.Histogram
+}
+
+// StoreLogs stores the entries (raft-wal fsyncs the segment before it
+// returns) and counts the time.
+func (s timedWAL) StoreLogs(logs []*raft.Log) error {
+	start := time.Now()
+	err := s.WAL.StoreLogs(logs)
+	s.h.Observe(time.Since(start))
+	return err
+}
+
+// StoreLog stores one entry through StoreLogs, so it is counted too.
+func (s timedWAL) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+var _ raft.MonotonicLogStore = timedWAL{}
