@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 )
 
 // Log store names for Config.LogStore.
@@ -57,11 +58,20 @@ func openLogStore(name, dir string, store *Store, h *fsm.Histogram, hlog hclog.L
 		if err := os.MkdirAll(walDir(dir), 0o755); err != nil {
 			return nil, nil, err
 		}
-		w, err := wal.Open(walDir(dir), wal.WithLogger(hlog.Named("wal")))
+		// raft-wal v0.4.0's Close leaves its bolt meta database open, and
+		// with it bolt's flock on wal-meta.db, so a second Open in the
+		// same process (a replica reopened, a test's restart) would wait
+		// for that lock forever. Owning the meta store lets Close free it.
+		meta := &metadb.BoltMetaDB{}
+		w, err := wal.Open(walDir(dir), wal.WithLogger(hlog.Named("wal")), wal.WithMetaStore(meta))
 		if err != nil {
+			meta.Close()
 			return nil, nil, fmt.Errorf("open raft-wal in %s: %w", walDir(dir), err)
 		}
-		return timedWAL{w, h}, w.Close, nil
+		closeWAL := func() error {
+			return errors.Join(w.Close(), meta.Close())
+		}
+		return timedWAL{w, h}, closeWAL, nil
 	default:
 		return nil, nil, fmt.Errorf("replica: unknown log store %q (want %q or %q)", name, LogStoreBadger, LogStoreWAL)
 	}
