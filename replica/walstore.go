@@ -92,10 +92,50 @@ func (s timedWAL) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
 	err := s.WAL.StoreLogs(logs)
 	s.h.Observe(time.Since(start))
+	if err == nil {
+		crashPoint(CrashLogStore) // stored and synced, not yet acknowledged
+	}
 	return err
+}
+
+// DeleteRange truncates the log (raft-wal: its head or its tail only),
+// with the crash point the badger store has there.
+func (s timedWAL) DeleteRange(min, max uint64) error {
+	if err := s.WAL.DeleteRange(min, max); err != nil {
+		return err
+	}
+	crashPoint(CrashLogTruncate) // deleted and synced, raft not told
+	return nil
 }
 
 // StoreLog stores one entry through StoreLogs, so it is counted too.
 func (s timedWAL) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 var _ raft.MonotonicLogStore = timedWAL{}
+
+// OpenLog opens the Raft log of a stopped replica's data folder in
+// whichever store holds it (raft-wal when Dir/wal holds segments, else
+// badger), for tools that read a log after the fact (log checkers). The
+// returned function closes everything it opened.
+func OpenLog(dir string) (raft.LogStore, func() error, error) {
+	store, err := OpenStore(filepath.Join(dir, "raft"), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := LogStoreBadger
+	if ents, err := os.ReadDir(walDir(dir)); err == nil && len(ents) > 0 {
+		name = LogStoreWAL
+	}
+	logs, closeLogs, err := openLogStore(name, dir, store, &fsm.Histogram{}, hclog.NewNullLogger())
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return logs, func() error {
+		var err error
+		if closeLogs != nil {
+			err = closeLogs()
+		}
+		return errors.Join(err, store.Close())
+	}, nil
+}
