@@ -677,6 +677,6 @@ func (s *Server) expireLoop(stop <-chan struct{}) {
 		}
 		// Expiries first: they free locks others wait for; an idle
 		// session holds nothing (idle.go).
-		s.closeIdle(now)
+		s.closeIdle()
 	}
 }
