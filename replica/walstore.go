@@ -108,6 +108,23 @@ func (s timedWAL) DeleteRange(min, max uint64) error {
 	return nil
 }
 
+// GetLog reads the entry at index, and reports an index below the log's
+// first as absent. raft-wal truncates its head lazily: an entry in the
+// open segment stays readable after DeleteRange dropped it, and raft would
+// then send a lagging follower entries the log no longer claims to hold
+// instead of the snapshot that replaced them, so FirstIndex and GetLog
+// would disagree about where the log starts.
+func (s timedWAL) GetLog(index uint64, l *raft.Log) error {
+	first, err := s.WAL.FirstIndex()
+	if err != nil {
+		return err
+	}
+	if index < first {
+		return raft.ErrLogNotFound
+	}
+	return s.WAL.GetLog(index, l)
+}
+
 // StoreLog stores one entry through StoreLogs, so it is counted too.
 func (s timedWAL) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 

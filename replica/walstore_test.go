@@ -10,6 +10,7 @@ import (
 
 	"lockcell/fsm"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -146,5 +147,48 @@ func BenchmarkLogStoreAB(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "batches/s")
 		})
+	}
+}
+
+// TestLogStoreWALHeadTruncationHidesEntries: after DeleteRange drops the
+// head of the log, the dropped entries are gone for GetLog too, although
+// raft-wal still holds them in its open segment: raft must install a
+// snapshot on a follower that needs them, never send entries the log no
+// longer claims (FirstIndex and GetLog agree on where the log starts).
+func TestLogStoreWALHeadTruncationHidesEntries(t *testing.T) {
+	dir := t.TempDir()
+	store, err := OpenStore(filepath.Join(dir, "raft"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	logs, closeLogs, err := openLogStore(LogStoreWAL, dir, store, &fsm.Histogram{}, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLogs()
+	var batch []*raft.Log
+	for i := uint64(1); i <= 10; i++ {
+		batch = append(batch, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+	}
+	if err := logs.StoreLogs(batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := logs.DeleteRange(1, 6); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := logs.FirstIndex(); err != nil || first != 7 {
+		t.Fatalf("FirstIndex after deleting 1..6 = %d, %v; want 7", first, err)
+	}
+	var l raft.Log
+	for i := uint64(1); i <= 6; i++ {
+		if err := logs.GetLog(i, &l); !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("GetLog(%d) after its deletion: %v (entry %d), want ErrLogNotFound", i, err, l.Index)
+		}
+	}
+	for i := uint64(7); i <= 10; i++ {
+		if err := logs.GetLog(i, &l); err != nil || l.Index != i || l.Data[0] != byte(i) {
+			t.Fatalf("GetLog(%d) = %+v, %v", i, l, err)
+		}
 	}
 }
