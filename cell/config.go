@@ -49,8 +49,8 @@ type Config struct {
 	// bootstrapping a cell from Peers (replica.Config.Join).
 	Join bool
 	// LogStore is where the replica keeps its Raft log
-	// (replica.Config.LogStore): "badger" (also "") or "wal" (raft-wal, an
-	// experiment).
+	// (replica.Config.LogStore): "auto" (also "": where the folder has
+	// it, raft-wal for a new folder), "badger" or "wal".
 	LogStore string
 	// Dir is this replica's data folder.
 	Dir string

@@ -73,8 +73,9 @@ type Config struct {
 	// RaftLimits bound the built-in transport's connections, TLS or
 	// plain (zero fields: DefaultRaftLimits).
 	RaftLimits RaftLimits
-	// LogStore names where the Raft log lives: LogStoreBadger ("" too)
-	// or LogStoreWAL. A data folder keeps the store it was created with;
+	// LogStore names where the Raft log lives: LogStoreAuto ("" too: the
+	// folder's store, raft-wal for a new folder), LogStoreBadger or
+	// LogStoreWAL. A data folder keeps the store it was created with;
 	// Open refuses the other (ErrLogStoreMismatch).
 	LogStore string
 	// Join makes a replica with no state wait to be added to an existing

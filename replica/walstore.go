@@ -13,16 +13,25 @@ import (
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
 )
 
 // Log store names for Config.LogStore.
 const (
+	// LogStoreAuto (also "") keeps the log where the data folder already
+	// has it, and puts a new folder's log in raft-wal: the default, so a
+	// folder made by an older release stays on badger and nothing is
+	// migrated in place.
+	LogStoreAuto = "auto"
 	// LogStoreBadger keeps the Raft log in the badger database beside the
-	// stable state (Dir/raft): the default.
+	// stable state (Dir/raft). badger syncs two files per batch (its
+	// value log, although Raft entries never reach it, and its memtable's
+	// write-ahead log), so each entry costs two syncs.
 	LogStoreBadger = "badger"
 	// LogStoreWAL keeps the Raft log in hashicorp/raft-wal segment files
-	// (Dir/wal); the stable state (term, vote) stays in badger. An
-	// experiment: a data folder keeps the store it was created with.
+	// (Dir/wal): one write and one fsync per batch. The stable state
+	// (term, vote) stays in badger, which writes it only on a new term or
+	// vote.
 	LogStoreWAL = "wal"
 )
 
@@ -43,8 +52,16 @@ func openLogStore(name, dir string, store *Store, h *fsm.Histogram, hlog hclog.L
 	if ents, err := os.ReadDir(walDir(dir)); err == nil && len(ents) > 0 {
 		walExists = true
 	}
+	if name == "" || name == LogStoreAuto {
+		name = LogStoreWAL
+		if last, err := store.LastIndex(); err != nil {
+			return nil, nil, err
+		} else if last > 0 && !walExists {
+			name = LogStoreBadger // a folder an older release made
+		}
+	}
 	switch name {
-	case "", LogStoreBadger:
+	case LogStoreBadger:
 		if walExists {
 			return nil, nil, fmt.Errorf("%w: %s holds a raft-wal log; open it with log store %q", ErrLogStoreMismatch, walDir(dir), LogStoreWAL)
 		}
@@ -63,7 +80,8 @@ func openLogStore(name, dir string, store *Store, h *fsm.Histogram, hlog hclog.L
 		// same process (a replica reopened, a test's restart) would wait
 		// for that lock forever. Owning the meta store lets Close free it.
 		meta := &metadb.BoltMetaDB{}
-		w, err := wal.Open(walDir(dir), wal.WithLogger(hlog.Named("wal")), wal.WithMetaStore(meta))
+		w, err := wal.Open(walDir(dir), wal.WithLogger(hlog.Named("wal")), wal.WithMetaStore(meta),
+			wal.WithSegmentFiler(segment.NewFiler(walDir(dir), walVFS())))
 		if err != nil {
 			meta.Close()
 			return nil, nil, fmt.Errorf("open raft-wal in %s: %w", walDir(dir), err)
@@ -73,7 +91,7 @@ func openLogStore(name, dir string, store *Store, h *fsm.Histogram, hlog hclog.L
 		}
 		return timedWAL{w, h}, closeWAL, nil
 	default:
-		return nil, nil, fmt.Errorf("replica: unknown log store %q (want %q or %q)", name, LogStoreBadger, LogStoreWAL)
+		return nil, nil, fmt.Errorf("replica: unknown log store %q (want %q, %q or %q)", name, LogStoreAuto, LogStoreBadger, LogStoreWAL)
 	}
 }
 
@@ -89,6 +107,7 @@ type timedWAL struct {
 // StoreLogs stores the entries (raft-wal fsyncs the segment before it
 // returns) and counts the time.
 func (s timedWAL) StoreLogs(logs []*raft.Log) error {
+	diskStall.wait() // the disk-stall fault, when built and armed (faultpoints_on.go)
 	start := time.Now()
 	err := s.WAL.StoreLogs(logs)
 	s.h.Observe(time.Since(start))
@@ -139,11 +158,7 @@ func OpenLog(dir string) (raft.LogStore, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	name := LogStoreBadger
-	if ents, err := os.ReadDir(walDir(dir)); err == nil && len(ents) > 0 {
-		name = LogStoreWAL
-	}
-	logs, closeLogs, err := openLogStore(name, dir, store, &fsm.Histogram{}, hclog.NewNullLogger())
+	logs, closeLogs, err := openLogStore(LogStoreAuto, dir, store, &fsm.Histogram{}, hclog.NewNullLogger())
 	if err != nil {
 		store.Close()
 		return nil, nil, err
