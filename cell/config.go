@@ -50,7 +50,7 @@ type Config struct {
 	Join bool
 	// LogStore is where the replica keeps its Raft log
 	// (replica.Config.LogStore): "auto" (also "": where the folder has
-	// it, raft-wal for a new folder), "badger" or "wal".
+	// it, badger for a new folder), "badger" or "wal".
 	LogStore string
 	// Dir is this replica's data folder.
 	Dir string

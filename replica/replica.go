@@ -74,7 +74,7 @@ type Config struct {
 	// plain (zero fields: DefaultRaftLimits).
 	RaftLimits RaftLimits
 	// LogStore names where the Raft log lives: LogStoreAuto ("" too: the
-	// folder's store, raft-wal for a new folder), LogStoreBadger or
+	// folder's store, badger for a new folder), LogStoreBadger or
 	// LogStoreWAL. A data folder keeps the store it was created with;
 	// Open refuses the other (ErrLogStoreMismatch).
 	LogStore string

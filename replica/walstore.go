@@ -19,9 +19,8 @@ import (
 // Log store names for Config.LogStore.
 const (
 	// LogStoreAuto (also "") keeps the log where the data folder already
-	// has it, and puts a new folder's log in raft-wal: the default, so a
-	// folder made by an older release stays on badger and nothing is
-	// migrated in place.
+	// has it, and puts a new folder's log in badger, the store the
+	// product's specification fixes: the default.
 	LogStoreAuto = "auto"
 	// LogStoreBadger keeps the Raft log in the badger database beside the
 	// stable state (Dir/raft). badger syncs two files per batch (its
@@ -31,7 +30,7 @@ const (
 	// LogStoreWAL keeps the Raft log in hashicorp/raft-wal segment files
 	// (Dir/wal): one write and one fsync per batch. The stable state
 	// (term, vote) stays in badger, which writes it only on a new term or
-	// vote.
+	// vote. Opt-in: it departs from the specified store.
 	LogStoreWAL = "wal"
 )
 
@@ -53,11 +52,9 @@ func openLogStore(name, dir string, store *Store, h *fsm.Histogram, hlog hclog.L
 		walExists = true
 	}
 	if name == "" || name == LogStoreAuto {
-		name = LogStoreWAL
-		if last, err := store.LastIndex(); err != nil {
-			return nil, nil, err
-		} else if last > 0 && !walExists {
-			name = LogStoreBadger // a folder an older release made
+		name = LogStoreBadger
+		if walExists {
+			name = LogStoreWAL
 		}
 	}
 	switch name {
@@ -149,16 +146,17 @@ func (s timedWAL) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l
 
 var _ raft.MonotonicLogStore = timedWAL{}
 
-// OpenLog opens the Raft log of a stopped replica's data folder in
-// whichever store holds it (raft-wal when Dir/wal holds segments, else
-// badger), for tools that read a log after the fact (log checkers). The
-// returned function closes everything it opened.
-func OpenLog(dir string) (raft.LogStore, func() error, error) {
+// OpenLog opens the Raft log of a stopped replica's data folder in the
+// named store (LogStoreAuto: whichever holds it, raft-wal when Dir/wal
+// holds segments, else badger), for tools that read a log after the fact
+// (log checkers) and for tests of a store. The returned function closes
+// everything it opened.
+func OpenLog(dir, storeName string) (raft.LogStore, func() error, error) {
 	store, err := OpenStore(filepath.Join(dir, "raft"), nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	logs, closeLogs, err := openLogStore(LogStoreAuto, dir, store, &fsm.Histogram{}, hclog.NewNullLogger())
+	logs, closeLogs, err := openLogStore(storeName, dir, store, &fsm.Histogram{}, hclog.NewNullLogger())
 	if err != nil {
 		store.Close()
 		return nil, nil, err

@@ -23,10 +23,11 @@ func openWALReplica(t *testing.T, dir, addr, store string, tm Timings) (*Replica
 
 // TestLogStoreWALKeepsEntries: with LogStore "wal" the Raft log lives in
 // raft-wal's segment files, not in badger, and what a replica applied
-// before Close is there again after it reopens, across a snapshot that
-// truncated the log's head. A folder keeps its store: reopening it with
-// the badger log store is refused with ErrLogStoreMismatch instead of
-// starting from an empty log, and an unknown store name is refused.
+// before Close is there again after it reopens (with "auto", which finds
+// the folder's store), across a snapshot that truncated the log's head. A
+// folder keeps its store: reopening it with the badger log store is
+// refused with ErrLogStoreMismatch instead of starting from an empty log,
+// and an unknown store name is refused.
 func TestLogStoreWALKeepsEntries(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddrs(t, 1)[0]
@@ -75,7 +76,7 @@ func TestLogStoreWALKeepsEntries(t *testing.T) {
 		t.Fatal("an unknown log store was accepted")
 	}
 
-	r, err = openWALReplica(t, dir, addr, LogStoreWAL, tm)
+	r, err = openWALReplica(t, dir, addr, LogStoreAuto, tm) // auto finds the folder's store
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,8 @@ func TestLogStoreWALKeepsEntries(t *testing.T) {
 	}
 }
 
-// TestLogStoreBadgerRefusesWALFolder: a folder whose log is in badger is
+// TestLogStoreBadgerRefusesWALFolder: a new folder with the default log
+// store keeps its log in badger, and a folder whose log is in badger is
 // not opened with the wal store, which would begin an empty log beside a
 // term and vote that belong to badger's entries.
 func TestLogStoreBadgerRefusesWALFolder(t *testing.T) {
@@ -103,6 +105,9 @@ func TestLogStoreBadgerRefusesWALFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApply(t, []*Replica{r}, 20*time.Second)
+	if last, err := r.Store().LastIndex(); err != nil || last == 0 {
+		t.Fatalf("a new folder with the default log store: badger holds entries up to %d (%v), want its log there", last, err)
+	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -499,7 +499,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve the HTTP port for operators at ADDR: /metrics, /healthz, /readyz, a status page at / (off when empty); over TLS with --cert, loopback only with --insecure"},
 			&cli.BoolFlag{Name: "pprof", Usage: "also serve Go's profiler at /debug/pprof/ on the --metrics port"},
-			&cli.StringFlag{Name: "log-store", Value: replica.LogStoreAuto, EnvVars: []string{"LOCKCELL_LOG_STORE"}, Usage: "where the Raft log lives: auto (where the data folder has it; raft-wal for a new folder), wal (hashicorp/raft-wal: one fsync per batch) or badger (two syncs per batch); a data folder keeps the store it was created with"},
+			&cli.StringFlag{Name: "log-store", Value: replica.LogStoreAuto, EnvVars: []string{"LOCKCELL_LOG_STORE"}, Usage: "where the Raft log lives: auto (where the data folder has it; badger for a new folder), badger (two syncs per batch) or wal (hashicorp/raft-wal: one fsync per batch); a data folder keeps the store it was created with"},
 		}, append(append(append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...), joinFlags()...),
 			httpFlags()...)...),
 		Action: func(c *cli.Context) error {
