@@ -48,6 +48,10 @@ type Config struct {
 	// an existing cell by its master (a membership change) instead of
 	// bootstrapping a cell from Peers (replica.Config.Join).
 	Join bool
+	// LogStore is where the replica keeps its Raft log
+	// (replica.Config.LogStore): "auto" (also "": where the folder has
+	// it, badger for a new folder), "badger" or "wal".
+	LogStore string
 	// Dir is this replica's data folder.
 	Dir string
 	// LeaseTTL is the session lease (default 12 s).

@@ -66,7 +66,7 @@ func New(cfg Config) (*Server, error) {
 		peers = append(peers, replica.Peer{ID: p.ID, RaftAddr: p.RaftAddr})
 	}
 	rcfg := replica.Config{ID: cfg.Self, Cell: cfg.Cell, Dir: cfg.Dir, RaftAddr: self.RaftAddr,
-		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger, Transport: cfg.Transport, Join: cfg.Join,
+		Peers: peers, Timings: cfg.Timings, Logger: cfg.Logger, Transport: cfg.Transport, Join: cfg.Join, LogStore: cfg.LogStore,
 		Audit: audit.Options{RetainBytes: cfg.AuditRetainBytes}}
 	if cfg.PeerTLS != nil {
 		// Only replica certificates of the cell's CA speak Raft

@@ -7,7 +7,8 @@ import (
 )
 
 // DiskUsage is what a replica keeps on disk, in bytes: the whole data
-// folder, the Raft log store within it (badger's tables and value log),
+// folder, the Raft log store within it (badger's tables and value log,
+// and raft-wal's segments with LogStoreWAL),
 // and the snapshots it retains (the newest and the one before it), with
 // the newest one's size and index on its own.
 type DiskUsage struct {
@@ -37,7 +38,7 @@ func (r *Replica) DiskUsage() DiskUsage {
 	}
 	u := DiskUsage{Measured: now,
 		DataBytes:      dirBytes(r.cfg.Dir),
-		LogStoreBytes:  dirBytes(filepath.Join(r.cfg.Dir, "raft")),
+		LogStoreBytes:  dirBytes(filepath.Join(r.cfg.Dir, "raft")) + dirBytes(walDir(r.cfg.Dir)), // raft-wal's segments, when that store holds the log
 		SnapshotsBytes: dirBytes(filepath.Join(r.cfg.Dir, "snapshots"))}
 	if metas, err := r.snaps.List(); err == nil && len(metas) > 0 {
 		u.LastSnapshot, u.LastSnapshotIdx = metas[0].Size, metas[0].Index

@@ -73,6 +73,11 @@ type Config struct {
 	// RaftLimits bound the built-in transport's connections, TLS or
 	// plain (zero fields: DefaultRaftLimits).
 	RaftLimits RaftLimits
+	// LogStore names where the Raft log lives: LogStoreAuto ("" too: the
+	// folder's store, badger for a new folder), LogStoreBadger or
+	// LogStoreWAL. A data folder keeps the store it was created with;
+	// Open refuses the other (ErrLogStoreMismatch).
+	LogStore string
 	// Join makes a replica with no state wait to be added to an existing
 	// cell (through the master's membership change) instead of
 	// bootstrapping one from Peers: it holds no configuration, so it never
@@ -156,6 +161,7 @@ type Replica struct {
 	raft       *raft.Raft
 	fsm        *fsm.FSM
 	store      *Store
+	closeLogs  func() error // closes a log store other than store, or nil
 	transport  raft.Transport
 	port       *streamLayer // the built-in transport's, or nil
 	notify     chan bool
@@ -258,28 +264,42 @@ func Open(cfg Config) (*Replica, error) {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
+	st := &replicaStats{}
+	logs, closeLogs, err := openLogStore(cfg.LogStore, cfg.Dir, store, &st.logStore, hlog)
+	if err != nil {
+		store.Close()
+		closeTransport(trans)
+		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
+	}
+	closeStores := func() {
+		if closeLogs != nil {
+			closeLogs()
+		}
+		store.Close()
+	}
+
 	sm := fsm.NewFSM(cfg.Cell, log)
 	// Backups being paged out live in unlinked files here; a process
 	// that died between creating one and unlinking it left it behind.
 	// Only those are removed: an operator may keep other files nearby.
 	backups := filepath.Join(cfg.Dir, backupTempDir)
 	if err := fsm.RemoveBackupLeftovers(backups); err != nil {
-		store.Close()
+		closeStores()
 		trans.(io.Closer).Close()
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
 	sm.SetBackupDir(backups)
 	trail, err := audit.Open(filepath.Join(cfg.Dir, "audit"), cfg.Audit)
 	if err != nil {
-		store.Close()
+		closeStores()
 		trans.(io.Closer).Close()
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
 	sm.SetAuditor(trail) // before raft restores and replays: the trail skips what it holds
-	has, err := raft.HasExistingState(store, store, snaps)
+	has, err := raft.HasExistingState(logs, store, snaps)
 	if err != nil {
 		trail.Close()
-		store.Close()
+		closeStores()
 		trans.(io.Closer).Close()
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
@@ -291,18 +311,17 @@ func Open(cfg Config) (*Replica, error) {
 		for _, p := range cfg.Peers {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
-		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
 			trail.Close()
-			store.Close()
+			closeStores()
 			closeTransport(trans)
 			return nil, fmt.Errorf("replica %s: bootstrap: %w", cfg.ID, err)
 		}
 	}
-	st := &replicaStats{}
 	rf := &raftFSM{f: sm, h: &st.apply}
-	r, err := raft.NewRaft(rc, rf, timedLogStore{store, &st.logStore}, store, snaps, trans)
+	r, err := raft.NewRaft(rc, rf, logs, store, snaps, trans)
 	if err != nil {
-		store.Close()
+		closeStores()
 		closeTransport(trans)
 		trail.Close()
 		return nil, fmt.Errorf("replica %s: start raft: %w", cfg.ID, err)
@@ -315,7 +334,7 @@ func Open(cfg Config) (*Replica, error) {
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
-	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: sm, store: store, transport: trans, port: port, snaps: snaps, trail: trail,
+	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: sm, store: store, closeLogs: closeLogs, transport: trans, port: port, snaps: snaps, trail: trail,
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, addrs: addrs}
 	rep.batcher = newBatcher(r, rep.done)
 	go rep.forwardLeadership()
@@ -498,6 +517,11 @@ func (r *Replica) Close() error {
 	close(r.done)
 	r.batcher.close() // its last entry settled: ErrClosed
 	closeTransport(r.transport)
+	if r.closeLogs != nil {
+		if cerr := r.closeLogs(); err == nil {
+			err = cerr
+		}
+	}
 	if cerr := r.store.Close(); err == nil {
 		err = cerr
 	}

@@ -25,7 +25,7 @@ mkdir -p "$DIR"
 # bugs, which it must catch on its own)
 CASES='bug_nofence ./fixtures/safety ^TestMutualExclusionFencing$
 bug_nolockdelay ./fixtures/safety ^TestLockDelay$
-bug_nosync ./fixtures/safety ^(TestStoreSyncsBeforeReturn|TestDurability)$
+bug_nosync ./fixtures/safety ^(TestStoreSyncsBeforeReturn|TestWALSyncsBeforeReturn|TestDurability)$
 bug_nodedup ./fixtures/safety ^TestAtMostOnceRetries$
 bug_nolockdelay ./fsm ^TestFSMMatchesModel$
 bug_nodedup ./fsm ^TestFSMMatchesModel$

@@ -499,6 +499,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "raft", Usage: "Raft address (must match this id's entry in --peers)"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve the HTTP port for operators at ADDR: /metrics, /healthz, /readyz, a status page at / (off when empty); over TLS with --cert, loopback only with --insecure"},
 			&cli.BoolFlag{Name: "pprof", Usage: "also serve Go's profiler at /debug/pprof/ on the --metrics port"},
+			&cli.StringFlag{Name: "log-store", Value: replica.LogStoreAuto, EnvVars: []string{"LOCKCELL_LOG_STORE"}, Usage: "where the Raft log lives: auto (where the data folder has it; badger for a new folder), badger (two syncs per batch) or wal (hashicorp/raft-wal: one fsync per batch); a data folder keeps the store it was created with"},
 		}, append(append(append(append(append(timingFlags(), raftFlags()...), tlsFlags()...), limitFlags()...), joinFlags()...),
 			httpFlags()...)...),
 		Action: func(c *cli.Context) error {
@@ -619,7 +620,10 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 	cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
 		LeaseTTL: c.Duration("lease"), MaxLeaseTTL: c.Duration("max-lease"), KeepAliveTarget: c.Int("keepalive-target"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
 		MetricsAddr: c.String("metrics"), Pprof: c.Bool("pprof"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c),
-		Join: join}
+		Join: join, LogStore: c.String("log-store")}
+	if cfg.LogStore != replica.LogStoreAuto && cfg.LogStore != replica.LogStoreBadger && cfg.LogStore != replica.LogStoreWAL {
+		return cell.Config{}, cli.Exit(fmt.Sprintf("--log-store %q: want %s, %s or %s", cfg.LogStore, replica.LogStoreAuto, replica.LogStoreBadger, replica.LogStoreWAL), 2)
+	}
 	cfg.HTTP, cfg.HTTPNames = httpLimits(c)
 	cert, key, ca := c.String("cert"), c.String("key"), c.String("ca")
 	switch {
