@@ -269,3 +269,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// Subtree returns the source directory mirrored.
+func (m *Mirror) Subtree() string { return m.cfg.Subtree }
