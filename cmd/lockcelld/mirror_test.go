@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,6 +108,25 @@ func TestMirrorProcess(t *testing.T) {
 			t.Fatalf("metrics never showed both targets in step:\n%s", body)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// Every mirror metric the operator's guide and the alert rules name is
+	// one the mirror exports.
+	body := scrape(t, httpAddr)
+	named := 0
+	for _, f := range []string{"../../docs/operations.md", "../../deploy/prometheus/alerts.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range regexp.MustCompile(`\blockcell_mirror_[a-z_]+[a-z]\b`).FindAllString(string(b), -1) {
+			named++
+			if !strings.Contains(body, "\n"+n+"{") {
+				t.Errorf("%s names %s, which the mirror does not export", f, n)
+			}
+		}
+	}
+	if named < 3 {
+		t.Errorf("only %d mirror metric names in the docs and alert rules", named)
 	}
 	p.stop(t)
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
