@@ -124,9 +124,12 @@ func newRig(t *testing.T, opts fixtures.Options, targets ...string) *rig {
 
 // run starts a mirror of /ls/global/config to the targets; it stops when
 // the test ends.
-func (r *rig) run(t *testing.T, targets ...string) {
+func (r *rig) run(t *testing.T, targets ...string) { r.runWith(t, 0, targets...) }
+
+// runWith is run with Config.MaxPending set to maxPending (0: the default).
+func (r *rig) runWith(t *testing.T, maxPending int, targets ...string) {
 	m, err := mirror.New(mirror.Config{Cells: r.cs, From: "global", Subtree: "/ls/global/config", To: targets,
-		Retry: 200 * time.Millisecond, Logger: fixtures.Logger()})
+		Retry: 200 * time.Millisecond, Logger: fixtures.Logger(), MaxPending: maxPending})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,6 +281,37 @@ func TestMirrorResyncsAfterCompaction(t *testing.T) {
 	if n := r.metric(t, "lockcell_mirror_resyncs_total", "east", mirror.ReasonCompacted); n < 1 {
 		t.Fatalf("compacted re-syncs = %v, want at least 1 (status %+v)", n, r.m.Status())
 	}
+}
+
+// TestMirrorOverflowResyncs bounds what the mirror holds for a target
+// that is down: past MaxPending changed names it drops them and asks for
+// a full re-sync, which brings the target in step once it is back.
+func TestMirrorOverflowResyncs(t *testing.T) {
+	r := newRig(t, fixtures.Options{}, "east")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g, east := r.cells["global"].Client(t), r.cells["east"].Client(t)
+	put(t, ctx, g, "/ls/global/config/a", "1")
+	r.runWith(t, 3, "east")
+	targets := map[string]*client.Client{"east": east}
+	eventually(t, 30*time.Second, "first copy", r.inStep(ctx, g, targets))
+	r.cut["east"].Cut()
+	for i := range 8 {
+		put(t, ctx, g, fmt.Sprintf("/ls/global/config/f%d", i), "v")
+	}
+	eventually(t, 30*time.Second, "an overflow re-sync asked for", func() error {
+		if n := r.metric(t, "lockcell_mirror_resyncs_total", "east", mirror.ReasonOverflow); n < 1 {
+			return fmt.Errorf("overflow re-syncs %v", n)
+		}
+		return nil
+	})
+	for _, st := range r.m.Status() {
+		if st.Pending > 3+1 { // the bound, and the name being applied
+			t.Fatalf("%s holds %d pending names, past the bound of 3", st.Target, st.Pending)
+		}
+	}
+	r.cut["east"].Heal()
+	eventually(t, 60*time.Second, "east in step after the re-sync", r.inStep(ctx, g, targets))
 }
 
 // TestMirrorConfigRefused: a subtree outside the source cell, no
