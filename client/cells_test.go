@@ -155,6 +155,31 @@ func TestCellsRoutesByCellName(t *testing.T) {
 	if !errors.Is(err, client.ErrCrossCell) {
 		t.Fatalf("cross-cell txn: %v, want ErrCrossCell", err)
 	}
+	// Callers racing for a cell not yet dialled share one dial and one
+	// Client.
+	cs2, err := client.NewCells(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *client.Client, 8)
+	for range 8 {
+		go func() {
+			c, err := cs2.Client(ctx, "east")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- c
+		}()
+	}
+	first := <-got
+	for range 7 {
+		if c := <-got; c != first || c == nil {
+			t.Fatalf("racing callers got different Clients: %p and %p", first, c)
+		}
+	}
+	if err := cs2.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cs.Client(ctx, "nowhere"); !errors.Is(err, client.ErrUnknownCell) {
 		t.Fatalf("unknown cell: %v", err)
 	}

@@ -49,17 +49,11 @@ func (m *Mirror) readSource(ctx context.Context, src string) (nodeKind, []byte, 
 		return 0, nil, err
 	}
 	defer h.Close()
-	st, err := h.GetStat(ctx)
+	// One read tells a file's contents from a directory (ErrIsDir).
+	data, st, err := h.GetContentsAndStat(ctx)
 	switch {
-	case errors.Is(err, client.ErrHandleInvalid) || errors.Is(err, client.ErrNotFound):
-		return kindMissing, nil, nil
-	case err != nil:
-		return 0, nil, err
-	case st.Dir:
+	case errors.Is(err, client.ErrIsDir) || err == nil && st.Dir:
 		return kindDir, nil, nil
-	}
-	data, _, err := h.GetContentsAndStat(ctx)
-	switch {
 	case errors.Is(err, client.ErrHandleInvalid) || errors.Is(err, client.ErrNotFound):
 		return kindMissing, nil, nil
 	case err != nil:

@@ -190,6 +190,9 @@ func (m *Mirror) runSource(ctx context.Context) {
 			return
 		}
 		reason = ReasonWatch
+		if err == nil {
+			err = errors.New("mirror: the source watch ended")
+		}
 		if errors.Is(err, client.ErrHistoryCompacted) {
 			reason = ReasonCompacted
 			wait = backoff{max: m.cfg.Retry} // nothing to wait for: re-sync at once

@@ -58,7 +58,7 @@ func tree(ctx context.Context, cl *client.Client, root string) (map[string]strin
 }
 
 // eventually polls f until it returns nil or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, f func() error) {
+func eventually(t testing.TB, d time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var err error
@@ -72,7 +72,7 @@ func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 }
 
 // put writes name (creating it and its parents).
-func put(t *testing.T, ctx context.Context, cl *client.Client, name, data string) {
+func put(t testing.TB, ctx context.Context, cl *client.Client, name, data string) {
 	t.Helper()
 	h, err := cl.Open(ctx, name, client.Write|client.Create, client.WithParents())
 	if err != nil {
@@ -84,7 +84,7 @@ func put(t *testing.T, ctx context.Context, cl *client.Client, name, data string
 	}
 }
 
-func del(t *testing.T, ctx context.Context, cl *client.Client, name string) {
+func del(t testing.TB, ctx context.Context, cl *client.Client, name string) {
 	t.Helper()
 	h, err := cl.Open(ctx, name, client.Write)
 	if err != nil {
@@ -105,7 +105,7 @@ type rig struct {
 	reg   *prometheus.Registry
 }
 
-func newRig(t *testing.T, opts fixtures.Options, targets ...string) *rig {
+func newRig(t testing.TB, opts fixtures.Options, targets ...string) *rig {
 	r := &rig{cells: fixtures.NewCells(t, 1, opts, append([]string{"global"}, targets...)...), cut: map[string]*fixtures.Cutter{}}
 	base := r.cells["global"].ClientConfig()
 	base.RenewSession = true
@@ -124,10 +124,10 @@ func newRig(t *testing.T, opts fixtures.Options, targets ...string) *rig {
 
 // run starts a mirror of /ls/global/config to the targets; it stops when
 // the test ends.
-func (r *rig) run(t *testing.T, targets ...string) { r.runWith(t, 0, targets...) }
+func (r *rig) run(t testing.TB, targets ...string) { r.runWith(t, 0, targets...) }
 
 // runWith is run with Config.MaxPending set to maxPending (0: the default).
-func (r *rig) runWith(t *testing.T, maxPending int, targets ...string) {
+func (r *rig) runWith(t testing.TB, maxPending int, targets ...string) {
 	m, err := mirror.New(mirror.Config{Cells: r.cs, From: "global", Subtree: "/ls/global/config", To: targets,
 		Retry: 200 * time.Millisecond, Logger: fixtures.Logger(), MaxPending: maxPending})
 	if err != nil {
@@ -150,7 +150,7 @@ func (r *rig) runWith(t *testing.T, maxPending int, targets ...string) {
 
 // metric reads a mirror metric's value for target (and reason, for the
 // re-sync counter).
-func (r *rig) metric(t *testing.T, name, target, reason string) float64 {
+func (r *rig) metric(t testing.TB, name, target, reason string) float64 {
 	t.Helper()
 	mfs, err := r.reg.Gather()
 	if err != nil {
