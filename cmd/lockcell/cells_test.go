@@ -61,6 +61,14 @@ func TestCLINamesOfOtherCells(t *testing.T) {
 			t.Errorf("lockcell %s: exit %d, stderr %q; want exit %d with code %q", strings.Join(c.args, " "), res.code, res.stderr, exitError, c.code)
 		}
 	}
+	// A home cell the file does not list is no obstacle to a name of
+	// a cell it does, and fails a name of its own as unknown.
+	if res := runCLI(t, bin, "", []string{"LOCKCELL_CELLS=" + file}, "cat", "/ls/east/x"); res.code != exitOK || res.stdout != "from west's shell" {
+		t.Fatalf("cell local (not in the file) cat /ls/east/x: exit %d, %q, %q", res.code, res.stdout, res.stderr)
+	}
+	if res := runCLI(t, bin, "", []string{"LOCKCELL_CELLS=" + file}, "--json", "cat", "x"); res.code != exitError || !strings.Contains(res.stderr, `"unknown_cell"`) {
+		t.Fatalf("cell local (not in the file) cat x: exit %d, %q", res.code, res.stderr)
+	}
 	res := runCLI(t, bin, "", env[:2], "cat", "/ls/east/x")
 	if res.code == exitOK || !strings.Contains(res.stderr, "/ls/west/") {
 		t.Fatalf("without a cells file: exit %d, stderr %q; want the name refused", res.code, res.stderr)

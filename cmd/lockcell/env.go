@@ -31,11 +31,13 @@ type env struct {
 	cell        string
 	replicas    []string
 	// cells is where cells are found by name (--cells, --cells-domain):
-	// nil when neither is given. other is the cell a full name of another
-	// cell asked for (""; the command's names are then all of it: its
-	// client dials that cell).
-	cells   client.CellResolver
-	other   string
+	// nil when neither is given. other is the cell of the command's names
+	// when a full name named one other than --cell ("" otherwise): the
+	// command's client dials it.
+	cells client.CellResolver
+	other string
+	// homeErr is why --cell's replicas were not found by its name.
+	homeErr error
 	timeout time.Duration
 	// timeoutSet: --timeout was given (lock waits without limit unless
 	// it, or --wait, was).
@@ -110,9 +112,9 @@ func (e *env) setup(c *cli.Context) error {
 	e.ctx, e.cancel = context.WithTimeout(c.Context, e.timeout)
 	if len(e.replicas) == 0 && e.cells != nil {
 		// --cell without --replicas: its replicas are found by its name.
-		if e.replicas, err = e.cells.LookupCell(e.ctx, e.cell); err != nil {
-			return err
-		}
+		// A cell found nowhere fails the command only once it needs the
+		// cell: its names may all be of other cells.
+		e.replicas, e.homeErr = e.cells.LookupCell(e.ctx, e.cell)
 	}
 	return nil
 }
@@ -162,6 +164,9 @@ func (e *env) client() (*client.Client, error) {
 		retry = e.retry
 	}
 	cell, replicas := e.cell, e.replicas
+	if e.homeErr != nil && (e.other == "" || e.other == e.cell) {
+		return nil, e.homeErr
+	}
 	if e.other != "" && e.other != e.cell {
 		var err error
 		if replicas, err = e.cells.LookupCell(e.ctx, e.other); err != nil {
