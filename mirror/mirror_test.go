@@ -101,6 +101,7 @@ type rig struct {
 	cells map[string]*fixtures.Cell
 	cs    *client.Cells
 	cut   map[string]*fixtures.Cutter
+	file  string // the cells file
 	m     *mirror.Mirror
 	reg   *prometheus.Registry
 }
@@ -109,7 +110,8 @@ func newRig(t testing.TB, opts fixtures.Options, targets ...string) *rig {
 	r := &rig{cells: fixtures.NewCells(t, 1, opts, append([]string{"global"}, targets...)...), cut: map[string]*fixtures.Cutter{}}
 	base := r.cells["global"].ClientConfig()
 	base.RenewSession = true
-	base.CellsFile = fixtures.WriteCellsFile(t, r.cells)
+	r.file = fixtures.WriteCellsFile(t, r.cells)
+	base.CellsFile = r.file
 	for name := range r.cells {
 		r.cut[name] = fixtures.NewCutter()
 	}
@@ -312,6 +314,70 @@ func TestMirrorOverflowResyncs(t *testing.T) {
 	}
 	r.cut["east"].Heal()
 	eventually(t, 60*time.Second, "east in step after the re-sync", r.inStep(ctx, g, targets))
+}
+
+// TestMirrorWithTheDocumentedACLs runs the mirror as its own principal
+// on TLS cells, with the ACLs docs/operations.md ("Running a mirror")
+// tells an operator to set: in east, where they are set, the copy is made,
+// readable by everyone and writable by the mirror alone; in west, where
+// they are not, the mirror is refused and says so, and its lag grows.
+func TestMirrorWithTheDocumentedACLs(t *testing.T) {
+	set := fixtures.TestCerts(t)
+	r := newRig(t, fixtures.Options{TLS: set, Admin: "admin"}, "east", "west")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g, east, west := r.cells["global"].Client(t), r.cells["east"].Client(t), r.cells["west"].Client(t)
+	put(t, ctx, g, "/ls/global/config/a", "1")
+	// As east's admin: the ACL files, then the names on /ls/east/global.
+	put(t, ctx, east, "/ls/east/acl/mirror", "mirror\n")
+	put(t, ctx, east, "/ls/east/acl/everyone", "*\n")
+	if err := east.MkdirAll(ctx, "/ls/east/global"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := east.Open(ctx, "/ls/east/global", client.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.SetACL(ctx, client.ACL{Read: "everyone", Write: "mirror"}); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	if err := west.MkdirAll(ctx, "/ls/west/global"); err != nil { // the admin's, default ACLs
+		t.Fatal(err)
+	}
+
+	mcfg := r.cells["global"].ClientConfigAs("mirror")
+	mcfg.RenewSession, mcfg.CellsFile = true, r.file
+	cs, err := client.NewCells(mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	r.cs = cs
+	r.run(t, "east", "west")
+	eventually(t, 30*time.Second, "east's copy", r.inStep(ctx, g, map[string]*client.Client{"east": east}))
+	eventually(t, 30*time.Second, "west refusing the mirror", func() error {
+		for _, st := range r.m.Status() {
+			if st.Target == "west" && (!strings.Contains(st.LastError, "permission") || st.Lag < time.Second) {
+				return fmt.Errorf("west: %+v", st)
+			}
+		}
+		return nil
+	})
+
+	bobCfg := r.cells["east"].ClientConfigAs("bob")
+	bob := r.cells["east"].ClientWith(t, bobCfg)
+	bh, err := bob.Open(ctx, "/ls/east/global/config/a", client.Read)
+	if err != nil {
+		t.Fatalf("bob reads the copy: %v", err)
+	}
+	defer bh.Close()
+	if data, _, err := bh.GetContentsAndStat(ctx); err != nil || string(data) != "1" {
+		t.Fatalf("bob reads %q, %v", data, err)
+	}
+	if _, err := bob.Open(ctx, "/ls/east/global/config/a", client.Write); !errors.Is(err, client.ErrPermission) {
+		t.Fatalf("bob opens the copy for writing: %v, want ErrPermission", err)
+	}
 }
 
 // TestMirrorConfigRefused: a subtree outside the source cell, no
