@@ -47,7 +47,7 @@ func main() {
 			&cli.StringFlag{Name: "audit-log", Value: "stderr", EnvVars: []string{"LOCKCELL_AUDIT_LOG"},
 				Usage: "where this replica's audit lines (permission denials, ACL changes it served as master) go, whatever --log-level says: stderr, stdout, a file (appended; SIGHUP reopens it, for rotation) or off"},
 		},
-		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand()},
+		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand(), mirrorCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "lockcelld:", err)
