@@ -23,6 +23,14 @@ type Config struct {
 	// client tries the members the master lists instead (Client.ReplicaAddrs),
 	// and follows membership changes from then on.
 	Replicas []string
+	// CellsFile and CellsDomain say where a cell is found by name (a
+	// cells file, ParseCellsFile; DNS SRV records under the domain,
+	// SRVResolver), asked in that order: by Dial when Replicas is empty,
+	// and by Cells for every cell it reaches. NetResolver does the DNS
+	// look-ups (nil: net.DefaultResolver).
+	CellsFile   string
+	CellsDomain string
+	NetResolver *net.Resolver
 	// ReplicaRefresh is how often the client asks the master for the
 	// cell's membership, on top of asking after every fail-over and
 	// whenever a replica names a master the client does not know.
@@ -241,8 +249,16 @@ type Client struct {
 // when every configured replica refuses the connection: then Dial fails
 // at once with ErrAllRefused; and when the master (or every replica)
 // refuses it over a cap on connections: then Dial fails at once with
-// ErrTooManyConnections, naming the cap.
+// ErrTooManyConnections, naming the cap. With no Replicas but a cells
+// file or an SRV domain (Config.CellsFile, CellsDomain) it looks the cell
+// up there first; a cell found nowhere fails with an *UnknownCellError.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if err := wire.ValidCellName(cfg.Cell); err != nil {
+		return nil, err
+	}
+	if err := cfg.resolveSeeds(ctx); err != nil {
+		return nil, err
+	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}

@@ -9,5 +9,7 @@
 // names, closing and events behave. Operators' calls (status, health,
 // audit, backup, membership, listings) are in package client/admin;
 // leader election (Campaign, Leader, Observe, the leader loop Lead) is
-// package client/recipe.
+// package client/recipe. A process that uses several cells holds a Cells,
+// which finds each cell by name (a cells file, DNS SRV records: CellsFile,
+// SRVResolver) and routes every name to its own cell's Client.
 package client

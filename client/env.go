@@ -76,7 +76,10 @@ func (e *EnvError) Unwrap() error { return e.Err }
 
 // ConfigFromEnv returns the Config the environment describes, with the
 // CLI's defaults for what it leaves unset: the cell (EnvCell, default
-// DefaultCell), the seeds (EnvReplicas, default DefaultReplicas), mutual
+// DefaultCell), the seeds (EnvReplicas, default DefaultReplicas; none when
+// EnvCells or EnvCellsDomain is set: Dial then finds the cell by name
+// there), where cells are found (EnvCells, read now, and
+// EnvCellsDomain), mutual
 // TLS from EnvCert, EnvKey and EnvCA (default none: plain TCP; the files
 // are read now, so a missing or bad one fails here, not at Dial), and a
 // Dialer following EnvConnectTo's rules. Every other field is left zero (Dial's
@@ -101,13 +104,24 @@ func ConfigFromLookup(lookup func(name string) (string, bool)) (Config, error) {
 	if err := wire.ValidCellName(cfg.Cell); err != nil {
 		return Config{}, &EnvError{Var: EnvCell, Value: cfg.Cell, Err: err}
 	}
-	raw := get(EnvReplicas, DefaultReplicas)
+	cfg.CellsFile, cfg.CellsDomain = get(EnvCells, ""), get(EnvCellsDomain, "")
+	def := DefaultReplicas
+	if cfg.CellsFile != "" || cfg.CellsDomain != "" {
+		// Dial finds the cell's replicas by its name.
+		def = ""
+	}
+	raw := get(EnvReplicas, def)
 	for _, r := range strings.Split(raw, ",") {
 		if r = strings.TrimSpace(r); r != "" {
 			cfg.Replicas = append(cfg.Replicas, r)
 		}
 	}
-	if len(cfg.Replicas) == 0 {
+	if cfg.CellsFile != "" {
+		if _, err := LoadCellsFile(cfg.CellsFile); err != nil {
+			return Config{}, &EnvError{Var: EnvCells, Value: cfg.CellsFile, Err: err}
+		}
+	}
+	if len(cfg.Replicas) == 0 && def != "" {
 		return Config{}, &EnvError{Var: EnvReplicas, Value: raw, Err: errors.New("no replica addresses given")}
 	}
 	if v := get(EnvConnectTo, ""); v != "" {

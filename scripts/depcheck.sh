@@ -26,7 +26,7 @@ BEGIN {
   n = split("" \
     "fixtures: *\n" \
     "deploy: -\n" \
-    "cmd/lockcelld: cell wire codec frame master replica fsm backupfile acl audit =sequencer cache client buildinfo internal/testhook internal/fdlimit\n" \
+    "cmd/lockcelld: cell wire codec frame master replica fsm backupfile acl audit =sequencer cache client mirror buildinfo internal/testhook internal/fdlimit\n" \
     "=cmd/lockcell: client cache wire codec frame cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
     "cmd/lockcell-kv: client cache wire codec frame cell/certs acl backupfile sequencer internal/testhook\n" \
     "codec: -\n" \
@@ -48,6 +48,7 @@ BEGIN {
     "sequencer/httpfence: =sequencer client wire codec frame cell/certs acl backupfile cache internal/testhook\n" \
     "selfcheck/filemodel: -\n" \
     "selfcheck: client wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
+    "mirror: client wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "bench: client wire codec frame cell/certs acl backupfile cache =sequencer internal/testhook\n" \
     "examples: client wire codec frame cell/certs acl backupfile cache sequencer internal/testhook\n" \
     "sequencer: -\n" \
@@ -66,6 +67,7 @@ BEGIN {
   # so they never name the wire.
   nd = split("" \
     "client/recipe: =client =sequencer\n" \
+    "mirror: =client\n" \
     "examples: =client client/recipe client/admin =sequencer sequencer/httpfence", drule, "\n")
   for (i = 1; i <= nd; i++) {
     split(drule[i], kv, ": ")
@@ -74,7 +76,7 @@ BEGIN {
   # Packages that serve clients or resource servers never carry the
   # server side third-party stores with them, and neither do the state
   # machine and the master: Raft and badger belong to the node (replica).
-  nostore = "cell/clientport fsm master client cache sequencer acl audit backupfile wire codec frame =cmd/lockcell cmd/lockcell-kv selfcheck bench examples"
+  nostore = "cell/clientport fsm master client cache sequencer acl audit backupfile wire codec frame =cmd/lockcell cmd/lockcell-kv selfcheck bench mirror examples"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }

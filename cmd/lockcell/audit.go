@@ -73,6 +73,9 @@ func (e *env) audit(c *cli.Context) error {
 	if limit < 0 {
 		return usageErrorf(c, "--limit must not be negative, got %d", limit)
 	}
+	if e.homeErr != nil {
+		return e.homeErr
+	}
 	addrs := e.replicas
 	if r := c.String("replica"); r != "" {
 		addrs = []string{r}

@@ -96,6 +96,9 @@ func (e *env) bench(parent context.Context, cfg bench.Config) error {
 	if e.verbose {
 		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	if e.homeErr != nil {
+		return e.homeErr
+	}
 	cfg.Client.Cell, cfg.Client.Replicas, cfg.Client.TLS, cfg.Client.Logger = e.cell, e.replicas, e.tls, log
 	cfg.Client.ClientName, cfg.Client.RetryTimeout = "lockcell-bench", e.timeout
 	cfg.Client.DialTimeout = min(e.timeout, 2*time.Second)

@@ -30,7 +30,15 @@ type env struct {
 	flagsParsed bool // Before ran: the fields below are set
 	cell        string
 	replicas    []string
-	timeout     time.Duration
+	// cells is where cells are found by name (--cells, --cells-domain):
+	// nil when neither is given. other is the cell of the command's names
+	// when a full name named one other than --cell ("" otherwise): the
+	// command's client dials it.
+	cells client.CellResolver
+	other string
+	// homeErr is why --cell's replicas were not found by its name.
+	homeErr error
+	timeout time.Duration
 	// timeoutSet: --timeout was given (lock waits without limit unless
 	// it, or --wait, was).
 	timeoutSet bool
@@ -73,7 +81,13 @@ func (e *env) setup(c *cli.Context) error {
 	// The library reads the settings, defaults and all, as a program
 	// reading the environment would: each flag stands for its variable
 	// (urfave/cli has already let the variable fill a flag not given).
-	cfg, err := client.ConfigFromLookup(func(name string) (string, bool) { return c.String(envFlags[name]), true })
+	cellsSet := c.String("cells") != "" || c.String("cells-domain") != ""
+	cfg, err := client.ConfigFromLookup(func(name string) (string, bool) {
+		if name == client.EnvReplicas && cellsSet && !c.IsSet("replicas") {
+			return "", false // found by the cell's name
+		}
+		return c.String(envFlags[name]), true
+	})
 	var ee *client.EnvError
 	switch {
 	case errors.Is(err, client.ErrTLSIncomplete):
@@ -86,11 +100,46 @@ func (e *env) setup(c *cli.Context) error {
 		return err
 	}
 	e.cell, e.replicas, e.tls, e.dial = cfg.Cell, cfg.Replicas, cfg.TLS, cfg.Dialer
+	if cellsSet {
+		if e.cells, err = client.CellResolverFor(cfg); err != nil {
+			return err
+		}
+	}
 	e.connectTo = c.String("connect-to")
 	if e.tls != nil {
 		e.certFiles = [3]string{c.String("cert"), c.String("key"), c.String("ca")}
 	}
 	e.ctx, e.cancel = context.WithTimeout(c.Context, e.timeout)
+	if len(e.replicas) == 0 && e.cells != nil {
+		// --cell without --replicas: its replicas are found by its name.
+		// A cell found nowhere fails the command only once it needs the
+		// cell: its names may all be of other cells.
+		e.replicas, e.homeErr = e.cells.LookupCell(e.ctx, e.cell)
+	}
+	return nil
+}
+
+// useCell makes the command's client one of cell, whose name a full name
+// on the command line gave: with --cells or --cells-domain a name of
+// another cell than --cell is reached there. Names of two cells in one
+// command are refused (cells are independent: nothing spans two).
+func (e *env) useCell(op, arg, cell string) error {
+	if cell == e.cell && e.other == "" {
+		return nil
+	}
+	if e.cells == nil {
+		return nil // ValidateName says it is not a name of --cell
+	}
+	switch {
+	case e.other == "" && e.cl == nil:
+		e.other = cell
+	case e.other != cell:
+		first := e.other
+		if first == "" {
+			first = e.cell
+		}
+		return &opError{op: op, path: arg, err: fmt.Errorf("%w: %s and %s", client.ErrCrossCell, first, cell)}
+	}
 	return nil
 }
 
@@ -98,7 +147,7 @@ func (e *env) setup(c *cli.Context) error {
 // client.ConfigFromLookup reads.
 var envFlags = map[string]string{
 	client.EnvCell: "cell", client.EnvReplicas: "replicas", client.EnvCert: "cert", client.EnvKey: "key",
-	client.EnvCA: "ca", client.EnvConnectTo: "connect-to",
+	client.EnvCA: "ca", client.EnvConnectTo: "connect-to", client.EnvCells: "cells", client.EnvCellsDomain: "cells-domain",
 }
 
 // client returns the session with the cell, dialing it on first use.
@@ -114,7 +163,18 @@ func (e *env) client() (*client.Client, error) {
 	if e.retry > 0 {
 		retry = e.retry
 	}
-	cl, err := client.Dial(e.ctx, client.Config{Cell: e.cell, Replicas: e.replicas, ClientName: "lockcell-cli",
+	cell, replicas := e.cell, e.replicas
+	if e.homeErr != nil && (e.other == "" || e.other == e.cell) {
+		return nil, e.homeErr
+	}
+	if e.other != "" && e.other != e.cell {
+		var err error
+		if replicas, err = e.cells.LookupCell(e.ctx, e.other); err != nil {
+			return nil, err
+		}
+		cell = e.other
+	}
+	cl, err := client.Dial(e.ctx, client.Config{Cell: cell, Replicas: replicas, ClientName: "lockcell-cli",
 		RetryTimeout: retry, DialTimeout: min(e.timeout, 2*time.Second), GracePeriod: e.grace, Logger: log,
 		TLS: e.tls, Dialer: e.dialer()})
 	if err != nil {
@@ -159,7 +219,14 @@ func (e *env) name(op, arg string) (string, error) {
 	if t := strings.TrimRight(n, "/"); t != "" {
 		n = t
 	}
-	if err := wire.ValidateName(e.cell, n); err != nil {
+	cell := e.cell
+	if other, ok := client.CellOf(n); ok && e.cells != nil {
+		if err := e.useCell(op, arg, other); err != nil {
+			return "", err
+		}
+		cell = other
+	}
+	if err := wire.ValidateName(cell, n); err != nil {
 		return "", &opError{op: op, path: arg, err: err}
 	}
 	return n, nil
@@ -253,6 +320,10 @@ func errorCode(err error) string {
 		return "closed"
 	case errors.Is(err, recipe.ErrNotCounter):
 		return "not_counter"
+	case errors.Is(err, client.ErrUnknownCell):
+		return "unknown_cell"
+	case errors.Is(err, client.ErrCrossCell):
+		return "cross_cell"
 	case errors.As(err, &we):
 		return we.Code.Name()
 	}

@@ -72,6 +72,9 @@ func healthCommand(e *env) *cli.Command {
 			if lim.MaxContact <= 0 {
 				return usageErrorf(c, "--max-contact must be positive, got %v", lim.MaxContact)
 			}
+			if e.homeErr != nil {
+				return e.homeErr
+			}
 			rows := e.queryStatusBy(admin.QueryStatusDetail)
 			answers := make([]admin.StatusAnswer, len(rows))
 			for i, r := range rows {

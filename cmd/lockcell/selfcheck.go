@@ -76,6 +76,9 @@ func (e *env) selfcheck(parent context.Context, cfg selfcheck.Config) error {
 		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	timeout := e.timeout
+	if e.homeErr != nil {
+		return e.homeErr
+	}
 	cfg.Client.Cell, cfg.Client.Replicas, cfg.Client.TLS, cfg.Client.Logger = e.cell, e.replicas, e.tls, log
 	cfg.Client.ClientName, cfg.Client.RetryTimeout = "lockcell-selfcheck", timeout
 	cfg.Client.DialTimeout = min(timeout, 2*time.Second)

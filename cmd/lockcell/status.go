@@ -39,6 +39,9 @@ func statusCommand(e *env) *cli.Command {
 			if err := wantArgs(c, 0, 0); err != nil {
 				return err
 			}
+			if e.homeErr != nil {
+				return e.homeErr
+			}
 			rows := e.queryStatus()
 			masterID, masterAddr := pickMaster(rows)
 			for i := range rows {

@@ -47,7 +47,7 @@ func main() {
 			&cli.StringFlag{Name: "audit-log", Value: "stderr", EnvVars: []string{"LOCKCELL_AUDIT_LOG"},
 				Usage: "where this replica's audit lines (permission denials, ACL changes it served as master) go, whatever --log-level says: stderr, stdout, a file (appended; SIGHUP reopens it, for rotation) or off"},
 		},
-		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand()},
+		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand(), mirrorCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "lockcelld:", err)
@@ -134,6 +134,7 @@ func raftFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "raft-heartbeat", Value: d.HeartbeatTimeout, Usage: "Raft heartbeat timeout: a follower that hears no leader for this long starts an election (>= --raft-leader-lease)"},
 		&cli.DurationFlag{Name: "raft-election", Value: d.ElectionTimeout, Usage: "Raft election timeout: a candidate without a majority for this long tries again (>= --raft-heartbeat; unset, raised to it)"},
 		&cli.DurationFlag{Name: "raft-leader-lease", Value: d.LeaderLeaseTimeout, Usage: "Raft leader lease: a leader that cannot reach a majority for this long steps down (<= --raft-heartbeat; unset, lowered to it)"},
+		&cli.DurationFlag{Name: "raft-commit-timeout", Value: d.CommitTimeout, Usage: "Raft commit timeout: with no new entry to send, the master tells each follower the commit index every 1-2x this long, so followers apply a write up to 2x this late; the shorter, the more an idle cell costs"},
 		&cli.DurationFlag{Name: "snapshot-interval", Value: d.SnapshotInterval, Usage: "how often (randomised up to 2x) Raft checks whether to snapshot"},
 		&cli.Uint64Flag{Name: "snapshot-threshold", Value: d.SnapshotThreshold, Usage: "log entries since the last snapshot that trigger a snapshot"},
 		&cli.Uint64Flag{Name: "trailing-logs", Value: d.TrailingLogs, Usage: "log entries kept behind a snapshot; a follower further behind installs the snapshot"},
@@ -149,6 +150,7 @@ func raftTimings(c *cli.Context) replica.Timings {
 	t.HeartbeatTimeout, t.ElectionTimeout = c.Duration("raft-heartbeat"), c.Duration("raft-election")
 	t.LeaderLeaseTimeout, t.SnapshotInterval = c.Duration("raft-leader-lease"), c.Duration("snapshot-interval")
 	t.SnapshotThreshold, t.TrailingLogs = c.Uint64("snapshot-threshold"), c.Uint64("trailing-logs")
+	t.CommitTimeout = c.Duration("raft-commit-timeout")
 	if !c.IsSet("raft-election") {
 		t.ElectionTimeout = max(t.ElectionTimeout, t.HeartbeatTimeout)
 	}

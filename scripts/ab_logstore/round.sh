@@ -1,5 +1,6 @@
 #!/bin/bash
 # usage: round.sh STORE CLIENTS TAG  -> appends JSON lines to ${AB:-/tmp/ab}/results.jsonl
+# WORKLOADS="write lock-uncontended" (the default) or any lockcell bench workloads; DUR=10s
 STORE=$1; C=$2; TAG=$3
 mkdir -p ${AB:-/tmp/ab}
 BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}; DIR=${AB:-/tmp/ab}/d
@@ -10,7 +11,7 @@ M=$($BIN/lockcell --replicas $REPL --json status | python3 -c 'import json,sys; 
 MP=$(cat $DIR/r$M.pid)
 cpu() { awk '{print $14+$15}' /proc/$1/stat; }
 idx() { $BIN/lockcell --replicas $REPL --json status | python3 -c 'import json,sys; print([r["status"]["commit_index"] for r in json.load(sys.stdin) if r["is_master"]][0])'; }
-for w in write lock-uncontended; do
+for w in ${WORKLOADS:-write lock-uncontended}; do
   c0=$(cpu $MP); i0=$(idx); t0=$(date +%s.%N)
   out=$($BIN/lockcell --replicas $REPL bench $w --json --clients $C --duration ${DUR:-10s} --warmup 2s)
   c1=$(cpu $MP); i1=$(idx); t1=$(date +%s.%N)
