@@ -156,8 +156,10 @@ bench-cell: build
 # regions with a one-way delay per pair (fixtures/chaos TestGeography), a
 # cell spread 2+2+1 over them and a cell in one region, each measured from
 # clients in every region. As root; a measurement, not part of make test.
-# LOCKCELL_GEO_SPREADS (default 20ms,50ms,100ms; ab/ac/bc gives each pair
-# its own), LOCKCELL_GEO_WINDOW, LOCKCELL_GEO_KILLS, LOCKCELL_GEO_CLIENTS,
+# The global mirror's lag from a cell in one region to a cell in another
+# too. LOCKCELL_GEO_SPREADS (default 20ms,50ms,100ms; ab/ac/bc gives each
+# pair its own), LOCKCELL_GEO_LAYOUTS (default spread,regional,mirror),
+# LOCKCELL_GEO_WINDOW, LOCKCELL_GEO_KILLS, LOCKCELL_GEO_CLIENTS,
 # LOCKCELL_GEO_RAFT (scaled or default) and LOCKCELL_GEO_OUT (a file for
 # the table) tune it.
 bench-geo: netns-deps
