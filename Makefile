@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -count=1 -timeout 14m
 # they build; release builds (make build, the image) have none.
 TESTTAGS  ?= faultpoints
 
-.PHONY: all build run certs test bench bench-cell race vet depcheck fmt clean
+.PHONY: all build run certs test bench bench-cell bench-geo race vet depcheck fmt clean
 .PHONY: torture
 .PHONY: fuzz-short netns-deps browser-deps postgres-deps prometheus-deps
 
@@ -150,6 +150,20 @@ bench-cell: build
 	@for w in lock-uncontended lock-contended 'read --variant linearizable' 'read --variant cached' write; do \
 	  $(BIN)/lockcell bench $$w $(BENCHFLAGS) || exit 1; \
 	done
+
+# What distance between regions costs (docs/operations.md, "Geography"):
+# real lockcelld processes in a private network namespace split into three
+# regions with a one-way delay per pair (fixtures/chaos TestGeography), a
+# cell spread 2+2+1 over them and a cell in one region, each measured from
+# clients in every region. As root; a measurement, not part of make test.
+# The global mirror's lag from a cell in one region to a cell in another
+# too. LOCKCELL_GEO_SPREADS (default 20ms,50ms,100ms; ab/ac/bc gives each
+# pair its own), LOCKCELL_GEO_LAYOUTS (default spread,regional,mirror),
+# LOCKCELL_GEO_WINDOW, LOCKCELL_GEO_KILLS, LOCKCELL_GEO_CLIENTS,
+# LOCKCELL_GEO_RAFT (scaled or default) and LOCKCELL_GEO_OUT (a file for
+# the table) tune it.
+bench-geo: netns-deps
+	LOCKCELL_GEO=1 $(GO) test -count=1 -tags '$(TESTTAGS)' -run '^TestGeography$$' -v -timeout 60m ./fixtures/chaos/
 
 # The package dependency rule of DESIGN.md, on each package's transitive
 # dependencies (go list's .Deps).
