@@ -79,12 +79,13 @@ var SettingRanges = map[string]SettingRange{
 
 	// Raft: raft refuses timings under 5 ms; a minute without a heartbeat
 	// is an outage, not a timing.
-	"raft-heartbeat":     durations(5*time.Millisecond, time.Minute),
-	"raft-election":      durations(5*time.Millisecond, time.Minute),
-	"raft-leader-lease":  durations(5*time.Millisecond, time.Minute),
-	"snapshot-interval":  durations(5*time.Millisecond, 24*time.Hour),
-	"snapshot-threshold": counts(1, 1<<50), // log entries on disk: huge means "seldom"
-	"trailing-logs":      counts(1, 1<<40),
+	"raft-heartbeat":      durations(5*time.Millisecond, time.Minute),
+	"raft-election":       durations(5*time.Millisecond, time.Minute),
+	"raft-leader-lease":   durations(5*time.Millisecond, time.Minute),
+	"raft-commit-timeout": durations(time.Millisecond, 10*time.Second),
+	"snapshot-interval":   durations(5*time.Millisecond, 24*time.Hour),
+	"snapshot-threshold":  counts(1, 1<<50), // log entries on disk: huge means "seldom"
+	"trailing-logs":       counts(1, 1<<40),
 
 	// The client port. Counts bound goroutines and file descriptors;
 	// bytes bound memory.
