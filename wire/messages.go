@@ -558,6 +558,9 @@ type ReplicaStatus struct {
 	// as its own; 0 for the master itself and for a member not heard
 	// from in this term.
 	MatchIndex uint64 `msgpack:"mi,omitempty"`
+	// Role (from the master only) is RoleReadReplica for a read replica,
+	// empty for a member that votes or will once caught up.
+	Role string `msgpack:"ro,omitempty"`
 }
 
 // DiskUsage is what one replica keeps on disk, in bytes, measured at most
