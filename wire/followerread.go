@@ -43,14 +43,6 @@ type FollowerReadRequest struct {
 	Req            HandleRequest `msgpack:"q"`
 	MaxStaleMillis int64         `msgpack:"ms"`
 	MinIndex       uint64        `msgpack:"mi,omitempty"`
-	// IndexOnly asks the serving master for a read index and no read: the
-	// command index of its state after a round of contact with a quorum
-	// begun after the call arrived (Read and Req are ignored).
-	IndexOnly bool `msgpack:"io,omitempty"`
-	// ReadIndex says MinIndex is such a read index: a follower answers
-	// once its state reaches it (waiting up to MaxStaleMillis for it),
-	// with no staleness proof, and the read is linearizable.
-	ReadIndex bool `msgpack:"ri,omitempty"`
 }
 
 // FollowerReadResponse is the answer of a follower read: exactly one of
