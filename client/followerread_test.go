@@ -86,3 +86,40 @@ func TestFollowerReadRefusesPastTheBound(t *testing.T) {
 		t.Logf("mode %d: the follower answered %d reads within the bound of its last proof, then refused", mode, fromF)
 	}
 }
+
+// A read-index read at a follower is linearizable: a reader that has not
+// seen a write reads it as soon as the write returned, from whichever
+// follower answers, and a follower whose appends are held never answers.
+func TestFollowerLinearizableRead(t *testing.T) {
+	c, link := fixtures.NewLinkedCell(t, 5, fixtures.Options{})
+	ctx := testCtx(t, 60*time.Second)
+	m := c.WaitForMaster(30 * time.Second)
+	writer, reader := c.Client(t), c.Client(t)
+	w := open(t, ctx, writer, c.Name("f"), client.Read|client.Write|client.Create)
+	r := open(t, ctx, reader, c.Name("f"), client.Read)
+	f := (m + 1) % 5
+	fid := c.Server(f).ID()
+	link(fid).Set(fixtures.LinkHoldAppends)
+	followers := 0
+	for i := range 40 {
+		want := []byte{'v', byte('0' + i%10)}
+		if err := w.SetContents(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		reader.ForgetReadFloor()
+		var info client.ReadInfo
+		got, _, err := r.GetContentsAndStat(ctx, client.FollowerLinearizable(), client.WithReadInfo(&info))
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("read %d after the write of %q: %q %v (%+v)", i, want, got, err, info)
+		}
+		if info.Replica == fid {
+			t.Fatalf("read %d: the follower whose appends are held answered: %+v", i, info)
+		}
+		if info.Follower {
+			followers++
+		}
+	}
+	if followers == 0 {
+		t.Fatal("no follower answered a read-index read")
+	}
+}
