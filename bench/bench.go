@@ -70,16 +70,13 @@ const (
 	// Result.Extra["follower_share"] is the share of reads a follower
 	// answered.
 	Follower = "follower"
-	// ReadIndexV reads with client.FollowerLinearizable: a read index from
-	// the master, then the read at a follower once it reaches it.
-	ReadIndexV = "readindex"
 )
 
 // FollowerStaleness is the bound of the Follower variant's reads.
 const FollowerStaleness = time.Second
 
 // ReadVariants lists the variants of Read; the first is the default.
-var ReadVariants = []string{Linearizable, Cached, Follower, ReadIndexV}
+var ReadVariants = []string{Linearizable, Cached, Follower}
 
 // CAS is the variant a Write result carries (Write has no other): its
 // writes are compare-and-swaps, and the comparison's lines name them so.

@@ -88,7 +88,7 @@ func (r *run) workload(ctx context.Context) (opener, error) {
 		if r.cfg.Variant != Cached {
 			opts = append(opts, client.WithoutCache())
 		}
-		follower := r.cfg.Variant == Follower || r.cfg.Variant == ReadIndexV
+		follower := r.cfg.Variant == Follower
 		return func(ctx context.Context, bc *benchClient, i int) error {
 			h, err := bc.c.Open(ctx, name, client.Read, opts...)
 			if err != nil {
@@ -99,9 +99,6 @@ func (r *run) workload(ctx context.Context) (opener, error) {
 			var ropts []client.ReadOption
 			if follower {
 				ropts = []client.ReadOption{client.MaxStaleness(FollowerStaleness), client.WithReadInfo(&info)}
-				if r.cfg.Variant == ReadIndexV {
-					ropts = []client.ReadOption{client.FollowerLinearizable(), client.WithReadInfo(&info)}
-				}
 			}
 			bc.op = func(ctx context.Context) (time.Duration, error) {
 				t := time.Now()

@@ -93,7 +93,6 @@ func New(cfg Config) (*Server, error) {
 		DefaultLockDelay: cfg.DefaultLockDelay,
 		Logger:           s.log, Audit: cfg.auditLogger(), Admin: cfg.admin(), Limits: cfg.SessionLimits,
 		Members: cfg.bootstrapMembers()}, rep, rep.FSM())
-	s.master.SetReadIndexer((&readIndexer{s: s}).index)
 	s.hashes = &hashGate{interval: cfg.StateHashInterval, now: time.Now}
 	if s.hashes.interval <= 0 {
 		s.hashes.interval = DefaultStateHashInterval

@@ -22,22 +22,9 @@ import (
 type ReadOption func(*readOptions)
 
 type readOptions struct {
-	maxStale  time.Duration
-	info      *ReadInfo
-	readIndex bool
+	maxStale time.Duration
+	info     *ReadInfo
 }
-
-// FollowerLinearizable makes the read linearizable yet answered by a
-// follower: the follower asks the master for a read index (the index of
-// its state after a round of contact with a quorum begun after the ask;
-// one ask serves every read that arrived before it was sent), then
-// answers once its state reaches it (ReadIndex). Not cached.
-func FollowerLinearizable() ReadOption {
-	return func(o *readOptions) { o.readIndex = true }
-}
-
-// follower reports whether the read goes to a follower.
-func (o *readOptions) follower() bool { return o.maxStale > 0 || o.readIndex }
 
 // MaxStaleness lets the read be answered by a replica that is not the
 // master, from a state that may miss writes acknowledged less than d
@@ -126,9 +113,6 @@ func (h *Handle) followerRead(ctx context.Context, m wire.Method, req wire.Handl
 	// Session and handle ids are command indexes: a state at or past
 	// both knows them.
 	freq := wire.FollowerReadRequest{Read: m, Req: req, MaxStaleMillis: max(1, o.maxStale.Milliseconds()), MinIndex: max(c.stale.seen.Load(), hd.Session, req.Handle)}
-	if o.readIndex {
-		freq.ReadIndex, freq.MaxStaleMillis = true, followerTry.Milliseconds()/2
-	}
 	tctx, cancel := c.withDeadline(ctx, c.clock.Now().Add(followerTry))
 	st, err := cn.call(tctx, &hd, &freq, out)
 	cancel()

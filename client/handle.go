@@ -491,7 +491,7 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 // linearizable: it reflects every write that completed before it began,
 // unless given MaxStaleness (followerread.go).
 func (h *Handle) GetContentsAndStat(ctx context.Context, opts ...ReadOption) ([]byte, Stat, error) {
-	if o := readOpts(opts); o.follower() {
+	if o := readOpts(opts); o.maxStale > 0 {
 		return h.staleContents(ctx, &o)
 	}
 	r, err := h.cachedRead(ctx, "read", kindContents, true, func(fill bool) (cached, bool, error) {
@@ -515,7 +515,7 @@ func (h *Handle) GetContentsAndStat(ctx context.Context, opts ...ReadOption) ([]
 // GetStat reads the node's metadata: linearizable, unless given
 // MaxStaleness (followerread.go).
 func (h *Handle) GetStat(ctx context.Context, opts ...ReadOption) (Stat, error) {
-	if o := readOpts(opts); o.follower() {
+	if o := readOpts(opts); o.maxStale > 0 {
 		return h.staleStat(ctx, &o)
 	}
 	r, err := h.cachedRead(ctx, "stat", kindStat, true, func(fill bool) (cached, bool, error) {
@@ -543,7 +543,7 @@ func (h *Handle) GetStat(ctx context.Context, opts ...ReadOption) (Stat, error) 
 // one point in time. Given MaxStaleness, each page is a follower read
 // (followerread.go), never cached.
 func (h *Handle) ReadDir(ctx context.Context, opts ...ReadOption) ([]DirEntry, error) {
-	if o := readOpts(opts); o.follower() {
+	if o := readOpts(opts); o.maxStale > 0 {
 		return h.staleReadDir(ctx, &o)
 	}
 	r, err := h.cachedRead(ctx, "readdir", kindDir, true, func(fill bool) (cached, bool, error) {

@@ -20,7 +20,7 @@ import (
 // of the name from a follower than from the master.
 
 // Follower is what a replica that is not the master offers for reads of
-// bounded staleness and read-index reads. The master takes it from its Consensus when that
+// bounded staleness. The master takes it from its Consensus when that
 // implements it (replica.Replica does).
 type Follower interface {
 	// ID is the replica's id, which answers name.
@@ -29,8 +29,6 @@ type Follower interface {
 	// is: every write the cell acknowledged more than age ago is in it;
 	// ok is false when the replica cannot show any bound.
 	ReadProof(applied uint64) (age time.Duration, ok bool)
-	// AppliedWake returns a channel closed at the next apply.
-	AppliedWake() <-chan struct{}
 }
 
 // staleRead is what a follower read carries through the read handlers:
@@ -39,12 +37,6 @@ type staleRead struct {
 	max      time.Duration
 	minIndex uint64
 	proof    func(applied uint64) (time.Duration, bool)
-	// readIndex: minIndex is a read index the master proved; wait for it
-	// (up to max) instead of proving freshness.
-	readIndex bool
-	wake      func() <-chan struct{}
-	askIndex  func(ctx context.Context) (uint64, error)
-	proven    bool // verifyRead succeeded: later looks need not prove again
 	// Set by verifyRead and the answering view.
 	age   time.Duration
 	index uint64
@@ -57,26 +49,8 @@ func (r *reads) verifyRead(ctx context.Context, c *call) error {
 	if st == nil {
 		return r.verify(ctx)
 	}
-	if st.proven {
-		return nil // the handlers' second look: proven at admission
-	}
 	var applied, command uint64
 	r.read(func(v fsm.View) { applied, command = v.Indexes() })
-	if st.readIndex {
-		if st.askIndex == nil {
-			return wire.Errorf(wire.CodeStaleRead, "replica cannot ask the master for a read index")
-		}
-		idx, err := st.askIndex(ctx)
-		if err != nil {
-			return wire.Errorf(wire.CodeStaleRead, "replica could not get a read index from the master: %v", err)
-		}
-		st.minIndex = max(st.minIndex, idx)
-		if err := r.awaitIndex(ctx, st); err != nil {
-			return err
-		}
-		st.proven = true
-		return nil
-	}
 	if command < st.minIndex {
 		return wire.Errorf(wire.CodeStaleRead, "replica holds index %d, the caller has seen %d", command, st.minIndex)
 	}
@@ -87,31 +61,8 @@ func (r *reads) verifyRead(ctx context.Context, c *call) error {
 	case age > st.max:
 		return wire.Errorf(wire.CodeStaleRead, "replica state may be %v old, past the bound of %v", age.Round(time.Millisecond), st.max)
 	}
-	st.age, st.proven = age, true
+	st.age = age
 	return nil
-}
-
-// awaitIndex waits, up to the call's bound, until the state reaches the
-// read index the master proved: every write acknowledged before the read
-// began is then in it (the master's round began after the read did).
-func (r *reads) awaitIndex(ctx context.Context, st *staleRead) error {
-	timer := time.NewTimer(st.max)
-	defer timer.Stop()
-	for {
-		wake := st.wake() // before the look: an apply in between still wakes us
-		var command uint64
-		r.read(func(v fsm.View) { _, command = v.Indexes() })
-		if command >= st.minIndex {
-			return nil
-		}
-		select {
-		case <-wake:
-		case <-timer.C:
-			return wire.Errorf(wire.CodeStaleRead, "replica did not reach the read index %d within %v (at %d)", st.minIndex, st.max, command)
-		case <-ctx.Done():
-			return toWire(ctx.Err())
-		}
-	}
 }
 
 // noteAnswered records, for a follower read, the index of the view that
@@ -143,9 +94,6 @@ func (s *Server) DispatchFollowerRead(ctx context.Context, caller Caller, h *wir
 	req.Req.Cache = false // a possibly stale answer is never cached
 	inner := *h
 	inner.Method = req.Read
-	if req.IndexOnly {
-		return s.readIndex(ctx)
-	}
 	if serving, _ := s.Serving(); serving {
 		return s.followerReadAtMaster(ctx, caller, &inner, &req)
 	}
@@ -155,8 +103,7 @@ func (s *Server) DispatchFollowerRead(ctx context.Context, caller Caller, h *wir
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
 	}
-	st := &staleRead{max: time.Duration(req.MaxStaleMillis) * time.Millisecond, minIndex: req.MinIndex, proof: s.follower.ReadProof,
-		readIndex: req.ReadIndex, wake: s.follower.AppliedWake, askIndex: s.askIndex}
+	st := &staleRead{max: time.Duration(req.MaxStaleMillis) * time.Millisecond, minIndex: req.MinIndex, proof: s.follower.ReadProof}
 	c := &call{caller: caller, admin: caller.Principal == s.cfg.Admin, h: &inner, stale: st}
 	// Freshness first: no answer, a denial included, comes from a state
 	// older than the bound.
@@ -235,27 +182,5 @@ func (s *Server) followerReadAtMaster(ctx context.Context, caller Caller, h *wir
 	case *wire.ReadDirResponse:
 		out.Dir = r
 	}
-	return out, epoch, nil
-}
-
-// SetReadIndexer gives a follower the way to ask the master for a read
-// index (cell's readIndexer); without one, read-index reads are refused
-// CodeStaleRead.
-func (s *Server) SetReadIndexer(ask func(ctx context.Context) (uint64, error)) { s.askIndex = ask }
-
-// readIndex answers an IndexOnly follower read at the serving master: the
-// command index of its state after a leadership proof begun after the
-// call arrived (reads.verify), so a follower whose state reaches it holds
-// every write acknowledged before the call.
-func (s *Server) readIndex(ctx context.Context) (any, uint64, error) {
-	serving, epoch := s.Serving()
-	if !serving {
-		return nil, epoch, wire.ErrNotMaster
-	}
-	if err := s.r.verify(ctx); err != nil {
-		return nil, epoch, toWire(err)
-	}
-	out := &wire.FollowerReadResponse{Master: true}
-	s.read(func(v fsm.View) { _, out.Index = v.Indexes() })
 	return out, epoch, nil
 }

@@ -159,9 +159,6 @@ type Server struct {
 	// follower is the replica's freshness proof for follower reads, nil
 	// when its Consensus offers none.
 	follower Follower
-	// askIndex asks the master for a read index (SetReadIndexer), for a
-	// follower's read-index reads.
-	askIndex func(ctx context.Context) (uint64, error)
 }
 
 // parts are the master's parts, each with a lock of its own (DESIGN.md

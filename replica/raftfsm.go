@@ -23,9 +23,6 @@ type raftFSM struct {
 	// Restore after that is a snapshot install, not the start-up restore
 	// (the CrashSnapshotInstall crash point tells the two apart).
 	live atomic.Bool
-	// wake tells follower reads waiting for an index that an entry was
-	// applied (readindex.go).
-	wake applyWake
 }
 
 var _ raft.FSM = (*raftFSM)(nil)
@@ -35,7 +32,6 @@ func (a *raftFSM) Apply(l *raft.Log) any {
 	start := time.Now()
 	res := a.f.ApplyEntry(l.Index, l.Data)
 	a.h.Observe(time.Since(start))
-	a.wake.fire()
 	return res
 }
 

@@ -164,7 +164,6 @@ type Replica struct {
 	stats      *replicaStats // operators' figures (stats.go)
 	progress   *progress     // followers' progress as leader (progress.go)
 	watch      *commitWatch  // the leader's commit index as a follower learns it (freshness.go)
-	rf         *raftFSM      // the state machine as raft applies to it
 	addrs      *peerAddrs    // the built-in transport's address book, or nil
 	batcher    *batcher      // group commit of Apply (batch.go)
 	snaps      raft.SnapshotStore
@@ -319,7 +318,7 @@ func Open(cfg Config) (*Replica, error) {
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
-	rep := &Replica{rf: rf, cfg: cfg, log: log, raft: r, fsm: sm, store: store, transport: trans, port: port, snaps: snaps, trail: trail,
+	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: sm, store: store, transport: trans, port: port, snaps: snaps, trail: trail,
 		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, watch: watch, addrs: addrs}
 	rep.batcher = newBatcher(r, rep.done)
 	go rep.forwardLeadership()

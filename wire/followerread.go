@@ -43,15 +43,6 @@ type FollowerReadRequest struct {
 	Req            HandleRequest `msgpack:"q"`
 	MaxStaleMillis int64         `msgpack:"ms"`
 	MinIndex       uint64        `msgpack:"mi,omitempty"`
-	// IndexOnly asks the serving master for a read index and no read: the
-	// command index of its state after a round of contact with a quorum
-	// begun after the call arrived (Read and Req are ignored).
-	IndexOnly bool `msgpack:"io,omitempty"`
-	// ReadIndex asks a follower for a linearizable read: it asks the
-	// master for a read index (IndexOnly) begun after the read arrived
-	// and answers once its state reaches it and MinIndex (waiting up to
-	// MaxStaleMillis), with no staleness proof.
-	ReadIndex bool `msgpack:"ri,omitempty"`
 }
 
 // FollowerReadResponse is the answer of a follower read: exactly one of
