@@ -60,6 +60,22 @@ func TestReadReplicaServesStaleReadsNeverVotes(t *testing.T) {
 		}
 	}
 	stays("first master")
+	// Every replica's status names the role (it is replicated).
+	for _, addr := range []string{p.ClientAddr, c.Addrs()[0]} {
+		st, err := lcadmin.QueryStatus(ctx, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var role string
+		for _, r := range st.Replicas {
+			if r.ID == "r1" {
+				role = r.Role
+			}
+		}
+		if role != "read-replica" {
+			t.Fatalf("the status from %s gives r1 the role %q", addr, role)
+		}
+	}
 	pollUntil(t, 20*time.Second, "the read replica answers a stale read", func() bool {
 		var info client.ReadInfo
 		got, _, err := h.GetContentsAndStat(ctx, client.MaxStaleness(2*time.Second), client.WithReadInfo(&info))

@@ -558,8 +558,9 @@ type ReplicaStatus struct {
 	// as its own; 0 for the master itself and for a member not heard
 	// from in this term.
 	MatchIndex uint64 `msgpack:"mi,omitempty"`
-	// Role (from the master only) is RoleReadReplica for a read replica,
-	// empty for a member that votes or will once caught up.
+	// Role is RoleReadReplica for a read replica, empty for a member that
+	// votes or will once caught up (every replica knows it: it is in the
+	// replicated member table).
 	Role string `msgpack:"ro,omitempty"`
 }
 
