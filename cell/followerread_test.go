@@ -1,6 +1,7 @@
 package cell_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"lockcell/client"
 	"lockcell/fixtures"
 	"lockcell/internal/testhook"
+	"lockcell/master"
 	"lockcell/wire"
 )
 
@@ -163,4 +165,49 @@ func TestFollowerReadDenialIsTheMasters(t *testing.T) {
 	if err != nil || string(got) != "s3cret" {
 		t.Fatalf("the admin's stale read: %q %v (%+v)", got, err, info)
 	}
+}
+
+// A principal's follower reads are rationed on the follower that answers
+// them, as its reads are on the master: a reader pulling a 60 KiB file
+// through the followers as fast as it can gets about the ration's worth
+// of bytes a second from each, not what the replicas could serve.
+func TestFollowerReadRationed(t *testing.T) {
+	certs := fixtures.TestCerts(t, "admin", "reader")
+	const rate = 64 << 10
+	c := fixtures.NewCell(t, 3, fixtures.Options{TLS: certs, Admin: "admin", SessionLimits: master.Limits{ReadBytesPerSecond: rate}})
+	ctx := ctxT(t, 60*time.Second)
+	admin := c.ClientWith(t, c.ClientConfigAs("admin"))
+	reader := c.ClientWith(t, c.ClientConfigAs("reader"))
+	big := make([]byte, 60<<10)
+	mustOpen(t, ctx, admin, c.Name("big"), client.Read|client.Write|client.Create, client.WithContents(big)).Close()
+	h := mustOpen(t, ctx, reader, c.Name("big"), client.Read)
+	const window = 2 * time.Second
+	answered := 0
+	for end := time.Now().Add(window); time.Now().Before(end); {
+		var info client.ReadInfo
+		rctx, cancel := context.WithDeadline(ctx, end)
+		got, _, err := h.GetContentsAndStat(rctx, client.MaxStaleness(5*time.Second), client.WithReadInfo(&info))
+		cancel()
+		if err != nil {
+			if rctx.Err() != nil {
+				break // the window ended while the ration held the read
+			}
+			t.Fatal(err)
+		}
+		if len(got) != len(big) {
+			t.Fatalf("read %d bytes", len(got))
+		}
+		if info.Follower {
+			answered++
+		}
+	}
+	// Two followers, each a bucket of one second's ration that refills
+	// at the ration and lets a read in while not in debt: at most two
+	// reads on the full bucket, then the window's refill, from each.
+	limit := int(2 * (2 + window.Seconds()*rate/float64(len(big)+2<<10)))
+	if answered == 0 || answered > limit+1 {
+		t.Fatalf("followers answered %d reads of %d KiB in %v, want 1 to %d under a ration of %d KiB/s each",
+			answered, len(big)>>10, window, limit+1, rate>>10)
+	}
+	t.Logf("followers answered %d reads in %v (at most %d under the ration)", answered, window, limit+1)
 }
