@@ -50,3 +50,35 @@ func TestStaleReadVerbs(t *testing.T) {
 		t.Fatalf("stat --max-staleness --json: %q (%v)", out, err)
 	}
 }
+
+// lockcell replica add --read-replica adds a member that list shows as a
+// read replica, which add does not wait to see vote.
+func TestReplicaAddReadReplica(t *testing.T) {
+	c := fixtures.NewCell(t, 3, fixtures.Options{})
+	r := cliRunner{t, []string{"--cell", "t", "--replicas", strings.Join(c.Addrs(), ","), "--timeout", "30s"}}
+	_, p := c.StartJoiner("r1", nil)
+	out := r.ok("replica", "add", "--read-replica", "r1", p.ClientAddr, p.RaftAddr).stdout
+	if !strings.Contains(out, "read-replica") || !strings.Contains(out, "3 voters") {
+		t.Fatalf("replica add --read-replica printed:\n%s", out)
+	}
+	var list struct {
+		Replicas []struct {
+			ID       string `json:"id"`
+			Suffrage string `json:"suffrage"`
+			Role     string `json:"role"`
+		} `json:"replicas"`
+	}
+	js := r.ok("--json", "replica", "list").stdout
+	if err := json.Unmarshal([]byte(js), &list); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, m := range list.Replicas {
+		if m.ID == "r1" {
+			found = m.Suffrage == "nonvoter" && m.Role == "read-replica"
+		}
+	}
+	if !found {
+		t.Fatalf("replica list --json: %s", js)
+	}
+}
