@@ -147,7 +147,7 @@ bench:
 # --cell for another cell).
 BENCHFLAGS ?=
 bench-cell: build
-	@for w in lock-uncontended lock-contended 'read --variant linearizable' 'read --variant cached' write; do \
+	@for w in lock-uncontended lock-contended 'read --variant linearizable' 'read --variant cached' 'read --variant follower' write; do \
 	  $(BIN)/lockcell bench $$w $(BENCHFLAGS) || exit 1; \
 	done
 

@@ -62,10 +62,21 @@ const (
 	// library's default): after the first read every read is a cache
 	// hit, with no call. No peer system has a counterpart.
 	Cached = "cached"
+	// Follower reads with client.MaxStaleness(FollowerStaleness): each
+	// read is a call a replica other than the master answers from its own
+	// state, spread over them, falling back to the master when one
+	// cannot prove its state fresh enough; never cached. ZooKeeper's
+	// local reads are the counterpart (they have no bound).
+	// Result.Extra["follower_share"] is the share of reads a follower
+	// answered.
+	Follower = "follower"
 )
 
+// FollowerStaleness is the bound of the Follower variant's reads.
+const FollowerStaleness = time.Second
+
 // ReadVariants lists the variants of Read; the first is the default.
-var ReadVariants = []string{Linearizable, Cached}
+var ReadVariants = []string{Linearizable, Cached, Follower}
 
 // CAS is the variant a Write result carries (Write has no other): its
 // writes are compare-and-swaps, and the comparison's lines name them so.
@@ -168,7 +179,8 @@ type Result struct {
 	// Extra holds what only some runs have: first_error,
 	// warmup_errors, session_events (jeopardy, expired,
 	// master_failover counts), stuck_clients_after_window,
-	// cleanup_error.
+	// cleanup_error, follower_share (the Follower variant: the
+	// percentage of reads a follower answered).
 	Extra map[string]any `json:"extra,omitempty"`
 }
 
@@ -287,6 +299,9 @@ type run struct {
 	drains  sync.WaitGroup // the goroutines reading each session's events
 
 	jeopardies, expiries, failovers atomic.Int64
+	// followerReads and masterReads count who answered the Follower
+	// variant's reads.
+	followerReads, masterReads atomic.Int64
 }
 
 // op performs one operation and returns the latency to record for it.
@@ -573,6 +588,9 @@ func (r *run) measure(ctx context.Context) error {
 	}
 	if warmErrs > 0 {
 		r.res.Extra["warmup_errors"] = warmErrs
+	}
+	if f, m := r.followerReads.Load(), r.masterReads.Load(); f+m > 0 {
+		r.res.Extra["follower_share"] = round1(float64(f) / float64(f+m) * 100)
 	}
 	if fe := firstErr.Load(); fe != nil {
 		r.res.Extra["first_error"] = *fe

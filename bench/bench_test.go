@@ -36,7 +36,7 @@ func TestRunEveryWorkload(t *testing.T) {
 	}
 
 	runs := []struct{ workload, variant string }{
-		{bench.LockUncontended, ""}, {bench.LockContended, ""}, {bench.Read, ""}, {bench.Read, bench.Cached}, {bench.Write, ""},
+		{bench.LockUncontended, ""}, {bench.LockContended, ""}, {bench.Read, ""}, {bench.Read, bench.Cached}, {bench.Read, bench.Follower}, {bench.Write, ""},
 	}
 	for _, w := range runs {
 		var progress []bench.Progress
@@ -57,6 +57,17 @@ func TestRunEveryWorkload(t *testing.T) {
 		}
 		if res.System != "lockcell" || res.Workload != w.workload || res.Variant != wantVariant || res.ClientLib != "test" {
 			t.Fatalf("%s: %s", w.workload, b)
+		}
+		if w.variant == bench.Follower {
+			// Followers answer most reads of a healthy cell; the rest
+			// fell back to the master.
+			if share, ok := res.Extra["follower_share"].(float64); !ok || share < 50 {
+				t.Fatalf("follower reads: %s", b)
+			}
+			delete(res.Extra, "follower_share")
+			if len(res.Extra) == 0 {
+				res.Extra = nil
+			}
 		}
 		if res.Ops <= 0 || res.Errors != 0 || res.OpsPerSec <= 0 || res.Extra != nil {
 			t.Fatalf("%s %s: %s", w.workload, w.variant, b)

@@ -85,20 +85,33 @@ func (r *run) workload(ctx context.Context) (opener, error) {
 		}
 		h.Close()
 		var opts []client.OpenOption
-		if r.cfg.Variant == Linearizable {
+		if r.cfg.Variant != Cached {
 			opts = append(opts, client.WithoutCache())
 		}
+		follower := r.cfg.Variant == Follower
 		return func(ctx context.Context, bc *benchClient, i int) error {
 			h, err := bc.c.Open(ctx, name, client.Read, opts...)
 			if err != nil {
 				return err
 			}
 			bc.handles = append(bc.handles, h)
+			var info client.ReadInfo
+			var ropts []client.ReadOption
+			if follower {
+				ropts = []client.ReadOption{client.MaxStaleness(FollowerStaleness), client.WithReadInfo(&info)}
+			}
 			bc.op = func(ctx context.Context) (time.Duration, error) {
 				t := time.Now()
-				b, _, err := h.GetContentsAndStat(ctx)
+				b, _, err := h.GetContentsAndStat(ctx, ropts...)
 				if err != nil {
 					return 0, err
+				}
+				if follower {
+					if info.Follower {
+						r.followerReads.Add(1)
+					} else {
+						r.masterReads.Add(1)
+					}
 				}
 				if !bytes.Equal(b, r.val) {
 					return 0, errWrongValue

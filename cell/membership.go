@@ -21,6 +21,13 @@ func (s *Server) members() []wire.ReplicaStatus {
 		}
 		return out
 	}
+	readers := map[string]bool{}
+	_ = s.rep.FSM().Read(func(v fsm.View) error {
+		for _, id := range v.ReadReplicas() {
+			readers[id] = true
+		}
+		return nil
+	})
 	out := make([]wire.ReplicaStatus, 0, len(cfg.Servers))
 	for _, sv := range cfg.Servers {
 		rs := wire.ReplicaStatus{ID: sv.ID, ClientAddr: clientAddrIn(table, sv.ID), RaftAddr: sv.RaftAddr,
@@ -30,6 +37,9 @@ func (s *Server) members() []wire.ReplicaStatus {
 		}
 		if sv.Voter {
 			rs.Suffrage = wire.SuffrageVoter
+		}
+		if readers[sv.ID] {
+			rs.Role = wire.RoleReadReplica
 		}
 		out = append(out, rs)
 	}

@@ -251,6 +251,8 @@ func (h portHandler) Call(ctx context.Context, caller clientport.Caller, hd *wir
 	case wire.MethodAuditRead:
 		resp, err := h.s.auditRead(ctx, c, body)
 		return resp, 0, err
+	case wire.MethodFollowerRead:
+		return h.s.master.DispatchFollowerRead(ctx, c, hd, body)
 	}
 	return h.s.master.Dispatch(ctx, c, hd, body)
 }

@@ -37,6 +37,8 @@ type addrSet struct {
 	// following: a member list named a seed (see above).
 	following bool
 	next      int
+	// nextFollower is the follower reads' rotation (followerread.go).
+	nextFollower int
 }
 
 func newAddrSet(seeds []string) *addrSet {
@@ -210,4 +212,14 @@ func (c *Client) fetchAddrs(ctx context.Context) error {
 	}
 	c.addrs.learn(addrs)
 	return nil
+}
+
+// pickFollower returns the next address in the follower reads'
+// rotation, kept apart from pick's so that neither skews the other.
+func (s *addrSet) pickFollower() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.addrs[s.nextFollower%len(s.addrs)]
+	s.nextFollower++
+	return a
 }

@@ -220,8 +220,9 @@ type Client struct {
 	sess  *sessionState
 	ids   requestIDs
 	pool  handlePool
-	locks lockTable // handles granted a lock, by name (lockctx.go)
-	adopt adoption  // handles of a resumed session not yet taken back (resume.go)
+	locks lockTable  // handles granted a lock, by name (lockctx.go)
+	adopt adoption   // handles of a resumed session not yet taken back (resume.go)
+	stale staleIndex // the floor of follower reads (followerread.go)
 
 	// cache holds what reads returned, kept fresh by invalidations on
 	// KeepAlive replies; nil with Config.DisableCache.

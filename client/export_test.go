@@ -45,3 +45,8 @@ func (c *Client) BelieveMaster(addr string) {
 // OpenConns returns the addresses of the replicas the client holds
 // connections to.
 func (c *Client) OpenConns() []string { return c.route.openConns() }
+
+// ForgetReadFloor drops what the client has seen, so its next follower
+// read may be answered by any state within its bound (only the session
+// and the handle still set a floor): the bound alone is then tested.
+func (c *Client) ForgetReadFloor() { c.stale.seen.Store(0) }

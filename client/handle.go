@@ -399,6 +399,8 @@ func (c *Client) open(ctx context.Context, name string, o *openOptions) (*Handle
 		}
 		name = resp.Name // a sequential create: the name it made
 	}
+	c.noteStat(resp.Stat) // a follower read never misses the node nor the handle (an id is a command index)
+	c.stale.note(resp.Handle)
 	h := c.newHandle(name, resp.Handle, resp.Stat.Instance, o)
 	if usePool && resp.Cacheable && !resp.Stat.Ephemeral {
 		h.pool, h.tok = &key, tok
@@ -486,8 +488,12 @@ func (h *Handle) do(ctx context.Context, op string, m wire.Method, req, resp any
 }
 
 // GetContentsAndStat reads a file's contents and metadata. The read is
-// linearizable: it reflects every write that completed before it began.
-func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
+// linearizable: it reflects every write that completed before it began,
+// unless given MaxStaleness (followerread.go).
+func (h *Handle) GetContentsAndStat(ctx context.Context, opts ...ReadOption) ([]byte, Stat, error) {
+	if o := readOpts(opts); o.maxStale > 0 {
+		return h.staleContents(ctx, &o)
+	}
 	r, err := h.cachedRead(ctx, "read", kindContents, true, func(fill bool) (cached, bool, error) {
 		rr := &struct { // request and reply in one allocation
 			req  wire.HandleRequest
@@ -506,8 +512,12 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, Stat, error) {
 	return contents, statFrom(r.v.stat), nil
 }
 
-// GetStat reads the node's metadata.
-func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
+// GetStat reads the node's metadata: linearizable, unless given
+// MaxStaleness (followerread.go).
+func (h *Handle) GetStat(ctx context.Context, opts ...ReadOption) (Stat, error) {
+	if o := readOpts(opts); o.maxStale > 0 {
+		return h.staleStat(ctx, &o)
+	}
 	r, err := h.cachedRead(ctx, "stat", kindStat, true, func(fill bool) (cached, bool, error) {
 		rr := &struct { // request and reply in one allocation
 			req  wire.HandleRequest
@@ -530,8 +540,12 @@ func (h *Handle) GetStat(ctx context.Context) (Stat, error) {
 // twice. The whole listing is cached only if every page was served
 // cacheable and no invalidation of the directory arrived since the first
 // was asked for, so a listing served from the cache is the directory at
-// one point in time.
-func (h *Handle) ReadDir(ctx context.Context) ([]DirEntry, error) {
+// one point in time. Given MaxStaleness, each page is a follower read
+// (followerread.go), never cached.
+func (h *Handle) ReadDir(ctx context.Context, opts ...ReadOption) ([]DirEntry, error) {
+	if o := readOpts(opts); o.maxStale > 0 {
+		return h.staleReadDir(ctx, &o)
+	}
 	r, err := h.cachedRead(ctx, "readdir", kindDir, true, func(fill bool) (cached, bool, error) {
 		// Past this size the listing is not worth a large share of the cache.
 		budget := h.c.cfg.CacheBytes / 4
@@ -671,6 +685,7 @@ func (h *Handle) SetContentsAndStat(ctx context.Context, data []byte, opts ...Se
 	if err := h.do(ctx, "write", wire.MethodSetContents, &rr.req, &rr.resp); err != nil {
 		return Stat{}, err
 	}
+	h.c.noteStat(rr.resp.Stat) // a follower read never misses this write
 	return statFrom(rr.resp.Stat), nil
 }
 

@@ -91,6 +91,8 @@ func (f *FSM) auditSubjectOf(c *Command) auditSubject {
 		s.op = "member_put"
 	case *MemberRemoveArgs:
 		s.op = "member_remove"
+	case *ReadReplicaPutArgs:
+		s.op = "read_replica_put"
 	case *BreakLockArgs:
 		s.op, s.name = "break_lock", p.Path
 	case *ResumeSessionArgs:
@@ -207,6 +209,8 @@ func auditDetail(c *Command, r *Result) string {
 	case *MemberPutArgs:
 		return memberList(p.Members)
 	case *MemberRemoveArgs:
+		return memberList(p.Members)
+	case *ReadReplicaPutArgs:
 		return memberList(p.Members)
 	case *BreakLockArgs:
 		d := fmt.Sprintf("%d holders freed", len(r.Broken))

@@ -136,6 +136,8 @@ func (t CmdType) String() string {
 		return "AcquireMulti"
 	case CmdReleaseMulti:
 		return "ReleaseMulti"
+	case CmdReadReplicaPut:
+		return "ReadReplicaPut"
 	}
 	return fmt.Sprintf("CmdType(%d)", uint8(t))
 }

@@ -44,6 +44,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		{"CmdOpenSemaphore", uint64(CmdOpenSemaphore), 27},
 		{"CmdAcquireMulti", uint64(CmdAcquireMulti), 28},
 		{"CmdReleaseMulti", uint64(CmdReleaseMulti), 29},
+		{"CmdReadReplicaPut", uint64(CmdReadReplicaPut), 30},
 		{"TxnCheckExists", uint64(TxnCheckExists), 1},
 		{"TxnCheckMissing", uint64(TxnCheckMissing), 2},
 		{"TxnCheckGeneration", uint64(TxnCheckGeneration), 3},
@@ -90,7 +91,7 @@ func TestPersistedEnumValues(t *testing.T) {
 		// Format versions.
 		{"commandV1", uint64(commandV1), 1},
 		{"commandVersion", uint64(commandVersion), 2},
-		{"snapshotVersion", uint64(snapshotVersion), 8},
+		{"snapshotVersion", uint64(snapshotVersion), 9},
 		{"snapshotV7", uint64(snapshotV7), 7},
 		{"snapshotV5", uint64(snapshotV5), 5},
 		{"snapshotV6", uint64(snapshotV6), 6},

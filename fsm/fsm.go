@@ -261,7 +261,7 @@ func (f *FSM) apply(index uint64, c *Command) *Result {
 		return f.grantAfterDelay(index, c, p)
 	case *SetACLArgs:
 		return f.setACL(index, c, p)
-	case *MembersSeedArgs, *MemberPutArgs, *MemberRemoveArgs:
+	case *MembersSeedArgs, *MemberPutArgs, *MemberRemoveArgs, *ReadReplicaPutArgs:
 		return f.applyMembers(p)
 	case *BreakLockArgs:
 		return f.breakLock(index, c, p)

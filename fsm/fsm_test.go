@@ -1880,6 +1880,7 @@ func fsmtEveryPayload() []Command {
 		&OpenArgs{Path: "/ls/c/s", Flags: fsmtRWC, SemLimit: 3}, // CmdOpenSemaphore
 		&AcquireMultiArgs{Handles: []uint64{3, 5}, Wait: true},
 		&ReleaseMultiArgs{Handles: []uint64{3, 5}},
+		&ReadReplicaPutArgs{Members: ms},
 	} {
 		c := env
 		c.Payload = p
@@ -1907,7 +1908,7 @@ func TestCommandEncodeRoundTrip(t *testing.T) {
 		}
 		seen[c.Type] = true
 	}
-	for _, typ := range []CmdType{CmdResumeSession, CmdIdleCloseSession, CmdSetACLIfGen, CmdOpenSemaphore, CmdAcquireMulti, CmdReleaseMulti} {
+	for _, typ := range []CmdType{CmdResumeSession, CmdIdleCloseSession, CmdSetACLIfGen, CmdOpenSemaphore, CmdAcquireMulti, CmdReleaseMulti, CmdReadReplicaPut} {
 		if !seen[typ] {
 			t.Errorf("no %s command round-tripped", typ)
 		}

@@ -29,6 +29,9 @@ const minMemberBytes = 10 // i, c, r
 type memberTable struct {
 	size int
 	byID map[string]MemberAddrs
+	// readers are the members with the read-replica role
+	// (readreplica.go).
+	readers map[string]bool
 }
 
 // applyMembers applies the member-table commands. They never fail: a seed
@@ -56,7 +59,10 @@ func (f *FSM) applyMembers(p Payload) *Result {
 	case *MemberRemoveArgs:
 		for _, m := range p.Members {
 			delete(t.byID, m.ID)
+			delete(t.readers, m.ID)
 		}
+	case *ReadReplicaPutArgs:
+		t.putReadReplicas(p)
 	}
 	return &Result{}
 }
@@ -91,6 +97,7 @@ func (t *memberTable) image(img *snapshotImage) {
 	if len(t.byID) > 0 {
 		img.Members = t.sorted()
 	}
+	img.ReadReplicas = t.readerIDs()
 }
 
 // restore fills the table from a snapshot image, refusing what apply could
@@ -109,7 +116,7 @@ func (t *memberTable) restore(img *snapshotImage) error {
 		}
 		t.put(m)
 	}
-	return nil
+	return t.restoreReaders(img.ReadReplicas)
 }
 
 // MemberTable is View.MemberTable under a read lock of its own.

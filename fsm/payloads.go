@@ -290,6 +290,8 @@ func newPayload(t CmdType) Payload {
 		return &AcquireMultiArgs{}
 	case CmdReleaseMulti:
 		return &ReleaseMultiArgs{}
+	case CmdReadReplicaPut:
+		return &ReadReplicaPutArgs{}
 	}
 	return nil
 }

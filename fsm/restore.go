@@ -99,7 +99,7 @@ const (
 var snapshotFields = map[string]int{
 	"v": 0, "c": 0, "e": 0, "a": 0, "k": 0,
 	"n": minNodeBytes, "s": minSessionBytes, "h": minHandleBytes, "r": minResultBytes,
-	"ms": 0, "mb": minMemberBytes, "li": 0,
+	"ms": 0, "mb": minMemberBytes, "li": 0, "rr": 0, // rr: strings, a small multiple of their bytes decoded
 }
 
 // decodeSnapshot decodes snapshot bytes into an image. codec.CheckBounds caps

@@ -37,6 +37,9 @@ type snapshotImage struct {
 	// LastIndex is the last command index (batch.go) when it has run
 	// ahead of Applied; omitted while it equals Applied.
 	LastIndex uint64 `msgpack:"li,omitempty"`
+	// ReadReplicas are the ids of the member table's read replicas
+	// (readreplica.go), omitted while there is none.
+	ReadReplicas []string `msgpack:"rr,omitempty"`
 }
 
 type sessionResult struct {
@@ -85,37 +88,48 @@ type sessionResult struct {
 // older: only a cell that made a semaphore or queued a multi-lock writes
 // version 8, which a replica of the version before refuses rather than
 // treat a semaphore as a plain lock or a group as separate waits.
-const snapshotVersion = 8
+// Version 9: the member table carries the read-replica role
+// (ReadReplicas, readreplica.go), optional, so versions 2 to 8 restore as
+// they are, with no read replica. A state with none is written as version
+// 8 or older: only a cell with a read replica in its member table writes
+// version 9, which a replica of the version before refuses rather than
+// forget the role and promote the read replica to voter.
+const snapshotVersion = 9
 
 // The versions written while the newer ones' fields are unused:
 // snapshotV3 while no session was resumed, snapshotV4 while no
 // sequential name was made, snapshotV5 while no transaction result is
 // kept, snapshotV6 while no TTL node or container exists, snapshotV7
-// while no semaphore or multi-lock wait exists.
+// while no semaphore or multi-lock wait exists, snapshotV8 while no read
+// replica is in the member table.
 const (
 	snapshotV3 = 3
 	snapshotV4 = 4
 	snapshotV5 = 5
 	snapshotV6 = 6
 	snapshotV7 = 7
+	snapshotV8 = 8
 )
 
 // imageVersion is the version img is written as: the oldest whose fields
 // hold its state.
 func imageVersion(img *snapshotImage) uint8 {
+	if len(img.ReadReplicas) > 0 {
+		return snapshotVersion
+	}
 	for _, n := range img.Nodes {
 		if n.SemLimit != 0 {
-			return snapshotVersion
+			return snapshotV8
 		}
 		for _, w := range n.Waiters {
 			if w.Group != nil {
-				return snapshotVersion
+				return snapshotV8
 			}
 		}
 	}
 	for _, r := range img.Results {
 		if r.Result != nil && r.Result.Stat.SemLimit != 0 {
-			return snapshotVersion
+			return snapshotV8
 		}
 	}
 	for _, n := range img.Nodes {

@@ -27,6 +27,9 @@ type call struct {
 	path   string // the node the call is about, once known (for the audit log)
 	epoch  uint64
 	stop   <-chan struct{}
+	// stale, for a follower read (follower.go), replaces the leadership
+	// proof of the read handlers with a proof of freshness.
+	stale *staleRead
 }
 
 // isAdmin reports whether the caller is the cell's admin principal.

@@ -281,7 +281,7 @@ func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRe
 	if named {
 		cacheable = e.inv.register(c.h.Session, principal, name)
 	}
-	if err := e.r.verify(ctx); err != nil {
+	if err := e.r.verifyRead(ctx, c); err != nil {
 		return nil, false, err
 	}
 	return fence, cacheable, nil
@@ -298,6 +298,7 @@ func (e *fileEndpoint) stillReadable(v fsm.View, c *call, handle uint64, fence *
 	if err := c.checkRead(v, handle); err != nil {
 		return err
 	}
+	c.noteAnswered(v)
 	return validFence(v, c, fence)
 }
 

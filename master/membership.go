@@ -114,7 +114,7 @@ func (e *adminEndpoint) replicaAddCall(ctx context.Context, c *call, req *wire.R
 		return nil, err
 	}
 	resp, err := e.replicaAdd(ctx, c, ops, req)
-	e.auditChange(c, err, "id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
+	e.auditChange(c, err, "id", req.ID, "client_addr", req.ClientAddr, "raft_addr", req.RaftAddr, "read_replica", req.ReadReplica)
 	return resp, err
 }
 
@@ -225,6 +225,14 @@ func (e *adminEndpoint) replicaAdd(ctx context.Context, c *call, ops membershipO
 	table := e.members.memberTable()
 	if sv, ok := cfg.Find(req.ID); ok {
 		m, known := table[req.ID]
+		if req.ReadReplica && sv.Voter {
+			return nil, wire.Errorf(wire.CodeBadRequest, "replica %s is a voter: remove it first to add it as a read replica", req.ID)
+		}
+		if known && e.members.isReadReplica(req.ID) != req.ReadReplica {
+			return nil, wire.Errorf(wire.CodeBadRequest,
+				"replica %s is a member already, %s: remove it first to add it %s", req.ID,
+				roleName(!req.ReadReplica), roleName(req.ReadReplica))
+		}
 		if sv.RaftAddr != req.RaftAddr || known && m.ClientAddr != req.ClientAddr {
 			return nil, wire.Errorf(wire.CodeBadRequest,
 				"replica %s is a member already, at client address %q and Raft address %q: remove it first to add it at other addresses",
@@ -246,16 +254,27 @@ func (e *adminEndpoint) replicaAdd(ctx context.Context, c *call, ops membershipO
 	// The table first: once Raft lists the member, every replica can name
 	// its client address.
 	m := fsm.MemberAddrs{ID: req.ID, ClientAddr: req.ClientAddr, RaftAddr: req.RaftAddr}
+	var put fsm.Payload = &fsm.MemberPutArgs{Members: []fsm.MemberAddrs{m}}
+	if req.ReadReplica {
+		// The role with the addresses, in one entry, before Raft lists
+		// the member: no master ever sees it unmarked and promotes it.
+		put = &fsm.ReadReplicaPutArgs{Members: []fsm.MemberAddrs{m}}
+	}
 	if _, err := e.w.cons.Apply(ctx, &fsm.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
-		Payload: &fsm.MemberPutArgs{Members: []fsm.MemberAddrs{m}}}); err != nil {
+		Payload: put}); err != nil {
 		return nil, err
 	}
 	if _, ok := cfg.Find(req.ID); !ok {
 		if _, err := ops.AddNonvoter(ctx, req.ID, req.RaftAddr, cfg.Index); err != nil {
 			return nil, changeErr(err)
 		}
-		e.cfg.Logger.Info("member added as a non-voter; it is promoted once caught up", "id", req.ID,
-			"client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
+		if req.ReadReplica {
+			e.cfg.Logger.Info("read replica added: a non-voter never promoted", "id", req.ID,
+				"client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
+		} else {
+			e.cfg.Logger.Info("member added as a non-voter; it is promoted once caught up", "id", req.ID,
+				"client_addr", req.ClientAddr, "raft_addr", req.RaftAddr)
+		}
 	}
 	select {
 	case e.members.changes.kick <- struct{}{}:
@@ -435,6 +454,9 @@ func (s *memberPart) listMembers(ops membershipOps) (*wire.ReplicaListResponse, 
 		if sv.Voter {
 			rs.Suffrage = wire.SuffrageVoter
 		}
+		if s.isReadReplica(sv.ID) {
+			rs.Role = wire.RoleReadReplica
+		}
 		rs.Healthy = s.healthy(ops, sv.ID, prog, now, within)
 		if pp, ok := prog[sv.ID]; ok && !rs.Master && !pp.LastContact.IsZero() {
 			rs.LastContactMillis = max(now.Sub(pp.LastContact).Milliseconds(), 1)
@@ -542,8 +564,8 @@ func (s *memberPart) promoteCaughtUp(ctx context.Context, ops membershipOps) err
 	table := s.memberTable()
 	prog, now, within := ops.Progress(), time.Now(), healthyWithin(ops)
 	for _, sv := range cfg.Servers {
-		if _, known := table[sv.ID]; sv.Voter || !known {
-			continue
+		if _, known := table[sv.ID]; sv.Voter || !known || s.isReadReplica(sv.ID) {
+			continue // a read replica never votes
 		}
 		pp := prog[sv.ID]
 		if pp.Match < commit || !s.healthy(ops, sv.ID, prog, now, within) {
@@ -561,4 +583,20 @@ func (s *memberPart) promoteCaughtUp(ctx context.Context, ops membershipOps) err
 		return nil
 	}
 	return nil
+}
+
+// isReadReplica reports whether member id has the read-replica role in
+// the replicated member table: a non-voter the master never promotes
+// (fsm/readreplica.go).
+func (s *memberPart) isReadReplica(id string) (rr bool) {
+	s.read(func(v fsm.View) { rr = v.IsReadReplica(id) })
+	return rr
+}
+
+// roleName names a member's role for an error.
+func roleName(readReplica bool) string {
+	if readReplica {
+		return "as a read replica"
+	}
+	return "as a voter"
 }

@@ -153,6 +153,12 @@ type Server struct {
 	// routes is the method table (methods.go), bound to this master's
 	// endpoints.
 	routes map[wire.Method]route
+	// ends are the endpoints routes is bound to; follower reads call
+	// their read handlers directly (follower.go).
+	ends *endpoints
+	// follower is the replica's freshness proof for follower reads, nil
+	// when its Consensus offers none.
+	follower Follower
 }
 
 // parts are the master's parts, each with a lock of its own (DESIGN.md
@@ -220,7 +226,11 @@ func New(cfg Config, cons Consensus, state *fsm.FSM) *Server {
 	p.r = &reads{cell: cfg.Cell, state: state, proof: s.proof, bound: cfg.LeaseTTL / 2}
 	members := newMembership()
 	p.mp = &memberPart{cfg: &p.cfg, cons: cons, r: p.r, log: cfg.Logger, changes: &members}
-	s.routes = routeTable(newEndpoints(p))
+	s.ends = newEndpoints(p)
+	s.routes = routeTable(s.ends)
+	if f, ok := cons.(Follower); ok {
+		s.follower = f
+	}
 	state.SetObserver(s.observe)
 	return s
 }

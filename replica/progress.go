@@ -158,7 +158,15 @@ func (p *progress) rttSnapshot() map[string]PeerRTT {
 type tracked struct {
 	raft.Transport
 	p *progress
+	// watch learns the leader's commit index from the appends this
+	// replica receives (freshness.go); wc forwards them to raft.
+	watch *commitWatch
+	wc    *watchedConsumer
 }
+
+// Consumer returns the incoming RPCs, each AppendEntries shown to the
+// commit watch on its way to raft.
+func (t *tracked) Consumer() <-chan raft.RPC { return t.consumer() }
 
 // trackedPreVote is tracked for a transport that offers pre-vote: raft
 // asks the transport itself whether it does, so the wrapper must not hide
@@ -169,8 +177,8 @@ type trackedPreVote struct {
 }
 
 // track wraps t so that p records follower progress.
-func track(t raft.Transport, p *progress) raft.Transport {
-	base := tracked{Transport: t, p: p}
+func track(t raft.Transport, p *progress, w *commitWatch) raft.Transport {
+	base := tracked{Transport: t, p: p, watch: w, wc: &watchedConsumer{done: make(chan struct{})}}
 	if pv, ok := t.(raft.WithPreVote); ok {
 		return &trackedPreVote{tracked: base, pv: pv}
 	}
@@ -207,6 +215,7 @@ func (t *tracked) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft
 
 // Close closes the wrapped transport, when it can be closed.
 func (t *tracked) Close() error {
+	t.wc.close()
 	if c, ok := t.Transport.(io.Closer); ok {
 		return c.Close()
 	}

@@ -288,6 +288,9 @@ type redialConn struct {
 	closed  bool
 	rdl     time.Time // deadlines raft set, applied to a replacement too
 	wdl     time.Time
+	// unanswered: bytes were written since the last byte read, so a
+	// request may be on its way with no answer yet (Close aborts then).
+	unanswered bool
 }
 
 func (c *redialConn) conn() net.Conn {
@@ -306,6 +309,9 @@ func (c *redialConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	c.reading--
 	c.last = time.Now()
+	if n > 0 {
+		c.unanswered = false // the peer answers: it read the request
+	}
 	c.mu.Unlock()
 	return n, err
 }
@@ -330,16 +336,35 @@ func (c *redialConn) Write(p []byte) (int, error) {
 	n, err := cur.Write(p)
 	c.mu.Lock()
 	c.last = time.Now()
+	c.unanswered = true
 	c.mu.Unlock()
 	return n, err
 }
 
-// Close closes the current connection for good.
+// Close closes the current connection for good. One closed with a request
+// unanswered (raft gave up on it: a timeout, an error) is aborted, so
+// what it did not deliver is dropped, not sent after the requests raft
+// sends next on other connections: followers rely on receiving a
+// leader's appends in the order it sent them (freshness.go).
 func (c *redialConn) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	if c.unanswered {
+		abortOnClose(c.cur)
+	}
 	return c.cur.Close()
+}
+
+// abortOnClose makes c's Close discard unsent bytes and reset the
+// connection (SO_LINGER 0) instead of delivering them.
+func abortOnClose(c net.Conn) {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS
+		c = tc.NetConn()
+	}
+	if tcp, ok := c.(*net.TCPConn); ok {
+		tcp.SetLinger(0)
+	}
 }
 
 func (c *redialConn) LocalAddr() net.Addr  { return c.conn().LocalAddr() }

@@ -177,6 +177,7 @@ type Replica struct {
 	done       chan struct{}
 	stats      *replicaStats // operators' figures (stats.go)
 	progress   *progress     // followers' progress as leader (progress.go)
+	watch      *commitWatch  // the leader's commit index as a follower learns it (freshness.go)
 	addrs      *peerAddrs    // the built-in transport's address book, or nil
 	batcher    *batcher      // group commit of Apply (batch.go)
 	snaps      raft.SnapshotStore
@@ -246,7 +247,8 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	prog := newProgress()
 	prog.onContact = hw.contacted // a failing peer answering again ends its run of failure lines
-	trans = track(trans, prog)
+	watch := newCommitWatch()
+	trans = track(trans, prog, watch)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -337,13 +339,14 @@ func Open(cfg Config) (*Replica, error) {
 	if addrs != nil {
 		addrs.raft.Store(r)
 	}
+	watch.setTerm(r.CurrentTerm)
 	rf.live.Store(true) // NewRaft restored the latest snapshot synchronously; later restores are installs
 	st.countLeaders(r)
 	if p, n, ok := ArmedCrashPoint(); ok {
 		log.Warn("crash point armed: this process kills itself with SIGKILL there", "point", p, "hit", n)
 	}
 	rep := &Replica{cfg: cfg, log: log, raft: r, fsm: sm, store: store, closeLogs: closeLogs, transport: trans, port: port, snaps: snaps, trail: trail,
-		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, addrs: addrs}
+		notify: notify, leadership: make(chan bool, 16), done: make(chan struct{}), stats: st, progress: prog, watch: watch, addrs: addrs}
 	rep.batcher = newBatcher(r, rep.done)
 	go rep.forwardLeadership()
 	return rep, nil

@@ -107,6 +107,8 @@ var fzTypes = []fzType{
 	{"ReleaseMultiRequest", func() any { return new(wire.ReleaseMultiRequest) }},
 	{"ResumeSessionRequest", func() any { return new(wire.ResumeSessionRequest) }},
 	{"ResumeSessionResponse", func() any { return new(wire.ResumeSessionResponse) }},
+	{"FollowerReadRequest", func() any { return new(wire.FollowerReadRequest) }},
+	{"FollowerReadResponse", func() any { return new(wire.FollowerReadResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -203,6 +205,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.ReleaseMultiRequest)
 	case wire.MethodResumeSession:
 		return new(wire.ResumeSessionRequest)
+	case wire.MethodFollowerRead:
+		return new(wire.FollowerReadRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -302,6 +306,11 @@ func fzSamples() []any {
 		&wire.ResumeSessionResponse{Session: 1 << 40, Epoch: 3, LeaseMillis: 12000, Incarnation: 1 << 41, NextSeq: 17,
 			Handles: []wire.ResumedHandle{{Handle: 9, Path: "/ls/c/leader", Instance: 4, Flags: wire.OpenRead | wire.OpenWrite,
 				EventMask: wire.MaskLockAcquired, LockMode: wire.LockExclusive, LockGen: 1 << 41}}, Truncated: true},
+		&wire.FollowerReadRequest{Read: wire.MethodGetContentsAndStat, Req: wire.HandleRequest{Handle: 9, After: "b", Limit: 10},
+			MaxStaleMillis: 500, MinIndex: 120},
+		&wire.FollowerReadResponse{Replica: "2", Index: 130, AgeMillis: 12,
+			Contents: &wire.ContentsResponse{Contents: []byte("x"), Stat: wire.Stat{Instance: 3, ContentGen: 7}},
+			Dir:      &wire.ReadDirResponse{Entries: []wire.DirEntry{{Name: "a", Dir: true}}, More: true}},
 	}
 }
 
@@ -689,6 +698,12 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ResumeSessionResponse{Session: u1, Epoch: u2, LeaseMillis: i1, Incarnation: u3, NextSeq: u1 ^ u2,
 				Handles: []wire.ResumedHandle{{Handle: u2, Path: s1, Instance: u3, Flags: u32, EventMask: ^u32, LockMode: uint8(u32),
 					LockGen: u1}}[:n%2], Truncated: bit(3)},
+			&wire.FollowerReadRequest{Read: wire.Method(u32), Req: wire.HandleRequest{Handle: u1, Sequencer: b1, Cache: bit(0), After: s1, Limit: u32},
+				MaxStaleMillis: i1, MinIndex: u2},
+			&wire.FollowerReadResponse{Replica: s2, Index: u3, AgeMillis: -i1, Master: bit(1),
+				Contents: map[bool]*wire.ContentsResponse{true: {Contents: b2, Stat: wire.Stat{Instance: u1}, Cacheable: bit(2)}}[bit(3)],
+				Stat:     map[bool]*wire.StatResponse{true: {Stat: wire.Stat{ContentGen: u2}}}[bit(4)],
+				Dir:      map[bool]*wire.ReadDirResponse{true: {Entries: []wire.DirEntry{{Name: s3}}, More: bit(5)}}[bit(2)]},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))

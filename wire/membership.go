@@ -31,7 +31,16 @@ type ReplicaAddRequest struct {
 	ID         string `msgpack:"i"`
 	ClientAddr string `msgpack:"c"`
 	RaftAddr   string `msgpack:"r"`
+	// ReadReplica adds the member as a read replica: a non-voter the
+	// master never promotes, which serves follower reads
+	// (MethodFollowerRead). A master that predates it adds a voter-to-be:
+	// the reply's ReplicaStatus.Role then lacks RoleReadReplica, which the
+	// client library reports as an error.
+	ReadReplica bool `msgpack:"rr,omitempty"`
 }
+
+// RoleReadReplica is ReplicaStatus.Role of a read replica.
+const RoleReadReplica = "read-replica"
 
 // ReplicaRemoveRequest asks the master to remove the member ID.
 type ReplicaRemoveRequest struct {

@@ -558,6 +558,10 @@ type ReplicaStatus struct {
 	// as its own; 0 for the master itself and for a member not heard
 	// from in this term.
 	MatchIndex uint64 `msgpack:"mi,omitempty"`
+	// Role is RoleReadReplica for a read replica, empty for a member that
+	// votes or will once caught up (every replica knows it: it is in the
+	// replicated member table).
+	Role string `msgpack:"ro,omitempty"`
 }
 
 // DiskUsage is what one replica keeps on disk, in bytes, measured at most

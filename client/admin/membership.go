@@ -76,6 +76,31 @@ func (a *Admin) AddReplica(ctx context.Context, id, clientAddr, raftAddr string)
 		&wire.ReplicaAddRequest{ID: id, ClientAddr: clientAddr, RaftAddr: raftAddr})
 }
 
+// AddReadReplica adds the member id as a read replica: like AddReplica,
+// but the member stays a non-voter for good (the master never promotes
+// it), so it never counts for a quorum nor becomes master, and it serves
+// reads given client.MaxStaleness. Remove it with RemoveReplica. A master
+// that does not know read replicas would add a voter-to-be: the reply
+// shows it, and AddReadReplica then fails with client.ErrBadRequest
+// naming the member to remove.
+func (a *Admin) AddReadReplica(ctx context.Context, id, clientAddr, raftAddr string) (ReplicaList, error) {
+	if err := checkMember(id, clientAddr, raftAddr); err != nil {
+		return ReplicaList{}, opErr("add read replica", id, err)
+	}
+	out, err := a.membership(ctx, "add read replica "+id, wire.MethodReplicaAdd,
+		&wire.ReplicaAddRequest{ID: id, ClientAddr: clientAddr, RaftAddr: raftAddr, ReadReplica: true})
+	if err != nil {
+		return out, err
+	}
+	for _, r := range out.Replicas {
+		if r.ID == id && r.Role != wire.RoleReadReplica {
+			return out, opErr("add read replica", id, wire.Errorf(wire.CodeBadRequest,
+				"the master does not know read replicas and added %s as a member that will vote: remove it (replica remove %s)", id, id))
+		}
+	}
+	return out, nil
+}
+
 // RemoveReplica removes the member id (voter or not) from the cell.
 // Removing a member that is not there succeeds and changes nothing. The
 // master refuses a removal that would leave fewer voters than a majority
@@ -124,5 +149,5 @@ func checkMember(id, clientAddr, raftAddr string) error {
 func replicaStatusOf(r wire.ReplicaStatus) ReplicaStatus {
 	return ReplicaStatus{ID: r.ID, ClientAddr: r.ClientAddr, RaftAddr: r.RaftAddr, Master: r.Master,
 		Suffrage: r.Suffrage, Healthy: r.Healthy, LastContact: time.Duration(r.LastContactMillis) * time.Millisecond,
-		MatchIndex: r.MatchIndex}
+		MatchIndex: r.MatchIndex, Role: r.Role}
 }

@@ -28,6 +28,9 @@ type ReplicaStatus struct {
 	// index the master knows the member holds; 0 for the master and for
 	// a member not heard from in this term.
 	MatchIndex uint64 `json:"match_index,omitempty"`
+	// Role is "read-replica" for a read replica (Admin.AddReadReplica),
+	// empty for a member that votes or will.
+	Role string `json:"role,omitempty"`
 }
 
 // CellStatus is one replica's view of the cell.

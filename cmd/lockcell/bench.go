@@ -45,7 +45,8 @@ func benchCommand(e *env) *cli.Command {
 			&cli.IntFlag{Name: "clients", Value: bench.DefaultClients, Usage: "clients, each its own session"},
 			&cli.DurationFlag{Name: "duration", Value: bench.DefaultDuration, Usage: "the measured window"},
 			&cli.DurationFlag{Name: "warmup", Value: bench.DefaultWarmup, Usage: "unmeasured run before the window (0: none)"},
-			&cli.StringFlag{Name: "variant", Usage: "read only: " + strings.Join(bench.ReadVariants, " (default) or ")},
+			&cli.StringFlag{Name: "variant", Usage: "read only: " + bench.ReadVariants[0] + " (default), " + strings.Join(bench.ReadVariants[1:], ", ") +
+				" (follower: reads with a staleness bound, answered by the followers)"},
 			&cli.StringFlag{Name: "prefix", Usage: "the folder the run's names go under (`NAME`; default a new one)"},
 		},
 		Action: func(c *cli.Context) error {

@@ -15,8 +15,10 @@ func catCommand(e *env) *cli.Command {
 		Usage:     "print a file's contents",
 		ArgsUsage: "NAME",
 		Description: "Prints the contents raw, with nothing added. With --json prints " +
-			`{"name", "contents" (when valid UTF-8), "contents_base64", "stat"}.` +
-			"\n\nExample: lockcell cat /ls/local/cfg/flag",
+			`{"name", "contents" (when valid UTF-8), "contents_base64", "stat"}` + ", and with --max-staleness " +
+			`"read": {"replica", "index", "age_ms", "follower"}, who answered.` + staleHelp +
+			"\n\nExample: lockcell cat /ls/local/cfg/flag\n         lockcell cat --max-staleness 2s cfg/flag",
+		Flags: []cli.Flag{staleFlag()},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 1, 1); err != nil {
 				return err
@@ -25,17 +27,19 @@ func catCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			data, st, err := e.read(name)
+			var info client.ReadInfo
+			data, st, err := e.read(name, staleOpts(c, &info)...)
 			if err != nil {
 				return fail("cat", name, err)
 			}
 			if e.json {
 				out := struct {
-					Name     string   `json:"name"`
-					Contents *string  `json:"contents,omitempty"`
-					Base64   []byte   `json:"contents_base64"`
-					Stat     statJSON `json:"stat"`
-				}{Name: name, Base64: data, Stat: toStatJSON(name, st)}
+					Name     string    `json:"name"`
+					Contents *string   `json:"contents,omitempty"`
+					Base64   []byte    `json:"contents_base64"`
+					Stat     statJSON  `json:"stat"`
+					Read     *readJSON `json:"read,omitempty"`
+				}{Name: name, Base64: data, Stat: toStatJSON(name, st), Read: readInfoJSON(c, info)}
 				if out.Base64 == nil {
 					out.Base64 = []byte{} // "" rather than null
 				}
@@ -54,7 +58,7 @@ func catCommand(e *env) *cli.Command {
 }
 
 // read returns a file's contents and metadata.
-func (e *env) read(name string) ([]byte, client.Stat, error) {
+func (e *env) read(name string, opts ...client.ReadOption) ([]byte, client.Stat, error) {
 	cl, err := e.client()
 	if err != nil {
 		return nil, client.Stat{}, err
@@ -64,5 +68,5 @@ func (e *env) read(name string) ([]byte, client.Stat, error) {
 		return nil, client.Stat{}, err
 	}
 	defer h.Close()
-	return h.GetContentsAndStat(e.ctx)
+	return h.GetContentsAndStat(e.ctx, opts...)
 }

@@ -82,9 +82,15 @@ func replicaAddCommand(e *env) *cli.Command {
 			"once it has caught up with the log. add waits for that, printing progress on stderr, then prints " +
 			"the members; --no-wait returns once the member is added. Without --timeout the wait lasts as long " +
 			"as it takes. Adding a member that is already there with the same addresses changes nothing.\n\n" +
-			"Example: lockcell replica add 6 10.0.0.16:7001 10.0.0.16:7101",
+			"With --read-replica the member is a read replica: a non-voter the master never promotes, so it " +
+			"never counts for a quorum nor becomes master, and it serves reads given a staleness bound " +
+			"(`lockcell cat --max-staleness`, client.MaxStaleness). add then waits until the master hears from " +
+			"it, and the list shows its suffrage as read-replica.\n\n" +
+			"Example: lockcell replica add 6 10.0.0.16:7001 10.0.0.16:7101\n" +
+			"         lockcell replica add --read-replica r1 10.0.1.5:7001 10.0.1.5:7101",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "no-wait", Usage: "return once the member is added, without waiting until it votes"},
+			&cli.BoolFlag{Name: "read-replica", Usage: "add a read replica: never promoted to voter, serves stale reads"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 3, 3); err != nil {
@@ -101,11 +107,19 @@ func replicaAddCommand(e *env) *cli.Command {
 			if err != nil {
 				return fail("replica add", id, err)
 			}
-			list, err := admin.New(cl).AddReplica(e.ctx, id, clientAddr, raftAddr)
+			add := admin.New(cl).AddReplica
+			if c.Bool("read-replica") {
+				add = admin.New(cl).AddReadReplica
+			}
+			list, err := add(e.ctx, id, clientAddr, raftAddr)
 			if err != nil {
 				return membershipFail("replica add", id, err)
 			}
-			if !c.Bool("no-wait") {
+			if c.Bool("read-replica") && !c.Bool("no-wait") {
+				if list, err = e.waitHeard(cl, id, list); err != nil {
+					return membershipFail("replica add", id, err)
+				}
+			} else if !c.Bool("no-wait") {
 				if list, err = e.waitVoter(cl, id, list); err != nil {
 					f := membershipFail("replica add", id, err)
 					if errors.Is(err, context.DeadlineExceeded) {
@@ -188,6 +202,35 @@ func (e *env) waitVoter(cl *client.Client, id string, list admin.ReplicaList) (a
 	}
 }
 
+// waitHeard polls the members until the master has heard from the read
+// replica id (it never votes, so that is all add waits for).
+func (e *env) waitHeard(cl *client.Client, id string, list admin.ReplicaList) (admin.ReplicaList, error) {
+	t := time.NewTicker(replicaPoll)
+	defer t.Stop()
+	for {
+		r, ok := list.Find(id)
+		if !ok {
+			return list, fmt.Errorf("replica %s left the configuration (did someone remove it?)", id)
+		}
+		if r.Healthy && r.MatchIndex > 0 {
+			if !e.json {
+				fmt.Fprintf(e.stderr, "read replica %s is receiving the log\n", id)
+			}
+			return list, nil
+		}
+		select {
+		case <-e.ctx.Done():
+			return list, e.ctx.Err()
+		case <-t.C:
+		}
+		next, err := admin.New(cl).Replicas(e.ctx)
+		if err != nil {
+			return list, err
+		}
+		list = next
+	}
+}
+
 // memberState says how a non-voter is doing, for add's progress lines.
 func memberState(r admin.ReplicaStatus) string {
 	if !r.Healthy {
@@ -231,7 +274,11 @@ func (e *env) printReplicas(list admin.ReplicaList) error {
 		} else if r.LastContact > 0 {
 			contact = r.LastContact.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, dash(r.ClientAddr), dash(r.RaftAddr), dash(r.Suffrage),
+		suffrage := r.Suffrage
+		if r.Role != "" {
+			suffrage = r.Role // a read replica is a non-voter for good
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, dash(r.ClientAddr), dash(r.RaftAddr), dash(suffrage),
 			mark, healthy, contact)
 	}
 	return tw.Flush()

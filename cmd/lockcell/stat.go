@@ -18,7 +18,9 @@ func statCommand(e *env) *cli.Command {
 		ArgsUsage: "NAME",
 		Description: "Prints every field of the node's Stat: instance, generations, checksum, size, " +
 			"times, ephemeral flag, ACL names, lock mode, holders, waiters and lock-delay. --json for scripts.\n\n" +
+			"With --max-staleness the JSON has \"read\", who answered." + staleHelp + "\n\n" +
 			"Example: lockcell --json stat cfg/flag",
+		Flags: []cli.Flag{staleFlag()},
 		Action: func(c *cli.Context) error {
 			if err := wantArgs(c, 1, 1); err != nil {
 				return err
@@ -27,11 +29,18 @@ func statCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			st, err := e.stat(name)
+			var info client.ReadInfo
+			st, err := e.stat(name, staleOpts(c, &info)...)
 			if err != nil {
 				return fail("stat", name, err)
 			}
 			if e.json {
+				if r := readInfoJSON(c, info); r != nil {
+					return e.printJSON(struct {
+						statJSON
+						Read *readJSON `json:"read"`
+					}{toStatJSON(name, st), r})
+				}
 				return e.printJSON(toStatJSON(name, st))
 			}
 			return e.printFields(statFields(name, st))
@@ -40,7 +49,7 @@ func statCommand(e *env) *cli.Command {
 }
 
 // stat returns a node's metadata.
-func (e *env) stat(name string) (client.Stat, error) {
+func (e *env) stat(name string, opts ...client.ReadOption) (client.Stat, error) {
 	cl, err := e.client()
 	if err != nil {
 		return client.Stat{}, err
@@ -50,7 +59,7 @@ func (e *env) stat(name string) (client.Stat, error) {
 		return client.Stat{}, err
 	}
 	defer h.Close()
-	return h.GetStat(e.ctx)
+	return h.GetStat(e.ctx, opts...)
 }
 
 // field is one "key: value" line of stat's output.

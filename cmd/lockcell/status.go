@@ -243,6 +243,11 @@ func (e *env) printStatus(rows []statusRow, masterID, masterAddr string) error {
 			mark = "*"
 		}
 		role := strings.ToLower(st.State)
+		for _, rep := range st.Replicas {
+			if rep.ID == st.Self && rep.Role != "" {
+				role += " (" + rep.Role + ")"
+			}
+		}
 		if r.NotMember {
 			role += " (not a member)"
 		}
