@@ -25,6 +25,10 @@ type progress struct {
 	mu    sync.Mutex
 	peers map[raft.ServerID]fsm.PeerProgress
 	rtt   map[raft.ServerID]*peerRTT
+	// heard is, per follower, the send time of the newest request of a
+	// term that the follower answered in that term (VerifyLeader's
+	// evidence, leader.go).
+	heard map[raft.ServerID]heardMark
 	now   func() time.Time
 	// onContact, if set, hears of every answered AppendEntries or
 	// InstallSnapshot (outside mu): the raft log adapter ends a peer's
@@ -33,7 +37,13 @@ type progress struct {
 }
 
 func newProgress() *progress {
-	return &progress{peers: map[raft.ServerID]fsm.PeerProgress{}, rtt: map[raft.ServerID]*peerRTT{}, now: time.Now}
+	return &progress{peers: map[raft.ServerID]fsm.PeerProgress{}, rtt: map[raft.ServerID]*peerRTT{}, heard: map[raft.ServerID]heardMark{}, now: time.Now}
+}
+
+// heardMark says a follower answered, in term, a request sent at sent.
+type heardMark struct {
+	term uint64
+	sent time.Time
 }
 
 // peerRTT is one follower's round trips. It is made once per member and
@@ -57,11 +67,18 @@ type PeerRTT struct {
 	Append fsm.HistogramSnapshot
 }
 
-// appended records the answer to an AppendEntries sent in term, which
-// took took from sending to the answer.
-func (p *progress) appended(id raft.ServerID, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, took time.Duration) {
+// appended records the answer to an AppendEntries sent at sent in
+// args.Term, which took took from sending to the answer.
+func (p *progress) appended(id raft.ServerID, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, sent time.Time, took time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if resp.Term == args.Term {
+		// The follower still followed this term when it handled a request
+		// sent at sent, so it had voted for no later one by then.
+		if h := p.heard[id]; h.term != args.Term || sent.After(h.sent) {
+			p.heard[id] = heardMark{term: args.Term, sent: sent}
+		}
+	}
 	h := p.rtt[id]
 	if h == nil {
 		h = &peerRTT{}
@@ -126,6 +143,26 @@ func (p *progress) forget(id string) {
 	defer p.mu.Unlock()
 	delete(p.peers, raft.ServerID(id))
 	delete(p.rtt, raft.ServerID(id))
+	delete(p.heard, raft.ServerID(id))
+}
+
+// heardSince reports whether a quorum of voters followed term at or after
+// since: the leader itself (self), and every other voter that answered, in
+// term, a request sent at or after since.
+func (p *progress) heardSince(voters []raft.ServerID, self raft.ServerID, term uint64, since time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, id := range voters {
+		if id == self {
+			n++
+			continue
+		}
+		if h, ok := p.heard[id]; ok && h.term == term && !h.sent.Before(since) {
+			n++
+		}
+	}
+	return n > len(voters)/2
 }
 
 // snapshot returns the records of term.
@@ -192,7 +229,7 @@ func (t *tracked) AppendEntries(id raft.ServerID, target raft.ServerAddress, arg
 	start := time.Now()
 	err := t.Transport.AppendEntries(id, target, args, resp)
 	if err == nil {
-		t.p.appended(id, args, resp, time.Since(start))
+		t.p.appended(id, args, resp, start, time.Since(start))
 		t.p.contacted(id, target)
 	}
 	return err

@@ -465,20 +465,51 @@ func mapRaftErr(err error) error {
 	return fmt.Errorf("%w: %v", fsm.ErrUnknownOutcome, err)
 }
 
-// VerifyLeader confirms, by a round of contact with a quorum, that this
-// replica is still the leader right now.
+// VerifyLeader confirms, by a round of contact with a quorum that began
+// after the call, that this replica is still the leader: a quorum of
+// voters answered, in this term, requests sent after VerifyLeader was
+// called, so none of them had voted for a successor before that moment.
+//
+// raft's own VerifyLeader is not enough for that: it counts the answer to
+// any heartbeat that comes back after the check began, also one sent
+// before it (replication.go, heartbeat: notifyAll). A heartbeat answered
+// long ago but read late, by a leader that was frozen or whose network
+// held the answer, would then vouch for a leader deposed meanwhile. So
+// the replica's transport records when each answered request was sent
+// (progress.heard), and VerifyLeader asks raft again until a quorum's
+// answers are to requests sent after it began; raft's next round sends a
+// fresh heartbeat to every follower whose last one is answered.
 func (r *Replica) VerifyLeader(ctx context.Context) error {
-	f := r.raft.VerifyLeader()
-	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
-	select {
-	case err := <-errc:
-		if err != nil {
+	start := time.Now()
+	term := r.raft.CurrentTerm()
+	for {
+		f := r.raft.VerifyLeader()
+		errc := make(chan error, 1)
+		go func() { errc <- f.Error() }()
+		select {
+		case err := <-errc:
+			if err != nil {
+				return fmt.Errorf("%w: %v", fsm.ErrNotLeader, err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if r.raft.CurrentTerm() != term {
+			return fmt.Errorf("%w: the term changed during the check", fsm.ErrNotLeader)
+		}
+		cf := r.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
 			return fmt.Errorf("%w: %v", fsm.ErrNotLeader, err)
 		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		var voters []raft.ServerID
+		for _, s := range cf.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				voters = append(voters, s.ID)
+			}
+		}
+		if r.progress.heardSince(voters, raft.ServerID(r.cfg.ID), term, start) {
+			return nil
+		}
 	}
 }
 
