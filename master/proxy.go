@@ -96,7 +96,7 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 			continue
 		}
 		ec := &call{caller: Caller{Principal: en.Principal, Proxy: c.caller.Principal}, admin: en.Principal == p.cfg.Admin,
-			h: &wire.Header{Method: wire.MethodKeepAlive, Session: en.Session, Epoch: en.Epoch, Incarnation: en.Incarnation},
+			h:     &wire.Header{Method: wire.MethodKeepAlive, Session: en.Session, Epoch: en.Epoch, Incarnation: en.Incarnation},
 			epoch: c.epoch}
 		if en.Session == 0 {
 			b.finish(i, nil, wire.Errorf(wire.CodeBadRequest, "a BatchKeepAlive entry names no session"))
