@@ -85,7 +85,7 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 		out.TTLMillis = p.sess.grantTTL().Milliseconds()
 		return out, nil
 	}
-	b := &kaBatch{out: out.Results, left: n, first: make(chan struct{}), all: make(chan struct{})}
+	b := &kaBatch{out: out.Results, left: n, room: wire.MaxBatchEventBytes, first: make(chan struct{}), all: make(chan struct{})}
 	parked := make([]*parkedCall, n)
 	share := max(wire.MaxBatchEventBytes/n, 1)
 	for i := range req.Entries {
@@ -158,6 +158,7 @@ type kaBatch struct {
 	mu    sync.Mutex
 	out   []wire.BatchKeepAliveResult
 	left  int
+	room  int // event bytes the reply may still carry
 	fired bool
 	first chan struct{} // closed at the first answer
 	all   chan struct{} // closed at the last
@@ -168,6 +169,16 @@ func (b *kaBatch) finish(i int, resp *wire.KeepAliveResponse, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := &b.out[i]
+	if err == nil {
+		if size := batchEventBytes(resp.Events); size > b.room {
+			// Its events would overflow the frame: no lease without
+			// them (every extension travels with the events it could
+			// cover); they come again, as after a lost reply.
+			err = wire.Errorf(wire.CodeUnavailable, "session %d: its events did not fit this batch", r.Session)
+		} else {
+			b.room -= size
+		}
+	}
 	if err != nil {
 		we := toWire(err).(*wire.Error)
 		r.Code, r.Msg = we.Code, we.Msg
@@ -181,4 +192,13 @@ func (b *kaBatch) finish(i int, resp *wire.KeepAliveResponse, err error) {
 	if b.left--; b.left == 0 {
 		close(b.all)
 	}
+}
+
+// batchEventBytes over-estimates the encoding of evs (as replyEvents counts).
+func batchEventBytes(evs []wire.Event) int {
+	n := 0
+	for i := range evs {
+		n += 64 + len(evs[i].Path) + len(evs[i].Child) + len(evs[i].Reason) + len(evs[i].FromPrincipal)
+	}
+	return n
 }

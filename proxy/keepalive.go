@@ -311,6 +311,7 @@ func clientEvents(evs []wire.Event) []wire.Event {
 // forgetLocked drops s (its session ended, or was resumed elsewhere): a
 // call parked on it is answered err.
 func (k *keeper) forgetLocked(s *kaSession, out []answer, err *wire.Error) []answer {
+	k.log.Debug("proxy: session forgotten", "session", s.id, "err", err)
 	if s.parked != nil {
 		out = append(out, k.unparkLocked(s.parked, nil, 0, err))
 	}

@@ -51,6 +51,9 @@ type Config struct {
 	// Limits bound the proxy's client connections and calls, as a
 	// replica's client port does (zero fields: clientport defaults).
 	Limits clientport.Limits
+	// Dialer, when set, makes the proxy's TCP connections to the
+	// replicas (tests cut the proxy off the cell with one).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// DialTimeout bounds a connection to a replica (default 5 s).
 	DialTimeout time.Duration
 	// Logger receives the proxy's logs (default slog.Default()).
@@ -89,6 +92,7 @@ func New(ln net.Listener, cfg Config) (*Proxy, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	p.up = newUpstream(cfg.Peers, cfg.Upstream, cfg.DialTimeout)
+	p.up.dialer = cfg.Dialer
 	p.ka = newKeeper(ctx, p.up, cfg.Logger)
 	p.port = clientport.New(ln, clientport.Config{Limits: cfg.Limits, TLS: cfg.TLS, Anonymous: Anonymous, Logger: cfg.Logger},
 		handler{p})

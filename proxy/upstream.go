@@ -25,6 +25,7 @@ type upstream struct {
 	peers   []string
 	tls     *tls.Config
 	timeout time.Duration // dial and handshake
+	dialer  func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu     sync.Mutex
 	master string // the replica believed to lead ("" when none is)
@@ -96,8 +97,11 @@ func (u *upstream) get(ctx context.Context) (*upConn, error) {
 func (u *upstream) dial(ctx context.Context, addr string) (*upConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, u.timeout)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(dctx, "tcp", addr)
+	dial := u.dialer
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	c, err := dial(dctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

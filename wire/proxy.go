@@ -21,14 +21,15 @@ func init() {
 	methodNames[MethodBatchKeepAlive] = "BatchKeepAlive"
 }
 
-// MaxBatchKeepAlive caps the sessions of one BatchKeepAlive: each
-// session's events are bounded so that all of theirs fit one reply frame
-// (MaxBatchEventBytes).
-const MaxBatchKeepAlive = 256
+// MaxBatchKeepAlive caps the sessions of one BatchKeepAlive.
+const MaxBatchKeepAlive = 1024
 
 // MaxBatchEventBytes bounds the events of all sessions of one
-// BatchKeepAlive reply, well inside a frame; each session gets its share
-// (and at least one event).
+// BatchKeepAlive reply, well inside a frame: each session's events are
+// cut to its share (and at least one event), and a session whose events
+// would still overflow the reply is answered CodeUnavailable with no
+// lease (its events come again on its next KeepAlive, as after a lost
+// reply).
 const MaxBatchEventBytes = 768 << 10
 
 // BatchKeepAliveEntry is one session's KeepAlive within a batch: what its
