@@ -194,3 +194,16 @@ func (h handler) NotMaster(st *wire.Status) { st.Leader = "" }
 
 // String names the proxy for logs.
 func (p *Proxy) String() string { return fmt.Sprintf("proxy %s", p.Addr()) }
+
+// MapDialer returns a Config.Dialer that dials each address m names at
+// the address it maps to, and any other at itself: a proxy placed where
+// the replicas' own addresses do not reach them (behind NAT, or a test's
+// per-node links) still follows the names the cell gives them.
+func MapDialer(m map[string]string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if to, ok := m[addr]; ok {
+			addr = to
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -35,6 +36,7 @@ func proxyCommand() *cli.Command {
 			&cli.StringFlag{Name: "ca", Usage: "the cell's CA certificate (PEM)"},
 			&cli.StringFlag{Name: "upstream-cert", Usage: "the user certificate the proxy calls the master with (its name must be in every replica's --proxy-principals)"},
 			&cli.StringFlag{Name: "upstream-key", Usage: "its private key (PEM)"},
+			&cli.StringFlag{Name: "connect-to", Usage: "ADDR=ADDR,...: dial the replica the cell names by the first address at the second (NAT, a container network)"},
 			&cli.BoolFlag{Name: "insecure", Usage: "run without TLS, for a plain cell: every client is anonymous, the admin; listens on loopback only"},
 			&cli.BoolFlag{Name: "insecure-bind-any", Usage: "with --insecure, allow a --listen address other than loopback"},
 			&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
@@ -80,6 +82,17 @@ func proxyConfig(c *cli.Context) (proxy.Config, error) {
 		Limits: cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxConns: c.Int("max-conns"),
 			MaxConnsPerPrincipal: c.Int("max-conns-per-principal"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
 			MaxCallsPerSession: c.Int("max-calls-per-session")}}
+	if ct := c.String("connect-to"); ct != "" {
+		m := map[string]string{}
+		for _, r := range splitList(ct) {
+			from, to, ok := strings.Cut(r, "=")
+			if !ok || from == "" || to == "" {
+				return proxy.Config{}, cli.Exit(fmt.Sprintf("--connect-to rule %q: want ADDR=ADDR", r), 2)
+			}
+			m[from] = to
+		}
+		cfg.Dialer = proxy.MapDialer(m)
+	}
 	cert, key, ca, ucert, ukey := c.String("cert"), c.String("key"), c.String("ca"), c.String("upstream-cert"), c.String("upstream-key")
 	switch {
 	case cert != "" && key != "" && ca != "" && ucert != "" && ukey != "":
