@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -38,6 +39,9 @@ type upstream struct {
 type upConn struct {
 	addr string
 	mux  *yamux.Session
+	// vouched: the replica answered an empty BatchKeepAlive, so it knows
+	// proxies (wire.Header.OnBehalfOf) and trusts this one (vouch).
+	vouched atomic.Bool
 }
 
 // errNoMaster is every try of a call failing to find a master.
@@ -208,10 +212,15 @@ func (u *upstream) call(ctx context.Context, h *wire.Header, body []byte) (wire.
 			last = err
 			continue
 		}
-		st, resp, err := cn.roundTrip(ctx, h, body)
+		st, resp, err := cn.vouch(ctx)
+		if err == nil && st.Code == wire.CodeOK {
+			st, resp, err = cn.roundTrip(ctx, h, body)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return wire.Status{}, nil, ctx.Err()
+		case errors.Is(err, errOldMaster):
+			return wire.Status{}, nil, err
 		case err != nil:
 			u.drop(cn)
 			last = err
@@ -223,6 +232,34 @@ func (u *upstream) call(ctx context.Context, h *wire.Header, body []byte) (wire.
 		}
 	}
 	return wire.Status{}, nil, fmt.Errorf("%w: %v", errNoMaster, last)
+}
+
+// emptyBatch is a BatchKeepAlive of no sessions: vouch's probe.
+var emptyBatch, _ = msgpack.Marshal(&wire.BatchKeepAliveRequest{})
+
+// errOldMaster: the master does not know proxies.
+var errOldMaster = errors.New("proxy: the master does not know BatchKeepAlive (a replica older than proxies): " +
+	"no call is forwarded, since it would take it for the proxy's own")
+
+// vouch makes sure, once per connection, that its replica knows proxies
+// before any call is forwarded: a replica older than proxies would
+// ignore wire.Header.OnBehalfOf and serve the call as the proxy's own
+// principal. It returns the probe's status (OK when vouched) or a
+// transport error; a replica that does not know the method is errOldMaster.
+func (cn *upConn) vouch(ctx context.Context) (wire.Status, []byte, error) {
+	if cn.vouched.Load() {
+		return wire.Status{Code: wire.CodeOK}, nil, nil
+	}
+	st, resp, err := cn.roundTrip(ctx, &wire.Header{Method: wire.MethodBatchKeepAlive}, emptyBatch)
+	switch {
+	case err != nil:
+		return st, nil, err
+	case st.Code == wire.CodeOK:
+		cn.vouched.Store(true)
+	case st.Code == wire.CodeBadRequest:
+		return st, nil, fmt.Errorf("%w: %s", errOldMaster, st.Msg)
+	}
+	return st, resp, nil
 }
 
 // roundTrip makes one call on a stream of its own; ctx's end closes the

@@ -107,6 +107,8 @@ var fzTypes = []fzType{
 	{"ReleaseMultiRequest", func() any { return new(wire.ReleaseMultiRequest) }},
 	{"ResumeSessionRequest", func() any { return new(wire.ResumeSessionRequest) }},
 	{"ResumeSessionResponse", func() any { return new(wire.ResumeSessionResponse) }},
+	{"BatchKeepAliveRequest", func() any { return new(wire.BatchKeepAliveRequest) }},
+	{"BatchKeepAliveResponse", func() any { return new(wire.BatchKeepAliveResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -203,6 +205,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.ReleaseMultiRequest)
 	case wire.MethodResumeSession:
 		return new(wire.ResumeSessionRequest)
+	case wire.MethodBatchKeepAlive:
+		return new(wire.BatchKeepAliveRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -219,7 +223,7 @@ func fzSamples() []any {
 		LockDelayBy: &wire.LockDelayCause{Session: 5, Principal: "carol", Host: "h3", PID: 7, Program: "web", Time: 98},
 		TTLMillis:   30_000, Container: true}
 	return []any{
-		&wire.Header{Method: wire.MethodOpen, Session: 1 << 40, Epoch: 2, Seq: 3, Ack: 2},
+		&wire.Header{Method: wire.MethodOpen, Session: 1 << 40, Epoch: 2, Seq: 3, Ack: 2, OnBehalfOf: "alice"},
 		&wire.CreateSessionRequest{ClientName: "fuzz", Host: "host", PID: 4242, Program: "fuzz.test"},
 		&wire.KeepAliveRequest{AckEvent: 1<<40 | 7},
 		&wire.CloseSessionRequest{},
@@ -302,6 +306,11 @@ func fzSamples() []any {
 		&wire.ResumeSessionResponse{Session: 1 << 40, Epoch: 3, LeaseMillis: 12000, Incarnation: 1 << 41, NextSeq: 17,
 			Handles: []wire.ResumedHandle{{Handle: 9, Path: "/ls/c/leader", Instance: 4, Flags: wire.OpenRead | wire.OpenWrite,
 				EventMask: wire.MaskLockAcquired, LockMode: wire.LockExclusive, LockGen: 1 << 41}}, Truncated: true},
+		&wire.BatchKeepAliveRequest{Entries: []wire.BatchKeepAliveEntry{{Session: 1 << 40, Incarnation: 2, Epoch: 3, AckEvent: 9,
+			Prompt: true, Principal: "alice"}}, HoldMillis: 6000},
+		&wire.BatchKeepAliveResponse{Epoch: 3, TTLMillis: 12000, Results: []wire.BatchKeepAliveResult{{Session: 1 << 40,
+			HeldMillis: 5000, LeaseMillis: 11000, Events: []wire.Event{{Seq: 10, Kind: wire.EventInvalidate, Path: "/ls/c/f"}}},
+			{Session: 7, Code: wire.CodeSessionExpired, Msg: "gone"}}},
 	}
 }
 
@@ -624,7 +633,7 @@ func FuzzRoundTrip(f *testing.F) {
 				Handles: u32, Locks: []string{s3, s1}[:i%3], Host: s2, PID: i1, Program: s3})
 		}
 		vals := []any{
-			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3, Incarnation: u2 ^ u3},
+			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3, Incarnation: u2 ^ u3, OnBehalfOf: s3},
 			&wire.CreateSessionRequest{ClientName: s1, Host: s2, PID: i1, Program: s3},
 			&wire.KeepAliveRequest{AckEvent: u1},
 			&wire.CloseSessionRequest{},
@@ -689,6 +698,10 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.ResumeSessionResponse{Session: u1, Epoch: u2, LeaseMillis: i1, Incarnation: u3, NextSeq: u1 ^ u2,
 				Handles: []wire.ResumedHandle{{Handle: u2, Path: s1, Instance: u3, Flags: u32, EventMask: ^u32, LockMode: uint8(u32),
 					LockGen: u1}}[:n%2], Truncated: bit(3)},
+			&wire.BatchKeepAliveRequest{Entries: []wire.BatchKeepAliveEntry{{Session: u1, Incarnation: u2, Epoch: u3, AckEvent: u1 ^ u2,
+				Prompt: bit(2), Principal: s1}}[:n%2], HoldMillis: i1},
+			&wire.BatchKeepAliveResponse{Epoch: u1, TTLMillis: i1, Results: []wire.BatchKeepAliveResult{{Session: u2,
+				Code: wire.Code(u32 % 64), Msg: s2, HeldMillis: i1, LeaseMillis: -i1}}[:n%2]},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"lockcell/cell"
+	"lockcell/fixtures"
+)
+
+// BenchmarkProxyMasterCost measures what proxies save the master: N
+// sessions (LOCKCELL_BENCH_SESSIONS, default 1,000) held idle for
+// LOCKCELL_BENCH_SECONDS (default 40) against a fresh five-process cell
+// (lease 12 s), first directly from the raw load generator, then, on a
+// second fresh cell, through four `lockcelld proxy` processes (a load
+// generator each, a quarter of the sessions each). It reports the
+// master's CPU over the hold window and its RSS growth per session, each
+// way, and their ratios, from this one run. The work is done once
+// whatever b.N is:
+//
+//	go test -run '^$' -bench ProxyMasterCost -benchtime 1x -timeout 30m ./cmd/lockcelld/
+func BenchmarkProxyMasterCost(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds and runs ten processes and holds sessions for minutes")
+	}
+	n := benchEnvInt(b, "LOCKCELL_BENCH_SESSIONS", 1000)
+	hold := time.Duration(benchEnvInt(b, "LOCKCELL_BENCH_SECONDS", 40)) * time.Second
+	bin := fixtures.BuildLockcelld(b)
+	direct := holdSessions(b, bin, n, hold, 0)
+	proxied := holdSessions(b, bin, n, hold, 4)
+	for _, r := range []costRun{direct, proxied} {
+		b.Logf("%s: %d sessions held %v: master CPU %.2f s (%.1f%% of a core), RSS +%.0f MiB (%.2f KiB/session); proxies CPU %.2f s; KeepAlives answered %d",
+			r.name, n, r.window.Round(time.Second), r.cpu.Seconds(), 100*r.cpu.Seconds()/r.window.Seconds(),
+			float64(r.rssGrowth)/(1<<20), float64(r.rssGrowth)/1024/float64(n), r.proxyCPU.Seconds(), r.keepAlives)
+	}
+	cpuRatio := direct.cpu.Seconds() / max(proxied.cpu.Seconds(), 1e-9)
+	rssRatio := float64(direct.rssGrowth) / float64(max(proxied.rssGrowth, 1))
+	b.Logf("direct / through 4 proxies: master CPU %.1fx, master RSS growth %.1fx", cpuRatio, rssRatio)
+	b.ReportMetric(direct.cpu.Seconds(), "direct-master-cpu-s")
+	b.ReportMetric(proxied.cpu.Seconds(), "proxied-master-cpu-s")
+	b.ReportMetric(float64(direct.rssGrowth)/1024/float64(n), "direct-master-KiB/session")
+	b.ReportMetric(float64(proxied.rssGrowth)/1024/float64(n), "proxied-master-KiB/session")
+	b.ReportMetric(cpuRatio, "cpu-ratio")
+	b.ReportMetric(rssRatio, "rss-ratio")
+}
+
+// costRun is one way of holding the sessions, measured.
+type costRun struct {
+	name       string
+	window     time.Duration
+	cpu        time.Duration // the master's, over the hold window
+	rssGrowth  int64         // the master's RSS after the hold less before the sessions
+	proxyCPU   time.Duration // the proxies', over the hold window
+	keepAlives int64
+}
+
+// holdSessions starts a fresh cell, holds n sessions on it (through
+// proxies processes when proxies > 0) for hold, and measures its master.
+func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies int) costRun {
+	b.Helper()
+	run := costRun{name: "direct"}
+	if proxies > 0 {
+		run.name = fmt.Sprintf("through %d proxies", proxies)
+	}
+	room := n + n/10
+	lim := cell.DefaultSessionLimits
+	streams := strconv.Itoa(max(cell.DefaultConnLimits.MaxStreams, 2*room))
+	args := []string{
+		"--max-sessions", strconv.Itoa(max(lim.Sessions, room)),
+		"--max-sessions-per-principal", strconv.Itoa(max(lim.SessionsPerPrincipal, room)),
+		"--max-streams", streams, "--max-streams-per-ip", streams, "--max-streams-per-principal", streams,
+	}
+	pc := fixtures.NewProcCellWith(b, bin, "bench", 5, 12*time.Second, fixtures.ProcOptions{ExtraArgs: args})
+	defer pc.KillAll()
+	mi := pc.MasterIndex(30 * time.Second)
+	pid := pc.PID(mi)
+	targets := [][]string{pc.Addrs()}
+	var px *fixtures.Procs
+	if proxies > 0 {
+		ports := fixtures.FreePorts(b, proxies)
+		dir := b.TempDir()
+		px = fixtures.NewProcs(fixtures.ProcsConfig{Bin: bin, N: proxies,
+			Args: func(i int) []string {
+				return []string{"proxy", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(pc.Addrs(), ","),
+					"--insecure", "--max-streams-per-conn", strconv.Itoa(max(8192, room))}
+			},
+			OpenLog: func(i int) (*os.File, error) { return os.Create(filepath.Join(dir, fmt.Sprintf("proxy-%d.log", i))) }})
+		defer px.KillAll()
+		targets = nil
+		for i := range proxies {
+			if err := px.Start(i); err != nil {
+				b.Fatal(err)
+			}
+			targets = append(targets, []string{fmt.Sprintf("127.0.0.1:%d", ports[i])})
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rssBefore, _ := fixtures.ProcRSS(pid)
+	var lgs []*fixtures.LoadGen
+	for i, addrs := range targets {
+		share := n / len(targets)
+		if i < n%len(targets) {
+			share++
+		}
+		lg := fixtures.NewLoadGen(fixtures.LoadGenConfig{Addrs: addrs, Sessions: share,
+			Conns: max(1, (share+benchSessionsPerConn-1)/benchSessionsPerConn), DialTimeout: 20 * time.Second})
+		defer lg.Stop()
+		if err := lg.Start(ctx); err != nil { // it waits for a proxy still starting
+			b.Fatalf("%s: create %d sessions: %v (stats %+v)", run.name, share, err, lg.Stats())
+		}
+		lgs = append(lgs, lg)
+	}
+	proxyCPU := func() time.Duration {
+		var sum time.Duration
+		for i := range proxies {
+			d, _ := fixtures.ProcCPU(px.PID(i))
+			sum += d
+		}
+		return sum
+	}
+	cpu0, err := fixtures.ProcCPU(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p0 := proxyCPU()
+	var ka0 int64
+	for _, lg := range lgs {
+		ka0 += lg.Stats().KeepAlives
+	}
+	t0 := time.Now()
+	sleepOrDone(ctx, hold)
+	run.window = time.Since(t0)
+	cpu1, err := fixtures.ProcCPU(pid)
+	if err != nil {
+		b.Fatalf("%s: master process: %v", run.name, err)
+	}
+	run.cpu, run.proxyCPU = cpu1-cpu0, proxyCPU()-p0
+	rss, _ := fixtures.ProcRSS(pid)
+	run.rssGrowth = rss - rssBefore
+	var expiries, jeopardies, live int64
+	for _, lg := range lgs {
+		st := lg.Stats()
+		run.keepAlives += st.KeepAlives
+		expiries += st.Expiries
+		jeopardies += st.Jeopardies
+		live += st.Live
+	}
+	run.keepAlives -= ka0
+	if expiries != 0 || jeopardies != 0 || live != int64(n) {
+		b.Fatalf("%s: %d of %d sessions alive, %d expiries, %d jeopardies", run.name, live, n, expiries, jeopardies)
+	}
+	for _, lg := range lgs {
+		lg.Stop()
+	}
+	return run
+}
