@@ -108,19 +108,29 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 			continue
 		}
 		args := keepAliveArgs{session: en.Session, epoch: c.epoch, clientEpoch: en.Epoch, ack: en.AckEvent,
-			prompt: en.Prompt, incarnation: en.Incarnation, eventBytes: share}
+			prompt: en.Prompt, incarnation: en.Incarnation, eventBytes: share, batched: true}
 		parked[i] = p.sess.keepAliveAsync(args, 0, func(resp *wire.KeepAliveResponse, err error) {
 			err = toWire(err)
 			p.audit(ec, err)
 			b.finish(i, resp, err)
 		})
 	}
-	var hold <-chan struct{}
+	// One timer for the batch: the first of its sessions' holds (a
+	// quarter of its lease left) or the request's HoldMillis.
+	now := p.cfg.Clock.Now()
+	until := time.Time{}
 	if req.HoldMillis > 0 {
-		ch := make(chan struct{})
-		t := p.cfg.Clock.AfterFunc(time.Duration(req.HoldMillis)*time.Millisecond, func() { close(ch) })
+		until = now.Add(time.Duration(req.HoldMillis) * time.Millisecond)
+	}
+	for _, pc := range parked {
+		if pc != nil && (until.IsZero() || pc.until.Before(until)) {
+			until = pc.until
+		}
+	}
+	hold := make(chan struct{})
+	if !until.IsZero() {
+		t := p.cfg.Clock.AfterFunc(max(until.Sub(now), 0), func() { close(hold) })
 		defer t.Stop()
-		hold = ch
 	}
 	select {
 	case <-b.first:
@@ -136,13 +146,9 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 		<-b.all
 		return nil, wire.Errorf(wire.CodeCanceled, "the proxy left the call")
 	}
-	// Answer everyone still held now, as an event would: each one's
-	// lease is proven and bounded on its own (finish).
-	for _, pc := range parked {
-		if pc != nil {
-			pc.holdOver()
-		}
-	}
+	// Answer everyone still held now, as an event would, under one proof
+	// of leadership (answerBatch).
+	p.sess.answerBatch(parked)
 	<-b.all
 	out.TTLMillis = p.sess.grantTTL().Milliseconds()
 	for i := range out.Results {
@@ -201,4 +207,49 @@ func batchEventBytes(evs []wire.Event) int {
 		n += 64 + len(evs[i].Path) + len(evs[i].Child) + len(evs[i].Reason) + len(evs[i].FromPrincipal)
 	}
 	return n
+}
+
+// answerBatch ends the hold of every call of ps still parked and answers
+// them in this goroutine, as finish answers one: leadership proven by one
+// quorum round begun within a tenth of a lease (shared, as every
+// KeepAlive's is), then each session's reply bounded by that round's
+// start plus a lease (reply). nil entries are passed over.
+func (ss *sessions) answerBatch(ps []*parkedCall) {
+	ss.mu.Lock()
+	mine := make([]*parkedCall, 0, len(ps))
+	for _, pc := range ps {
+		if pc != nil && ss.unparkLocked(pc) {
+			mine = append(mine, pc)
+		}
+	}
+	if len(mine) > 0 {
+		ss.wg.Add(1) // as finish: the replies are made before the term's end is waited out
+	}
+	ss.mu.Unlock()
+	if len(mine) == 0 {
+		return
+	}
+	var proven time.Time
+	err := error(nil)
+	if !ss.auth.leads() {
+		err = errStopped // never extend a lease once deposed
+	} else if proven, err = ss.auth.provenSince(mine[0].ctx, ss.clock.Now().Add(-ss.ttl/10), ss.ttl/8); err != nil {
+		err = errStopped
+	}
+	type answer struct {
+		resp *wire.KeepAliveResponse
+		err  error
+	}
+	out := make([]answer, len(mine))
+	for i, pc := range mine {
+		if err != nil {
+			out[i].err = err
+			continue
+		}
+		out[i].resp, out[i].err = ss.reply(pc.l, pc.a, pc.arrived, proven)
+	}
+	ss.wg.Done()
+	for i, pc := range mine {
+		pc.done(out[i].resp, out[i].err)
+	}
 }

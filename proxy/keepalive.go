@@ -95,6 +95,9 @@ type keeper struct {
 	ttl    time.Duration
 	// batches counts the batch calls made (for tests and metrics).
 	batches, failed uint64
+	// stale counts client KeepAlives answered NotMaster for want of a
+	// fresh lease from the master.
+	stale uint64
 	kick            chan struct{}
 }
 
@@ -229,6 +232,7 @@ func (k *keeper) holdOver(c *clientCall) {
 	if k.freshLocked(c.s, now) {
 		a = k.replyLocked(c, now)
 	} else {
+		k.stale++
 		a = k.unparkLocked(c, nil, 0, wire.Errorf(wire.CodeNotMaster, "proxy: no lease from the master for session %d", c.s.id))
 	}
 	k.mu.Unlock()
@@ -424,7 +428,7 @@ func (k *keeper) send(ss []*kaSession) {
 	k.mu.Lock()
 	if err != nil || len(resp.Results) != len(ss) {
 		k.failed++
-		k.log.Debug("proxy: batch KeepAlive failed", "sessions", len(ss), "err", err)
+		k.log.Info("proxy: batch KeepAlive failed", "sessions", len(ss), "err", err, "results", len(resp.Results))
 		for _, s := range ss {
 			s.atMaster--
 		}
@@ -492,10 +496,10 @@ func (k *keeper) send(ss []*kaSession) {
 }
 
 // stats reports the sessions kept and batch calls made.
-func (k *keeper) stats() (sessions int, batches, failed uint64) {
+func (k *keeper) stats() (sessions int, batches, failed, stale uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return len(k.sess), k.batches, k.failed
+	return len(k.sess), k.batches, k.failed, k.stale
 }
 
 // endAll answers every parked call NotMaster (the proxy is closing).

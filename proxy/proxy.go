@@ -131,6 +131,9 @@ type Stats struct {
 	// Batches counts the BatchKeepAlive calls made to the master, Failed
 	// those that failed (no master, a lost connection).
 	Batches, Failed uint64
+	// Stale counts client KeepAlives answered NotMaster because the
+	// proxy had no fresh lease from the master for their session.
+	Stale uint64
 	// Master is the replica the proxy believes leads ("" if none).
 	Master string
 	// Conns are the client port's connection figures.
@@ -139,8 +142,8 @@ type Stats struct {
 
 // Stats reports the proxy's figures now.
 func (p *Proxy) Stats() Stats {
-	n, b, f := p.ka.stats()
-	return Stats{Sessions: n, Batches: b, Failed: f, Master: p.up.masterAddr(), Conns: p.port.Stats()}
+	n, b, f, st := p.ka.stats()
+	return Stats{Sessions: n, Batches: b, Failed: f, Stale: st, Master: p.up.masterAddr(), Conns: p.port.Stats()}
 }
 
 // handler is the proxy's side of its client port.

@@ -32,6 +32,10 @@ func BenchmarkProxyMasterCost(b *testing.B) {
 	n := benchEnvInt(b, "LOCKCELL_BENCH_SESSIONS", 1000)
 	hold := time.Duration(benchEnvInt(b, "LOCKCELL_BENCH_SECONDS", 40)) * time.Second
 	bin := fixtures.BuildLockcelld(b)
+	if os.Getenv("LOCKCELL_BENCH_WAY") == "proxied" { // one way alone, to look into it
+		holdSessions(b, bin, n, hold, 4)
+		return
+	}
 	direct := holdSessions(b, bin, n, hold, 0)
 	proxied := holdSessions(b, bin, n, hold, 4)
 	for _, r := range []costRun{direct, proxied} {
@@ -89,12 +93,14 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	pid := pc.PID(mi)
 	targets := [][]string{pc.Addrs()}
 	var px *fixtures.Procs
+	var pdir string
 	if proxies > 0 {
 		ports := fixtures.FreePorts(b, proxies)
-		dir := b.TempDir()
+		pdir = b.TempDir()
+		dir := pdir
 		px = fixtures.NewProcs(fixtures.ProcsConfig{Bin: bin, N: proxies,
 			Args: func(i int) []string {
-				return []string{"proxy", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(pc.Addrs(), ","),
+				return []string{"--log-level", "info", "proxy", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(pc.Addrs(), ","),
 					"--insecure", "--max-streams-per-conn", strconv.Itoa(max(8192, room))}
 			},
 			OpenLog: func(i int) (*os.File, error) { return os.Create(filepath.Join(dir, fmt.Sprintf("proxy-%d.log", i))) }})
@@ -173,6 +179,16 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	}
 	run.keepAlives -= ka0
 	if expiries != 0 || jeopardies != 0 || live != int64(n) {
+		for i, lg := range lgs {
+			b.Logf("load generator %d: %+v", i, lg.Stats())
+		}
+		for i := range proxies {
+			log, _ := os.ReadFile(filepath.Join(pdir, fmt.Sprintf("proxy-%d.log", i)))
+			if len(log) > 2000 {
+				log = log[len(log)-2000:]
+			}
+			b.Logf("proxy %d log (tail):\n%s", i, log)
+		}
 		b.Fatalf("%s: %d of %d sessions alive, %d expiries, %d jeopardies", run.name, live, n, expiries, jeopardies)
 	}
 	for _, lg := range lgs {
