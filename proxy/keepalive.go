@@ -98,7 +98,7 @@ type keeper struct {
 	// stale counts client KeepAlives answered NotMaster for want of a
 	// fresh lease from the master.
 	stale uint64
-	kick            chan struct{}
+	kick  chan struct{}
 }
 
 // defaultTTL is the lease the proxy assumes until the master tells it.
