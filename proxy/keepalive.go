@@ -31,9 +31,11 @@ import (
 //     granted with the events the proxy relays with it.
 //   - A session is kept only while its client is: the proxy asks the
 //     master to extend a lease only while the client has a KeepAlive
-//     waiting here or was answered within a quarter lease (the time its
-//     next one takes to arrive). A client that dies is forgotten and its
-//     session expires at the master as if it had talked to it directly.
+//     waiting here or was heard from within half a lease (its next one
+//     may take a moment, longer while it searches after a NotMaster). A
+//     client that dies is forgotten and its session expires at the
+//     master at most half a lease later than if it had talked to it
+//     directly.
 
 // kaSession is one session's KeepAlive state at the proxy.
 type kaSession struct {
@@ -327,9 +329,10 @@ func (k *keeper) forgetLocked(s *kaSession, out []answer, err *wire.Error) []ans
 }
 
 // aliveLocked reports whether s's client is still there: it has a call
-// parked here, or was answered within a quarter lease.
+// parked here, or was heard from (a call arrived or was answered) within
+// half a lease.
 func (k *keeper) aliveLocked(s *kaSession, now time.Time) bool {
-	return s.parked != nil || now.Sub(s.lastHeard) < k.ttl/4
+	return s.parked != nil || now.Sub(s.lastHeard) < k.ttl/2
 }
 
 // queueIfDueLocked puts s in the next batch when its lease is to be
