@@ -93,7 +93,7 @@ func TestBatchKeepAliveServesEachSessionAsItsOwn(t *testing.T) {
 	req := &wire.BatchKeepAliveRequest{HoldMillis: 1000, Entries: []wire.BatchKeepAliveEntry{
 		{Session: alice, Principal: "alice", Epoch: m.epoch},
 		{Session: bob, Principal: "alice", Epoch: m.epoch}, // not alice's
-		{Session: 1 << 40, Principal: "alice"},           // never made
+		{Session: 1 << 40, Principal: "alice"},             // never made
 		{Session: bob, Principal: "bob", Epoch: m.epoch},
 	}}
 	if _, err := m.callAs("mallory", "", 0, wire.MethodBatchKeepAlive, req); codeOf(err) != wire.CodePermission {
