@@ -25,6 +25,10 @@ import (
 // whatever b.N is:
 //
 //	go test -run '^$' -bench ProxyMasterCost -benchtime 1x -timeout 30m ./cmd/lockcelld/
+//
+// LOCKCELL_BENCH_MAX_LEASE (a Go duration) lets both cells lengthen
+// leases under load (--max-lease), as 100,000 sessions on one master
+// need; LOCKCELL_BENCH_WAY=proxied runs the proxied half alone.
 func BenchmarkProxyMasterCost(b *testing.B) {
 	if testing.Short() {
 		b.Skip("builds and runs ten processes and holds sessions for minutes")
@@ -86,6 +90,12 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 		"--max-sessions", strconv.Itoa(max(lim.Sessions, room)),
 		"--max-sessions-per-principal", strconv.Itoa(max(lim.SessionsPerPrincipal, room)),
 		"--max-streams", streams, "--max-streams-per-ip", streams, "--max-streams-per-principal", streams,
+	}
+	if v := os.Getenv("LOCKCELL_BENCH_MAX_LEASE"); v != "" { // leases lengthen under load, both ways
+		if _, err := time.ParseDuration(v); err != nil {
+			b.Fatalf("LOCKCELL_BENCH_MAX_LEASE=%q: want a Go duration such as 60s", v)
+		}
+		args = append(args, "--max-lease", v)
 	}
 	pc := fixtures.NewProcCellWith(b, bin, "bench", 5, 12*time.Second, fixtures.ProcOptions{ExtraArgs: args})
 	defer pc.KillAll()
