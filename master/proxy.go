@@ -34,7 +34,7 @@ func (s *Server) Behalf(caller Caller, h *wire.Header) (Caller, error) {
 	if caller.Principal == "" {
 		caller.Principal = AnonymousPrincipal
 	}
-	if h.OnBehalfOf == "" || h.OnBehalfOf == caller.Principal {
+	if h.OnBehalfOf == "" {
 		return caller, nil
 	}
 	if !s.trustedProxy(caller.Principal) {
