@@ -90,6 +90,9 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 		"--max-sessions", strconv.Itoa(max(lim.Sessions, room)),
 		"--max-sessions-per-principal", strconv.Itoa(max(lim.SessionsPerPrincipal, room)),
 		"--max-streams", streams, "--max-streams-per-ip", streams, "--max-streams-per-principal", streams,
+		// The load generator's sessions hold no handle and make no call
+		// but KeepAlives: the idle-session timeout would close them.
+		"--idle-session-timeout", "0",
 	}
 	if v := os.Getenv("LOCKCELL_BENCH_MAX_LEASE"); v != "" { // leases lengthen under load, both ways
 		if _, err := time.ParseDuration(v); err != nil {
