@@ -33,9 +33,10 @@ import (
 //     master to extend a lease only while the client has a KeepAlive
 //     waiting here or was heard from within half a lease (its next one
 //     may take a moment, longer while it searches after a NotMaster). A
-//     client that dies is forgotten and its session expires at the
-//     master at most half a lease later than if it had talked to it
-//     directly.
+//     client that dies is forgotten: one more batch may carry its
+//     session (held up to about half a lease, its lease extended on
+//     arrival and on reply), so it expires at the master up to about a
+//     lease later than if the client had talked to the master directly.
 
 // kaSession is one session's KeepAlive state at the proxy.
 type kaSession struct {
