@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"lockcell/wire"
@@ -102,6 +103,8 @@ type keeper struct {
 	// fresh lease from the master.
 	stale uint64
 	kick  chan struct{}
+	// inFlight counts the batch calls in flight.
+	inFlight atomic.Int64
 }
 
 // defaultTTL is the lease the proxy assumes until the master tells it.
@@ -366,10 +369,19 @@ func (k *keeper) run() {
 			continue
 		case <-k.kick:
 		}
-		select { // gather what arrives together
+		// Gather what arrives together: a moment, or, with many batches
+		// held at the master already, up to a second, so that sessions
+		// arriving one by one (a burst of new clients) go in few
+		// batches: the master admits at most 256 calls without a session
+		// in flight on the proxy's connection (the batches among them).
+		gather := 2 * time.Millisecond
+		if k.inFlight.Load() >= manyBatches {
+			gather = time.Second
+		}
+		select {
 		case <-k.ctx.Done():
 			return
-		case <-time.After(2 * time.Millisecond):
+		case <-time.After(gather):
 		}
 		k.mu.Lock()
 		want := k.want
@@ -412,8 +424,14 @@ func (k *keeper) holdFor(now time.Time, ttl time.Duration) time.Duration {
 	return hold
 }
 
+// manyBatches is how many batches in flight make the sender gather for a
+// second rather than a moment.
+const manyBatches = 32
+
 // send makes one batch call for ss and takes its answers in.
 func (k *keeper) send(ss []*kaSession) {
+	k.inFlight.Add(1)
+	defer k.inFlight.Add(-1)
 	k.mu.Lock()
 	req := &wire.BatchKeepAliveRequest{Entries: make([]wire.BatchKeepAliveEntry, len(ss))}
 	for i, s := range ss {

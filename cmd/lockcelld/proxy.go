@@ -44,6 +44,9 @@ func proxyCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-conns-per-principal", Value: d.MaxConnsPerPrincipal, Usage: "client connections one principal may hold"},
 			&cli.IntFlag{Name: "max-streams-per-conn", Value: d.MaxStreamsPerConn, Usage: "calls in flight on one client connection"},
 			&cli.IntFlag{Name: "max-calls-per-session", Value: d.MaxCallsPerSession, Usage: "calls in flight of one session on a connection"},
+			&cli.IntFlag{Name: "max-streams-per-ip", Value: d.MaxStreamsPerIP, Usage: "client streams open at once from one IP address (every client session parks a KeepAlive here)"},
+			&cli.IntFlag{Name: "max-streams-per-principal", Value: d.MaxStreamsPerPrincipal, Usage: "client streams open at once of one principal"},
+			&cli.IntFlag{Name: "max-streams", Value: d.MaxStreams, Usage: "client streams open at once in the proxy"},
 		},
 		Action: func(c *cli.Context) error {
 			sig := catchSignals()
@@ -81,7 +84,8 @@ func proxyConfig(c *cli.Context) (proxy.Config, error) {
 	cfg := proxy.Config{Peers: splitList(c.String("peers")), Logger: logger(c), DialTimeout: 5 * time.Second,
 		Limits: cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxConns: c.Int("max-conns"),
 			MaxConnsPerPrincipal: c.Int("max-conns-per-principal"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
-			MaxCallsPerSession: c.Int("max-calls-per-session")}}
+			MaxCallsPerSession: c.Int("max-calls-per-session"), MaxStreamsPerIP: c.Int("max-streams-per-ip"),
+			MaxStreamsPerPrincipal: c.Int("max-streams-per-principal"), MaxStreams: c.Int("max-streams")}}
 	if ct := c.String("connect-to"); ct != "" {
 		m := map[string]string{}
 		for _, r := range splitList(ct) {

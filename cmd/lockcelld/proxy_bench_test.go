@@ -114,7 +114,8 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 		px = fixtures.NewProcs(fixtures.ProcsConfig{Bin: bin, N: proxies,
 			Args: func(i int) []string {
 				return []string{"--log-level", "info", "proxy", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(pc.Addrs(), ","),
-					"--insecure", "--max-streams-per-conn", strconv.Itoa(max(8192, room))}
+					"--insecure", "--max-streams-per-conn", strconv.Itoa(max(8192, room)),
+					"--max-streams-per-ip", streams, "--max-streams-per-principal", streams, "--max-streams", streams}
 			},
 			OpenLog: func(i int) (*os.File, error) { return os.Create(filepath.Join(dir, fmt.Sprintf("proxy-%d.log", i))) }})
 		defer px.KillAll()
