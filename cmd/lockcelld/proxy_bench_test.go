@@ -208,5 +208,10 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	for _, lg := range lgs {
 		lg.Stop()
 	}
+	// Also on stderr as it happens: a later failure keeps the benchmark's
+	// summary from being logged.
+	fmt.Fprintf(os.Stderr, "ProxyMasterCost: %s: %d sessions, hold %v: master CPU %.2f s (idle cell's over as long %.2f s), RSS +%.0f MiB (%.2f KiB/session), proxies CPU %.2f s\n",
+		run.name, n, run.window.Round(time.Second), run.cpu.Seconds(), run.idleCPU.Seconds(), float64(run.rssGrowth)/(1<<20),
+		float64(run.rssGrowth)/1024/float64(n), run.proxyCPU.Seconds())
 	return run
 }
