@@ -41,10 +41,13 @@ func TestProxyProcessServesAndDiesCleanly(t *testing.T) {
 	cfg := pc.ClientConfig()
 	cfg.Replicas = append([]string{addr}, pc.Addrs()...)
 	cfg.GracePeriod, cfg.RetryTimeout = 30*time.Second, 30*time.Second
-	var cl *client.Client
-	var err error
+	// The proxy is up once a client of it alone gets a session.
+	only := cfg
+	only.Replicas = []string{addr}
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		if cl, err = client.Dial(ctx, cfg); err == nil {
+		probe, err := client.Dial(ctx, only)
+		if err == nil {
+			probe.Close()
 			break
 		}
 		if time.Now().After(deadline) {
@@ -52,6 +55,10 @@ func TestProxyProcessServesAndDiesCleanly(t *testing.T) {
 			t.Fatalf("dial through the proxy: %v\nproxy log:\n%s", err, log)
 		}
 		time.Sleep(50 * time.Millisecond) // the proxy process is starting
+	}
+	cl, err := client.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer cl.Close()
 	if got := admin.New(cl).Master(); got != addr {
