@@ -119,6 +119,11 @@ type Config struct {
 	// everything, so broken ACLs can be repaired. Default "admin"
 	// (certs.AdminUser) with TLS, master.AnonymousPrincipal without.
 	Admin string
+	// ProxyPrincipals are the principals trusted as proxies
+	// (master.Config.ProxyPrincipals, `lockcelld serve
+	// --proxy-principals`): only they may call on behalf of another
+	// principal. Every replica of a cell should name the same.
+	ProxyPrincipals []string
 	// Limits of the client port; zero fields take DefaultConnLimits.
 	Limits ConnLimits
 	// SessionLimits are the master's caps on sessions and handles

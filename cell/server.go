@@ -92,7 +92,7 @@ func New(cfg Config) (*Server, error) {
 	s.master = master.New(master.Config{Cell: cfg.Cell, LeaseTTL: cfg.LeaseTTL, MaxLeaseTTL: cfg.MaxLeaseTTL, KeepAliveTarget: cfg.KeepAliveTarget,
 		DefaultLockDelay: cfg.DefaultLockDelay,
 		Logger:           s.log, Audit: cfg.auditLogger(), Admin: cfg.admin(), Limits: cfg.SessionLimits,
-		Members: cfg.bootstrapMembers()}, rep, rep.FSM())
+		ProxyPrincipals: cfg.ProxyPrincipals, Members: cfg.bootstrapMembers()}, rep, rep.FSM())
 	s.hashes = &hashGate{interval: cfg.StateHashInterval, now: time.Now}
 	if s.hashes.interval <= 0 {
 		s.hashes.interval = DefaultStateHashInterval
@@ -244,6 +244,14 @@ type portHandler struct{ s *Server }
 
 func (h portHandler) Call(ctx context.Context, caller clientport.Caller, hd *wire.Header, body []byte) (any, uint64, error) {
 	c := master.Caller{Principal: caller.Principal, Conn: caller.Conn}
+	switch hd.Method {
+	case wire.MethodCellStatus, wire.MethodAuditRead:
+		// Answered here, for the principal a trusted proxy names.
+		var err error
+		if c, err = h.s.master.Behalf(c, hd); err != nil {
+			return nil, 0, err
+		}
+	}
 	switch hd.Method {
 	case wire.MethodCellStatus:
 		resp, err := h.s.cellStatus(ctx, c, body)

@@ -91,6 +91,9 @@ func (s *parts) audit(c *call, err error) {
 	}
 	args := []any{"principal", c.caller.Principal, "op", c.h.Method.String(), "path", c.path,
 		"session", c.h.Session, "result", result}
+	if c.caller.Proxy != "" {
+		args = append(args, "proxy", c.caller.Proxy)
+	}
 	if !aclChange {
 		ok, held := s.auditRation.admit(c.caller.Principal)
 		if !ok {

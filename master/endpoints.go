@@ -223,6 +223,7 @@ type endpoints struct {
 	files    fileEndpoint
 	locks    lockEndpoint
 	admin    adminEndpoint
+	proxies  proxyEndpoint
 }
 
 // newEndpoints gives each endpoint the parts it uses.
@@ -232,6 +233,7 @@ func newEndpoints(p *parts) *endpoints {
 		files:    fileEndpoint{cfg: &p.cfg, w: p.w, r: p.r, inv: p.inv, reserveHandle: p.reserveHandle, polls: p.polls},
 		locks:    lockEndpoint{cfg: &p.cfg, w: p.w, r: p.r, waits: &p.waits, sess: p.sess, stats: &p.stats, asks: &p.asks},
 		admin:    adminEndpoint{cfg: &p.cfg, w: p.w, r: p.r, inv: p.inv, sess: p.sess, backups: &p.backups, members: p.mp},
+		proxies:  proxyEndpoint{p: p},
 	}
 }
 

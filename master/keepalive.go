@@ -18,6 +18,13 @@ type keepAliveArgs struct {
 	ack         uint64 // the highest event sequence the client acknowledges
 	prompt      bool   // answer at once
 	incarnation uint64 // the session incarnation the client's header names
+	// eventBytes bounds the reply's events (0: maxReplyEventBytes); a
+	// BatchKeepAlive gives each of its sessions a share of one frame.
+	eventBytes int
+	// batched: a BatchKeepAlive's entry, parked with no timer of its
+	// own: the batch holds one for all of them (parkedCall.until) and
+	// answers them together (proxy.go).
+	batched bool
 }
 
 // keepAliveAsync is the long poll of docs/spec.md#keepalive. The lease is
@@ -61,8 +68,12 @@ func (ss *sessions) keepAliveAsync(a keepAliveArgs, conn uint64, done func(*wire
 			done(nil, errStopped)
 			return nil
 		}
-		p := &parkedCall{ss: ss, l: l, a: a, arrived: arrived, conn: conn, stale: sig, ctx: ctx, done: done}
-		p.timer = ss.clock.AfterFunc(d, p.holdOver)
+		p := &parkedCall{ss: ss, l: l, a: a, arrived: arrived, conn: conn, stale: sig, ctx: ctx, done: done, until: holdUntil}
+		if a.batched {
+			p.timer = noTimer{}
+		} else {
+			p.timer = ss.clock.AfterFunc(d, p.holdOver)
+		}
 		ss.parkLocked(p)
 		ss.mu.Unlock()
 		select { // the stale watch looks at the signal this call was parked under
@@ -216,7 +227,11 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 	// bounded reply; acknowledgements are cumulative, so the rest follow
 	// on the next calls. Every lease extension therefore travels with
 	// every outstanding invalidation it could cover (invalidate.go).
-	events := replyEvents(l.events)
+	budget := maxReplyEventBytes
+	if a.eventBytes > 0 {
+		budget = a.eventBytes
+	}
+	events := replyEvents(l.events, budget)
 	if n := len(events); n > 0 {
 		l.delivered = max(l.delivered, events[n-1].Seq)
 		ss.noteOverflowLocked(a.session, l)
@@ -236,12 +251,13 @@ const (
 	maxReplyEventBytes = 512 << 10
 )
 
-// replyEvents copies the oldest events that fit one reply.
-func replyEvents(evs []wire.Event) []wire.Event {
+// replyEvents copies the oldest events that fit one reply of maxBytes
+// (at least one).
+func replyEvents(evs []wire.Event, maxBytes int) []wire.Event {
 	n, size := 0, 0
 	for n < len(evs) && n < maxReplyEvents {
 		size += 64 + len(evs[n].Path) + len(evs[n].Child) + len(evs[n].Reason) + len(evs[n].FromPrincipal)
-		if n > 0 && size > maxReplyEventBytes {
+		if n > 0 && size > maxBytes {
 			break
 		}
 		n++

@@ -107,6 +107,10 @@ func routeTable(e *endpoints) map[wire.Method]route {
 		wire.MethodRequestRelease: {serve: decoded(ls.requestRelease), rationed: true},
 		wire.MethodQuotaUsage:     {serve: decoded(as.quotaUsage), rationed: true},
 
+		// Many sessions' KeepAlives from a trusted proxy (proxy.go):
+		// admitted as a KeepAlive is, each session checked on its own.
+		wire.MethodBatchKeepAlive: {serve: decoded(e.proxies.batchKeepAlive), anyEpoch: true, inRecovery: true, newSession: true},
+
 		wire.MethodReplicaAdd:    {serve: decoded(as.replicaAddCall), anyEpoch: true, inRecovery: true, admit: as.membershipAdmit},
 		wire.MethodReplicaRemove: {serve: decoded(as.replicaRemoveCall), anyEpoch: true, inRecovery: true, admit: as.membershipAdmit},
 		wire.MethodReplicaList:   {serve: decoded(as.replicaList), anyEpoch: true, inRecovery: true, admit: as.membershipAdmit},

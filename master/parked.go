@@ -37,11 +37,17 @@ type parkedCall struct {
 	stale   <-chan struct{} // the stale signal it was parked under
 	ctx     context.Context // the term's
 	timer   Timer
+	until   time.Time // when its hold ends (its timer's, or its batch's)
 	done    func(*wire.KeepAliveResponse, error)
 	// prev and next link the connection's parked calls.
 	prev, next *parkedCall
 	parked     bool
 }
+
+// noTimer is a batched call's timer: its batch holds the one timer.
+type noTimer struct{}
+
+func (noTimer) Stop() bool { return true }
 
 // maxAnswerers bounds the goroutines that answer parked calls all at
 // once (stop, the stale signal): each answer is a small write, but a

@@ -68,6 +68,12 @@ type Config struct {
 	// and every ACL change. It is a stream of its own so that they are
 	// kept whatever level Logger keeps (default: Logger).
 	Audit *slog.Logger
+	// ProxyPrincipals are the principals trusted as proxies: only they
+	// may make a call on behalf of another principal
+	// (wire.Header.OnBehalfOf) or send a BatchKeepAlive. On a cell
+	// without TLS every caller is AnonymousPrincipal, the admin, and is
+	// trusted so too.
+	ProxyPrincipals []string
 	// Members are the bootstrap peers' addresses: the first master that
 	// finds the replicated member table empty seeds it with them (for
 	// the members of the Raft configuration) and the configured size.
@@ -83,8 +89,14 @@ type Caller struct {
 	// Principal is the identity of the client certificate, or
 	// AnonymousPrincipal on a cell without TLS. Never empty.
 	Principal string
-	// Conn identifies the client connection (for per-connection limits).
+	// Conn identifies the client connection (for per-connection limits);
+	// 0 for a call a proxy made on another principal's behalf (the proxy
+	// applies the caps on its clients' connections).
 	Conn uint64
+	// Proxy is the trusted proxy's principal when the call came through
+	// one (wire.Header.OnBehalfOf): Principal is then its client's. The
+	// audit lines name both.
+	Proxy string
 }
 
 // DefaultLeaseTTL is the session lease when none is configured.
@@ -395,8 +407,8 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if err != nil {
 		return nil, epoch, err
 	}
-	if caller.Principal == "" {
-		caller.Principal = AnonymousPrincipal
+	if caller, err = s.Behalf(caller, h); err != nil {
+		return nil, epoch, err
 	}
 	c := &call{caller: caller, admin: caller.Principal == s.cfg.Admin, h: h, epoch: epoch, stop: stop}
 	if err := s.checkSessionOwner(c, r); err != nil {

@@ -161,8 +161,10 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 		done(nil, epoch, err)
 		return nil
 	}
-	if caller.Principal == "" {
-		caller.Principal = AnonymousPrincipal
+	conn := caller.Conn // a parked call ends with its connection, proxied or not
+	if caller, err = s.Behalf(caller, h); err != nil {
+		done(nil, epoch, err)
+		return nil
 	}
 	c := &call{caller: caller, admin: caller.Principal == s.cfg.Admin, h: h, epoch: epoch}
 	if err := s.checkSessionOwner(c, r); err != nil {
@@ -187,7 +189,7 @@ func (s *Server) DispatchKeepAlive(caller Caller, h *wire.Header, body []byte, d
 		done(nil, epoch, err)
 		return nil
 	}
-	p := s.sess.keepAliveAsync(args, caller.Conn, func(resp *wire.KeepAliveResponse, err error) {
+	p := s.sess.keepAliveAsync(args, conn, func(resp *wire.KeepAliveResponse, err error) {
 		err = toWire(err)
 		s.audit(c, err)
 		if err != nil {

@@ -26,7 +26,7 @@ BEGIN {
   n = split("" \
     "fixtures: *\n" \
     "deploy: -\n" \
-    "cmd/lockcelld: cell wire codec frame master replica fsm backupfile acl audit =sequencer cache client mirror buildinfo internal/testhook internal/fdlimit\n" \
+    "cmd/lockcelld: cell wire codec frame master replica fsm backupfile acl audit =sequencer cache client mirror buildinfo internal/testhook internal/fdlimit proxy\n" \
     "=cmd/lockcell: client cache wire codec frame cell/certs backupfile acl =sequencer buildinfo selfcheck bench internal/testhook\n" \
     "cmd/lockcell-kv: client cache wire codec frame cell/certs acl backupfile sequencer internal/testhook\n" \
     "codec: -\n" \
@@ -34,6 +34,7 @@ BEGIN {
     "wire: codec\n" \
     "cell/certs: acl\n" \
     "cell/clientport: wire codec frame cell/certs acl internal/fdlimit\n" \
+    "proxy: wire codec frame cell/certs cell/clientport acl internal/fdlimit\n" \
     "cell: wire codec frame master replica fsm backupfile acl audit =sequencer buildinfo internal/fdlimit\n" \
     "master: wire codec fsm backupfile acl audit =sequencer\n" \
     "replica: fsm codec backupfile acl audit\n" \
@@ -76,7 +77,7 @@ BEGIN {
   # Packages that serve clients or resource servers never carry the
   # server side third-party stores with them, and neither do the state
   # machine and the master: Raft and badger belong to the node (replica).
-  nostore = "cell/clientport fsm master client cache sequencer acl audit backupfile wire codec frame =cmd/lockcell cmd/lockcell-kv selfcheck bench mirror examples"
+  nostore = "cell/clientport proxy fsm master client cache sequencer acl audit backupfile wire codec frame =cmd/lockcell cmd/lockcell-kv selfcheck bench mirror examples"
   store = "github.com/dgraph-io/badger github.com/hashicorp/raft"
 }
 function bad(msg) { print "depcheck: " msg; failed = 1 }

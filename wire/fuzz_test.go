@@ -109,6 +109,8 @@ var fzTypes = []fzType{
 	{"ResumeSessionResponse", func() any { return new(wire.ResumeSessionResponse) }},
 	{"FollowerReadRequest", func() any { return new(wire.FollowerReadRequest) }},
 	{"FollowerReadResponse", func() any { return new(wire.FollowerReadResponse) }},
+	{"BatchKeepAliveRequest", func() any { return new(wire.BatchKeepAliveRequest) }},
+	{"BatchKeepAliveResponse", func() any { return new(wire.BatchKeepAliveResponse) }},
 }
 
 // TestFuzzCoversEveryMessage keeps fzTypes complete: every struct type of
@@ -207,6 +209,8 @@ func fzBodyFor(m wire.Method) any {
 		return new(wire.ResumeSessionRequest)
 	case wire.MethodFollowerRead:
 		return new(wire.FollowerReadRequest)
+	case wire.MethodBatchKeepAlive:
+		return new(wire.BatchKeepAliveRequest)
 	case wire.MethodClose, wire.MethodGetContentsAndStat, wire.MethodGetStat, wire.MethodReadDir,
 		wire.MethodDelete, wire.MethodRelease, wire.MethodGetSequencer:
 		return new(wire.HandleRequest)
@@ -223,7 +227,7 @@ func fzSamples() []any {
 		LockDelayBy: &wire.LockDelayCause{Session: 5, Principal: "carol", Host: "h3", PID: 7, Program: "web", Time: 98},
 		TTLMillis:   30_000, Container: true}
 	return []any{
-		&wire.Header{Method: wire.MethodOpen, Session: 1 << 40, Epoch: 2, Seq: 3, Ack: 2},
+		&wire.Header{Method: wire.MethodOpen, Session: 1 << 40, Epoch: 2, Seq: 3, Ack: 2, OnBehalfOf: "alice"},
 		&wire.CreateSessionRequest{ClientName: "fuzz", Host: "host", PID: 4242, Program: "fuzz.test"},
 		&wire.KeepAliveRequest{AckEvent: 1<<40 | 7},
 		&wire.CloseSessionRequest{},
@@ -311,6 +315,11 @@ func fzSamples() []any {
 		&wire.FollowerReadResponse{Replica: "2", Index: 130, AgeMillis: 12,
 			Contents: &wire.ContentsResponse{Contents: []byte("x"), Stat: wire.Stat{Instance: 3, ContentGen: 7}},
 			Dir:      &wire.ReadDirResponse{Entries: []wire.DirEntry{{Name: "a", Dir: true}}, More: true}},
+		&wire.BatchKeepAliveRequest{Entries: []wire.BatchKeepAliveEntry{{Session: 1 << 40, Incarnation: 2, Epoch: 3, AckEvent: 9,
+			Prompt: true, Principal: "alice"}}, HoldMillis: 6000},
+		&wire.BatchKeepAliveResponse{Epoch: 3, TTLMillis: 12000, Results: []wire.BatchKeepAliveResult{{Session: 1 << 40,
+			HeldMillis: 5000, LeaseMillis: 11000, Events: []wire.Event{{Seq: 10, Kind: wire.EventInvalidate, Path: "/ls/c/f"}}},
+			{Session: 7, Code: wire.CodeSessionExpired, Msg: "gone"}}},
 	}
 }
 
@@ -633,7 +642,7 @@ func FuzzRoundTrip(f *testing.F) {
 				Handles: u32, Locks: []string{s3, s1}[:i%3], Host: s2, PID: i1, Program: s3})
 		}
 		vals := []any{
-			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3, Incarnation: u2 ^ u3},
+			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3, Incarnation: u2 ^ u3, OnBehalfOf: s3},
 			&wire.CreateSessionRequest{ClientName: s1, Host: s2, PID: i1, Program: s3},
 			&wire.KeepAliveRequest{AckEvent: u1},
 			&wire.CloseSessionRequest{},
@@ -704,6 +713,10 @@ func FuzzRoundTrip(f *testing.F) {
 				Contents: map[bool]*wire.ContentsResponse{true: {Contents: b2, Stat: wire.Stat{Instance: u1}, Cacheable: bit(2)}}[bit(3)],
 				Stat:     map[bool]*wire.StatResponse{true: {Stat: wire.Stat{ContentGen: u2}}}[bit(4)],
 				Dir:      map[bool]*wire.ReadDirResponse{true: {Entries: []wire.DirEntry{{Name: s3}}, More: bit(5)}}[bit(2)]},
+			&wire.BatchKeepAliveRequest{Entries: []wire.BatchKeepAliveEntry{{Session: u1, Incarnation: u2, Epoch: u3, AckEvent: u1 ^ u2,
+				Prompt: bit(2), Principal: s1}}[:n%2], HoldMillis: i1},
+			&wire.BatchKeepAliveResponse{Epoch: u1, TTLMillis: i1, Results: []wire.BatchKeepAliveResult{{Session: u2,
+				Code: wire.Code(u32 % 64), Msg: s2, HeldMillis: i1, LeaseMillis: -i1}}[:n%2]},
 		}
 		if len(vals) != len(fzTypes) {
 			t.Fatalf("%d values for %d types", len(vals), len(fzTypes))

@@ -30,7 +30,7 @@ import (
 // encoded by hand, as its encoder writes them.
 var handTags = map[reflect.Type]string{
 	reflect.TypeFor[Header](): "Method:m Session:s,omitempty Epoch:e,omitempty Seq:q,omitempty Ack:a,omitempty " +
-		"KeepStream:k,omitempty Incarnation:in,omitempty",
+		"KeepStream:k,omitempty Incarnation:in,omitempty OnBehalfOf:ob,omitempty",
 	reflect.TypeFor[Status](): "Code:c Msg:g,omitempty Leader:l,omitempty Epoch:e,omitempty",
 	reflect.TypeFor[HandleRequest](): "Handle:h Sequencer:sq,omitempty Cache:c,omitempty After:a,omitempty " +
 		"Limit:l,omitempty",
@@ -74,7 +74,7 @@ func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 		if !headerByHand || m == nil {
 			return false, nil
 		}
-		w.MapLen(1, m.Session != 0, m.Epoch != 0, m.Seq != 0, m.Ack != 0, m.KeepStream, m.Incarnation != 0)
+		w.MapLen(1, m.Session != 0, m.Epoch != 0, m.Seq != 0, m.Ack != 0, m.KeepStream, m.Incarnation != 0, m.OnBehalfOf != "")
 		w.Uint("m", uint64(m.Method), true)
 		w.Uint("s", m.Session, false)
 		w.Uint("e", m.Epoch, false)
@@ -82,6 +82,7 @@ func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 		w.Uint("a", m.Ack, false)
 		w.Bool("k", m.KeepStream)
 		w.Uint("in", m.Incarnation, false)
+		w.Str("ob", m.OnBehalfOf, false)
 	case *Status:
 		if !statusByHand || m == nil {
 			return false, nil

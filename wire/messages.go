@@ -91,6 +91,11 @@ type Header struct {
 	// Incarnation: see above; omitted while 0, so a session never
 	// resumed sends what it always did.
 	Incarnation uint64 `msgpack:"in,omitempty"`
+	// OnBehalfOf, set by a proxy, names the principal the call is made
+	// for: its client's certificate name. The master honours it only
+	// from a principal it trusts as a proxy (CodePermission otherwise);
+	// ACLs, rations, quotas and the audit then apply to that principal.
+	OnBehalfOf string `msgpack:"ob,omitempty"`
 }
 
 // Status opens every response. Leader is the client address of the current

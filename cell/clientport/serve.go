@@ -458,7 +458,7 @@ func (p *Port) serveCall(c *streamCall) {
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	var stopWatching func()
-	if h.Method == wire.MethodAcquire || h.Method == wire.MethodAuditRead { // calls that may wait long
+	if h.Method == wire.MethodAcquire || h.Method == wire.MethodAuditRead || h.Method == wire.MethodBatchKeepAlive { // calls that may wait long
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)

@@ -47,7 +47,7 @@ func main() {
 			&cli.StringFlag{Name: "audit-log", Value: "stderr", EnvVars: []string{"LOCKCELL_AUDIT_LOG"},
 				Usage: "where this replica's audit lines (permission denials, ACL changes it served as master) go, whatever --log-level says: stderr, stdout, a file (appended; SIGHUP reopens it, for rotation) or off"},
 		},
-		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand(), mirrorCommand()},
+		Commands: []*cli.Command{devCommand(), serveCommand(), certsCommand(), restoreCommand(), mirrorCommand(), proxyCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "lockcelld:", err)
@@ -335,6 +335,7 @@ func tlsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key", Usage: "this replica's private key (PEM)"},
 		&cli.StringFlag{Name: "ca", Usage: "the cell's CA certificate (PEM): users and replicas must be signed by it"},
 		&cli.StringFlag{Name: "admin", Usage: "admin principal (default: admin with TLS, anonymous without)"},
+		&cli.StringFlag{Name: "proxy-principals", Usage: "principals trusted as proxies (lockcelld proxy's --upstream-cert names), comma-separated: only they may call on behalf of another principal"},
 		&cli.BoolFlag{Name: "insecure", Usage: "run without TLS: every caller is the admin and anyone who reaches the Raft port is taken for a replica; listens on loopback only"},
 		&cli.BoolFlag{Name: "insecure-bind-any", Usage: "with --insecure, allow --listen and --raft addresses other than loopback: the open cell is then reachable from the network"},
 	}
@@ -622,7 +623,7 @@ func serveConfigWith(c *cli.Context, loadTLS func(cert, key, ca string, log *slo
 	cfg := cell.Config{Cell: c.String("cell"), Self: c.String("id"), Peers: peers, Dir: c.String("data"),
 		LeaseTTL: c.Duration("lease"), MaxLeaseTTL: c.Duration("max-lease"), KeepAliveTarget: c.Int("keepalive-target"), DefaultLockDelay: c.Duration("lock-delay"), Timings: raftTimings(c), Logger: log,
 		MetricsAddr: c.String("metrics"), Pprof: c.Bool("pprof"), Admin: c.String("admin"), Limits: limits(c), SessionLimits: sessionLimits(c),
-		Join: join, LogStore: c.String("log-store")}
+		Join: join, LogStore: c.String("log-store"), ProxyPrincipals: splitList(c.String("proxy-principals"))}
 	if cfg.LogStore != replica.LogStoreAuto && cfg.LogStore != replica.LogStoreBadger && cfg.LogStore != replica.LogStoreWAL {
 		return cell.Config{}, cli.Exit(fmt.Sprintf("--log-store %q: want %s, %s or %s", cfg.LogStore, replica.LogStoreAuto, replica.LogStoreBadger, replica.LogStoreWAL), 2)
 	}

@@ -1,0 +1,170 @@
+package master
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"lockcell/fsm"
+	"lockcell/wire"
+)
+
+// newProxiedMaster is a test master whose admin is "admin" and which
+// trusts principal "p" as a proxy.
+func newProxiedMaster(t *testing.T) *testMaster {
+	sm := fsm.NewFSM("c", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clock := newFakeClock()
+	s := New(Config{Cell: "c", LeaseTTL: testLease, Clock: clock, Admin: "admin", ProxyPrincipals: []string{"p"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &localConsensus{fsm: sm}, sm)
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	_, epoch := s.Serving()
+	return &testMaster{Server: s, clock: clock, epoch: epoch}
+}
+
+// callAs dispatches one call from caller naming onBehalf (may be "").
+func (m *testMaster) callAs(caller, onBehalf string, session uint64, method wire.Method, req any) (any, error) {
+	h := &wire.Header{Method: method, Session: session, Epoch: m.epoch, OnBehalfOf: onBehalf}
+	resp, _, err := m.Dispatch(context.Background(), Caller{Principal: caller, Conn: 1}, h, mustMarshal(req))
+	return resp, err
+}
+
+// Only a trusted proxy may name another principal; the call is then that
+// principal's (its session, its ACLs), and a name no certificate can
+// carry is refused.
+func TestBehalfOnlyFromTrustedProxies(t *testing.T) {
+	m := newProxiedMaster(t)
+	create := &wire.CreateSessionRequest{ClientName: "t"}
+	if _, err := m.callAs("mallory", "alice", 0, wire.MethodCreateSession, create); codeOf(err) != wire.CodePermission {
+		t.Fatalf("an untrusted principal named another: %v, want PermissionDenied", err)
+	}
+	// A plain connection is anonymous; anonymous speaks for others only
+	// where it is the admin anyway (a plain cell's default), not here.
+	if _, err := m.callAs(AnonymousPrincipal, "admin", 0, wire.MethodCreateSession, create); codeOf(err) != wire.CodePermission {
+		t.Fatalf("an anonymous caller named the admin on a cell whose admin is another: %v, want PermissionDenied", err)
+	}
+	if _, err := m.callAs("p", "*", 0, wire.MethodCreateSession, create); codeOf(err) != wire.CodeBadRequest {
+		t.Fatalf("a proxy named the wildcard: %v, want BadRequest", err)
+	}
+	resp, err := m.callAs("p", "alice", 0, wire.MethodCreateSession, create)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := resp.(*wire.CreateSessionResponse).Session
+	var owner string
+	m.read(func(v fsm.View) { owner, _ = v.SessionPrincipal(sess) })
+	if owner != "alice" {
+		t.Fatalf("a session made through the proxy for alice belongs to %q", owner)
+	}
+	// The session is alice's: the proxy itself, or bob through it, may
+	// not use it; alice, directly or through the proxy, may.
+	list := &wire.ListSessionsRequest{}
+	for _, c := range []struct{ caller, behalf string }{{"p", ""}, {"p", "bob"}, {"bob", ""}} {
+		if _, err := m.callAs(c.caller, c.behalf, sess, wire.MethodListSessions, list); codeOf(err) != wire.CodePermission {
+			t.Fatalf("%s for %q on alice's session: %v, want PermissionDenied", c.caller, c.behalf, err)
+		}
+	}
+	resp, err = m.callAs("p", "alice", sess, wire.MethodListSessions, list)
+	if err != nil {
+		t.Fatalf("alice through the proxy: %v", err)
+	}
+	if got := resp.(*wire.ListSessionsResponse); len(got.Sessions) != 1 || got.Sessions[0].Principal != "alice" {
+		t.Fatalf("alice's sessions through the proxy: %+v", got)
+	}
+}
+
+// A BatchKeepAlive serves each session as its own KeepAlive: the owner
+// checked per entry, a lease granted to the live ones, no more than a
+// lease; it is held until the first of them is answered (here the batch's
+// HoldMillis) and only a trusted proxy may send one.
+func TestBatchKeepAliveServesEachSessionAsItsOwn(t *testing.T) {
+	m := newProxiedMaster(t)
+	create := &wire.CreateSessionRequest{ClientName: "t"}
+	var alice, bob uint64
+	for _, who := range []struct {
+		name string
+		id   *uint64
+	}{{"alice", &alice}, {"bob", &bob}} {
+		resp, err := m.callAs("p", who.name, 0, wire.MethodCreateSession, create)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*who.id = resp.(*wire.CreateSessionResponse).Session
+	}
+	req := &wire.BatchKeepAliveRequest{HoldMillis: 1000, Entries: []wire.BatchKeepAliveEntry{
+		{Session: alice, Principal: "alice", Epoch: m.epoch},
+		{Session: bob, Principal: "alice", Epoch: m.epoch}, // not alice's
+		{Session: 1 << 40, Principal: "alice"},             // never made
+		{Session: bob, Principal: "bob", Epoch: m.epoch},
+	}}
+	if _, err := m.callAs("mallory", "", 0, wire.MethodBatchKeepAlive, req); codeOf(err) != wire.CodePermission {
+		t.Fatalf("a batch from an untrusted principal: %v", err)
+	}
+	type result struct {
+		resp any
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := m.callAs("p", "", 0, wire.MethodBatchKeepAlive, req)
+		done <- result{resp, err}
+	}()
+	// A batch ends at its first answer: the refused entries, at once.
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a batch with refused entries was held")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	out := r.resp.(*wire.BatchKeepAliveResponse)
+	if len(out.Results) != 4 || out.Epoch != m.epoch || out.TTLMillis != testLease.Milliseconds() {
+		t.Fatalf("batch answer %+v", out)
+	}
+	want := []wire.Code{wire.CodeOK, wire.CodePermission, wire.CodeUnknownSession, wire.CodeOK}
+	for i, res := range out.Results {
+		if res.Session != req.Entries[i].Session || res.Code != want[i] {
+			t.Fatalf("entry %d: %+v, want code %v", i, res, want[i])
+		}
+		if res.Code == wire.CodeOK && (res.LeaseMillis <= 0 || res.HeldMillis+res.LeaseMillis > testLease.Milliseconds()) {
+			t.Fatalf("entry %d: held %d ms + lease %d ms, for a lease of %v", i, res.HeldMillis, res.LeaseMillis, testLease)
+		}
+	}
+
+	// Only live entries: held until HoldMillis, then every one answered.
+	req.Entries = []wire.BatchKeepAliveEntry{{Session: alice, Principal: "alice", Epoch: m.epoch},
+		{Session: bob, Principal: "bob", Epoch: m.epoch}}
+	go func() {
+		resp, err := m.callAs("p", "", 0, wire.MethodBatchKeepAlive, req)
+		done <- result{resp, err}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case r = <-done:
+		default:
+			if time.Now().After(deadline) {
+				t.Fatal("the batch was not answered at its HoldMillis")
+			}
+			m.clock.Advance(100 * time.Millisecond) // the batch's hold runs on the master's clock
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		break
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	out = r.resp.(*wire.BatchKeepAliveResponse)
+	for i, res := range out.Results {
+		if res.Code != wire.CodeOK || res.HeldMillis < 1000 || res.HeldMillis+res.LeaseMillis > testLease.Milliseconds()+res.HeldMillis {
+			t.Fatalf("entry %d after the hold: %+v", i, res)
+		}
+	}
+}

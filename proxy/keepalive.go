@@ -1,0 +1,550 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"lockcell/wire"
+)
+
+// The KeepAlive coalescer. A client's KeepAlive is answered here, from
+// the leases the master granted in BatchKeepAlives; the master sees a
+// few batch calls per proxy instead of one KeepAlive per session.
+//
+// Safety rests on three rules:
+//
+//   - A client is never told a lease longer than the master granted:
+//     the proxy's lease end for a session is the batch's send time plus
+//     the master's held and lease times, less the client's own drift
+//     margin (this leg's clocks may drift too); a client is told what is
+//     left of it measured from when its call arrived, so its own end
+//     (from when it sent) comes earlier still.
+//   - An event reaches the client before any lease granted after it: a
+//     session whose events the client has not acknowledged goes to the
+//     master no more (its lease is not extended) until the client's
+//     acknowledgement comes, which the next batch then carries. The
+//     master's rule (every extension travels with every outstanding
+//     invalidation) holds end to end: a lease the proxy relays was
+//     granted with the events the proxy relays with it.
+//   - A session is kept only while its client is: the proxy asks the
+//     master to extend a lease only while the client has a KeepAlive
+//     waiting here or was heard from within half a lease (its next one
+//     may take a moment, longer while it searches after a NotMaster). A
+//     client that dies is forgotten: one more batch may carry its
+//     session (held up to about half a lease, its lease extended on
+//     arrival and on reply), so it expires at the master up to about a
+//     lease later than if the client had talked to the master directly.
+
+// kaSession is one session's KeepAlive state at the proxy.
+type kaSession struct {
+	id, incarnation uint64
+	principal       string
+	clientEpoch     uint64 // the master epoch the client last named
+	clientAck       uint64 // the highest event the client acknowledged
+	delivered       uint64 // the highest event the master gave the proxy
+	events          []wire.Event
+	sentToClient    uint64 // the highest event handed to the client
+	redelivered     bool   // events were sent again at once, once
+	told            bool   // a client call was answered with a lease here
+	leaseEnd        time.Time
+	epoch           uint64 // the master's epoch of leaseEnd
+	parked          *clientCall
+	lastHeard       time.Time
+	queued          bool
+	atMaster        int         // batches carrying it now
+	gone            *wire.Error // the session ended: what its client is told
+}
+
+// clientCall is a client's KeepAlive parked at the proxy.
+type clientCall struct {
+	s       *kaSession
+	conn    uint64
+	arrived time.Time
+	prompt  bool
+	timer   *time.Timer
+	done    func(resp any, epoch uint64, err error)
+}
+
+// answer is a parked call's answer, made under the keeper's lock and
+// handed over outside it.
+type answer struct {
+	done  func(any, uint64, error)
+	resp  any
+	epoch uint64
+	err   error
+}
+
+func deliver(as []answer) {
+	for _, a := range as {
+		a.done(a.resp, a.epoch, a.err)
+	}
+}
+
+// keeper holds the sessions whose KeepAlives the proxy answers, and
+// sends their batches. Its lock is taken with no other; no call is made
+// and no answer delivered while it is held.
+type keeper struct {
+	up  *upstream
+	log *slog.Logger
+	ctx context.Context
+
+	mu     sync.Mutex
+	sess   map[uint64]*kaSession
+	byConn map[uint64]map[*clientCall]struct{}
+	want   []*kaSession // to be sent in the next batch
+	ttl    time.Duration
+	// batches counts the batch calls made (for tests and metrics).
+	batches, failed uint64
+	// stale counts client KeepAlives answered NotMaster for want of a
+	// fresh lease from the master.
+	stale uint64
+	kick  chan struct{}
+	// inFlight counts the batch calls in flight.
+	inFlight atomic.Int64
+}
+
+// defaultTTL is the lease the proxy assumes until the master tells it.
+const defaultTTL = 12 * time.Second
+
+func newKeeper(ctx context.Context, up *upstream, log *slog.Logger) *keeper {
+	return &keeper{up: up, log: log, ctx: ctx, sess: map[uint64]*kaSession{}, byConn: map[uint64]map[*clientCall]struct{}{},
+		ttl: defaultTTL, kick: make(chan struct{}, 1)}
+}
+
+// driftMargin is what the client takes off every lease (client.driftMargin):
+// the proxy takes it off the master's too, for its own clock.
+func driftMargin(d time.Duration) time.Duration { return d/100 + 20*time.Millisecond }
+
+// keepAlive serves a client's KeepAlive: answered at once when it has
+// something to say, else parked until an event, a quarter of its lease
+// left, or its client leaving.
+func (k *keeper) keepAlive(principal string, conn uint64, h *wire.Header, body []byte, done func(any, uint64, error)) func() {
+	var req wire.KeepAliveRequest
+	if err := wire.Decode(body, &req); err != nil {
+		done(nil, 0, err)
+		return nil
+	}
+	if h.Session == 0 {
+		done(nil, 0, wire.Errorf(wire.CodeBadRequest, "a KeepAlive names no session"))
+		return nil
+	}
+	now := time.Now()
+	var out []answer
+	k.mu.Lock()
+	s := k.sess[h.Session]
+	if s != nil && (s.principal != principal || s.incarnation != h.Incarnation) {
+		if s.principal != principal {
+			k.mu.Unlock()
+			done(nil, 0, wire.Errorf(wire.CodePermission, "session %d belongs to another principal", h.Session))
+			return nil
+		}
+		// Another incarnation (the session was resumed): start afresh;
+		// the master judges which process the session is now.
+		out = k.forgetLocked(s, out, wire.Errorf(wire.CodeSessionExpired, "%s: session %d was resumed elsewhere", wire.SessionMovedMsg, s.id))
+		s = nil
+	}
+	if s == nil {
+		s = &kaSession{id: h.Session, incarnation: h.Incarnation, principal: principal}
+		k.sess[h.Session] = s
+	}
+	s.clientEpoch = h.Epoch
+	s.lastHeard = now
+	if req.AckEvent > s.clientAck {
+		s.clientAck = req.AckEvent
+		n := 0
+		for n < len(s.events) && s.events[n].Seq <= s.clientAck {
+			n++
+		}
+		s.events = append(s.events[:0:0], s.events[n:]...)
+		s.redelivered = false
+	}
+	if s.parked != nil {
+		// Its client sent another: the first is over.
+		out = append(out, k.unparkLocked(s.parked, nil, 0, wire.Errorf(wire.CodeCanceled, "superseded by a newer KeepAlive")))
+	}
+	c := &clientCall{s: s, conn: conn, arrived: now, prompt: req.Prompt, done: done}
+	s.parked = c
+	if conn != 0 {
+		m := k.byConn[conn]
+		if m == nil {
+			m = map[*clientCall]struct{}{}
+			k.byConn[conn] = m
+		}
+		m[c] = struct{}{}
+	}
+	k.queueIfDueLocked(s)
+	answered := false
+	switch {
+	case s.gone != nil:
+		out = k.forgetLocked(s, out, s.gone)
+		answered = true
+	case len(s.events) > 0 && (s.events[len(s.events)-1].Seq > s.sentToClient || !s.redelivered):
+		if s.events[len(s.events)-1].Seq <= s.sentToClient {
+			s.redelivered = true
+		}
+		out = append(out, k.replyLocked(c, now))
+		answered = true
+	case req.Prompt && k.freshLocked(s, now):
+		out = append(out, k.replyLocked(c, now))
+		answered = true
+	default:
+		k.armLocked(c, now)
+	}
+	k.mu.Unlock()
+	deliver(out)
+	if answered {
+		return nil
+	}
+	return func() { k.cancel(c) }
+}
+
+// freshLocked reports whether s's lease from the master has at least a
+// quarter lease to run: enough to tell a client.
+func (k *keeper) freshLocked(s *kaSession, now time.Time) bool {
+	return !s.leaseEnd.IsZero() && s.leaseEnd.Sub(now) >= k.ttl/4
+}
+
+// armLocked sets c's hold: a quarter of the session's lease before its
+// end, or three quarters of a lease after it arrived (a prompt call: an
+// eighth), whichever is first; a session with no lease yet waits for its
+// first batch's answer within that.
+func (k *keeper) armLocked(c *clientCall, now time.Time) {
+	until := c.arrived.Add(k.ttl - k.ttl/4)
+	if c.prompt {
+		until = c.arrived.Add(k.ttl / 8)
+	}
+	if e := c.s.leaseEnd; !e.IsZero() && e.Add(-k.ttl/4).Before(until) {
+		until = e.Add(-k.ttl / 4)
+	}
+	c.timer = time.AfterFunc(max(until.Sub(now), 0), func() { k.holdOver(c) })
+}
+
+// holdOver ends c's hold: the client gets its lease if the proxy has a
+// fresh one, and NotMaster otherwise (the proxy lost the master: the
+// client searches elsewhere, as from a master that cannot prove it
+// leads, and goes into jeopardy when it finds none).
+func (k *keeper) holdOver(c *clientCall) {
+	now := time.Now()
+	k.mu.Lock()
+	if c.s.parked != c {
+		k.mu.Unlock()
+		return
+	}
+	var a answer
+	if k.freshLocked(c.s, now) {
+		a = k.replyLocked(c, now)
+	} else {
+		k.stale++
+		a = k.unparkLocked(c, nil, 0, wire.Errorf(wire.CodeNotMaster, "proxy: no lease from the master for session %d", c.s.id))
+	}
+	k.mu.Unlock()
+	a.done(a.resp, a.epoch, a.err)
+}
+
+// cancel ends c's hold for a client that left it.
+func (k *keeper) cancel(c *clientCall) {
+	k.mu.Lock()
+	if c.s.parked != c {
+		k.mu.Unlock()
+		return
+	}
+	a := k.unparkLocked(c, nil, 0, wire.Errorf(wire.CodeCanceled, "the client left the call"))
+	k.mu.Unlock()
+	a.done(a.resp, a.epoch, a.err)
+}
+
+// connClosed ends the calls parked over a client connection that closed.
+func (k *keeper) connClosed(conn uint64) {
+	k.mu.Lock()
+	var out []answer
+	for c := range k.byConn[conn] {
+		out = append(out, k.unparkLocked(c, nil, 0, wire.Errorf(wire.CodeCanceled, "the connection closed")))
+	}
+	delete(k.byConn, conn)
+	k.mu.Unlock()
+	deliver(out)
+}
+
+// unparkLocked takes c off its session and connection and returns its
+// answer.
+func (k *keeper) unparkLocked(c *clientCall, resp any, epoch uint64, err error) answer {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.s.parked == c {
+		c.s.parked = nil
+	}
+	if m := k.byConn[c.conn]; m != nil {
+		delete(m, c)
+		if len(m) == 0 {
+			delete(k.byConn, c.conn)
+		}
+	}
+	return answer{done: c.done, resp: resp, epoch: epoch, err: err}
+}
+
+// replyLocked answers c with the session's lease and the events its
+// client has not acknowledged.
+func (k *keeper) replyLocked(c *clientCall, now time.Time) answer {
+	s := c.s
+	s.lastHeard = now
+	s.told = true
+	resp := &wire.KeepAliveResponse{Epoch: s.epoch, HeldMillis: now.Sub(c.arrived).Milliseconds()}
+	if left := s.leaseEnd.Sub(now); left > 0 {
+		resp.LeaseMillis = left.Milliseconds() // rounded down: never longer
+	}
+	if len(s.events) > 0 {
+		resp.Events = clientEvents(s.events)
+		s.sentToClient = max(s.sentToClient, resp.Events[len(resp.Events)-1].Seq)
+	}
+	return k.unparkLocked(c, resp, s.epoch, nil)
+}
+
+// clientEvents copies the oldest events that fit one KeepAlive reply
+// (the master's bounds: 1,024 events, 512 KiB).
+func clientEvents(evs []wire.Event) []wire.Event {
+	n, size := 0, 0
+	for n < len(evs) && n < 1024 {
+		size += 64 + len(evs[n].Path) + len(evs[n].Child) + len(evs[n].Reason) + len(evs[n].FromPrincipal)
+		if n > 0 && size > 512<<10 {
+			break
+		}
+		n++
+	}
+	return append([]wire.Event(nil), evs[:n]...)
+}
+
+// forgetLocked drops s (its session ended, or was resumed elsewhere): a
+// call parked on it is answered err.
+func (k *keeper) forgetLocked(s *kaSession, out []answer, err *wire.Error) []answer {
+	k.log.Debug("proxy: session forgotten", "session", s.id, "err", err)
+	if s.parked != nil {
+		out = append(out, k.unparkLocked(s.parked, nil, 0, err))
+	}
+	if k.sess[s.id] == s {
+		delete(k.sess, s.id)
+	}
+	s.gone = err // a batch still carrying it ignores it
+	return out
+}
+
+// aliveLocked reports whether s's client is still there: it has a call
+// parked here, or was heard from (a call arrived or was answered) within
+// half a lease.
+func (k *keeper) aliveLocked(s *kaSession, now time.Time) bool {
+	return s.parked != nil || now.Sub(s.lastHeard) < k.ttl/2
+}
+
+// queueIfDueLocked puts s in the next batch when its lease is to be
+// extended: it is alive, not ended, not already on its way, and its
+// client has acknowledged every event the master sent it.
+func (k *keeper) queueIfDueLocked(s *kaSession) {
+	if s.queued || s.atMaster > 0 || s.gone != nil || s.clientAck < s.delivered || k.sess[s.id] != s {
+		return
+	}
+	s.queued = true
+	k.want = append(k.want, s)
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run sends the batches until ctx ends: whatever is queued goes, in
+// batches of at most wire.MaxBatchKeepAlive sessions, a moment after the
+// first is queued (so sessions queued together go together).
+func (k *keeper) run() {
+	sweep := time.NewTicker(time.Second)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-k.ctx.Done():
+			return
+		case <-sweep.C:
+			k.sweep()
+			continue
+		case <-k.kick:
+		}
+		// Gather what arrives together: a moment, or, with many batches
+		// held at the master already, up to a second, so that sessions
+		// arriving one by one (a burst of new clients) go in few
+		// batches: the master admits at most 256 calls without a session
+		// in flight on the proxy's connection (the batches among them).
+		gather := 2 * time.Millisecond
+		if k.inFlight.Load() >= manyBatches {
+			gather = time.Second
+		}
+		select {
+		case <-k.ctx.Done():
+			return
+		case <-time.After(gather):
+		}
+		k.mu.Lock()
+		want := k.want
+		k.want = nil
+		for _, s := range want {
+			s.queued = false
+			s.atMaster++
+		}
+		k.mu.Unlock()
+		for len(want) > 0 {
+			n := min(len(want), wire.MaxBatchKeepAlive)
+			go k.send(want[:n:n])
+			want = want[n:]
+		}
+	}
+}
+
+// sweep forgets the sessions whose clients are gone and that no batch
+// carries.
+func (k *keeper) sweep() {
+	now := time.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for id, s := range k.sess {
+		if !s.queued && s.atMaster == 0 && s.parked == nil && now.Sub(s.lastHeard) > 2*k.ttl {
+			delete(k.sess, id)
+		}
+	}
+}
+
+// holdFor is how long the master may hold a batch sent now: to the next
+// half-lease tick of the proxy's clock, so batches sent at different
+// times come back together and go out again as few.
+func (k *keeper) holdFor(now time.Time, ttl time.Duration) time.Duration {
+	period := ttl / 2
+	hold := period - time.Duration(now.UnixNano()%int64(period))
+	if hold < period/4 {
+		hold += period
+	}
+	return hold
+}
+
+// manyBatches is how many batches in flight make the sender gather for a
+// second rather than a moment.
+const manyBatches = 32
+
+// send makes one batch call for ss and takes its answers in.
+func (k *keeper) send(ss []*kaSession) {
+	k.inFlight.Add(1)
+	defer k.inFlight.Add(-1)
+	k.mu.Lock()
+	req := &wire.BatchKeepAliveRequest{Entries: make([]wire.BatchKeepAliveEntry, len(ss))}
+	for i, s := range ss {
+		req.Entries[i] = wire.BatchKeepAliveEntry{Session: s.id, Incarnation: s.incarnation, Epoch: s.clientEpoch,
+			AckEvent: s.clientAck, Principal: s.principal}
+	}
+	ttl := k.ttl
+	k.batches++
+	k.mu.Unlock()
+	sent := time.Now()
+	req.HoldMillis = k.holdFor(sent, ttl).Milliseconds()
+	var resp wire.BatchKeepAliveResponse
+	err := k.up.callDecoded(k.ctx, &wire.Header{Method: wire.MethodBatchKeepAlive}, req, &resp)
+	now := time.Now()
+	var out []answer
+	k.mu.Lock()
+	if err != nil || len(resp.Results) != len(ss) {
+		k.failed++
+		k.log.Info("proxy: batch KeepAlive failed", "sessions", len(ss), "err", err, "results", len(resp.Results))
+		for _, s := range ss {
+			s.atMaster--
+		}
+		k.mu.Unlock()
+		if k.ctx.Err() != nil {
+			return
+		}
+		// Again after a pause, those still alive: the master may be
+		// between terms. Their clients' holds end meanwhile.
+		time.AfterFunc(50*time.Millisecond+rand.N(100*time.Millisecond), func() {
+			now := time.Now()
+			k.mu.Lock()
+			for _, s := range ss {
+				if k.aliveLocked(s, now) {
+					k.queueIfDueLocked(s)
+				}
+			}
+			k.mu.Unlock()
+		})
+		return
+	}
+	if resp.TTLMillis > 0 {
+		k.ttl = time.Duration(resp.TTLMillis) * time.Millisecond
+	}
+	for i, s := range ss {
+		s.atMaster--
+		r := &resp.Results[i]
+		if s.gone != nil || k.sess[s.id] != s {
+			continue // forgotten meanwhile
+		}
+		switch r.Code {
+		case wire.CodeOK:
+		case wire.CodeNotMaster, wire.CodeUnavailable, wire.CodeCanceled, wire.CodeTooMany:
+			// Not this session's end: kept, and sent again below.
+			if k.aliveLocked(s, now) {
+				k.queueIfDueLocked(s)
+			}
+			continue
+		default:
+			out = k.forgetLocked(s, out, &wire.Error{Code: r.Code, Msg: r.Msg})
+			continue
+		}
+		lease := time.Duration(r.HeldMillis+r.LeaseMillis) * time.Millisecond
+		if end := sent.Add(lease - driftMargin(lease)); end.After(s.leaseEnd) {
+			s.leaseEnd = end
+		}
+		s.epoch = resp.Epoch
+		fresh := false
+		for _, ev := range r.Events {
+			if ev.Seq > s.delivered {
+				s.delivered = ev.Seq
+				s.events = append(s.events, ev)
+				fresh = true
+			}
+		}
+		if c := s.parked; c != nil && (fresh || !s.told) {
+			out = append(out, k.replyLocked(c, now))
+		}
+		if k.aliveLocked(s, now) {
+			k.queueIfDueLocked(s)
+		}
+	}
+	k.mu.Unlock()
+	deliver(out)
+}
+
+// stats reports the sessions kept and batch calls made.
+func (k *keeper) stats() (sessions int, batches, failed, stale uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.sess), k.batches, k.failed, k.stale
+}
+
+// endAll answers every parked call NotMaster (the proxy is closing).
+func (k *keeper) endAll() {
+	k.mu.Lock()
+	var out []answer
+	for _, s := range k.sess {
+		if s.parked != nil {
+			out = append(out, k.unparkLocked(s.parked, nil, 0, wire.Errorf(wire.CodeNotMaster, "proxy: closing")))
+		}
+	}
+	k.mu.Unlock()
+	deliver(out)
+}
+
+// ended forgets a session its client closed, or that another process
+// resumed: the proxy keeps its lease no more.
+func (k *keeper) ended(id uint64) {
+	k.mu.Lock()
+	var out []answer
+	if s := k.sess[id]; s != nil {
+		out = k.forgetLocked(s, out, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", id))
+	}
+	k.mu.Unlock()
+	deliver(out)
+}

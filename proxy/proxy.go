@@ -1,0 +1,212 @@
+// Package proxy is a Chubby proxy (`lockcelld proxy`): clients dial it
+// exactly as they dial a replica, and it forwards their calls to the
+// master, answering their KeepAlives itself from leases it keeps for all
+// of their sessions with a few BatchKeepAlive calls (keepalive.go), so the
+// master sees one KeepAlive stream per proxy instead of one per session.
+//
+// Identity: the proxy terminates its clients' TLS (a clientport.Port, the
+// replicas' own client port, with its caps and budgets) and learns each
+// one's principal; it calls the master as its own principal, naming on
+// every call the principal it makes it for (wire.Header.OnBehalfOf), which
+// the master honours only from a principal it trusts as a proxy.
+//
+// Ownership: a Proxy owns its listener, its port's connections, its
+// connection to the master and the goroutines serving them; Close ends
+// them all.
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/cell/clientport"
+	"lockcell/wire"
+)
+
+// Anonymous is every client's principal on a proxy without TLS, as on a
+// replica without it.
+const Anonymous = "anonymous"
+
+// Config is what a Proxy needs besides its listener.
+type Config struct {
+	// Peers are the replicas' client addresses; the proxy finds the
+	// master among them and follows it.
+	Peers []string
+	// TLS, when set, is the mutual TLS the proxy's clients must complete
+	// (as a replica's client port: certs.ServerConfig with a replica
+	// certificate naming the proxy's host); each client's principal is
+	// its certificate's name.
+	TLS *tls.Config
+	// Upstream, when set, is the TLS the proxy dials the master with: a
+	// user certificate naming the proxy's own principal, which the cell
+	// must trust as a proxy (`lockcelld serve --proxy-principals`).
+	Upstream *tls.Config
+	// Limits bound the proxy's client connections and calls, as a
+	// replica's client port does (zero fields: clientport defaults).
+	Limits clientport.Limits
+	// Dialer, when set, makes the proxy's TCP connections to the
+	// replicas (tests cut the proxy off the cell with one).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DialTimeout bounds a connection to a replica (default 5 s).
+	DialTimeout time.Duration
+	// Logger receives the proxy's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Proxy serves clients on one listener and forwards their calls to the
+// master. Its methods are safe for concurrent use.
+type Proxy struct {
+	cfg    Config
+	port   *clientport.Port
+	up     *upstream
+	ka     *keeper
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Proxy serving ln once Serve is called; it owns ln from now
+// on.
+func New(ln net.Listener, cfg Config) (*Proxy, error) {
+	if len(cfg.Peers) == 0 {
+		ln.Close()
+		return nil, errors.New("proxy: no peers: the replicas' client addresses are needed")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if (cfg.TLS == nil) != (cfg.Upstream == nil) {
+		ln.Close()
+		return nil, errors.New("proxy: TLS towards clients and towards the master go together")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	p.up = newUpstream(cfg.Peers, cfg.Upstream, cfg.DialTimeout)
+	p.up.dialer = cfg.Dialer
+	p.ka = newKeeper(ctx, p.up, cfg.Logger)
+	p.port = clientport.New(ln, clientport.Config{Limits: cfg.Limits, TLS: cfg.TLS, Anonymous: Anonymous, Logger: cfg.Logger},
+		handler{p})
+	return p, nil
+}
+
+// Serve starts serving clients and keeping their sessions; it does not
+// block.
+func (p *Proxy) Serve() {
+	go func() {
+		defer close(p.done)
+		p.ka.run()
+	}()
+	p.port.Serve()
+}
+
+// Addr is the address the proxy listens on.
+func (p *Proxy) Addr() net.Addr { return p.port.Addr() }
+
+// Close stops serving: clients' connections close (their parked
+// KeepAlives answered NotMaster first), the connection to the master
+// closes, and Close returns once every goroutine has.
+func (p *Proxy) Close() {
+	p.ka.endAll()
+	p.cancel()
+	p.port.Close()
+	p.up.close()
+	p.port.Wait()
+	<-p.done
+}
+
+// Stats are a proxy's figures.
+type Stats struct {
+	// Sessions are the sessions whose KeepAlives the proxy answers.
+	Sessions int
+	// Batches counts the BatchKeepAlive calls made to the master, Failed
+	// those that failed (no master, a lost connection).
+	Batches, Failed uint64
+	// Stale counts client KeepAlives answered NotMaster because the
+	// proxy had no fresh lease from the master for their session.
+	Stale uint64
+	// Master is the replica the proxy believes leads ("" if none).
+	Master string
+	// Conns are the client port's connection figures.
+	Conns clientport.Stats
+}
+
+// Stats reports the proxy's figures now.
+func (p *Proxy) Stats() Stats {
+	n, b, f, st := p.ka.stats()
+	return Stats{Sessions: n, Batches: b, Failed: f, Stale: st, Master: p.up.masterAddr(), Conns: p.port.Stats()}
+}
+
+// handler is the proxy's side of its client port.
+type handler struct{ p *Proxy }
+
+// Call forwards a call to the master on its client's behalf. A master
+// that cannot be reached, or is between terms, is Unavailable to the
+// client (which backs off and asks this proxy again); every other answer
+// is the master's own.
+func (h handler) Call(ctx context.Context, caller clientport.Caller, hd *wire.Header, body []byte) (any, uint64, error) {
+	if hd.Method == wire.MethodBatchKeepAlive {
+		return nil, 0, wire.Errorf(wire.CodePermission, "a proxy's clients may not send BatchKeepAlive")
+	}
+	fwd := *hd
+	fwd.OnBehalfOf = caller.Principal
+	fwd.KeepStream = false
+	st, resp, err := h.p.up.call(ctx, &fwd, body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, wire.Errorf(wire.CodeCanceled, "the client left the call")
+		}
+		return nil, 0, wire.Errorf(wire.CodeUnavailable, "proxy: %v", err)
+	}
+	if st.Code != wire.CodeOK {
+		return nil, st.Epoch, st.Err()
+	}
+	switch hd.Method {
+	case wire.MethodCloseSession:
+		h.p.ka.ended(hd.Session) // nothing more to keep
+	case wire.MethodResumeSession:
+		var req wire.ResumeSessionRequest
+		if wire.Decode(body, &req) == nil {
+			h.p.ka.ended(req.Session) // another incarnation now
+		}
+	}
+	return msgpack.RawMessage(resp), st.Epoch, nil
+}
+
+// KeepAlive answers a client's KeepAlive from the leases the proxy keeps
+// (keepalive.go).
+func (h handler) KeepAlive(caller clientport.Caller, hd *wire.Header, body []byte, done func(any, uint64, error)) func() {
+	return h.p.ka.keepAlive(caller.Principal, caller.Conn, hd, body, done)
+}
+
+// ConnClosed ends the KeepAlives parked over a client connection.
+func (h handler) ConnClosed(conn uint64) { h.p.ka.connClosed(conn) }
+
+// NotMaster: a proxy names no replica (its clients may not reach them);
+// its clients look for a master among the addresses they were given.
+func (h handler) NotMaster(st *wire.Status) { st.Leader = "" }
+
+// String names the proxy for logs.
+func (p *Proxy) String() string { return fmt.Sprintf("proxy %s", p.Addr()) }
+
+// MapDialer returns a Config.Dialer that dials each address m names at
+// the address it maps to, and any other at itself: a proxy placed where
+// the replicas' own addresses do not reach them (behind NAT, or a test's
+// per-node links) still follows the names the cell gives them.
+func MapDialer(m map[string]string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if to, ok := m[addr]; ok {
+			addr = to
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+}

@@ -1,0 +1,366 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"lockcell/cell"
+	"lockcell/client"
+	"lockcell/client/admin"
+	"lockcell/fixtures"
+	"lockcell/internal/testhook"
+	"lockcell/proxy"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// pollUntil waits for cond, failing the test after d.
+func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func mustOpen(t *testing.T, ctx context.Context, cl *client.Client, name string, mode client.OpenMode, opts ...client.OpenOption) *client.Handle {
+	t.Helper()
+	h, err := cl.Open(ctx, name, mode, opts...)
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	return h
+}
+
+// events records a client's session events.
+type events struct {
+	mu   sync.Mutex
+	got  []client.EventKind
+	more chan struct{}
+}
+
+func watch(cl *client.Client) *events {
+	e := &events{more: make(chan struct{}, 1)}
+	go func() {
+		for ev := range cl.Events() {
+			e.mu.Lock()
+			e.got = append(e.got, ev.Kind)
+			e.mu.Unlock()
+			select {
+			case e.more <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return e
+}
+
+func (e *events) has(k client.EventKind) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Contains(e.got, k)
+}
+
+func (e *events) waitFor(t *testing.T, k client.EventKind, d time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for !e.has(k) {
+		select {
+		case <-e.more:
+		case <-deadline.C:
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			t.Fatalf("no %v event within %v; got %v", k, d, e.got)
+		}
+	}
+}
+
+const rw = client.Read | client.Write | client.Create
+
+// Sessions behind a proxy live for many leases on its batched KeepAlives
+// alone, and the proxy makes far fewer calls than its clients'
+// KeepAlives: locks are exclusive across them, and a sequencer a client
+// behind the proxy got is checked valid while held and stale after.
+func TestProxyLocksAndSequencers(t *testing.T) {
+	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: time.Second})
+	p := fixtures.StartProxy(t, c)
+	ctx := ctxT(t, 60*time.Second)
+	var cls []*client.Client
+	for range 20 {
+		cls = append(cls, c.ClientWith(t, fixtures.ProxiedConfig(c.ClientConfig(), p)))
+	}
+	began, batches0 := time.Now(), p.Stats().Batches
+	a, b := cls[0], cls[1]
+	ha := mustOpen(t, ctx, a, c.Name("lock"), rw)
+	hb := mustOpen(t, ctx, b, c.Name("lock"), rw)
+	if ok, err := ha.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
+		t.Fatalf("a acquires: %v %v", ok, err)
+	}
+	if ok, err := hb.TryAcquire(ctx, client.Exclusive); ok || err != nil {
+		t.Fatalf("b acquired a held lock: %v %v", ok, err)
+	}
+	seq, err := ha.GetSequencer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Five leases pass on the proxy's KeepAlives alone: the lock stays.
+	time.Sleep(5 * time.Second) // the time under test, not a synchronisation
+	if ok, err := b.CheckSequencer(ctx, seq); !ok || err != nil {
+		t.Fatalf("a's sequencer after five leases: %v %v", ok, err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- hb.Acquire(ctx, client.Exclusive) }()
+	pollUntil(t, 10*time.Second, "b queued", func() bool { s, _ := hb.GetStat(ctx); return s.LockWaiters == 1 })
+	if err := ha.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("b acquire: %v", err)
+	}
+	if ok, err := b.CheckSequencer(ctx, seq); ok || err != nil {
+		t.Fatalf("a's sequencer after release: %v %v", ok, err)
+	}
+	for i, cl := range cls {
+		if _, err := cl.Open(ctx, c.Name("lock"), client.Read); err != nil {
+			t.Fatalf("client %d after five leases: %v", i, err)
+		}
+	}
+	st := p.Stats()
+	t.Logf("proxy: %d sessions, %d batch calls, %d failed", st.Sessions, st.Batches, st.Failed)
+	if st.Sessions != len(cls) {
+		t.Fatalf("proxy keeps %d sessions, want %d", st.Sessions, len(cls))
+	}
+	// Directly, every session makes a KeepAlive per three quarters of a
+	// lease at least: the master would have answered that many. Through
+	// the proxy it answers a batch per half lease, and one per event.
+	direct := len(cls) * int(time.Since(began)/time.Second)
+	if n := int(st.Batches - batches0); n > direct/2 {
+		t.Fatalf("%d batch calls for %d sessions over %v (directly at least %d KeepAlives): not coalesced",
+			n, len(cls), time.Since(began).Round(time.Second), direct)
+	}
+}
+
+// A client behind a proxy that dies holding a lock loses it as one
+// talking to the master would: its session expires (the proxy stops
+// keeping a lease its client no longer asks for) and a waiter gets the
+// lock no earlier than the lock-delay after.
+func TestProxyLockDelayAfterClientDies(t *testing.T) {
+	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: time.Second})
+	p := fixtures.StartProxy(t, c)
+	ctx := ctxT(t, 60*time.Second)
+	cut := fixtures.NewCutter()
+	cfgA := fixtures.ProxiedConfig(c.ClientConfig(), p)
+	cfgA.Dialer, cfgA.GracePeriod, cfgA.RetryTimeout = cut.Dial, 2*time.Second, 2*time.Second
+	a := c.ClientWith(t, cfgA)
+	b := c.ClientWith(t, fixtures.ProxiedConfig(c.ClientConfig(), p))
+	const delay = 2 * time.Second
+	mustOpen(t, ctx, a, c.Name("a-alive"), rw|client.Ephemeral)
+	la := mustOpen(t, ctx, a, c.Name("lock"), rw, client.WithLockDelay(delay))
+	if ok, err := la.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
+		t.Fatalf("a acquires: %v %v", ok, err)
+	}
+	lb := mustOpen(t, ctx, b, c.Name("lock"), rw)
+	got := make(chan time.Time, 1)
+	go func() {
+		if err := lb.Acquire(ctx, client.Exclusive); err != nil {
+			t.Errorf("b acquire: %v", err)
+		}
+		got <- time.Now()
+	}()
+	pollUntil(t, 10*time.Second, "b queued", func() bool { s, _ := lb.GetStat(ctx); return s.LockWaiters == 1 })
+	cut.Cut() // a dies, as far as anyone can tell
+	cutAt := time.Now()
+	pollUntil(t, 20*time.Second, "a's ephemeral file deleted", func() bool {
+		_, err := b.Open(ctx, c.Name("a-alive"), client.Read)
+		return errors.Is(err, client.ErrNotFound)
+	})
+	gotAt := <-got
+	st, err := lb.GetStat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LockDelayUntil.IsZero() || gotAt.Before(st.LockDelayUntil) {
+		t.Fatalf("b got the lock at %v; lock-delay until %v", gotAt, st.LockDelayUntil)
+	}
+	t.Logf("a cut at T; b holds the lock at T+%v (lock-delay %v)", gotAt.Sub(cutAt).Round(time.Millisecond), delay)
+}
+
+// A caching client behind a proxy never reads a stale value: a write
+// (by a client talking to the master directly) returns only once the
+// invalidation reached the caching client through the proxy, so the
+// read right after it, which would be a cache hit, sees the new value.
+func TestProxyInvalidationBeforeWriteReturns(t *testing.T) {
+	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: 2 * time.Second})
+	p := fixtures.StartProxy(t, c)
+	ctx := ctxT(t, 60*time.Second)
+	reader := c.ClientWith(t, fixtures.ProxiedConfig(c.ClientConfig(), p))
+	writer := c.Client(t)
+	hw := mustOpen(t, ctx, writer, c.Name("f"), rw, client.WithContents([]byte("v0")))
+	hr := mustOpen(t, ctx, reader, c.Name("f"), client.Read)
+	hits := 0
+	for i := 1; i <= 20; i++ {
+		// Fill the cache, then read it from the cache.
+		for range 2 {
+			if _, _, err := hr.GetContentsAndStat(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h0, c0 := admin.New(reader).CacheStats().Hits, testhook.CallsSent()
+		data, _, err := hr.GetContentsAndStat(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if admin.New(reader).CacheStats().Hits > h0 && testhook.CallsSent() == c0 {
+			hits++
+		}
+		want := []byte{'v', byte('0' + (i-1)%10)}
+		if string(data) != string(want) && i > 1 {
+			t.Fatalf("round %d: read %q, want %q", i, data, want)
+		}
+		next := []byte{'v', byte('0' + i%10)}
+		if err := hw.SetContents(ctx, next); err != nil {
+			t.Fatal(err)
+		}
+		if data, _, err := hr.GetContentsAndStat(ctx); err != nil || string(data) != string(next) {
+			t.Fatalf("round %d: read %q (%v) after the write of %q returned: stale", i, data, err, next)
+		}
+	}
+	if hits < 10 {
+		t.Fatalf("only %d of 20 reads came from the cache: the test proves nothing", hits)
+	}
+}
+
+// A proxy cut off from the master leaves its clients in jeopardy, as a
+// dead master would; when it reaches the master again within the grace
+// period they are safe again, with the same session and lock.
+func TestProxyCutFromMasterMeansJeopardy(t *testing.T) {
+	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: time.Second})
+	cut := fixtures.NewCutter()
+	p := fixtures.StartProxyWith(t, c, func(cfg *proxy.Config) { cfg.Dialer = cut.Dial })
+	ctx := ctxT(t, 60*time.Second)
+	cfg := fixtures.ProxiedConfig(c.ClientConfig(), p)
+	cfg.GracePeriod, cfg.RetryTimeout = 20*time.Second, 20*time.Second
+	a := c.ClientWith(t, cfg)
+	ev := watch(a)
+	session := a.Session()
+	la := mustOpen(t, ctx, a, c.Name("lock"), rw)
+	if ok, err := la.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
+		t.Fatalf("a acquires: %v %v", ok, err)
+	}
+	st0, err := la.GetStat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut.Cut()
+	cutAt := time.Now()
+	ev.waitFor(t, client.Jeopardy, 10*time.Second)
+	t.Logf("proxy cut at T; client in jeopardy at T+%v", time.Since(cutAt).Round(time.Millisecond))
+	cut.Heal()
+	ev.waitFor(t, client.Safe, 20*time.Second)
+	if ev.has(client.Expired) {
+		t.Fatalf("session expired: %v", ev.got)
+	}
+	if a.Session() != session {
+		t.Fatalf("session %d became %d", session, a.Session())
+	}
+	st, err := la.GetStat(ctx)
+	if err != nil || st.LockGen != st0.LockGen || st.LockHolders != 1 {
+		t.Fatalf("lock after jeopardy: %+v %v; before %+v", st, err, st0)
+	}
+}
+
+// A client whose proxy dies carries on, same session, same lock, through
+// another proxy or through the replicas directly, whichever its address
+// list offers.
+func TestProxyClientFailsOver(t *testing.T) {
+	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: time.Second})
+	ctx := ctxT(t, 90*time.Second)
+	for _, to := range []string{"proxy", "replicas"} {
+		t.Run("to "+to, func(t *testing.T) {
+			p1 := fixtures.StartProxy(t, c)
+			cfg := fixtures.ProxiedConfig(c.ClientConfig(), p1)
+			if to == "proxy" {
+				cfg = fixtures.ProxiedConfig(c.ClientConfig(), p1, fixtures.StartProxy(t, c))
+			} else {
+				cfg.Replicas = append(cfg.Replicas, c.Addrs()...)
+			}
+			cfg.GracePeriod, cfg.RetryTimeout = 20*time.Second, 20*time.Second
+			a := c.ClientWith(t, cfg)
+			ev := watch(a)
+			if got := admin.New(a).Master(); got != p1.Addr().String() {
+				t.Fatalf("client talks to %s, not the first proxy %s", got, p1.Addr())
+			}
+			session := a.Session()
+			la := mustOpen(t, ctx, a, c.Name("lock-"+to), rw)
+			if ok, err := la.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
+				t.Fatalf("a acquires: %v %v", ok, err)
+			}
+			p1.Close()
+			// Three leases later the session, its lock and its calls are
+			// still there.
+			time.Sleep(3 * time.Second) // the time under test
+			if _, err := la.GetStat(ctx); err != nil {
+				t.Fatalf("call after the proxy died: %v", err)
+			}
+			if err := la.SetContents(ctx, []byte("still mine")); err != nil {
+				t.Fatalf("write after the proxy died: %v", err)
+			}
+			if a.Session() != session || ev.has(client.Expired) {
+				t.Fatalf("session %d -> %d, events %v", session, a.Session(), ev.got)
+			}
+			if got := admin.New(a).Master(); got == p1.Addr().String() {
+				t.Fatalf("client still believes in the dead proxy")
+			}
+		})
+	}
+}
+
+// Identity passes through a trusted proxy: a session made through it
+// belongs to the client's principal, not the proxy's. A proxy whose
+// principal the cell does not trust cannot make calls for anyone else:
+// its clients are refused with ErrPermission.
+func TestProxyIdentity(t *testing.T) {
+	certs := fixtures.TestCerts(t, "alice", fixtures.ProxyPrincipal, "mallory")
+	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: time.Second, TLS: certs,
+		Configure: func(cfg *cell.Config) { cfg.ProxyPrincipals = []string{fixtures.ProxyPrincipal} }})
+	ctx := ctxT(t, 60*time.Second)
+	trusted := fixtures.StartProxy(t, c)
+	alice := c.ClientWith(t, fixtures.ProxiedConfig(c.ClientConfigAs("alice"), trusted))
+	mine, err := admin.New(alice).Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mine) != 1 || mine[0].ID != alice.Session() || mine[0].Principal != "alice" {
+		t.Fatalf("alice's sessions through the proxy: %+v", mine)
+	}
+	// The ACLs judge the client's principal: the default ACL lets only
+	// the admin create, so the admin through the proxy may, alice
+	// through it may not (nor could the proxy's own principal).
+	adm := c.ClientWith(t, fixtures.ProxiedConfig(c.ClientConfig(), trusted))
+	mustOpen(t, ctx, adm, c.Name("admins"), rw)
+	if _, err := alice.Open(ctx, c.Name("alices"), rw); !errors.Is(err, client.ErrPermission) {
+		t.Fatalf("alice creates through the proxy: %v, want ErrPermission", err)
+	}
+
+	untrusted := fixtures.StartProxyWith(t, c, func(cfg *proxy.Config) {
+		cfg.Upstream = certs.ClientTLS(t, "mallory")
+	})
+	cfg := fixtures.ProxiedConfig(c.ClientConfigAs("alice"), untrusted)
+	cfg.RetryTimeout = 5 * time.Second
+	_, err = client.Dial(ctx, cfg)
+	if !errors.Is(err, client.ErrPermission) {
+		t.Fatalf("dial through a proxy the cell does not trust: %v, want ErrPermission", err)
+	}
+}

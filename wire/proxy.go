@@ -1,0 +1,77 @@
+package wire
+
+// Proxies (docs/subsystems.md#proxies). A proxy speaks this wire to its
+// clients exactly as a replica does and forwards their calls to the
+// master under its own principal, naming on each the principal it speaks
+// for (Header.OnBehalfOf). The master admits such a call only from a
+// principal it trusts as a proxy. The proxy answers its clients'
+// KeepAlives itself and keeps their sessions' leases with one
+// BatchKeepAlive for many sessions at a time.
+
+// MethodBatchKeepAlive carries the KeepAlives of many sessions in one
+// call, each as the master serves a KeepAlive (the same lease rules, one
+// session at a time). The call is held until any of its sessions has an
+// event to deliver, a quarter of any one's lease is left, or
+// BatchKeepAliveRequest.HoldMillis has passed, whichever is first; every
+// session is then answered together. Only a principal the cell trusts as
+// a proxy may send it. Session-less in its header; not mutating.
+const MethodBatchKeepAlive Method = 36
+
+func init() {
+	methodNames[MethodBatchKeepAlive] = "BatchKeepAlive"
+}
+
+// MaxBatchKeepAlive caps the sessions of one BatchKeepAlive.
+const MaxBatchKeepAlive = 1024
+
+// MaxBatchEventBytes bounds the events of all sessions of one
+// BatchKeepAlive reply, well inside a frame: each session's events are
+// cut to its share (and at least one event), and a session whose events
+// would still overflow the reply is answered CodeUnavailable with no
+// lease (its events come again on its next KeepAlive, as after a lost
+// reply).
+const MaxBatchEventBytes = 768 << 10
+
+// BatchKeepAliveEntry is one session's KeepAlive within a batch: what its
+// own KeepAlive's header and request would have carried, and the
+// principal the proxy learnt from the client's certificate.
+type BatchKeepAliveEntry struct {
+	Session     uint64 `msgpack:"s"`
+	Incarnation uint64 `msgpack:"in,omitempty"`
+	// Epoch is the master epoch the session's client last heard of (its
+	// KeepAlive header's), so the master can queue the fail-over event.
+	Epoch     uint64 `msgpack:"e,omitempty"`
+	AckEvent  uint64 `msgpack:"a,omitempty"`
+	Prompt    bool   `msgpack:"p,omitempty"`
+	Principal string `msgpack:"pr"`
+}
+
+// BatchKeepAliveRequest is a BatchKeepAlive's body. HoldMillis, when not
+// zero, is the longest the master may hold it (a proxy keeps the leases
+// it relays fresher than a quarter lease).
+type BatchKeepAliveRequest struct {
+	Entries    []BatchKeepAliveEntry `msgpack:"v"`
+	HoldMillis int64                 `msgpack:"h,omitempty"`
+}
+
+// BatchKeepAliveResult is one session's answer: Code and Msg as a
+// KeepAlive's Status would carry them, and when Code is CodeOK the
+// KeepAlive's reply (held, lease, events) exactly as the master would
+// have answered the session's own KeepAlive sent when the batch was.
+type BatchKeepAliveResult struct {
+	Session     uint64  `msgpack:"s"`
+	Code        Code    `msgpack:"c,omitempty"`
+	Msg         string  `msgpack:"g,omitempty"`
+	HeldMillis  int64   `msgpack:"h,omitempty"`
+	LeaseMillis int64   `msgpack:"l,omitempty"`
+	Events      []Event `msgpack:"v,omitempty"`
+}
+
+// BatchKeepAliveResponse answers every entry of the request, in its
+// order. Epoch is the master's; TTLMillis the lease it grants now (the
+// proxy's measure of a quarter lease).
+type BatchKeepAliveResponse struct {
+	Epoch     uint64                 `msgpack:"e"`
+	TTLMillis int64                  `msgpack:"t"`
+	Results   []BatchKeepAliveResult `msgpack:"v"`
+}
