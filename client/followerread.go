@@ -251,29 +251,11 @@ func (r *routing) connTo(ctx context.Context, addr string) (*conn, error) {
 		return cn, nil
 	}
 	r.mu.Unlock()
-	var cn *conn
-	var err error
-	if r.share {
-		cn, err = acquireShared(ctx, r.opts, addr, r.timeout)
-	} else {
-		cn, err = dial(ctx, r.opts, addr, r.timeout)
-	}
+	cn, err := r.dialAddr(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
-		cn.release(false)
-		return nil, ErrClosed
-	}
-	if old := r.conns[addr]; old != nil && old.alive() {
-		cn.release(false)
-		return old, nil
-	}
-	if old := r.conns[addr]; old != nil {
-		old.release(false)
-	}
-	r.conns[addr] = cn
-	return cn, nil
+	return r.adoptLocked(addr, cn)
 }

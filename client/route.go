@@ -91,13 +91,7 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 		return cn, nil
 	}
 	r.mu.Unlock()
-	var cn *conn
-	var err error
-	if r.share {
-		cn, err = acquireShared(ctx, r.opts, addr, r.timeout)
-	} else {
-		cn, err = dial(ctx, r.opts, addr, r.timeout)
-	}
+	cn, err := r.dialAddr(ctx, addr)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -121,6 +115,22 @@ func (r *routing) conn(ctx context.Context) (*conn, error) {
 		return nil, fmt.Errorf("%w: dial %s: %v", errTransport, addr, err)
 	}
 	clear(r.refused) // someone listens
+	return r.adoptLocked(addr, cn)
+}
+
+// dialAddr makes a connection to addr: one of the process's shared ones
+// with Config.ShareConnections, else the client's own.
+func (r *routing) dialAddr(ctx context.Context, addr string) (*conn, error) {
+	if r.share {
+		return acquireShared(ctx, r.opts, addr, r.timeout)
+	}
+	return dial(ctx, r.opts, addr, r.timeout)
+}
+
+// adoptLocked keeps cn, just dialled, as the connection to addr (r.mu
+// held): unless the client closed meanwhile, or another caller's live one
+// got there first, which is then kept and cn's reference given back.
+func (r *routing) adoptLocked(addr string, cn *conn) (*conn, error) {
 	if r.closed {
 		cn.release(false)
 		return nil, ErrClosed
