@@ -3,6 +3,7 @@ package master
 import (
 	"bytes"
 	"context"
+	"sync"
 	"time"
 
 	"lockcell/fsm"
@@ -107,7 +108,7 @@ func (s *Server) DispatchFollowerRead(ctx context.Context, caller Caller, h *wir
 	c := &call{caller: caller, admin: caller.Principal == s.cfg.Admin, h: &inner, stale: st}
 	// Freshness first: no answer, a denial included, comes from a state
 	// older than the bound.
-	if err := s.r.verifyRead(ctx, c); err != nil {
+	if err := s.awaitFresh(ctx, c); err != nil {
 		return nil, 0, err
 	}
 	if err := s.checkSessionOwner(c, route{}); err != nil {
@@ -183,4 +184,67 @@ func (s *Server) followerReadAtMaster(ctx context.Context, caller Caller, h *wir
 		out.Dir = r
 	}
 	return out, epoch, nil
+}
+
+// followerCatchUp is the longest a follower read waits for the replica's
+// state to reach the caller's floor or its proof to come within the
+// bound: a new client's first read names the index of its own session,
+// which a follower learns is committed one append later (within two Raft
+// commit timeouts), and asking the master instead costs the read its
+// point.
+const followerCatchUp = 250 * time.Millisecond
+
+// awaitFresh is verifyRead for a follower read, waiting, at most the
+// bound and followerCatchUp, for an applied entry that makes the state
+// fresh enough; it then answers as verifyRead does (CodeStaleRead: ask
+// the master).
+func (s *Server) awaitFresh(ctx context.Context, c *call) error {
+	deadline := s.cfg.Clock.Now().Add(min(c.stale.max, followerCatchUp))
+	for {
+		next := s.applied.wait() // taken before the check: no apply is missed
+		err := s.r.verifyRead(ctx, c)
+		left := deadline.Sub(s.cfg.Clock.Now())
+		if err == nil || wire.CodeOf(err) != wire.CodeStaleRead || left <= 0 {
+			return err
+		}
+		// The proof may also come with an append that applies nothing
+		// new: look again after a while even without an apply.
+		tick := make(chan struct{})
+		t := s.cfg.Clock.AfterFunc(min(left, 20*time.Millisecond), func() { close(tick) })
+		select {
+		case <-next:
+		case <-tick:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// appliedSignal wakes every waiter at the next applied entry. Its lock is
+// a leaf.
+type appliedSignal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next fire.
+func (a *appliedSignal) wait() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ch == nil {
+		a.ch = make(chan struct{})
+	}
+	return a.ch
+}
+
+// fire wakes the waiters, if any (one entry applied).
+func (a *appliedSignal) fire() {
+	a.mu.Lock()
+	if a.ch != nil {
+		close(a.ch)
+		a.ch = nil
+	}
+	a.mu.Unlock()
 }

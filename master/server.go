@@ -171,6 +171,9 @@ type Server struct {
 	// follower is the replica's freshness proof for follower reads, nil
 	// when its Consensus offers none.
 	follower Follower
+	// applied is closed and replaced after every applied entry, so a
+	// follower read that waits for its state to catch up wakes (follower.go).
+	applied appliedSignal
 }
 
 // parts are the master's parts, each with a lock of its own (DESIGN.md
@@ -343,6 +346,7 @@ func (s *parts) now() int64 { return s.cfg.Clock.Now().UnixNano() }
 // its position. The sessions' lock is taken only for an entry that
 // created or closed a session.
 func (s *Server) observe(index uint64, changes []fsm.Change) {
+	s.applied.fire()
 	s.mu.Lock()
 	serving, fan := s.serving, s.fan
 	s.mu.Unlock()
