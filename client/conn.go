@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"lockcell/cell/certs"
 	"lockcell/frame"
 	"lockcell/wire"
 )
@@ -157,16 +158,10 @@ func dial(ctx context.Context, o *dialOpts, addr string, timeout time.Duration) 
 	tc = rej
 	var watched *watchedConn
 	if o.tls != nil {
-		cfg := o.tls
-		if cfg.ServerName == "" {
-			// The replica's certificate must name the host we dialled.
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				tc.Close()
-				return nil, err
-			}
-			cfg = cfg.Clone()
-			cfg.ServerName = host
+		cfg, err := certs.ForAddr(o.tls, addr)
+		if err != nil {
+			tc.Close()
+			return nil, err
 		}
 		tlsConn := tls.Client(tc, cfg)
 		if err := tlsConn.HandshakeContext(dctx); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"lockcell/cell/certs"
 	"lockcell/frame"
 	"lockcell/wire"
 )
@@ -110,15 +111,10 @@ func (u *upstream) dial(ctx context.Context, addr string) (*upConn, error) {
 		return nil, err
 	}
 	if u.tls != nil {
-		cfg := u.tls
-		if cfg.ServerName == "" {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				c.Close()
-				return nil, err
-			}
-			cfg = cfg.Clone()
-			cfg.ServerName = host
+		cfg, err := certs.ForAddr(u.tls, addr)
+		if err != nil {
+			c.Close()
+			return nil, err
 		}
 		tc := tls.Client(c, cfg)
 		if err := tc.HandshakeContext(dctx); err != nil {

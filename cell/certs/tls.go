@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 )
 
@@ -126,6 +127,22 @@ func LoadReplicaConfigs(certFile, keyFile, caFile string) (server, peer *tls.Con
 		return nil, nil, err
 	}
 	return ServerConfig(pair, roots), PeerConfig(pair, roots), nil
+}
+
+// ForAddr returns cfg for a connection dialled to addr: cfg itself when
+// it names the server, else a copy naming addr's host, so the replica's
+// certificate must name the host that was dialled.
+func ForAddr(cfg *tls.Config, addr string) (*tls.Config, error) {
+	if cfg.ServerName != "" {
+		return cfg, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.Clone()
+	cfg.ServerName = host
+	return cfg, nil
 }
 
 // LoadClientConfig reads a user's certificate, key and CA files and
