@@ -69,26 +69,11 @@ func TestWriteReadFiles(t *testing.T) {
 	}
 }
 
-// pollUntil polls cond until it holds or the deadline passes.
-func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func mustOpen(t *testing.T, ctx context.Context, cl *client.Client, name string, mode client.OpenMode, opts ...client.OpenOption) *client.Handle {
-	t.Helper()
-	h, err := cl.Open(ctx, name, mode, opts...)
-	if err != nil {
-		t.Fatalf("open %s: %v", name, err)
-	}
-	return h
-}
+// pollUntil and mustOpen are the fixtures' (PollUntil, MustOpen).
+var (
+	pollUntil = fixtures.PollUntil
+	mustOpen  = fixtures.MustOpen
+)
 
 func TestMasterFailoverKeepsClientAndWrites(t *testing.T) {
 	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: 3 * time.Second})
