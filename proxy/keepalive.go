@@ -47,9 +47,10 @@ type kaSession struct {
 	clientAck       uint64 // the highest event the client acknowledged
 	delivered       uint64 // the highest event the master gave the proxy
 	events          []wire.Event
-	sentToClient    uint64 // the highest event handed to the client
-	redelivered     bool   // events were sent again at once, once
-	told            bool   // a client call was answered with a lease here
+	sentToClient    uint64    // the highest event handed to the client
+	redelivered     bool      // events were sent again at once, once
+	told            bool      // a client call was answered with a lease here
+	toldEnd         time.Time // the lease end the client was last told
 	leaseEnd        time.Time
 	epoch           uint64 // the master's epoch of leaseEnd
 	parked          *clientCall
@@ -208,19 +209,45 @@ func (k *keeper) freshLocked(s *kaSession, now time.Time) bool {
 	return !s.leaseEnd.IsZero() && s.leaseEnd.Sub(now) >= k.ttl/4
 }
 
-// armLocked sets c's hold: a quarter of the session's lease before its
-// end, or three quarters of a lease after it arrived (a prompt call: an
-// eighth), whichever is first; a session with no lease yet waits for its
-// first batch's answer within that.
+// armLocked sets c's hold: three quarters of a lease after it arrived (a
+// prompt call: an eighth), as the master holds a KeepAlive, unless the
+// session's lease from the master runs low first; a session with no
+// lease yet waits for its first batch's answer within that.
+//
+// A lease running low ends the hold at a quarter of a lease before its
+// end, less a random part of another eighth: every session of a batch
+// has the same lease end, and a proxy answering thousands of clients in
+// the same instant makes them all call again in the next (a herd that
+// fills the client port's caps on streams answered but not yet closed).
+// A client already told this very lease end gains nothing from hearing
+// it again: its call waits for the next batch (send re-arms it) until a
+// quarter of a lease before the end, where holdOver tells it NotMaster if
+// none came; answering it at once would have it call again at once, in a
+// loop, until the batch came back.
 func (k *keeper) armLocked(c *clientCall, now time.Time) {
 	until := c.arrived.Add(k.ttl - k.ttl/4)
 	if c.prompt {
 		until = c.arrived.Add(k.ttl / 8)
 	}
-	if e := c.s.leaseEnd; !e.IsZero() && e.Add(-k.ttl/4).Before(until) {
-		until = e.Add(-k.ttl / 4)
+	if e := c.s.leaseEnd; !e.IsZero() {
+		due := e.Add(-k.ttl/4 - rand.N(k.ttl/8+1))
+		if !e.After(c.s.toldEnd) {
+			due = e.Add(-k.ttl / 4)
+		}
+		if due.Before(until) {
+			until = due
+		}
 	}
 	c.timer = time.AfterFunc(max(until.Sub(now), 0), func() { k.holdOver(c) })
+}
+
+// rearmLocked sets c's hold again after its session's lease grew: the
+// call may now wait longer, up to its full hold.
+func (k *keeper) rearmLocked(c *clientCall, now time.Time) {
+	if c.timer != nil && !c.timer.Stop() {
+		return // firing now: holdOver answers it with the new lease
+	}
+	k.armLocked(c, now)
 }
 
 // holdOver ends c's hold: the client gets its lease if the proxy has a
@@ -296,6 +323,7 @@ func (k *keeper) replyLocked(c *clientCall, now time.Time) answer {
 	resp := &wire.KeepAliveResponse{Epoch: s.epoch, HeldMillis: now.Sub(c.arrived).Milliseconds()}
 	if left := s.leaseEnd.Sub(now); left > 0 {
 		resp.LeaseMillis = left.Milliseconds() // rounded down: never longer
+		s.toldEnd = s.leaseEnd
 	}
 	if len(s.events) > 0 {
 		resp.Events = clientEvents(s.events)
@@ -494,8 +522,9 @@ func (k *keeper) send(ss []*kaSession) {
 			continue
 		}
 		lease := time.Duration(r.HeldMillis+r.LeaseMillis) * time.Millisecond
+		grew := false
 		if end := sent.Add(lease - driftMargin(lease)); end.After(s.leaseEnd) {
-			s.leaseEnd = end
+			s.leaseEnd, grew = end, true
 		}
 		s.epoch = resp.Epoch
 		fresh := false
@@ -508,6 +537,8 @@ func (k *keeper) send(ss []*kaSession) {
 		}
 		if c := s.parked; c != nil && (fresh || !s.told) {
 			out = append(out, k.replyLocked(c, now))
+		} else if c != nil && grew {
+			k.rearmLocked(c, now)
 		}
 		if k.aliveLocked(s, now) {
 			k.queueIfDueLocked(s)

@@ -183,10 +183,20 @@ func (p *Port) refuseStream(st *yamux.Stream, cb *connBudget, sb *streamBytes, l
 	p.stats.streams.Add(1)
 	var msg string
 	switch l := p.limits; level {
+	// takeStream refuses at the address's or principal's level for its
+	// lingering streams too (answered, not yet closed by the client): the
+	// message names the cap that was reached, or a client told "more
+	// than 262,144 streams" while it holds a few thousand looks in vain.
 	case levelIP:
 		msg = fmt.Sprintf("more than %d streams open from one address", l.MaxStreamsPerIP)
+		if l.MaxKeptStreamsPerIP > 0 && cb.ip.lingering.Load() >= int64(l.MaxKeptStreamsPerIP) {
+			msg = fmt.Sprintf("%d answered streams from one address not yet closed by their client (the kept-streams cap)", l.MaxKeptStreamsPerIP)
+		}
 	case levelPrincipal:
 		msg = fmt.Sprintf("more than %d streams open of one principal", l.MaxStreamsPerPrincipal)
+		if l.MaxKeptStreamsPerPrincipal > 0 && cb.pr.lingering.Load() >= int64(l.MaxKeptStreamsPerPrincipal) {
+			msg = fmt.Sprintf("%d answered streams of one principal not yet closed by their client (the kept-streams cap)", l.MaxKeptStreamsPerPrincipal)
+		}
 	case levelProcess:
 		msg = fmt.Sprintf("more than %d streams open on this replica", l.MaxStreams)
 	default:

@@ -47,6 +47,9 @@ func proxyCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-streams-per-ip", Value: d.MaxStreamsPerIP, Usage: "client streams open at once from one IP address (every client session parks a KeepAlive here)"},
 			&cli.IntFlag{Name: "max-streams-per-principal", Value: d.MaxStreamsPerPrincipal, Usage: "client streams open at once of one principal"},
 			&cli.IntFlag{Name: "max-streams", Value: d.MaxStreams, Usage: "client streams open at once in the proxy"},
+			&cli.IntFlag{Name: "max-kept-streams-per-ip", Value: d.MaxKeptStreamsPerIP, Usage: "client streams answered and not yet closed, or kept idle for a next call, from one IP address (clients behind one NAT address need more)"},
+			&cli.IntFlag{Name: "max-kept-streams-per-principal", Value: d.MaxKeptStreamsPerPrincipal, Usage: "client streams answered and not yet closed, or kept idle, of one principal"},
+			&cli.IntFlag{Name: "max-kept-streams", Value: d.MaxKeptStreams, Usage: "client streams kept idle for a next call in the whole proxy"},
 		},
 		Action: func(c *cli.Context) error {
 			sig := catchSignals()
@@ -85,7 +88,9 @@ func proxyConfig(c *cli.Context) (proxy.Config, error) {
 		Limits: cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxConns: c.Int("max-conns"),
 			MaxConnsPerPrincipal: c.Int("max-conns-per-principal"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
 			MaxCallsPerSession: c.Int("max-calls-per-session"), MaxStreamsPerIP: c.Int("max-streams-per-ip"),
-			MaxStreamsPerPrincipal: c.Int("max-streams-per-principal"), MaxStreams: c.Int("max-streams")}}
+			MaxStreamsPerPrincipal: c.Int("max-streams-per-principal"), MaxStreams: c.Int("max-streams"),
+			MaxKeptStreamsPerIP: c.Int("max-kept-streams-per-ip"), MaxKeptStreamsPerPrincipal: c.Int("max-kept-streams-per-principal"),
+			MaxKeptStreams: c.Int("max-kept-streams")}}
 	if ct := c.String("connect-to"); ct != "" {
 		m := map[string]string{}
 		for _, r := range splitList(ct) {

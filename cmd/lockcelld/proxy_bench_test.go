@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,7 +30,10 @@ import (
 //
 // LOCKCELL_BENCH_MAX_LEASE (a Go duration) lets both cells lengthen
 // leases under load (--max-lease), as 100,000 sessions on one master
-// need; LOCKCELL_BENCH_WAY=proxied runs the proxied half alone.
+// need; LOCKCELL_BENCH_WAY=proxied runs the proxied half alone;
+// LOCKCELL_BENCH_HEAP (a folder) saves the master's heap profile at the
+// end of each hold there (direct.heap, proxied.heap), for
+// `go tool pprof -sample_index inuse_space`.
 func BenchmarkProxyMasterCost(b *testing.B) {
 	if testing.Short() {
 		b.Skip("builds and runs ten processes and holds sessions for minutes")
@@ -100,7 +105,11 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 		}
 		args = append(args, "--max-lease", v)
 	}
-	pc := fixtures.NewProcCellWith(b, bin, "bench", 5, 12*time.Second, fixtures.ProcOptions{ExtraArgs: args})
+	heapDir := os.Getenv("LOCKCELL_BENCH_HEAP")
+	if heapDir != "" {
+		args = append(args, "--pprof")
+	}
+	pc := fixtures.NewProcCellWith(b, bin, "bench", 5, 12*time.Second, fixtures.ProcOptions{ExtraArgs: args, HTTP: heapDir != ""})
 	defer pc.KillAll()
 	mi := pc.MasterIndex(30 * time.Second)
 	pid := pc.PID(mi)
@@ -183,6 +192,15 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	run.idleCPU = time.Duration(idleRate * float64(run.window))
 	rss, _ := fixtures.ProcRSS(pid)
 	run.rssGrowth = rss - rssBefore
+	if heapDir != "" {
+		name := "direct.heap"
+		if proxies > 0 {
+			name = "proxied.heap"
+		}
+		if err := saveHeapProfile(pc.HTTPAddrs()[mi], filepath.Join(heapDir, name)); err != nil {
+			b.Logf("%s: master heap profile: %v", run.name, err)
+		}
+	}
 	var expiries, jeopardies, live int64
 	for _, lg := range lgs {
 		st := lg.Stats()
@@ -214,4 +232,26 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 		run.name, n, run.window.Round(time.Second), run.cpu.Seconds(), run.idleCPU.Seconds(), float64(run.rssGrowth)/(1<<20),
 		float64(run.rssGrowth)/1024/float64(n), run.proxyCPU.Seconds())
 	return run
+}
+
+// saveHeapProfile writes the heap profile of the replica whose HTTP port
+// is addr (served with --pprof) to file.
+func saveHeapProfile(addr, file string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", addr, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
