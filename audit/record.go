@@ -8,7 +8,8 @@
 // proposing master's clock, so every replica writes the same records in
 // the same order and any replica can serve the stream, whichever master
 // handled the calls. Nothing of the trail travels in the Raft log but
-// what the commands carry anyway (the caller's principal, its session);
+// what the commands carry anyway (the caller's principal, the proxy it
+// called through, its session);
 // the write path pays one buffered append per command, flushed once per
 // Raft entry.
 //
@@ -50,6 +51,11 @@ type Record struct {
 	// is the cell's admin.
 	Principal string `json:"principal,omitempty"`
 	Admin     bool   `json:"admin,omitempty"`
+	// Proxy is the trusted proxy's principal when the call came through
+	// a proxy (lockcelld proxy) that made it on Principal's behalf; empty
+	// for a direct call, for the master's own commands, and in records
+	// of entries proposed by a version that did not carry it.
+	Proxy string `json:"proxy,omitempty"`
 	// Session is the caller's session; Client, Host, PID and Program
 	// are the identity it declared when it was created.
 	Session uint64 `json:"session,omitempty"`
@@ -91,6 +97,7 @@ func appendLine(dst []byte, r *Record) []byte {
 	if r.Admin {
 		dst = append(dst, `,"admin":true`...)
 	}
+	dst = appendField(dst, "proxy", r.Proxy, true)
 	if r.Session != 0 {
 		dst = append(dst, `,"session":`...)
 		dst = strconv.AppendUint(dst, r.Session, 10)

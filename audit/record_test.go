@@ -24,7 +24,7 @@ func TestAppendLineMatchesEncodingJSON(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 20000 {
 		r := Record{Index: rng.Uint64() >> rng.IntN(64), Time: str(rng), Op: str(rng), Principal: str(rng),
-			Admin: rng.IntN(2) == 0, Client: str(rng), Host: str(rng), Program: str(rng), Name: str(rng),
+			Admin: rng.IntN(2) == 0, Proxy: str(rng), Client: str(rng), Host: str(rng), Program: str(rng), Name: str(rng),
 			Detail: str(rng), Result: str(rng), Error: str(rng)}
 		if rng.IntN(2) == 0 {
 			r.Session = rng.Uint64() >> rng.IntN(64)

@@ -141,7 +141,7 @@ func (f *FSM) auditApplied(index uint64, c *Command, s auditSubject, r *Result) 
 	}
 	rec := &f.auditRecord // the trail encodes it before Append returns
 	*rec = audit.Record{Index: index, Time: audit.TimeOf(c.Time), Op: s.op, Principal: c.Principal, Admin: c.Admin,
-		Session: c.Session, Name: s.name, Result: "ok"}
+		Proxy: c.Proxy, Session: c.Session, Name: s.name, Result: "ok"}
 	if id := s.sess; id != nil {
 		rec.Client, rec.Host, rec.PID, rec.Program = id.Client, id.Host, id.PID, id.Program
 		if rec.Principal == "" {

@@ -31,7 +31,8 @@ import (
 // encoded by hand, as its encoder writes them.
 var cmdTags = map[reflect.Type]string{
 	reflect.TypeFor[envelope](): "Type:t Time:tm,omitempty Session:s,omitempty Seq:q,omitempty Ack:a,omitempty " +
-		"Principal:pr,omitempty Admin:ad,omitempty Client:cl,omitempty Fence:fc,omitempty Incarnation:in,omitempty",
+		"Principal:pr,omitempty Admin:ad,omitempty Client:cl,omitempty Fence:fc,omitempty Incarnation:in,omitempty " +
+		"Proxy:px,omitempty",
 	reflect.TypeFor[Fence](): "Path:p Mode:m Generation:g",
 	reflect.TypeFor[Quota](): "Nodes:n,omitempty ContentBytes:b,omitempty NodesPerPrincipal:pn,omitempty " +
 		"ContentBytesPerPrincipal:pb,omitempty NodesAdminReserve:rn,omitempty ContentBytesAdminReserve:rb,omitempty",
@@ -80,7 +81,7 @@ func (c *Command) encodeByHand(e *msgpack.Encoder, t CmdType) error {
 	w := codec.Writer{E: e} // full-width integers, as Encode's encoder
 	w.Check(e.EncodeArrayLen(2))
 	w.MapLen(1, c.Time != 0, c.Session != 0, c.Seq != 0, c.Ack != 0, c.Principal != "", c.Admin, c.Client != "",
-		c.Fence != nil, c.Incarnation != 0)
+		c.Fence != nil, c.Incarnation != 0, c.Proxy != "")
 	w.Key("t") // every command has one: written here, without Uint8's call
 	w.Check(e.EncodeUint8(uint8(t)))
 	w.Int("tm", c.Time, false)
@@ -98,6 +99,7 @@ func (c *Command) encodeByHand(e *msgpack.Encoder, t CmdType) error {
 		w.Uint("g", f.Generation, true)
 	}
 	w.Uint("in", c.Incarnation, false)
+	w.Str("px", c.Proxy, false)
 	if w.Err != nil {
 		return w.Err
 	}

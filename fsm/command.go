@@ -192,6 +192,11 @@ type Command struct {
 	// says it is the cell's admin.
 	Principal string
 	Admin     bool
+	// Proxy is the principal of the trusted proxy a client request came
+	// through (Principal is then the proxy's client's), for the audit
+	// trail alone: apply never reads it otherwise, so an entry carrying
+	// it changes the state exactly as the same entry without it.
+	Proxy string
 	// Client is the client's name, recorded by CreateSession.
 	Client string
 	// Fence, when set, makes the command apply only if the lock it names
@@ -237,6 +242,12 @@ type envelope struct {
 	// Incarnation is omitted while 0: entries of sessions never resumed
 	// encode as they did before it existed.
 	Incarnation uint64 `msgpack:"in,omitempty"`
+	// Proxy is omitted while empty: entries of direct calls encode as
+	// they did before it existed, and a replica of a version without it
+	// decodes an entry that has it (msgpack passes over a map key the
+	// struct lacks) to the same state, only without the proxy in its
+	// audit record.
+	Proxy string `msgpack:"px,omitempty"`
 }
 
 // typeOf checks that c's Type agrees with its Payload and returns it.
@@ -267,7 +278,8 @@ func (c *Command) EncodeMsgpack(enc *msgpack.Encoder) error {
 		return err
 	}
 	if err := enc.Encode(&envelope{Type: t, Time: c.Time, Session: c.Session, Seq: c.Seq, Ack: c.Ack,
-		Principal: c.Principal, Admin: c.Admin, Client: c.Client, Fence: c.Fence, Incarnation: c.Incarnation}); err != nil {
+		Principal: c.Principal, Admin: c.Admin, Client: c.Client, Fence: c.Fence, Incarnation: c.Incarnation,
+		Proxy: c.Proxy}); err != nil {
 		return err
 	}
 	return enc.Encode(c.Payload)
@@ -308,7 +320,8 @@ func (c *Command) DecodeMsgpack(dec *msgpack.Decoder) error {
 		return fmt.Errorf("a %s entry with a %s payload", e.Type, t)
 	}
 	*c = Command{Type: e.Type, Time: e.Time, Session: e.Session, Seq: e.Seq, Ack: e.Ack,
-		Principal: e.Principal, Admin: e.Admin, Client: e.Client, Fence: e.Fence, Incarnation: e.Incarnation, Payload: p}
+		Principal: e.Principal, Admin: e.Admin, Client: e.Client, Fence: e.Fence, Incarnation: e.Incarnation,
+		Proxy: e.Proxy, Payload: p}
 	return nil
 }
 

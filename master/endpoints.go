@@ -58,13 +58,14 @@ type writes struct {
 
 func (w *writes) now() int64 { return w.clock.Now().UnixNano() }
 
-// apply proposes a command carrying the call's request id and returns the
+// apply proposes a command carrying the call's request id and caller
+// (with the proxy it came through, for the audit trail) and returns the
 // state machine's result, or its error. One read of the state finds both
 // the names to invalidate and the handle's name for the audit log.
 func (w *writes) apply(ctx context.Context, c *call, cmd *fsm.Command) (*fsm.Result, error) {
 	cmd.Time = w.now()
 	cmd.Session, cmd.Incarnation = c.h.Session, c.h.Incarnation
-	cmd.Principal, cmd.Admin = c.caller.Principal, c.isAdmin()
+	cmd.Principal, cmd.Admin, cmd.Proxy = c.caller.Principal, c.isAdmin(), c.caller.Proxy
 	w.setQuota(cmd)
 	var buf [8]string // most commands change a name or two: no allocation for them
 	names := buf[:0]

@@ -261,7 +261,7 @@ func (e *adminEndpoint) replicaAdd(ctx context.Context, c *call, ops membershipO
 		put = &fsm.ReadReplicaPutArgs{Members: []fsm.MemberAddrs{m}}
 	}
 	if _, err := e.w.cons.Apply(ctx, &fsm.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
-		Payload: put}); err != nil {
+		Proxy: c.caller.Proxy, Payload: put}); err != nil {
 		return nil, err
 	}
 	if _, ok := cfg.Find(req.ID); !ok {
@@ -318,7 +318,7 @@ func (e *adminEndpoint) replicaRemove(ctx context.Context, c *call, ops membersh
 	}
 	if _, known := e.members.memberTable()[req.ID]; known {
 		if _, err := e.w.cons.Apply(ctx, &fsm.Command{Time: e.w.now(), Principal: c.caller.Principal, Admin: c.isAdmin(),
-			Payload: &fsm.MemberRemoveArgs{Members: []fsm.MemberAddrs{{ID: req.ID}}}}); err != nil {
+			Proxy: c.caller.Proxy, Payload: &fsm.MemberRemoveArgs{Members: []fsm.MemberAddrs{{ID: req.ID}}}}); err != nil {
 			return nil, err
 		}
 	}

@@ -95,7 +95,8 @@ type Caller struct {
 	Conn uint64
 	// Proxy is the trusted proxy's principal when the call came through
 	// one (wire.Header.OnBehalfOf): Principal is then its client's. The
-	// audit lines name both.
+	// audit lines name both, and every command the call proposes carries
+	// it (fsm.Command.Proxy), so the replicated audit trail does too.
 	Proxy string
 }
 

@@ -56,7 +56,8 @@ func (s *parts) adopt(id uint64) error {
 
 func (e *sessionEndpoint) closeSession(ctx context.Context, c *call) (*wire.Empty, error) {
 	res, err := e.w.applyInvalidating(ctx, c.stop, &fsm.Command{Session: c.h.Session, Time: e.w.now(),
-		Principal: c.caller.Principal, Admin: c.isAdmin(), Incarnation: c.h.Incarnation, Payload: &fsm.CloseSessionArgs{}})
+		Principal: c.caller.Principal, Admin: c.isAdmin(), Proxy: c.caller.Proxy, Incarnation: c.h.Incarnation,
+		Payload: &fsm.CloseSessionArgs{}})
 	if err != nil {
 		return nil, err
 	}

@@ -18,12 +18,15 @@ import (
 // member_remove, member_seed, epoch, backup, expire_ttl; "gap" for records the
 // answering replica does not hold), by whom, to which name, with what
 // result. Index orders the trail and is the same on every replica.
+// Proxy, when set, is the principal of the trusted proxy the call came
+// through on Principal's behalf.
 type AuditRecord struct {
 	Index     uint64 `json:"index"`
 	Time      string `json:"time"`
 	Op        string `json:"op"`
 	Principal string `json:"principal,omitempty"`
 	Admin     bool   `json:"admin,omitempty"`
+	Proxy     string `json:"proxy,omitempty"`
 	Session   uint64 `json:"session,omitempty"`
 	Client    string `json:"client,omitempty"`
 	Host      string `json:"host,omitempty"`

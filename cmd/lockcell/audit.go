@@ -29,7 +29,7 @@ func auditCommand(e *env) *cli.Command {
 		Description: "Reads the audit trail from a replica (any one: every replica holds the same records, numbered by the " +
 			"command index, in the order the cell applied them): sessions created, closed and expired, creates, writes, " +
 			"deletes, lock acquires, releases, hand-offs and breaks, ACL changes, membership changes, new master epochs " +
-			"and backups taken, each with the caller's principal, session and declared identity, the name, a detail and " +
+			"and backups taken, each with the caller's principal (and the proxy it called through, \"via PROXY\"), session and declared identity, the name, a detail and " +
 			"the result (ok or the error's code). With PREFIX, only records about that name or names below it (and gap " +
 			"records). Only the cell's admin may read it.\n\n" +
 			"--since takes an index (1234), a time (RFC 3339) or a duration back from now (10m). --follow keeps " +
@@ -181,6 +181,9 @@ func (e *env) printAuditRecord(r admin.AuditRecord) error {
 		return e.printJSON(r)
 	}
 	who := dash(r.Principal)
+	if r.Proxy != "" {
+		who += " via " + r.Proxy
+	}
 	if r.Session != 0 {
 		who += fmt.Sprintf(" s%d", r.Session)
 	}

@@ -181,3 +181,32 @@ func TestBinaryAudit(t *testing.T) {
 		t.Fatalf("a follow ended by --timeout printed:\n%s", res.stdout)
 	}
 }
+
+// A record of a call made through a proxy names the proxy after its
+// principal, for people ("alice via edge") and under --json ("proxy");
+// a direct call's names none.
+func TestPrintAuditRecordNamesTheProxy(t *testing.T) {
+	proxied := lcadmin.AuditRecord{Index: 7, Time: "2026-12-07T09:00:00Z", Op: "write", Principal: "alice", Proxy: "edge",
+		Session: 5, Name: "/ls/c/f", Result: "ok"}
+	direct := proxied
+	direct.Proxy = ""
+	for _, c := range []struct {
+		json      bool
+		r         lcadmin.AuditRecord
+		want, not string
+	}{
+		{false, proxied, "alice via edge s5", ""},
+		{false, direct, "alice s5", " via "},
+		{true, proxied, `"proxy":"edge"`, ""},
+		{true, direct, `"principal":"alice"`, `"proxy"`},
+	} {
+		var out strings.Builder
+		e := &env{stdout: &out, json: c.json}
+		if err := e.printAuditRecord(c.r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), c.want) || (c.not != "" && strings.Contains(out.String(), c.not)) {
+			t.Errorf("json %v, proxy %q printed %q: want %q in it and not %q", c.json, c.r.Proxy, out.String(), c.want, c.not)
+		}
+	}
+}
