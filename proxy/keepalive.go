@@ -210,29 +210,31 @@ func (k *keeper) freshLocked(s *kaSession, now time.Time) bool {
 }
 
 // armLocked sets c's hold: three quarters of a lease after it arrived (a
-// prompt call: an eighth), as the master holds a KeepAlive, unless the
-// session's lease from the master runs low first; a session with no
-// lease yet waits for its first batch's answer within that.
+// prompt call: an eighth), as the master holds a KeepAlive, unless its
+// client's lease runs low first; a session never answered here waits
+// for its first batch's answer within that.
 //
-// A lease running low ends the hold at a quarter of a lease before its
-// end, less a random part of another eighth: every session of a batch
-// has the same lease end, and a proxy answering thousands of clients in
-// the same instant makes them all call again in the next (a herd that
-// fills the client port's caps on streams answered but not yet closed).
-// A client already told this very lease end gains nothing from hearing
-// it again: its call waits for the next batch (send re-arms it) until a
-// quarter of a lease before the end, where holdOver tells it NotMaster if
-// none came; answering it at once would have it call again at once, in a
-// loop, until the batch came back.
+// The client's lease is the one it was last told (toldEnd), not the
+// proxy's: a call must be answered a quarter of a lease before the
+// client's own end, with the longer lease a batch brought meanwhile,
+// less a random part of another eighth. Every session of a batch shares
+// one lease end, and a proxy answering thousands of clients in the same
+// instant makes them all call again in the next (a herd that fills the
+// client port's caps on streams answered and not yet closed). A client
+// already told the lease end the proxy has gains nothing from hearing
+// it again: its call waits for the next batch (send re-arms it) until
+// an eighth of a lease before the end, where holdOver tells it
+// NotMaster; answering it at once would have it call again at once, in
+// a loop, until the batch came back.
 func (k *keeper) armLocked(c *clientCall, now time.Time) {
 	until := c.arrived.Add(k.ttl - k.ttl/4)
 	if c.prompt {
 		until = c.arrived.Add(k.ttl / 8)
 	}
-	if e := c.s.leaseEnd; !e.IsZero() {
-		due := e.Add(-k.ttl/4 - rand.N(k.ttl/8+1))
-		if !e.After(c.s.toldEnd) {
-			due = e.Add(-k.ttl / 4)
+	if told, e := c.s.toldEnd, c.s.leaseEnd; !told.IsZero() {
+		due := told.Add(-k.ttl/4 - rand.N(k.ttl/8+1))
+		if !e.After(told) {
+			due = told.Add(-k.ttl / 8)
 		}
 		if due.Before(until) {
 			until = due
@@ -241,8 +243,8 @@ func (k *keeper) armLocked(c *clientCall, now time.Time) {
 	c.timer = time.AfterFunc(max(until.Sub(now), 0), func() { k.holdOver(c) })
 }
 
-// rearmLocked sets c's hold again after its session's lease grew: the
-// call may now wait longer, up to its full hold.
+// rearmLocked sets c's hold again after its session's lease grew: a call
+// waiting for a batch may now be answered.
 func (k *keeper) rearmLocked(c *clientCall, now time.Time) {
 	if c.timer != nil && !c.timer.Stop() {
 		return // firing now: holdOver answers it with the new lease

@@ -353,16 +353,17 @@ func TestProxyIdentity(t *testing.T) {
 }
 
 // A client behind a proxy that calls again as soon as each KeepAlive is
-// answered is held as the master would hold it, about three quarters of
-// a lease a call, never answered again at once: a proxy answering its
-// clients every time their lease from the last batch runs low, or at once
-// when it has nothing newer to tell, makes them call far more often than
-// they would directly (and, with every session of a batch sharing one
-// lease end, all at once).
-func TestProxyHoldsKeepAlivesLikeTheMaster(t *testing.T) {
+// answered always hears of a longer lease before the one it was told
+// runs low (it never falls into jeopardy while the proxy's batches flow),
+// and is never answered again at once: a proxy that answers as soon as
+// its own lease runs low would have it call again and again, in a loop,
+// until the next batch came back, and one that holds it by the proxy's
+// lease rather than the client's leaves it in jeopardy.
+func TestProxyKeepAliveAnswersInTimeNeverInALoop(t *testing.T) {
 	const ttl = time.Second
 	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: ttl})
-	p := fixtures.StartProxy(t, c)
+	cut := fixtures.NewCutter()
+	p := fixtures.StartProxyWith(t, c, func(cfg *proxy.Config) { cfg.Dialer = cut.Dial })
 	ctx := ctxT(t, 60*time.Second)
 	conn, err := net.Dial("tcp", p.Addr().String())
 	if err != nil {
@@ -374,39 +375,74 @@ func TestProxyHoldsKeepAlivesLikeTheMaster(t *testing.T) {
 	}
 	defer mux.Close()
 	var cs wire.CreateSessionResponse
+	sent := time.Now()
 	if st, err := mux.Call(ctx, wire.Header{Method: wire.MethodCreateSession}, &wire.CreateSessionRequest{ClientName: "eager"}, &cs); err != nil || st.Code != wire.CodeOK {
 		t.Fatalf("create session through the proxy: %v %v", st, err)
 	}
 	epoch := cs.Epoch
+	leaseEnd := sent.Add(time.Duration(cs.LeaseMillis) * time.Millisecond) // as the client reckons it: from the send
 	var answers []time.Time
 	began := time.Now()
 	const window = 8 * ttl
 	for time.Since(began) < window {
 		var ka wire.KeepAliveResponse
+		sent := time.Now()
 		st, err := mux.Call(ctx, wire.Header{Method: wire.MethodKeepAlive, Session: cs.Session, Epoch: epoch}, &wire.KeepAliveRequest{}, &ka)
+		now := time.Now()
 		if err != nil || st.Code != wire.CodeOK {
 			t.Fatalf("KeepAlive %d through the proxy: %v %v", len(answers)+1, st, err)
+		}
+		if now.After(leaseEnd) {
+			t.Fatalf("KeepAlive %d answered %v after the client's lease ended: jeopardy with the proxy's batches flowing",
+				len(answers)+1, now.Sub(leaseEnd).Round(time.Millisecond))
 		}
 		if ka.LeaseMillis <= 0 {
 			t.Fatalf("KeepAlive %d answered with no lease: %+v", len(answers)+1, ka)
 		}
 		epoch = ka.Epoch
-		answers = append(answers, time.Now())
+		leaseEnd = sent.Add(time.Duration(ka.HeldMillis+ka.LeaseMillis) * time.Millisecond)
+		answers = append(answers, now)
 	}
 	elapsed := time.Since(began)
-	// The first answer comes with the session's first batch; after it
-	// every call is held about 3/4 of a lease. Scheduling delays only
-	// lengthen holds, so this bound is an upper one: 8 leases make 10
-	// or 11 answers when held so, 15 or more when answered as the lease
-	// from each batch runs low.
-	if limit := 2 + int(elapsed/(ttl*65/100)); len(answers) > limit {
-		t.Fatalf("%d KeepAlives answered in %v (more than %d): the proxy answers its clients more often than the master would",
-			len(answers), elapsed.Round(time.Millisecond), limit)
-	}
+	// After the first (the session's first batch), a call waits at
+	// least until the lease it was told runs low: never an eighth of a
+	// lease between answers.
 	for i := 2; i < len(answers); i++ {
-		if gap := answers[i].Sub(answers[i-1]); gap < ttl/4 {
-			t.Fatalf("KeepAlive %d answered %v after the one before: not held", i+1, gap)
+		if gap := answers[i].Sub(answers[i-1]); gap < ttl/8 {
+			t.Fatalf("KeepAlive %d answered %v after the one before: answered again at once", i+1, gap)
 		}
 	}
 	t.Logf("%d KeepAlives answered over %v", len(answers), elapsed.Round(time.Millisecond))
+
+	// Cut from the master, the proxy has no newer lease to tell: the
+	// client hears at most the lease the proxy still has, never the same
+	// one again at once, and then NotMaster before its lease ends, so it
+	// looks elsewhere in time.
+	cut.Cut()
+	last := answers[len(answers)-1]
+	for n := 0; ; n++ {
+		var ka wire.KeepAliveResponse
+		sent := time.Now()
+		st, err := mux.Call(ctx, wire.Header{Method: wire.MethodKeepAlive, Session: cs.Session, Epoch: epoch}, &wire.KeepAliveRequest{}, &ka)
+		now := time.Now()
+		if err != nil {
+			t.Fatalf("KeepAlive after the cut: %v", err)
+		}
+		if now.After(leaseEnd) {
+			t.Fatalf("after the cut, KeepAlive answered %v (%s) %v after the client's lease ended: told too late",
+				st, st.Msg, now.Sub(leaseEnd).Round(time.Millisecond))
+		}
+		if st.Code == wire.CodeNotMaster {
+			t.Logf("cut from the master: %d more leases told, then NotMaster %v before the client's lease ended", n, leaseEnd.Sub(now).Round(time.Millisecond))
+			break
+		}
+		if st.Code != wire.CodeOK {
+			t.Fatalf("KeepAlive after the cut: %v", st)
+		}
+		if gap := now.Sub(last); gap < ttl/8 {
+			t.Fatalf("after the cut, a KeepAlive answered %v after the one before, with the lease already told: a loop", gap)
+		}
+		last, epoch = now, ka.Epoch
+		leaseEnd = sent.Add(time.Duration(ka.HeldMillis+ka.LeaseMillis) * time.Millisecond)
+	}
 }

@@ -124,7 +124,9 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 			Args: func(i int) []string {
 				return []string{"--log-level", "info", "proxy", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(pc.Addrs(), ","),
 					"--insecure", "--max-streams-per-conn", strconv.Itoa(max(8192, room)),
-					"--max-streams-per-ip", streams, "--max-streams-per-principal", streams, "--max-streams", streams}
+					"--max-streams-per-ip", streams, "--max-streams-per-principal", streams, "--max-streams", streams,
+					// The load generator is a crowd of clients from one address.
+					"--max-kept-streams-per-ip", streams, "--max-kept-streams-per-principal", streams}
 			},
 			OpenLog: func(i int) (*os.File, error) { return os.Create(filepath.Join(dir, fmt.Sprintf("proxy-%d.log", i))) }})
 		defer px.KillAll()
@@ -150,6 +152,9 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	idle1, _ := fixtures.ProcCPU(pid)
 	idleRate := (idle1 - idle0).Seconds() / time.Since(it0).Seconds()
 	rssBefore, _ := fixtures.ProcRSS(pid)
+	// A load generator per target, started together (the proxies' clients
+	// arrive at once, as a fleet's would); a line on stderr every 10 s
+	// shows each one's progress, which a run of minutes needs.
 	var lgs []*fixtures.LoadGen
 	for i, addrs := range targets {
 		share := n / len(targets)
@@ -159,10 +164,35 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 		lg := fixtures.NewLoadGen(fixtures.LoadGenConfig{Addrs: addrs, Sessions: share,
 			Conns: max(1, (share+benchSessionsPerConn-1)/benchSessionsPerConn), DialTimeout: 20 * time.Second})
 		defer lg.Stop()
-		if err := lg.Start(ctx); err != nil { // it waits for a proxy still starting
-			b.Fatalf("%s: create %d sessions: %v (stats %+v)", run.name, share, err, lg.Stats())
-		}
 		lgs = append(lgs, lg)
+	}
+	progressDone := make(chan struct{})
+	defer close(progressDone)
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-progressDone:
+				return
+			case <-t.C:
+			}
+			for i, lg := range lgs {
+				st := lg.Stats()
+				fmt.Fprintf(os.Stderr, "ProxyMasterCost: %s: generator %d: created %d live %d keepalives %d expiries %d jeopardies %d reconnects %d transport %d unavailable %d other %d overhead p99 %v; last error %q\n",
+					run.name, i, st.Created, st.Live, st.KeepAlives, st.Expiries, st.Jeopardies, st.Reconnects, st.TransportErrors,
+					st.Unavailable, st.OtherErrors, st.OverheadP99, st.LastError)
+			}
+		}
+	}()
+	startErrs := make(chan error, len(lgs))
+	for _, lg := range lgs {
+		go func() { startErrs <- lg.Start(ctx) }() // each waits for a proxy still starting
+	}
+	for range lgs {
+		if err := <-startErrs; err != nil {
+			b.Fatalf("%s: create sessions: %v", run.name, err)
+		}
 	}
 	proxyCPU := func() time.Duration {
 		var sum time.Duration
