@@ -98,6 +98,8 @@ type keeper struct {
 	byConn map[uint64]map[*clientCall]struct{}
 	want   []*kaSession // to be sent in the next batch
 	ttl    time.Duration
+	// ttlKnown: ttl is the master's, from a batch's answer.
+	ttlKnown bool
 	// batches counts the batch calls made (for tests and metrics).
 	batches, failed uint64
 	// stale counts client KeepAlives answered NotMaster for want of a
@@ -503,7 +505,7 @@ func (k *keeper) send(ss []*kaSession) {
 		return
 	}
 	if resp.TTLMillis > 0 {
-		k.ttl = time.Duration(resp.TTLMillis) * time.Millisecond
+		k.ttl, k.ttlKnown = time.Duration(resp.TTLMillis)*time.Millisecond, true
 	}
 	for i, s := range ss {
 		s.atMaster--
@@ -568,6 +570,26 @@ func (k *keeper) endAll() {
 	}
 	k.mu.Unlock()
 	deliver(out)
+}
+
+// created notes a session just created through the proxy, with the
+// lease the master granted it as its client was told it (from the
+// call's arrival here, which is no earlier than the client's own send):
+// the client's first KeepAlive is then due by that lease, like any
+// other, rather than held for a whole lease waiting for its first
+// batch.
+func (k *keeper) created(principal string, id, epoch uint64, arrived time.Time, lease time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.sess[id] != nil || lease <= 0 {
+		return
+	}
+	if !k.ttlKnown {
+		// Until a batch says the cell's lease, a new session's is it.
+		k.ttl = lease
+	}
+	k.sess[id] = &kaSession{id: id, principal: principal, epoch: epoch, clientEpoch: epoch, told: true,
+		toldEnd: arrived.Add(lease), leaseEnd: arrived.Add(lease - driftMargin(lease)), lastHeard: arrived}
 }
 
 // ended forgets a session its client closed, or that another process

@@ -160,6 +160,7 @@ func (h handler) Call(ctx context.Context, caller clientport.Caller, hd *wire.He
 	fwd := *hd
 	fwd.OnBehalfOf = caller.Principal
 	fwd.KeepStream = false
+	arrived := time.Now()
 	st, resp, err := h.p.up.call(ctx, &fwd, body)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -171,6 +172,11 @@ func (h handler) Call(ctx context.Context, caller clientport.Caller, hd *wire.He
 		return nil, st.Epoch, st.Err()
 	}
 	switch hd.Method {
+	case wire.MethodCreateSession:
+		var cr wire.CreateSessionResponse
+		if wire.Decode(resp, &cr) == nil && cr.Session != 0 {
+			h.p.ka.created(caller.Principal, cr.Session, cr.Epoch, arrived, time.Duration(cr.LeaseMillis)*time.Millisecond)
+		}
 	case wire.MethodCloseSession:
 		h.p.ka.ended(hd.Session) // nothing more to keep
 	case wire.MethodResumeSession:
