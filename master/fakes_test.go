@@ -127,7 +127,7 @@ func (f *fakeSessions) queueInvalidation(session uint64, name string) (*lease, u
 func (f *fakeSessions) ackState(l *lease, seq uint64) (bool, bool, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackCh
+	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackChLocked()
 }
 
 func (f *fakeSessions) drainingLease(l *lease) bool {

@@ -63,6 +63,14 @@ func assertable(principal string) error {
 	return nil
 }
 
+// entryCall is a BatchKeepAlive entry as the KeepAlive call it stands
+// for: the entry's principal as the caller, through the proxy c.
+func entryCall(p *parts, c *call, en *wire.BatchKeepAliveEntry) *call {
+	return &call{caller: Caller{Principal: en.Principal, Proxy: c.caller.Principal}, admin: en.Principal == p.cfg.Admin,
+		h:     &wire.Header{Method: wire.MethodKeepAlive, Session: en.Session, Epoch: en.Epoch, Incarnation: en.Incarnation},
+		epoch: c.epoch}
+}
+
 // proxyEndpoint serves the calls only a proxy makes: BatchKeepAlive.
 type proxyEndpoint struct{ p *parts }
 
@@ -100,9 +108,7 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 			b.finish(i, nil, err)
 			continue
 		}
-		ec := &call{caller: Caller{Principal: en.Principal, Proxy: c.caller.Principal}, admin: en.Principal == p.cfg.Admin,
-			h:     &wire.Header{Method: wire.MethodKeepAlive, Session: en.Session, Epoch: en.Epoch, Incarnation: en.Incarnation},
-			epoch: c.epoch}
+		ec := entryCall(p, c, en)
 		if en.Session == 0 {
 			b.finish(i, nil, wire.Errorf(wire.CodeBadRequest, "a BatchKeepAlive entry names no session"))
 			continue
@@ -114,9 +120,14 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 		}
 		args := keepAliveArgs{session: en.Session, epoch: c.epoch, clientEpoch: en.Epoch, ack: en.AckEvent,
 			prompt: en.Prompt, incarnation: en.Incarnation, eventBytes: share, batched: true}
+		// The answer makes the entry's call again for its audit line
+		// rather than hold it: a batch parks up to 1,024 sessions for
+		// half a lease, and a proxy's 100,000 would hold as many calls.
 		parked[i] = p.sess.keepAliveAsync(args, 0, func(resp *wire.KeepAliveResponse, err error) {
 			err = toWire(err)
-			p.audit(ec, err)
+			if err != nil { // a KeepAlive's audit line is for its refusals alone
+				p.audit(entryCall(p, c, en), err)
+			}
 			b.finish(i, resp, err)
 		})
 	}

@@ -28,7 +28,9 @@ type lease struct {
 	// session (0 if it had none).
 	failoverSeq uint64
 	// acked is the highest event sequence the session acknowledged;
-	// ackCh is closed (and replaced) whenever acked grows or the lease ends.
+	// ackCh is closed whenever acked grows or the lease ends, and made
+	// anew only when a writer waits on it (ackChLocked): most sessions
+	// never have a writer waiting, and a channel a session is 96 bytes.
 	acked uint64
 	ackCh chan struct{}
 	// delivered is the newest event sequence a KeepAlive reply carried;
@@ -77,13 +79,24 @@ func (l *lease) eventRoom() int {
 }
 
 func newLease(end time.Time) *lease {
-	return &lease{end: end, ackCh: make(chan struct{})}
+	return &lease{end: end}
 }
 
 // signalAckLocked wakes writers waiting for this session's acknowledgement.
 func (l *lease) signalAckLocked() {
-	close(l.ackCh)
-	l.ackCh = make(chan struct{})
+	if l.ackCh != nil {
+		close(l.ackCh)
+		l.ackCh = nil
+	}
+}
+
+// ackChLocked is the channel signalAckLocked closes next, for a writer
+// to wait on.
+func (l *lease) ackChLocked() <-chan struct{} {
+	if l.ackCh == nil {
+		l.ackCh = make(chan struct{})
+	}
+	return l.ackCh
 }
 
 // ignoring reports whether the session's last KeepAlive left events it had
@@ -641,7 +654,7 @@ func (ss *sessions) queueInvalidation(session uint64, name string) (*lease, uint
 func (ss *sessions) ackState(l *lease, seq uint64) (bool, bool, <-chan struct{}) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackCh
+	return l.acked >= seq || l.closed, l.ignored > 0 && l.delivered >= seq, l.ackChLocked()
 }
 
 // expireLoop expires sessions whose lease ran out, through Raft, so every

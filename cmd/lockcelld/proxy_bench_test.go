@@ -33,7 +33,8 @@ import (
 // need; LOCKCELL_BENCH_WAY=proxied runs the proxied half alone;
 // LOCKCELL_BENCH_HEAP (a folder) saves the master's heap profile at the
 // end of each hold there (direct.heap, proxied.heap), for
-// `go tool pprof -sample_index inuse_space`.
+// `go tool pprof -sample_index inuse_space`; LOCKCELL_BENCH_GOGC sets the
+// replicas' GOGC.
 func BenchmarkProxyMasterCost(b *testing.B) {
 	if testing.Short() {
 		b.Skip("builds and runs ten processes and holds sessions for minutes")
@@ -109,7 +110,11 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	if heapDir != "" {
 		args = append(args, "--pprof")
 	}
-	pc := fixtures.NewProcCellWith(b, bin, "bench", 5, 12*time.Second, fixtures.ProcOptions{ExtraArgs: args, HTTP: heapDir != ""})
+	var env []string
+	if v := os.Getenv("LOCKCELL_BENCH_GOGC"); v != "" { // the replicas' garbage collector target (Go's GOGC)
+		env = append(env, "GOGC="+v)
+	}
+	pc := fixtures.NewProcCellWith(b, bin, "bench", 5, 12*time.Second, fixtures.ProcOptions{ExtraArgs: args, HTTP: heapDir != "", Env: env})
 	defer pc.KillAll()
 	mi := pc.MasterIndex(30 * time.Second)
 	pid := pc.PID(mi)
