@@ -89,6 +89,7 @@ func deliver(as []answer) {
 // and no answer delivered while it is held.
 type keeper struct {
 	up  *upstream
+	m   *metrics
 	log *slog.Logger
 	ctx context.Context
 
@@ -110,8 +111,8 @@ type keeper struct {
 // defaultTTL is the lease the proxy assumes until the master tells it.
 const defaultTTL = 12 * time.Second
 
-func newKeeper(ctx context.Context, up *upstream, log *slog.Logger) *keeper {
-	return &keeper{up: up, log: log, ctx: ctx, sess: map[uint64]*kaSession{}, byConn: map[uint64]map[*clientCall]struct{}{},
+func newKeeper(ctx context.Context, up *upstream, m *metrics, log *slog.Logger) *keeper {
+	return &keeper{up: up, m: m, log: log, ctx: ctx, sess: map[uint64]*kaSession{}, byConn: map[uint64]map[*clientCall]struct{}{},
 		ttl: defaultTTL, kick: make(chan struct{}, 1)}
 }
 
@@ -239,6 +240,7 @@ func (k *keeper) holdOver(c *clientCall) {
 		a = k.replyLocked(c, now)
 	} else {
 		k.stale++
+		k.m.kaNoLease.Inc()
 		a = k.unparkLocked(c, nil, 0, wire.Errorf(wire.CodeNotMaster, "proxy: no lease from the master for session %d", c.s.id))
 	}
 	k.mu.Unlock()
@@ -293,6 +295,7 @@ func (k *keeper) replyLocked(c *clientCall, now time.Time) answer {
 	s := c.s
 	s.lastHeard = now
 	s.told = true
+	k.m.kaLease.Inc()
 	resp := &wire.KeepAliveResponse{Epoch: s.epoch, HeldMillis: now.Sub(c.arrived).Milliseconds()}
 	if left := s.leaseEnd.Sub(now); left > 0 {
 		resp.LeaseMillis = left.Milliseconds() // rounded down: never longer
@@ -323,6 +326,7 @@ func clientEvents(evs []wire.Event) []wire.Event {
 func (k *keeper) forgetLocked(s *kaSession, out []answer, err *wire.Error) []answer {
 	k.log.Debug("proxy: session forgotten", "session", s.id, "err", err)
 	if s.parked != nil {
+		k.m.kaEnded.Inc()
 		out = append(out, k.unparkLocked(s.parked, nil, 0, err))
 	}
 	if k.sess[s.id] == s {
@@ -441,6 +445,8 @@ func (k *keeper) send(ss []*kaSession) {
 	ttl := k.ttl
 	k.batches++
 	k.mu.Unlock()
+	k.m.batches.Inc()
+	k.m.batchSessions.Observe(float64(len(ss)))
 	sent := time.Now()
 	req.HoldMillis = k.holdFor(sent, ttl).Milliseconds()
 	var resp wire.BatchKeepAliveResponse
@@ -450,6 +456,7 @@ func (k *keeper) send(ss []*kaSession) {
 	k.mu.Lock()
 	if err != nil || len(resp.Results) != len(ss) {
 		k.failed++
+		k.m.batchFailures.Inc()
 		k.log.Info("proxy: batch KeepAlive failed", "sessions", len(ss), "err", err, "results", len(resp.Results))
 		for _, s := range ss {
 			s.atMaster--
@@ -475,6 +482,15 @@ func (k *keeper) send(ss []*kaSession) {
 	if resp.TTLMillis > 0 {
 		k.ttl = time.Duration(resp.TTLMillis) * time.Millisecond
 	}
+	// The batch's time besides its hold at the master: the answers come
+	// together, so the longest hold among them is the batch's.
+	var held int64
+	for i := range resp.Results {
+		if r := &resp.Results[i]; r.Code == wire.CodeOK {
+			held = max(held, r.HeldMillis)
+		}
+	}
+	k.m.batchSeconds.Observe(max(now.Sub(sent)-time.Duration(held)*time.Millisecond, 0).Seconds())
 	for i, s := range ss {
 		s.atMaster--
 		r := &resp.Results[i]
@@ -522,6 +538,26 @@ func (k *keeper) stats() (sessions int, batches, failed, stale uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.sess), k.batches, k.failed, k.stale
+}
+
+// leases counts the sessions kept (held), and those of them whose
+// clients are present (aliveLocked) by whether the proxy's lease for them
+// is fresh enough to tell a client (freshLocked) or not (stale: its
+// client is told NotMaster). One walk under the lock: for a scrape, not
+// a call.
+func (k *keeper) leases(now time.Time) (held, fresh, stale int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, s := range k.sess {
+		switch {
+		case !k.aliveLocked(s, now):
+		case k.freshLocked(s, now):
+			fresh++
+		default:
+			stale++
+		}
+	}
+	return len(k.sess), fresh, stale
 }
 
 // endAll answers every parked call NotMaster (the proxy is closing).
