@@ -29,7 +29,7 @@ type upstream struct {
 	timeout time.Duration // dial and handshake
 	dialer  func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	m       *metrics
+	m *metrics
 	// epoch is the highest master epoch an answer carried.
 	epoch atomic.Uint64
 
