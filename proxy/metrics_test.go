@@ -133,7 +133,7 @@ func TestProxyMetricsAndReadiness(t *testing.T) {
 	until("batches and KeepAlives answered rise", 10*time.Second, func(m scraped) bool {
 		return m["lockcell_proxy_batches_total"] >= b0+4 && m[`lockcell_proxy_keepalives_total{result="lease"}`] >= k0+n &&
 			m["lockcell_proxy_batch_sessions_count"] >= 4 && m["lockcell_proxy_batch_seconds_count"] >= 4 &&
-			m["lockcell_proxy_batch_failures_total"] == 0
+			m["lockcell_proxy_batch_failures_total"] == 0 && m[`lockcell_proxy_session_leases{state="fresh"}`] == n
 	})
 	if last["lockcell_proxy_client_connections"] < n || last["lockcell_proxy_client_streams"] < n {
 		t.Fatalf("client port figures: %v", proxySeries(last))
