@@ -540,24 +540,31 @@ func (k *keeper) stats() (sessions int, batches, failed, stale uint64) {
 	return len(k.sess), k.batches, k.failed, k.stale
 }
 
-// leases counts the sessions kept (held), and those of them whose
-// clients are present (aliveLocked) by whether the proxy's lease for them
-// is fresh enough to tell a client (freshLocked) or not (stale: its
-// client is told NotMaster). One walk under the lock: for a scrape, not
-// a call.
-func (k *keeper) leases(now time.Time) (held, fresh, stale int) {
+// leaseCounts are the sessions a proxy keeps (Held), and those of them
+// whose clients are present (aliveLocked) by the proxy's lease for them:
+// Fresh enough to tell a client (freshLocked), Stale (its client is
+// told NotMaster), or New (no lease from the master yet: the proxy met
+// the session since its last batch went).
+type leaseCounts struct{ Held, Fresh, Stale, New int }
+
+// leases counts the sessions by their leases now. One walk under the
+// lock: for a scrape or a probe of readiness, not a call.
+func (k *keeper) leases(now time.Time) leaseCounts {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	n := leaseCounts{Held: len(k.sess)}
 	for _, s := range k.sess {
 		switch {
 		case !k.aliveLocked(s, now):
+		case s.leaseEnd.IsZero():
+			n.New++
 		case k.freshLocked(s, now):
-			fresh++
+			n.Fresh++
 		default:
-			stale++
+			n.Stale++
 		}
 	}
-	return len(k.sess), fresh, stale
+	return n
 }
 
 // endAll answers every parked call NotMaster (the proxy is closing).

@@ -84,12 +84,14 @@ var (
 		"Sessions whose KeepAlives the proxy answers (a departed client's is forgotten within two leases).", nil, nil)
 	leasesDesc = prometheus.NewDesc("lockcell_proxy_session_leases",
 		"Sessions whose client is present (a KeepAlive waiting, or heard within half a lease), by the proxy's lease "+
-			"for them: fresh (a quarter lease or more to run) or stale (its client gets NotMaster and goes into jeopardy).",
+			"for them: fresh (a quarter lease or more to run), stale (its client gets NotMaster and goes into jeopardy), "+
+			"or new (no lease from the master yet: its first batch is on its way).",
 		[]string{"state"}, nil)
 	hasMasterDesc = prometheus.NewDesc("lockcell_proxy_has_master",
 		"1 while the proxy has a master: its last probe (every second) found one serving, over a connection still open.", nil, nil)
 	readyDesc = prometheus.NewDesc("lockcell_proxy_ready",
-		"1 while /readyz answers 200: a master, and a fresh lease for its present clients' sessions (any, when it has some).", nil, nil)
+		"1 while /readyz answers 200: a master, and a fresh lease for one of its present clients' sessions at least "+
+			"(when it has some that had a lease).", nil, nil)
 	epochDesc = prometheus.NewDesc("lockcell_proxy_epoch",
 		"The highest master epoch the proxy has seen (0 before any).", nil, nil)
 	inFlightDesc = prometheus.NewDesc("lockcell_proxy_batches_in_flight",
@@ -119,19 +121,20 @@ func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	p := c.p
 	now := time.Now()
-	held, fresh, stale := p.ka.leases(now)
+	n := p.ka.leases(now)
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	gauge(sessionsDesc, float64(held))
-	gauge(leasesDesc, float64(fresh), "fresh")
-	gauge(leasesDesc, float64(stale), "stale")
+	gauge(sessionsDesc, float64(n.Held))
+	gauge(leasesDesc, float64(n.Fresh), "fresh")
+	gauge(leasesDesc, float64(n.Stale), "stale")
+	gauge(leasesDesc, float64(n.New), "new")
 	hasMaster, why := p.up.hasMaster()
 	gauge(hasMasterDesc, b2f(hasMaster))
-	ready, _ := p.readiness(hasMaster, why, fresh, stale)
+	ready, _ := p.readiness(hasMaster, why, n)
 	gauge(readyDesc, b2f(ready))
 	gauge(epochDesc, float64(p.up.epoch.Load()))
 	gauge(inFlightDesc, float64(p.ka.inFlight.Load()))

@@ -133,10 +133,14 @@ func (p *Proxy) Serve() {
 // probeEvery is how often the proxy asks the master whether it serves
 // (an empty BatchKeepAlive, answered at once); probeTimeout bounds one
 // probe, dialling included, so a master that stops answering counts as
-// none within it.
+// none within it. A master that refused the proxy (it does not trust it,
+// or does not know proxies) is asked only every probeRefusedEvery: the
+// answer will not change before an operator acts, and each refusal is
+// audited.
 const (
-	probeEvery   = time.Second
-	probeTimeout = 2 * time.Second
+	probeEvery        = time.Second
+	probeTimeout      = 2 * time.Second
+	probeRefusedEvery = 10 * time.Second
 )
 
 // probeLoop probes the master until the proxy closes (upstream.probe):
@@ -144,10 +148,16 @@ const (
 func (p *Proxy) probeLoop() {
 	t := time.NewTicker(probeEvery)
 	defer t.Stop()
+	var next time.Time
 	for {
-		ctx, cancel := context.WithTimeout(p.ctx, probeTimeout)
-		p.up.probe(ctx)
-		cancel()
+		if now := time.Now(); !now.Before(next) {
+			ctx, cancel := context.WithTimeout(p.ctx, probeTimeout)
+			err := p.up.probe(ctx)
+			cancel()
+			if wire.CodeOf(err) == wire.CodePermission || errors.Is(err, errOldMaster) {
+				next = now.Add(probeRefusedEvery)
+			}
+		}
 		select {
 		case <-p.ctx.Done():
 			return
@@ -159,23 +169,26 @@ func (p *Proxy) probeLoop() {
 // Ready reports whether the proxy can serve its clients: it has a master
 // (its last probe, at most a second ago, found one serving, over a
 // connection still open) and, when clients are present (a KeepAlive
-// waiting, or heard within half a lease), a lease from the master fresh
-// enough to tell them (a quarter lease or more) for at least one of
-// their sessions. Otherwise it says why not.
+// waiting, or heard within half a lease) whose sessions had a lease
+// from the master, a lease fresh enough to tell them (a quarter lease
+// or more) for at least one of those sessions. Otherwise it says why
+// not.
 func (p *Proxy) Ready() (bool, string) {
 	ok, why := p.up.hasMaster()
-	_, fresh, stale := p.ka.leases(time.Now())
-	return p.readiness(ok, why, fresh, stale)
+	return p.readiness(ok, why, p.ka.leases(time.Now()))
 }
 
-func (p *Proxy) readiness(hasMaster bool, why string, fresh, stale int) (bool, string) {
+// readiness is Ready's judgement on what it read. A session the proxy
+// has just met (no lease from the master yet) counts neither way: its
+// first batch may be held up to three quarters of a lease.
+func (p *Proxy) readiness(hasMaster bool, why string, n leaseCounts) (bool, string) {
 	switch {
 	case p.ctx.Err() != nil:
 		return false, "the proxy is closing"
 	case !hasMaster:
 		return false, "no master: " + why
-	case fresh == 0 && stale > 0:
-		return false, fmt.Sprintf("no fresh lease from the master for any of the %d sessions of its present clients", stale)
+	case n.Fresh == 0 && n.Stale > 0:
+		return false, fmt.Sprintf("no fresh lease from the master for any of the %d sessions of its present clients", n.Stale)
 	}
 	return true, ""
 }

@@ -257,10 +257,11 @@ func (u *upstream) noteEpoch(e uint64) {
 }
 
 // probe asks the master for an empty BatchKeepAlive (answered at once, by
-// a serving master that trusts the proxy) and records whether it was
-// answered, for hasMaster. A proxy without clients sends no other call,
-// so without the probe it would never know whether it could serve one.
-func (u *upstream) probe(ctx context.Context) {
+// a serving master that trusts the proxy), records whether it was
+// answered, for hasMaster, and returns why not. A proxy without clients
+// sends no other call, so without the probe it would never know whether
+// it could serve one.
+func (u *upstream) probe(ctx context.Context) error {
 	st, _, err := u.call(ctx, &wire.Header{Method: wire.MethodBatchKeepAlive}, emptyBatch)
 	if err == nil {
 		err = st.Err()
@@ -268,6 +269,7 @@ func (u *upstream) probe(ctx context.Context) {
 	u.mu.Lock()
 	u.probed, u.probeErr = true, err
 	u.mu.Unlock()
+	return err
 }
 
 // hasMaster reports whether the proxy has a master: the last probe found
