@@ -90,6 +90,7 @@ func deliver(as []answer) {
 // and no answer delivered while it is held.
 type keeper struct {
 	up  *upstream
+	m   *metrics
 	log *slog.Logger
 	ctx context.Context
 
@@ -113,8 +114,8 @@ type keeper struct {
 // defaultTTL is the lease the proxy assumes until the master tells it.
 const defaultTTL = 12 * time.Second
 
-func newKeeper(ctx context.Context, up *upstream, log *slog.Logger) *keeper {
-	return &keeper{up: up, log: log, ctx: ctx, sess: map[uint64]*kaSession{}, byConn: map[uint64]map[*clientCall]struct{}{},
+func newKeeper(ctx context.Context, up *upstream, m *metrics, log *slog.Logger) *keeper {
+	return &keeper{up: up, m: m, log: log, ctx: ctx, sess: map[uint64]*kaSession{}, byConn: map[uint64]map[*clientCall]struct{}{},
 		ttl: defaultTTL, kick: make(chan struct{}, 1)}
 }
 
@@ -270,6 +271,7 @@ func (k *keeper) holdOver(c *clientCall) {
 		a = k.replyLocked(c, now)
 	} else {
 		k.stale++
+		k.m.kaNoLease.Inc()
 		a = k.unparkLocked(c, nil, 0, wire.Errorf(wire.CodeNotMaster, "proxy: no lease from the master for session %d", c.s.id))
 	}
 	k.mu.Unlock()
@@ -324,6 +326,7 @@ func (k *keeper) replyLocked(c *clientCall, now time.Time) answer {
 	s := c.s
 	s.lastHeard = now
 	s.told = true
+	k.m.kaLease.Inc()
 	resp := &wire.KeepAliveResponse{Epoch: s.epoch, HeldMillis: now.Sub(c.arrived).Milliseconds()}
 	if left := s.leaseEnd.Sub(now); left > 0 {
 		resp.LeaseMillis = left.Milliseconds() // rounded down: never longer
@@ -355,6 +358,7 @@ func clientEvents(evs []wire.Event) []wire.Event {
 func (k *keeper) forgetLocked(s *kaSession, out []answer, err *wire.Error) []answer {
 	k.log.Debug("proxy: session forgotten", "session", s.id, "err", err)
 	if s.parked != nil {
+		k.m.kaEnded.Inc()
 		out = append(out, k.unparkLocked(s.parked, nil, 0, err))
 	}
 	if k.sess[s.id] == s {
@@ -473,6 +477,8 @@ func (k *keeper) send(ss []*kaSession) {
 	ttl := k.ttl
 	k.batches++
 	k.mu.Unlock()
+	k.m.batches.Inc()
+	k.m.batchSessions.Observe(float64(len(ss)))
 	sent := time.Now()
 	req.HoldMillis = k.holdFor(sent, ttl).Milliseconds()
 	var resp wire.BatchKeepAliveResponse
@@ -482,6 +488,7 @@ func (k *keeper) send(ss []*kaSession) {
 	k.mu.Lock()
 	if err != nil || len(resp.Results) != len(ss) {
 		k.failed++
+		k.m.batchFailures.Inc()
 		k.log.Info("proxy: batch KeepAlive failed", "sessions", len(ss), "err", err, "results", len(resp.Results))
 		for _, s := range ss {
 			s.atMaster--
@@ -507,6 +514,15 @@ func (k *keeper) send(ss []*kaSession) {
 	if resp.TTLMillis > 0 {
 		k.ttl, k.ttlKnown = time.Duration(resp.TTLMillis)*time.Millisecond, true
 	}
+	// The batch's time besides its hold at the master: the answers come
+	// together, so the longest hold among them is the batch's.
+	var held int64
+	for i := range resp.Results {
+		if r := &resp.Results[i]; r.Code == wire.CodeOK {
+			held = max(held, r.HeldMillis)
+		}
+	}
+	k.m.batchSeconds.Observe(max(now.Sub(sent)-time.Duration(held)*time.Millisecond, 0).Seconds())
 	for i, s := range ss {
 		s.atMaster--
 		r := &resp.Results[i]
@@ -557,6 +573,33 @@ func (k *keeper) stats() (sessions int, batches, failed, stale uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.sess), k.batches, k.failed, k.stale
+}
+
+// leaseCounts are the sessions a proxy keeps (Held), and those of them
+// whose clients are present (aliveLocked) by the proxy's lease for them:
+// Fresh enough to tell a client (freshLocked), Stale (its client is
+// told NotMaster), or New (no lease from the master yet: the proxy met
+// the session since its last batch went).
+type leaseCounts struct{ Held, Fresh, Stale, New int }
+
+// leases counts the sessions by their leases now. One walk under the
+// lock: for a scrape or a probe of readiness, not a call.
+func (k *keeper) leases(now time.Time) leaseCounts {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := leaseCounts{Held: len(k.sess)}
+	for _, s := range k.sess {
+		switch {
+		case !k.aliveLocked(s, now):
+		case s.leaseEnd.IsZero():
+			n.New++
+		case k.freshLocked(s, now):
+			n.Fresh++
+		default:
+			n.Stale++
+		}
+	}
+	return n
 }
 
 // endAll answers every parked call NotMaster (the proxy is closing).

@@ -22,8 +22,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"lockcell/cell/clientport"
@@ -58,6 +60,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// Logger receives the proxy's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Metrics, when set, is where New registers the proxy's metrics
+	// (lockcell_proxy_*, docs/operations.md "Proxies"); HTTPHandler
+	// serves them with /healthz and /readyz. Unset, they are kept and
+	// not exported.
+	Metrics prometheus.Registerer
 }
 
 // Proxy serves clients on one listener and forwards their calls to the
@@ -67,9 +74,11 @@ type Proxy struct {
 	port   *clientport.Port
 	up     *upstream
 	ka     *keeper
+	m      *metrics
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
+	// loops are the keeper's batch loop and the master probe (Serve's).
+	loops sync.WaitGroup
 }
 
 // New returns a Proxy serving ln once Serve is called; it owns ln from now
@@ -90,23 +99,98 @@ func New(ln net.Listener, cfg Config) (*Proxy, error) {
 		return nil, errors.New("proxy: TLS towards clients and towards the master go together")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Proxy{cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{})}
-	p.up = newUpstream(cfg.Peers, cfg.Upstream, cfg.DialTimeout)
+	p := &Proxy{cfg: cfg, ctx: ctx, cancel: cancel, m: newMetrics()}
+	p.up = newUpstream(cfg.Peers, cfg.Upstream, cfg.DialTimeout, p.m)
 	p.up.dialer = cfg.Dialer
-	p.ka = newKeeper(ctx, p.up, cfg.Logger)
+	p.ka = newKeeper(ctx, p.up, p.m, cfg.Logger)
 	p.port = clientport.New(ln, clientport.Config{Limits: cfg.Limits, TLS: cfg.TLS, Anonymous: Anonymous, Logger: cfg.Logger},
 		handler{p})
+	if cfg.Metrics != nil {
+		if err := p.m.register(cfg.Metrics, p); err != nil {
+			cancel()
+			p.port.Close()
+			return nil, fmt.Errorf("proxy: metrics: %w", err)
+		}
+	}
 	return p, nil
 }
 
-// Serve starts serving clients and keeping their sessions; it does not
-// block.
+// Serve starts serving clients, keeping their sessions and probing the
+// master; it does not block.
 func (p *Proxy) Serve() {
+	p.loops.Add(2)
 	go func() {
-		defer close(p.done)
+		defer p.loops.Done()
 		p.ka.run()
 	}()
+	go func() {
+		defer p.loops.Done()
+		p.probeLoop()
+	}()
 	p.port.Serve()
+}
+
+// probeEvery is how often the proxy asks the master whether it serves
+// (an empty BatchKeepAlive, answered at once); probeTimeout bounds one
+// probe, dialling included, so a master that stops answering counts as
+// none within it. A master that refused the proxy (it does not trust it,
+// or does not know proxies) is asked only every probeRefusedEvery: the
+// answer will not change before an operator acts, and each refusal is
+// audited.
+const (
+	probeEvery        = time.Second
+	probeTimeout      = 2 * time.Second
+	probeRefusedEvery = 10 * time.Second
+)
+
+// probeLoop probes the master until the proxy closes (upstream.probe):
+// what Ready and lockcell_proxy_has_master report.
+func (p *Proxy) probeLoop() {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	var next time.Time
+	for {
+		if now := time.Now(); !now.Before(next) {
+			ctx, cancel := context.WithTimeout(p.ctx, probeTimeout)
+			err := p.up.probe(ctx)
+			cancel()
+			if wire.CodeOf(err) == wire.CodePermission || errors.Is(err, errOldMaster) {
+				next = now.Add(probeRefusedEvery)
+			}
+		}
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Ready reports whether the proxy can serve its clients: it has a master
+// (its last probe, at most a second ago, found one serving, over a
+// connection still open) and, when clients are present (a KeepAlive
+// waiting, or heard within half a lease) whose sessions had a lease
+// from the master, a lease fresh enough to tell them (a quarter lease
+// or more) for at least one of those sessions. Otherwise it says why
+// not.
+func (p *Proxy) Ready() (bool, string) {
+	ok, why := p.up.hasMaster()
+	return p.readiness(ok, why, p.ka.leases(time.Now()))
+}
+
+// readiness is Ready's judgement on what it read. A session the proxy
+// has just met (no lease from the master yet) counts neither way: its
+// first batch may be held up to three quarters of a lease.
+func (p *Proxy) readiness(hasMaster bool, why string, n leaseCounts) (bool, string) {
+	switch {
+	case p.ctx.Err() != nil:
+		return false, "the proxy is closing"
+	case !hasMaster:
+		return false, "no master: " + why
+	case n.Fresh == 0 && n.Stale > 0:
+		return false, fmt.Sprintf("no fresh lease from the master for any of the %d sessions of its present clients", n.Stale)
+	}
+	return true, ""
 }
 
 // Addr is the address the proxy listens on.
@@ -121,7 +205,7 @@ func (p *Proxy) Close() {
 	p.port.Close()
 	p.up.close()
 	p.port.Wait()
-	<-p.done
+	p.loops.Wait()
 }
 
 // Stats are a proxy's figures.
@@ -155,6 +239,7 @@ type handler struct{ p *Proxy }
 // is the master's own.
 func (h handler) Call(ctx context.Context, caller clientport.Caller, hd *wire.Header, body []byte) (any, uint64, error) {
 	if hd.Method == wire.MethodBatchKeepAlive {
+		h.p.m.call(hd.Method, wire.CodePermission)
 		return nil, 0, wire.Errorf(wire.CodePermission, "a proxy's clients may not send BatchKeepAlive")
 	}
 	fwd := *hd
@@ -164,10 +249,13 @@ func (h handler) Call(ctx context.Context, caller clientport.Caller, hd *wire.He
 	st, resp, err := h.p.up.call(ctx, &fwd, body)
 	if err != nil {
 		if ctx.Err() != nil {
+			h.p.m.call(hd.Method, wire.CodeCanceled)
 			return nil, 0, wire.Errorf(wire.CodeCanceled, "the client left the call")
 		}
+		h.p.m.call(hd.Method, wire.CodeUnavailable)
 		return nil, 0, wire.Errorf(wire.CodeUnavailable, "proxy: %v", err)
 	}
+	h.p.m.call(hd.Method, st.Code)
 	if st.Code != wire.CodeOK {
 		return nil, st.Epoch, st.Err()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -350,6 +351,13 @@ func TestProxyIdentity(t *testing.T) {
 	if !errors.Is(err, client.ErrPermission) {
 		t.Fatalf("dial through a proxy the cell does not trust: %v, want ErrPermission", err)
 	}
+	// Its readiness says so; the trusted one is ready (a master that
+	// trusts it, fresh leases for its clients' sessions).
+	pollUntil(t, 10*time.Second, "the untrusted proxy not ready, saying why", func() bool {
+		ok, why := untrusted.Ready()
+		return !ok && strings.Contains(why, "not trusted as a proxy")
+	})
+	pollUntil(t, 10*time.Second, "the trusted proxy ready", func() bool { ok, _ := trusted.Ready(); return ok })
 }
 
 // A client behind a proxy that calls again as soon as each KeepAlive is

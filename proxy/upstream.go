@@ -29,11 +29,19 @@ type upstream struct {
 	timeout time.Duration // dial and handshake
 	dialer  func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	m *metrics
+	// epoch is the highest master epoch an answer carried.
+	epoch atomic.Uint64
+
 	mu     sync.Mutex
 	master string // the replica believed to lead ("" when none is)
 	conn   *upConn
 	next   int // the next peer to try when none is believed to lead
 	closed bool
+	// probed: a probe has finished; probeErr is why the last one found
+	// no master serving (nil: it found one).
+	probed   bool
+	probeErr error
 }
 
 // upConn is one connection to a replica.
@@ -48,8 +56,8 @@ type upConn struct {
 // errNoMaster is every try of a call failing to find a master.
 var errNoMaster = errors.New("proxy: no master reachable")
 
-func newUpstream(peers []string, cfg *tls.Config, timeout time.Duration) *upstream {
-	return &upstream{peers: peers, tls: cfg, timeout: timeout}
+func newUpstream(peers []string, cfg *tls.Config, timeout time.Duration, m *metrics) *upstream {
+	return &upstream{peers: peers, tls: cfg, timeout: timeout, m: m}
 }
 
 // get returns a connection to the believed master, dialling it (or the
@@ -224,10 +232,66 @@ func (u *upstream) call(ctx context.Context, h *wire.Header, body []byte) (wire.
 			u.redirect(cn, st.Leader)
 			last = st.Err()
 		default:
+			u.noteEpoch(st.Epoch)
 			return st, resp, nil
 		}
 	}
 	return wire.Status{}, nil, fmt.Errorf("%w: %v", errNoMaster, last)
+}
+
+// noteEpoch records the master epoch an answer carried; a higher one than
+// any before, after the first, is a master change.
+func (u *upstream) noteEpoch(e uint64) {
+	for {
+		old := u.epoch.Load()
+		if e <= old {
+			return
+		}
+		if u.epoch.CompareAndSwap(old, e) {
+			if old != 0 {
+				u.m.masterChanges.Inc()
+			}
+			return
+		}
+	}
+}
+
+// probe asks the master for an empty BatchKeepAlive (answered at once, by
+// a serving master that trusts the proxy), records whether it was
+// answered, for hasMaster, and returns why not. A proxy without clients
+// sends no other call, so without the probe it would never know whether
+// it could serve one.
+func (u *upstream) probe(ctx context.Context) error {
+	st, _, err := u.call(ctx, &wire.Header{Method: wire.MethodBatchKeepAlive}, emptyBatch)
+	if err == nil {
+		err = st.Err()
+	}
+	u.mu.Lock()
+	u.probed, u.probeErr = true, err
+	u.mu.Unlock()
+	return err
+}
+
+// hasMaster reports whether the proxy has a master: the last probe found
+// one serving, and the connection to it is still open and vouched for
+// (a master that dies closes it at once, before the next probe); else
+// why not.
+func (u *upstream) hasMaster() (bool, string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.closed:
+		return false, "the proxy is closing"
+	case !u.probed:
+		return false, "the master has not been probed yet"
+	case u.probeErr != nil:
+		return false, u.probeErr.Error()
+	case u.conn == nil || u.conn.mux.IsClosed():
+		return false, "the connection to the master closed"
+	case !u.conn.vouched.Load():
+		return false, "the replica at " + u.conn.addr + " has not answered as master yet"
+	}
+	return true, ""
 }
 
 // emptyBatch is a BatchKeepAlive of no sessions: vouch's probe.

@@ -3,10 +3,13 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
 	"lockcell/cell"
@@ -25,7 +28,8 @@ func proxyCommand() *cli.Command {
 			"The proxy forwards every call to the master on its client's behalf and answers KeepAlives itself, keeping all its " +
 			"sessions' leases with a few batch calls. On a TLS cell it presents --cert (a replica certificate naming the proxy's " +
 			"host) to its clients, and calls the master with --upstream-cert, a user certificate whose name every replica trusts " +
-			"as a proxy (serve --proxy-principals).\n\n" +
+			"as a proxy (serve --proxy-principals). With --http it serves /metrics (lockcell_proxy_*), /healthz, and /readyz " +
+			"(200 while it has a master and a fresh lease for its clients' sessions).\n\n" +
 			"Example:\n   lockcelld proxy --listen 10.0.0.9:7001 --peers 10.0.0.1:7001,10.0.0.2:7001,10.0.0.3:7001 \\\n" +
 			"      --cert proxy9.crt --key proxy9.key --ca ca.crt --upstream-cert proxy.crt --upstream-key proxy.key",
 		Flags: []cli.Flag{
@@ -37,6 +41,7 @@ func proxyCommand() *cli.Command {
 			&cli.StringFlag{Name: "upstream-cert", Usage: "the user certificate the proxy calls the master with (its name must be in every replica's --proxy-principals)"},
 			&cli.StringFlag{Name: "upstream-key", Usage: "its private key (PEM)"},
 			&cli.StringFlag{Name: "connect-to", Usage: "ADDR=ADDR,...: dial the replica the cell names by the first address at the second (NAT, a container network)"},
+			&cli.StringFlag{Name: "http", Usage: "serve /metrics, /healthz and /readyz at ADDR (off when empty)"},
 			&cli.BoolFlag{Name: "insecure", Usage: "run without TLS, for a plain cell: every client is anonymous, the admin; listens on loopback only"},
 			&cli.BoolFlag{Name: "insecure-bind-any", Usage: "with --insecure, allow a --listen address other than loopback"},
 			&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
@@ -62,6 +67,9 @@ func proxyCommand() *cli.Command {
 			if c.Bool("insecure") && !c.Bool("insecure-bind-any") && !loopback(listen) {
 				return cli.Exit("--insecure listens on loopback only (--insecure-bind-any to allow "+listen+")", 2)
 			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			cfg.Metrics = reg
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("listen %s: %v", listen, err), 1)
@@ -71,6 +79,15 @@ func proxyCommand() *cli.Command {
 				return cli.Exit(err.Error(), 2)
 			}
 			p.Serve()
+			if addr := c.String("http"); addr != "" {
+				srv, bound, err := serveProxyHTTP(addr, p.HTTPHandler(reg))
+				if err != nil {
+					p.Close()
+					return cli.Exit(err.Error(), 1)
+				}
+				defer srv.Close()
+				fmt.Fprintf(os.Stderr, "lockcelld proxy: metrics at http://%s/metrics\n", bound)
+			}
 			fmt.Fprintf(os.Stderr, "lockcelld proxy: serving on %s for %v\n", p.Addr(), cfg.Peers)
 			<-sig.stop.Done()
 			p.Close()
@@ -123,6 +140,18 @@ func proxyConfig(c *cli.Context) (proxy.Config, error) {
 		return proxy.Config{}, cli.Exit("no TLS: give --cert, --key, --ca, --upstream-cert and --upstream-key, or --insecure for a plain cell", 2)
 	}
 	return cfg, nil
+}
+
+// serveProxyHTTP serves h (the proxy's /metrics, /healthz and /readyz)
+// at addr until the returned server is closed.
+func serveProxyHTTP(addr string, h http.Handler) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--http: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return srv, ln.Addr().String(), nil
 }
 
 // loopback reports whether addr's host is a loopback address or localhost.
