@@ -166,7 +166,7 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 		if i < n%len(targets) {
 			share++
 		}
-		lg := fixtures.NewLoadGen(fixtures.LoadGenConfig{Addrs: addrs, Sessions: share,
+		lg := fixtures.NewLoadGen(fixtures.LoadGenConfig{Addrs: addrs, Sessions: share, Proxied: proxies > 0,
 			Conns: max(1, (share+benchSessionsPerConn-1)/benchSessionsPerConn), DialTimeout: 20 * time.Second})
 		defer lg.Stop()
 		lgs = append(lgs, lg)
