@@ -476,9 +476,9 @@ func (c *connBudget) takeStream() budgetLevel {
 	l := c.b.limits
 	level := levelNone
 	switch {
-	case l.MaxKeptStreamsPerIP > 0 && c.ip.lingering.Load() >= int64(l.MaxKeptStreamsPerIP):
+	case c.lingeringAtCap(levelIP):
 		level = levelIP
-	case l.MaxKeptStreamsPerPrincipal > 0 && c.pr.lingering.Load() >= int64(l.MaxKeptStreamsPerPrincipal):
+	case c.lingeringAtCap(levelPrincipal):
 		level = levelPrincipal
 	case !takeBelow(&c.ip.streams, l.MaxStreamsPerIP):
 		level = levelIP
@@ -501,6 +501,21 @@ func (c *connBudget) takeStream() budgetLevel {
 	c.pr.refs.Add(1)
 	raisePeak(&c.b.streamsPeak, c.b.streams.Load())
 	return levelNone
+}
+
+// lingeringAtCap reports whether c's address (levelIP) or principal
+// (levelPrincipal) leaves as many streams lingering as it may keep idle:
+// takeStream then refuses its new streams at that level, and the
+// refusal says which cap it met.
+func (c *connBudget) lingeringAtCap(level budgetLevel) bool {
+	l := c.b.limits
+	switch level {
+	case levelIP:
+		return l.MaxKeptStreamsPerIP > 0 && c.ip.lingering.Load() >= int64(l.MaxKeptStreamsPerIP)
+	case levelPrincipal:
+		return l.MaxKeptStreamsPerPrincipal > 0 && c.pr.lingering.Load() >= int64(l.MaxKeptStreamsPerPrincipal)
+	}
+	return false
 }
 
 // takeKept counts one more stream kept idle for its next call against

@@ -189,12 +189,12 @@ func (p *Port) refuseStream(st *yamux.Stream, cb *connBudget, sb *streamBytes, l
 	// than 262,144 streams" while it holds a few thousand looks in vain.
 	case levelIP:
 		msg = fmt.Sprintf("more than %d streams open from one address", l.MaxStreamsPerIP)
-		if l.MaxKeptStreamsPerIP > 0 && cb.ip.lingering.Load() >= int64(l.MaxKeptStreamsPerIP) {
+		if cb.lingeringAtCap(levelIP) {
 			msg = fmt.Sprintf("%d answered streams from one address not yet closed by their client (the kept-streams cap)", l.MaxKeptStreamsPerIP)
 		}
 	case levelPrincipal:
 		msg = fmt.Sprintf("more than %d streams open of one principal", l.MaxStreamsPerPrincipal)
-		if l.MaxKeptStreamsPerPrincipal > 0 && cb.pr.lingering.Load() >= int64(l.MaxKeptStreamsPerPrincipal) {
+		if cb.lingeringAtCap(levelPrincipal) {
 			msg = fmt.Sprintf("%d answered streams of one principal not yet closed by their client (the kept-streams cap)", l.MaxKeptStreamsPerPrincipal)
 		}
 	case levelProcess:
