@@ -18,7 +18,7 @@ type keepAliveArgs struct {
 	ack         uint64 // the highest event sequence the client acknowledges
 	prompt      bool   // answer at once
 	incarnation uint64 // the session incarnation the client's header names
-	// eventBytes bounds the reply's events (0: maxReplyEventBytes); a
+	// eventBytes bounds the reply's events (0: wire.MaxReplyEventBytes); a
 	// BatchKeepAlive gives each of its sessions a share of one frame.
 	eventBytes int
 	// batched: a BatchKeepAlive's entry, parked with no timer of its
@@ -227,11 +227,11 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 	// bounded reply; acknowledgements are cumulative, so the rest follow
 	// on the next calls. Every lease extension therefore travels with
 	// every outstanding invalidation it could cover (invalidate.go).
-	budget := maxReplyEventBytes
+	budget := wire.MaxReplyEventBytes
 	if a.eventBytes > 0 {
 		budget = a.eventBytes
 	}
-	events := replyEvents(l.events, budget)
+	events := wire.ReplyEvents(l.events, budget)
 	if n := len(events); n > 0 {
 		l.delivered = max(l.delivered, events[n-1].Seq)
 		ss.noteOverflowLocked(a.session, l)
@@ -242,25 +242,4 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 		LeaseMillis: granted.Sub(replied).Milliseconds(),
 		Events:      events,
 	}, nil
-}
-
-// Bounds on one KeepAlive reply's events, well inside a frame (names are
-// at most 1 KiB).
-const (
-	maxReplyEvents     = 1024
-	maxReplyEventBytes = 512 << 10
-)
-
-// replyEvents copies the oldest events that fit one reply of maxBytes
-// (at least one).
-func replyEvents(evs []wire.Event, maxBytes int) []wire.Event {
-	n, size := 0, 0
-	for n < len(evs) && n < maxReplyEvents {
-		size += 64 + len(evs[n].Path) + len(evs[n].Child) + len(evs[n].Reason) + len(evs[n].FromPrincipal)
-		if n > 0 && size > maxBytes {
-			break
-		}
-		n++
-	}
-	return append([]wire.Event(nil), evs[:n]...)
 }

@@ -216,11 +216,11 @@ func (b *kaBatch) finish(i int, resp *wire.KeepAliveResponse, err error) {
 	}
 }
 
-// batchEventBytes over-estimates the encoding of evs (as replyEvents counts).
+// batchEventBytes over-estimates the encoding of evs (wire.EventSize).
 func batchEventBytes(evs []wire.Event) int {
 	n := 0
 	for i := range evs {
-		n += 64 + len(evs[i].Path) + len(evs[i].Child) + len(evs[i].Reason) + len(evs[i].FromPrincipal)
+		n += wire.EventSize(&evs[i])
 	}
 	return n
 }

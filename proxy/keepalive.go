@@ -333,24 +333,10 @@ func (k *keeper) replyLocked(c *clientCall, now time.Time) answer {
 		s.toldEnd = s.leaseEnd
 	}
 	if len(s.events) > 0 {
-		resp.Events = clientEvents(s.events)
+		resp.Events = wire.ReplyEvents(s.events, wire.MaxReplyEventBytes)
 		s.sentToClient = max(s.sentToClient, resp.Events[len(resp.Events)-1].Seq)
 	}
 	return k.unparkLocked(c, resp, s.epoch, nil)
-}
-
-// clientEvents copies the oldest events that fit one KeepAlive reply
-// (the master's bounds: 1,024 events, 512 KiB).
-func clientEvents(evs []wire.Event) []wire.Event {
-	n, size := 0, 0
-	for n < len(evs) && n < 1024 {
-		size += 64 + len(evs[n].Path) + len(evs[n].Child) + len(evs[n].Reason) + len(evs[n].FromPrincipal)
-		if n > 0 && size > 512<<10 {
-			break
-		}
-		n++
-	}
-	return append([]wire.Event(nil), evs[:n]...)
 }
 
 // forgetLocked drops s (its session ended, or was resumed elsewhere): a

@@ -342,6 +342,35 @@ type KeepAliveResponse struct {
 	Events      []Event `msgpack:"v,omitempty"`
 }
 
+// MaxReplyEvents and MaxReplyEventBytes bound the events of one
+// KeepAliveResponse, well inside a frame (names are at most 1 KiB): a
+// master's reply and a proxy's to its client alike.
+const (
+	MaxReplyEvents     = 1024
+	MaxReplyEventBytes = 512 << 10
+)
+
+// EventSize over-estimates e's encoding: 64 bytes for its fixed fields
+// and keys, and its strings.
+func EventSize(e *Event) int {
+	return 64 + len(e.Path) + len(e.Child) + len(e.Reason) + len(e.FromPrincipal)
+}
+
+// ReplyEvents copies the oldest of evs that fit one KeepAliveResponse of
+// maxBytes of events by EventSize (at least one, at most MaxReplyEvents):
+// a master's reply and a proxy's to its client alike.
+func ReplyEvents(evs []Event, maxBytes int) []Event {
+	n, size := 0, 0
+	for n < len(evs) && n < MaxReplyEvents {
+		size += EventSize(&evs[n])
+		if n > 0 && size > maxBytes {
+			break
+		}
+		n++
+	}
+	return append([]Event(nil), evs[:n]...)
+}
+
 // CloseSessionRequest ends the session in the header cleanly: its locks
 // are released without lock-delay and its ephemeral nodes deleted.
 type CloseSessionRequest struct{}
