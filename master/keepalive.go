@@ -25,6 +25,40 @@ type keepAliveArgs struct {
 	// own: the batch holds one for all of them (parkedCall.until) and
 	// answers them together (proxy.go).
 	batched bool
+	// silent is how long before the call the session's client was last
+	// heard (a batched entry's SilentMillis; 0 for a client's own call):
+	// the lease is extended no further than leaseCeiling.
+	silent time.Duration
+}
+
+// afterHeardQuarters is, in quarters of a lease, the furthest a lease is
+// extended past the moment its client was last heard: a KeepAlive is
+// held up to three quarters of a lease and its answer grants one more.
+// A client's own call meets it by construction; a proxy's batch is held
+// apart from its clients' calls, and this keeps the session of a client
+// that fell silent behind a proxy no longer than without one.
+const afterHeardQuarters = 7
+
+// leaseCeiling is the furthest a's lease may be extended: the moment its
+// client was last heard (a.silent before arrived) plus seven quarters of
+// ttl. Zero (no ceiling) for a client's own call, whose arrival is that
+// moment and whose answer cannot outrun it.
+func leaseCeiling(a keepAliveArgs, arrived time.Time, ttl time.Duration) time.Time {
+	if !a.batched {
+		return time.Time{}
+	}
+	return arrived.Add(-a.silent + ttl*afterHeardQuarters/4)
+}
+
+// extendLocked moves l's end to e, not past ceiling (when set), never
+// back. ss.mu is held.
+func extendLocked(l *lease, e, ceiling time.Time) {
+	if !ceiling.IsZero() && e.After(ceiling) {
+		e = ceiling
+	}
+	if e.After(l.end) {
+		l.end = e
+	}
 }
 
 // keepAliveAsync is the long poll of docs/spec.md#keepalive. The lease is
@@ -160,9 +194,7 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 	if h := arrived.Add(ttl - ttl/4); h.Before(holdUntil) {
 		holdUntil = h
 	}
-	if e := arrived.Add(ttl); e.After(l.end) {
-		l.end = e
-	}
+	extendLocked(l, arrived.Add(ttl), leaseCeiling(a, arrived, ttl))
 	ss.stats.noteAcked(l.events, a.ack)
 	ss.dropAckedLocked(l, a.ack)
 	if a.ack > l.acked {
@@ -216,9 +248,7 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 		return nil, wire.Errorf(wire.CodeSessionExpired, "session %d has expired or was closed", a.session)
 	}
 	ttl := ss.grantTTLLocked()
-	if e := replied.Add(ttl); e.After(l.end) {
-		l.end = e
-	}
+	extendLocked(l, replied.Add(ttl), leaseCeiling(a, arrived, ttl))
 	granted := l.end
 	if e := proven.Add(ttl); e.Before(granted) {
 		granted = e

@@ -71,6 +71,10 @@ func entryCall(p *parts, c *call, en *wire.BatchKeepAliveEntry) *call {
 		epoch: c.epoch}
 }
 
+// maxSilentMillis bounds an entry's SilentMillis (a day: far past any
+// lease) so that its duration cannot overflow.
+const maxSilentMillis = int64(24 * time.Hour / time.Millisecond)
+
 // proxyEndpoint serves the calls only a proxy makes: BatchKeepAlive.
 type proxyEndpoint struct{ p *parts }
 
@@ -119,7 +123,8 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 			continue
 		}
 		args := keepAliveArgs{session: en.Session, epoch: c.epoch, clientEpoch: en.Epoch, ack: en.AckEvent,
-			prompt: en.Prompt, incarnation: en.Incarnation, eventBytes: share, batched: true}
+			prompt: en.Prompt, incarnation: en.Incarnation, eventBytes: share, batched: true,
+			silent: time.Duration(min(max(en.SilentMillis, 0), maxSilentMillis)) * time.Millisecond}
 		// The answer makes the entry's call again for its audit line
 		// rather than hold it: a batch parks up to 1,024 sessions for
 		// half a lease, and a proxy's 100,000 would hold as many calls.

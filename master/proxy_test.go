@@ -168,3 +168,52 @@ func TestBatchKeepAliveServesEachSessionAsItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// A batched entry's lease is extended no further than seven quarters of
+// a lease past the moment its client was last heard (SilentMillis before
+// the batch arrived), on arrival and on reply alike, and never cut back:
+// a client silent behind a proxy keeps its session no longer than one
+// whose own last KeepAlive the master held and answered.
+func TestBatchKeepAliveLeaseStopsAfterItsClientWentSilent(t *testing.T) {
+	m := newProxiedMaster(t)
+	resp, err := m.callAs("p", "alice", 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := resp.(*wire.CreateSessionResponse).Session
+	// A fifth of a lease on: under a stall (stallMin), so nothing is
+	// credited, and the create's lease has four fifths left.
+	m.clock.Advance(testLease / 5)
+	lease := func(silent time.Duration) time.Duration {
+		t.Helper()
+		req := &wire.BatchKeepAliveRequest{Entries: []wire.BatchKeepAliveEntry{{Session: sess, Principal: "alice",
+			Epoch: m.epoch, Prompt: true, SilentMillis: silent.Milliseconds()}}}
+		resp, err := m.callAs("p", "", 0, wire.MethodBatchKeepAlive, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := resp.(*wire.BatchKeepAliveResponse).Results[0]
+		if r.Code != wire.CodeOK {
+			t.Fatalf("silent %v: %+v", silent, r)
+		}
+		return time.Duration(r.HeldMillis+r.LeaseMillis) * time.Millisecond
+	}
+	// Silent for two leases: past any ceiling, so not extended; the lease
+	// the create granted stands.
+	if got := lease(2 * testLease); got != testLease*4/5 {
+		t.Fatalf("silent for two leases: lease %v, want the create's remaining %v", got, testLease*4/5)
+	}
+	// Heard 17/20 of a lease ago: extended to seven quarters after that,
+	// nine tenths of a lease from now.
+	if got := lease(testLease * 17 / 20); got != testLease*9/10 {
+		t.Fatalf("silent for 17/20 of a lease: lease %v, want %v", got, testLease*9/10)
+	}
+	// Silent for two leases again: never cut back.
+	if got := lease(2 * testLease); got != testLease*9/10 {
+		t.Fatalf("silent for two leases after a longer grant: lease %v, want %v", got, testLease*9/10)
+	}
+	// Just heard: a whole lease, as its own KeepAlive would get.
+	if got := lease(0); got != testLease {
+		t.Fatalf("just heard: lease %v, want %v", got, testLease)
+	}
+}

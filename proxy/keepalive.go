@@ -34,10 +34,12 @@ import (
 //     master to extend a lease only while the client has a KeepAlive
 //     waiting here or was heard from within half a lease (its next one
 //     may take a moment, longer while it searches after a NotMaster). A
-//     client that dies is forgotten: one more batch may carry its
-//     session (held up to about half a lease, its lease extended on
-//     arrival and on reply), so it expires at the master up to about a
-//     lease later than if the client had talked to the master directly.
+//     client that dies is forgotten, but a batch or two may still carry
+//     its session: each entry says how long ago its client last called
+//     (SilentMillis), and the master extends the lease no further than
+//     that call could have earned directly (seven quarters of a lease
+//     after it), so a silent client's session expires when it would
+//     have without the proxy.
 
 // kaSession is one session's KeepAlive state at the proxy.
 type kaSession struct {
@@ -54,7 +56,8 @@ type kaSession struct {
 	leaseEnd        time.Time
 	epoch           uint64 // the master's epoch of leaseEnd
 	parked          *clientCall
-	lastHeard       time.Time
+	lastHeard       time.Time // a call arrived or was answered
+	lastCall        time.Time // the client's latest call arrived
 	queued          bool
 	atMaster        int         // batches carrying it now
 	gone            *wire.Error // the session ended: what its client is told
@@ -156,7 +159,7 @@ func (k *keeper) keepAlive(principal string, conn uint64, h *wire.Header, body [
 		k.sess[h.Session] = s
 	}
 	s.clientEpoch = h.Epoch
-	s.lastHeard = now
+	s.lastHeard, s.lastCall = now, now
 	if req.AckEvent > s.clientAck {
 		s.clientAck = req.AckEvent
 		n := 0
@@ -446,6 +449,17 @@ func (k *keeper) holdFor(now time.Time, ttl time.Duration) time.Duration {
 	return hold
 }
 
+// silentMillis is how long before now the client last called, rounded
+// up: the master's ceiling on its lease is never later than the call's
+// arrival here warrants.
+func silentMillis(now, lastCall time.Time) int64 {
+	if lastCall.IsZero() {
+		return 0
+	}
+	d := now.Sub(lastCall)
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // manyBatches is how many batches in flight make the sender gather for a
 // second rather than a moment.
 const manyBatches = 32
@@ -456,9 +470,10 @@ func (k *keeper) send(ss []*kaSession) {
 	defer k.inFlight.Add(-1)
 	k.mu.Lock()
 	req := &wire.BatchKeepAliveRequest{Entries: make([]wire.BatchKeepAliveEntry, len(ss))}
+	built := time.Now()
 	for i, s := range ss {
 		req.Entries[i] = wire.BatchKeepAliveEntry{Session: s.id, Incarnation: s.incarnation, Epoch: s.clientEpoch,
-			AckEvent: s.clientAck, Principal: s.principal}
+			AckEvent: s.clientAck, Principal: s.principal, SilentMillis: silentMillis(built, s.lastCall)}
 	}
 	ttl := k.ttl
 	k.batches++
@@ -618,7 +633,7 @@ func (k *keeper) created(principal string, id, epoch uint64, arrived time.Time, 
 		k.ttl = lease
 	}
 	k.sess[id] = &kaSession{id: id, principal: principal, epoch: epoch, clientEpoch: epoch, told: true,
-		toldEnd: arrived.Add(lease), leaseEnd: arrived.Add(lease - driftMargin(lease)), lastHeard: arrived}
+		toldEnd: arrived.Add(lease), leaseEnd: arrived.Add(lease - driftMargin(lease)), lastHeard: arrived, lastCall: arrived}
 }
 
 // ended forgets a session its client closed, or that another process

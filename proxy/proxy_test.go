@@ -454,3 +454,87 @@ func TestProxyKeepAliveAnswersInTimeNeverInALoop(t *testing.T) {
 		leaseEnd = sent.Add(time.Duration(ka.HeldMillis+ka.LeaseMillis) * time.Millisecond)
 	}
 }
+
+// A client that falls silent behind a proxy (paused, or cut off with
+// its connection left open) keeps its session no longer than one
+// talking to the master directly: seven quarters of a lease after its
+// last KeepAlive left it (held up to three quarters, then a lease), and
+// then it expires, though the proxy's batches may carry it a while yet.
+// Without the master's ceiling a batch in flight when the client fell
+// silent, held half a lease, extends the lease a whole lease past its
+// answer, and the session outlives its client by well over two leases.
+func TestProxySilentClientLosesItsSessionInTime(t *testing.T) {
+	const ttl = time.Second
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: ttl})
+	p := fixtures.StartProxy(t, c)
+	ad := admin.New(c.Client(t))
+	ctx := ctxT(t, 60*time.Second)
+	conn, err := net.Dial("tcp", p.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux, err := fixtures.NewWireMux(conn, p.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mux.Close()
+	var cs wire.CreateSessionResponse
+	if st, err := mux.Call(ctx, wire.Header{Method: wire.MethodCreateSession}, &wire.CreateSessionRequest{ClientName: "silent"}, &cs); err != nil || st.Code != wire.CodeOK {
+		t.Fatalf("create session through the proxy: %v %v", st, err)
+	}
+	epoch := cs.Epoch
+	keepAlive := func() (wire.KeepAliveResponse, error) {
+		var ka wire.KeepAliveResponse
+		st, err := mux.Call(ctx, wire.Header{Method: wire.MethodKeepAlive, Session: cs.Session, Epoch: epoch}, &wire.KeepAliveRequest{}, &ka)
+		if err == nil {
+			err = st.Err()
+		}
+		return ka, err
+	}
+	// Kept alive a few leases, so batches are in flight at the master
+	// (each held up to half a lease) when the client falls silent.
+	for began := time.Now(); time.Since(began) < 3*ttl; {
+		ka, err := keepAlive()
+		if err != nil {
+			t.Fatalf("KeepAlive through the proxy: %v", err)
+		}
+		epoch = ka.Epoch
+	}
+	// The last call: parked at the proxy, answered, and never followed.
+	lastSent := time.Now()
+	last := make(chan error, 1)
+	go func() { _, err := keepAlive(); last <- err }()
+
+	ceiling := lastSent.Add(ttl * 7 / 4)
+	var latestEnd, goneAt time.Time
+	pollUntil(t, 20*time.Second, "the silent client's session expired at the master", func() bool {
+		ss, err := ad.Sessions(ctx)
+		now := time.Now()
+		if err != nil {
+			return false
+		}
+		for _, s := range ss {
+			if s.ID == cs.Session {
+				// now is after the master's reckoning: an over-estimate
+				// of the lease end by the call's own latency.
+				// A lease run out lists as 0 until the session expires.
+				if end := now.Add(s.Lease); s.Lease > 0 && end.After(latestEnd) {
+					latestEnd = end
+				}
+				return false
+			}
+		}
+		goneAt = now
+		return true
+	})
+	if err := <-last; err != nil {
+		t.Logf("the last KeepAlive: %v", err)
+	}
+	t.Logf("client silent from T: the master's lease ran to T+%v at the latest (ceiling T+%v); session gone at T+%v",
+		latestEnd.Sub(lastSent).Round(time.Millisecond), ceiling.Sub(lastSent), goneAt.Sub(lastSent).Round(time.Millisecond))
+	// The listing's latency (the poll's round trip) is the only slack.
+	if latestEnd.After(ceiling.Add(150 * time.Millisecond)) {
+		t.Fatalf("the master extended the silent client's lease to T+%v: past its last call plus seven quarters of a lease (T+%v)",
+			latestEnd.Sub(lastSent).Round(time.Millisecond), ceiling.Sub(lastSent))
+	}
+}

@@ -44,6 +44,16 @@ type BatchKeepAliveEntry struct {
 	AckEvent  uint64 `msgpack:"a,omitempty"`
 	Prompt    bool   `msgpack:"p,omitempty"`
 	Principal string `msgpack:"pr"`
+	// SilentMillis is how long before the batch was sent the proxy last
+	// heard from the session's client (its latest KeepAlive, or its
+	// CreateSession, arrived). The master extends the session's lease
+	// no further than that moment plus seven quarters of a lease: what a
+	// KeepAlive the client sent then could have earned talking to the
+	// master directly (held up to three quarters, then a lease). A
+	// client that falls silent behind a proxy (paused, cut off) thus
+	// loses its session as soon as it would without one, though the
+	// proxy's batches go on carrying it for a while.
+	SilentMillis int64 `msgpack:"q,omitempty"`
 }
 
 // BatchKeepAliveRequest is a BatchKeepAlive's body. HoldMillis, when not
