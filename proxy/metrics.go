@@ -105,6 +105,18 @@ var (
 			"file-descriptor share), or dropped in their handshake.", []string{"reason"}, nil)
 	streamsRefusedDesc = prometheus.NewDesc("lockcell_proxy_client_streams_refused_total",
 		"Client calls answered too_many because a cap on streams or on a session's calls was reached.", nil, nil)
+	// Why a proxy reads a client slowly or closes it: the client port's
+	// budgets, as a replica's lockcell_client_* metrics show them.
+	keptStreamsDesc = prometheus.NewDesc("lockcell_proxy_client_streams_kept",
+		"Kept client streams waiting for their next call (counted in lockcell_proxy_client_streams).", nil, nil)
+	keptRefusedDesc = prometheus.NewDesc("lockcell_proxy_client_kept_streams_refused_total",
+		"Client streams closed after their call instead of kept idle, over --max-kept-streams-per-ip, -per-principal or --max-kept-streams.", nil, nil)
+	requestHeldDesc = prometheus.NewDesc("lockcell_proxy_client_request_held_bytes",
+		"Request bytes the proxy's client port holds, with the memory of the buffers that hold them (what --max-buffer counts).", nil, nil)
+	overBudgetDesc = prometheus.NewDesc("lockcell_proxy_client_over_budget_total",
+		"Client connections closed over a memory budget, by the level that bound (connection, ip, process).", []string{"level"}, nil)
+	rateWaitDesc = prometheus.NewDesc("lockcell_proxy_client_rate_wait_seconds_total",
+		"Time client connections' reads waited, added up, because their IP address read faster than --max-ip-rate.", nil, nil)
 )
 
 // metricsCollector reads the proxy's state at each scrape: one walk of
@@ -113,7 +125,8 @@ type metricsCollector struct{ p *Proxy }
 
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{sessionsDesc, leasesDesc, hasMasterDesc, readyDesc, epochDesc, inFlightDesc,
-		connsDesc, streamsDesc, connsRefusedDesc, streamsRefusedDesc} {
+		connsDesc, streamsDesc, connsRefusedDesc, streamsRefusedDesc, keptStreamsDesc, keptRefusedDesc, requestHeldDesc,
+		overBudgetDesc, rateWaitDesc} {
 		ch <- d
 	}
 }
@@ -147,6 +160,13 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(connsRefusedDesc, st.RefusedFDShare, "fd_share")
 	counter(connsRefusedDesc, st.FailedHandshakes, "handshake")
 	counter(streamsRefusedDesc, st.RefusedStreams)
+	gauge(keptStreamsDesc, float64(st.StreamsKept))
+	counter(keptRefusedDesc, st.KeptStreamsRefused)
+	gauge(requestHeldDesc, float64(st.RequestHeld))
+	counter(overBudgetDesc, st.OverBudgetConn, "connection")
+	counter(overBudgetDesc, st.OverBudgetIP, "ip")
+	counter(overBudgetDesc, st.OverBudgetProcess, "process")
+	ch <- prometheus.MustNewConstMetric(rateWaitDesc, prometheus.CounterValue, st.RateWait.Seconds())
 }
 
 func b2f(b bool) float64 {

@@ -139,6 +139,21 @@ func TestProxyMetricsAndReadiness(t *testing.T) {
 	until("the client port's figures", 20*time.Second, func(m scraped) bool {
 		return m["lockcell_proxy_client_connections"] == n && m["lockcell_proxy_client_streams"] >= n
 	})
+	// Its budgets: nothing closed or slowed for n quiet clients, every
+	// series there to alert on.
+	for _, name := range []string{`lockcell_proxy_client_over_budget_total{level="connection"}`, `lockcell_proxy_client_over_budget_total{level="ip"}`,
+		`lockcell_proxy_client_over_budget_total{level="process"}`, "lockcell_proxy_client_rate_wait_seconds_total",
+		"lockcell_proxy_client_kept_streams_refused_total"} {
+		if v, ok := last[name]; !ok || v != 0 {
+			t.Fatalf("%s = %v (present %v), want 0 for %d quiet clients", name, v, ok, n)
+		}
+	}
+	if _, ok := last["lockcell_proxy_client_request_held_bytes"]; !ok {
+		t.Fatalf("no lockcell_proxy_client_request_held_bytes: %v", proxySeries(last))
+	}
+	if _, ok := last["lockcell_proxy_client_streams_kept"]; !ok {
+		t.Fatalf("no lockcell_proxy_client_streams_kept: %v", proxySeries(last))
+	}
 	cls[n-1].Close()
 	until("a closed session is no longer held", 10*time.Second, func(m scraped) bool { return m["lockcell_proxy_sessions"] == n-1 })
 

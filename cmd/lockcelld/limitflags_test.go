@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -108,5 +109,32 @@ func TestLimitFlags(t *testing.T) {
 	app.Writer, app.ErrWriter = flag.CommandLine.Output(), flag.CommandLine.Output()
 	if err := app.Run([]string{"lockcelld", "--max-conn-buffer", "16MB"}); err == nil {
 		t.Fatal("a byte size without a unit of KiB, MiB or GiB was accepted")
+	}
+}
+
+// A proxy's client port takes the replica's budget flags (it faces as
+// many clients, often from one address), read the same way, and keeps
+// its connection cap as given.
+func TestProxyLimitFlags(t *testing.T) {
+	var got cell.ConnLimits
+	cmd := proxyCommand()
+	cmd.Action = func(c *cli.Context) error {
+		cfg, err := proxyConfig(c)
+		got = cfg.Limits
+		return err
+	}
+	app := &cli.App{Commands: []*cli.Command{cmd}}
+	err := app.Run([]string{"lockcelld", "proxy", "--listen", "127.0.0.1:0", "--peers", "127.0.0.1:1", "--insecure",
+		"--max-ip-rate", "32MiB", "--max-ip-buffer", "64MiB", "--max-buffer", "256MiB", "--buffer-stall", "3s",
+		"--request-timeout", "7s", "--max-conns", "9", "--max-kept-streams-per-ip", "50000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxIPRate != 32<<20 || got.MaxIPBuffer != 64<<20 || got.MaxBuffer != 256<<20 || got.BufferStall != 3*time.Second ||
+		got.RequestTimeout != 7*time.Second || got.MaxConns != 9 || got.MaxKeptStreamsPerIP != 50000 {
+		t.Fatalf("proxy limits %+v", got)
+	}
+	if d := cell.DefaultConnLimits; got.MaxConnBuffer != d.MaxConnBuffer || got.BufferReserve != d.BufferReserve {
+		t.Fatalf("proxy limits left unset: %+v, want the defaults %+v", got, d)
 	}
 }

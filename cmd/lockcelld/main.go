@@ -165,7 +165,7 @@ func raftTimings(c *cli.Context) replica.Timings {
 func limitFlags() []cli.Flag {
 	d, sd := cell.DefaultConnLimits, cell.DefaultSessionLimits
 	reserveNodes, reserveBytes := sd.Reserves()
-	return []cli.Flag{
+	flags := []cli.Flag{
 		&cli.GenericFlag{Name: "audit-retain", Value: newByteSize(audit.DefaultRetainBytes),
 			Usage: "disk each replica's audit trail (every mutation of the cell, in DATA/audit, served by lockcell audit) may fill before its oldest records are deleted, e.g. 1GiB"},
 		&cli.IntFlag{Name: "history-changes", Value: fsm.DefaultHistoryChanges,
@@ -177,15 +177,9 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-conns-per-principal", Value: d.MaxConnsPerPrincipal, Usage: "client connections one principal may hold (closed after the TLS handshake)"},
 		&cli.IntFlag{Name: "max-streams-per-conn", Value: d.MaxStreamsPerConn, Usage: "calls in flight on one client connection (parked KeepAlives and kept streams included)"},
 		&cli.IntFlag{Name: "max-calls-per-session", Value: d.MaxCallsPerSession, Usage: "calls in flight of one session on a connection"},
-		&cli.DurationFlag{Name: "handshake-timeout", Value: d.HandshakeTimeout, Usage: "time for a new client connection's TLS handshake and protocol byte"},
-		&cli.DurationFlag{Name: "request-timeout", Value: d.RequestTimeout, Usage: "time for a call to deliver its request, and for its reply to be written"},
-		&cli.DurationFlag{Name: "stream-idle-timeout", Value: d.StreamIdleTimeout, Usage: "how long a client's kept stream may wait for its next call before it is closed"},
-		&cli.GenericFlag{Name: "max-conn-buffer", Value: newByteSize(d.MaxConnBuffer), Usage: "request bytes one client connection may hold unserved (and reply bytes being written, separately), e.g. 4MiB"},
-		&cli.GenericFlag{Name: "max-ip-buffer", Value: newByteSize(d.MaxIPBuffer), Usage: "the same for all connections of one IP address together"},
-		&cli.GenericFlag{Name: "max-buffer", Value: newByteSize(d.MaxBuffer), Usage: "the same for the whole process"},
-		&cli.GenericFlag{Name: "max-ip-rate", Value: newByteSize(d.MaxIPRate), Usage: "bytes per second read from all client connections of one IP address together (a second's worth may come at once), e.g. 16MiB"},
-		&cli.DurationFlag{Name: "buffer-stall", Value: d.BufferStall, Usage: "how long a connection over a buffer budget may free nothing before it is closed"},
-		&cli.GenericFlag{Name: "buffer-reserve", Value: newByteSize(d.BufferReserve), Usage: "request bytes beyond --max-buffer that only connections whose IP address and principal hold less than their fair share of it may use, e.g. 16MiB"},
+	}
+	flags = append(flags, portBudgetFlags()...)
+	return append(flags,
 		&cli.IntFlag{Name: "max-streams-per-ip", Value: d.MaxStreamsPerIP, Usage: "client streams open at once from one IP address (calls in flight, parked KeepAlives, kept streams)"},
 		&cli.IntFlag{Name: "max-streams-per-principal", Value: d.MaxStreamsPerPrincipal, Usage: "client streams open at once of one principal"},
 		&cli.IntFlag{Name: "max-streams", Value: d.MaxStreams, Usage: "client streams open at once in the whole process"},
@@ -214,6 +208,23 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-backups", Value: sd.Backups, Usage: "backups the master builds or holds for paging at once, each a copy of the state (only the admin may take one)"},
 		&cli.IntFlag{Name: "max-handles-per-principal", Value: sd.HandlesPerPrincipal, Usage: "open handles of all sessions of one principal together (the admin too)"},
 		&cli.IntFlag{Name: "max-handles", Value: sd.Handles, Usage: "open handles in the cell"},
+	)
+}
+
+// portBudgetFlags are a client port's timeouts and byte budgets, the
+// same for a replica's and a proxy's (cell.ConnLimits; limits reads them).
+func portBudgetFlags() []cli.Flag {
+	d := cell.DefaultConnLimits
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "handshake-timeout", Value: d.HandshakeTimeout, Usage: "time for a new client connection's TLS handshake and protocol byte"},
+		&cli.DurationFlag{Name: "request-timeout", Value: d.RequestTimeout, Usage: "time for a call to deliver its request, and for its reply to be written"},
+		&cli.DurationFlag{Name: "stream-idle-timeout", Value: d.StreamIdleTimeout, Usage: "how long a client's kept stream may wait for its next call before it is closed"},
+		&cli.GenericFlag{Name: "max-conn-buffer", Value: newByteSize(d.MaxConnBuffer), Usage: "request bytes one client connection may hold unserved (and reply bytes being written, separately), e.g. 4MiB"},
+		&cli.GenericFlag{Name: "max-ip-buffer", Value: newByteSize(d.MaxIPBuffer), Usage: "the same for all connections of one IP address together"},
+		&cli.GenericFlag{Name: "max-buffer", Value: newByteSize(d.MaxBuffer), Usage: "the same for the whole process"},
+		&cli.GenericFlag{Name: "max-ip-rate", Value: newByteSize(d.MaxIPRate), Usage: "bytes per second read from all client connections of one IP address together (a second's worth may come at once), e.g. 16MiB"},
+		&cli.DurationFlag{Name: "buffer-stall", Value: d.BufferStall, Usage: "how long a connection over a buffer budget may free nothing before it is closed"},
+		&cli.GenericFlag{Name: "buffer-reserve", Value: newByteSize(d.BufferReserve), Usage: "request bytes beyond --max-buffer that only connections whose IP address and principal hold less than their fair share of it may use, e.g. 16MiB"},
 	}
 }
 

@@ -32,7 +32,7 @@ func proxyCommand() *cli.Command {
 			"(200 while it has a master and a fresh lease for its clients' sessions).\n\n" +
 			"Example:\n   lockcelld proxy --listen 10.0.0.9:7001 --peers 10.0.0.1:7001,10.0.0.2:7001,10.0.0.3:7001 \\\n" +
 			"      --cert proxy9.crt --key proxy9.key --ca ca.crt --upstream-cert proxy.crt --upstream-key proxy.key",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Usage: "client address to serve; required"},
 			&cli.StringFlag{Name: "peers", Usage: "the replicas' client addresses, comma-separated; required"},
 			&cli.StringFlag{Name: "cert", Usage: "the certificate the proxy presents to its clients (a replica certificate naming its host): turns mutual TLS on"},
@@ -55,7 +55,7 @@ func proxyCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-kept-streams-per-ip", Value: d.MaxKeptStreamsPerIP, Usage: "client streams answered and not yet closed, or kept idle for a next call, from one IP address (clients behind one NAT address need more)"},
 			&cli.IntFlag{Name: "max-kept-streams-per-principal", Value: d.MaxKeptStreamsPerPrincipal, Usage: "client streams answered and not yet closed, or kept idle, of one principal"},
 			&cli.IntFlag{Name: "max-kept-streams", Value: d.MaxKeptStreams, Usage: "client streams kept idle for a next call in the whole proxy"},
-		},
+		}, portBudgetFlags()...),
 		Action: func(c *cli.Context) error {
 			sig := catchSignals()
 			defer sig.release()
@@ -101,13 +101,11 @@ func proxyConfig(c *cli.Context) (proxy.Config, error) {
 	if c.String("listen") == "" || c.String("peers") == "" {
 		return proxy.Config{}, cli.Exit("--listen and --peers are required", 2)
 	}
-	cfg := proxy.Config{Peers: splitList(c.String("peers")), Logger: logger(c), DialTimeout: 5 * time.Second,
-		Limits: cell.ConnLimits{MaxConnsPerIP: c.Int("max-conns-per-ip"), MaxConns: c.Int("max-conns"),
-			MaxConnsPerPrincipal: c.Int("max-conns-per-principal"), MaxStreamsPerConn: c.Int("max-streams-per-conn"),
-			MaxCallsPerSession: c.Int("max-calls-per-session"), MaxStreamsPerIP: c.Int("max-streams-per-ip"),
-			MaxStreamsPerPrincipal: c.Int("max-streams-per-principal"), MaxStreams: c.Int("max-streams"),
-			MaxKeptStreamsPerIP: c.Int("max-kept-streams-per-ip"), MaxKeptStreamsPerPrincipal: c.Int("max-kept-streams-per-principal"),
-			MaxKeptStreams: c.Int("max-kept-streams")}}
+	// The client port's limits read as a replica's are; a proxy has no
+	// share of file descriptors to lower its connection cap to.
+	lim := limits(c)
+	lim.MaxConns = c.Int("max-conns")
+	cfg := proxy.Config{Peers: splitList(c.String("peers")), Logger: logger(c), DialTimeout: 5 * time.Second, Limits: lim}
 	if ct := c.String("connect-to"); ct != "" {
 		m := map[string]string{}
 		for _, r := range splitList(ct) {
