@@ -142,7 +142,7 @@ func exitCode(err error) int {
 	return -1
 }
 
-func scrape(t *testing.T, addr string) string {
+func scrape(t testing.TB, addr string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {

@@ -67,6 +67,22 @@ func BenchmarkProxyMasterCost(b *testing.B) {
 	b.ReportMetric(rssRatio, "rss-ratio")
 }
 
+// proxyFigures picks from a proxy's /metrics the series that say why
+// its clients wait: its client port's budgets and refusals, and its
+// leases and batches.
+func proxyFigures(text string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		for _, p := range []string{"lockcell_proxy_client_", "lockcell_proxy_keepalives_total", "lockcell_proxy_batch_failures_total",
+			"lockcell_proxy_batches_in_flight", "lockcell_proxy_session_leases", "lockcell_proxy_sessions "} {
+			if strings.HasPrefix(l, p) {
+				out = append(out, strings.TrimPrefix(l, "lockcell_proxy_"))
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // costRun is one way of holding the sessions, measured.
 type costRun struct {
 	name       string
@@ -121,8 +137,12 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	targets := [][]string{pc.Addrs()}
 	var px *fixtures.Procs
 	var pdir string
+	var proxyHTTP []string // the proxies' HTTP ports, scraped with the progress
 	if proxies > 0 {
-		ports := fixtures.FreePorts(b, proxies)
+		ports := fixtures.FreePorts(b, 2*proxies) // a client port and an HTTP port each
+		for i := range proxies {
+			proxyHTTP = append(proxyHTTP, fmt.Sprintf("127.0.0.1:%d", ports[proxies+i]))
+		}
 		pdir = b.TempDir()
 		dir := pdir
 		px = fixtures.NewProcs(fixtures.ProcsConfig{Bin: bin, N: proxies,
@@ -131,7 +151,8 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 					"--insecure", "--max-streams-per-conn", strconv.Itoa(max(8192, room)),
 					"--max-streams-per-ip", streams, "--max-streams-per-principal", streams, "--max-streams", streams,
 					// The load generator is a crowd of clients from one address.
-					"--max-kept-streams-per-ip", streams, "--max-kept-streams-per-principal", streams}
+					"--max-kept-streams-per-ip", streams, "--max-kept-streams-per-principal", streams,
+					"--http", proxyHTTP[i]}
 			},
 			OpenLog: func(i int) (*os.File, error) { return os.Create(filepath.Join(dir, fmt.Sprintf("proxy-%d.log", i))) }})
 		defer px.KillAll()
@@ -181,6 +202,9 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 			case <-progressDone:
 				return
 			case <-t.C:
+			}
+			for i, addr := range proxyHTTP {
+				fmt.Fprintf(os.Stderr, "ProxyMasterCost: proxy %d: %s\n", i, proxyFigures(scrape(b, addr)))
 			}
 			for i, lg := range lgs {
 				st := lg.Stats()
