@@ -68,14 +68,14 @@ func BenchmarkProxyMasterCost(b *testing.B) {
 }
 
 // proxyFigures picks from a proxy's /metrics the series that say why
-// its clients wait: its client port's budgets and refusals, and its
-// leases and batches.
+// its clients wait, those not 0: its client port's budgets and refusals,
+// and its leases and batches.
 func proxyFigures(text string) string {
 	var out []string
 	for _, l := range strings.Split(text, "\n") {
 		for _, p := range []string{"lockcell_proxy_client_", "lockcell_proxy_keepalives_total", "lockcell_proxy_batch_failures_total",
 			"lockcell_proxy_batches_in_flight", "lockcell_proxy_session_leases", "lockcell_proxy_sessions "} {
-			if strings.HasPrefix(l, p) {
+			if strings.HasPrefix(l, p) && !strings.HasSuffix(l, " 0") { // what is 0 says nothing here
 				out = append(out, strings.TrimPrefix(l, "lockcell_proxy_"))
 			}
 		}
