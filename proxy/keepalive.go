@@ -449,6 +449,26 @@ func (k *keeper) holdFor(now time.Time, ttl time.Duration) time.Duration {
 	return hold
 }
 
+// holdUntilNeeded is holdFor, cut short so that the batch comes back
+// before a client needs the newer lease only it can bring: a quarter
+// lease before the earliest lease end told to a client that has heard
+// the proxy's latest lease (toldFirst; zero: none), whose call waits for
+// a newer lease until an eighth before that end (armLocked), and at
+// least a millisecond (HoldMillis 0 would mean no bound). In the steady
+// state the cut never bites (such a client was told a lease from the last
+// batch's answer, three quarters of a lease beyond the next). It bites
+// for a session created with the cell's base lease while the master
+// grants longer ones (leases lengthen under load): held to the next
+// tick, up to five eighths of the longer lease, its first batch came
+// back after its client had been told NotMaster.
+func (k *keeper) holdUntilNeeded(now time.Time, ttl time.Duration, toldFirst time.Time) time.Duration {
+	hold := k.holdFor(now, ttl)
+	if !toldFirst.IsZero() {
+		hold = min(hold, toldFirst.Sub(now)-ttl/4)
+	}
+	return max(hold, time.Millisecond)
+}
+
 // silentMillis is how long before now the client last called, rounded
 // up: the master's ceiling on its lease is never later than the call's
 // arrival here warrants.
@@ -471,9 +491,15 @@ func (k *keeper) send(ss []*kaSession) {
 	k.mu.Lock()
 	req := &wire.BatchKeepAliveRequest{Entries: make([]wire.BatchKeepAliveEntry, len(ss))}
 	built := time.Now()
+	// The earliest lease end told to a client that has heard the
+	// proxy's latest lease already: only this batch can bring it a newer.
+	var toldFirst time.Time
 	for i, s := range ss {
 		req.Entries[i] = wire.BatchKeepAliveEntry{Session: s.id, Incarnation: s.incarnation, Epoch: s.clientEpoch,
 			AckEvent: s.clientAck, Principal: s.principal, SilentMillis: silentMillis(built, s.lastCall)}
+		if told := s.toldEnd; !told.IsZero() && !s.leaseEnd.After(told) && (toldFirst.IsZero() || told.Before(toldFirst)) {
+			toldFirst = told
+		}
 	}
 	ttl := k.ttl
 	k.batches++
@@ -481,7 +507,7 @@ func (k *keeper) send(ss []*kaSession) {
 	k.m.batches.Inc()
 	k.m.batchSessions.Observe(float64(len(ss)))
 	sent := time.Now()
-	req.HoldMillis = k.holdFor(sent, ttl).Milliseconds()
+	req.HoldMillis = k.holdUntilNeeded(sent, ttl, toldFirst).Milliseconds()
 	var resp wire.BatchKeepAliveResponse
 	err := k.up.callDecoded(k.ctx, &wire.Header{Method: wire.MethodBatchKeepAlive}, req, &resp)
 	now := time.Now()
