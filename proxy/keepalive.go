@@ -112,6 +112,9 @@ type keeper struct {
 	kick  chan struct{}
 	// inFlight counts the batch calls in flight.
 	inFlight atomic.Int64
+	// tickPhase shifts this proxy's half-lease ticks (holdFor), drawn at
+	// start.
+	tickPhase int64
 }
 
 // defaultTTL is the lease the proxy assumes until the master tells it.
@@ -119,7 +122,7 @@ const defaultTTL = 12 * time.Second
 
 func newKeeper(ctx context.Context, up *upstream, m *metrics, log *slog.Logger) *keeper {
 	return &keeper{up: up, m: m, log: log, ctx: ctx, sess: map[uint64]*kaSession{}, byConn: map[uint64]map[*clientCall]struct{}{},
-		ttl: defaultTTL, kick: make(chan struct{}, 1)}
+		ttl: defaultTTL, kick: make(chan struct{}, 1), tickPhase: rand.Int64N(int64(time.Hour))}
 }
 
 // driftMargin is what the client takes off every lease (client.driftMargin):
@@ -223,7 +226,7 @@ func (k *keeper) freshLocked(s *kaSession, now time.Time) bool {
 // The client's lease is the one it was last told (toldEnd), not the
 // proxy's: a call must be answered a quarter of a lease before the
 // client's own end, with the longer lease a batch brought meanwhile,
-// less a random part of another eighth. Every session of a batch shares
+// less a random part of another quarter. Every session of a batch shares
 // one lease end, and a proxy answering thousands of clients in the same
 // instant makes them all call again in the next (a herd that fills the
 // client port's caps on streams answered and not yet closed). A client
@@ -238,7 +241,10 @@ func (k *keeper) armLocked(c *clientCall, now time.Time) {
 		until = c.arrived.Add(k.ttl / 8)
 	}
 	if told, e := c.s.toldEnd, c.s.leaseEnd; !told.IsZero() {
-		due := told.Add(-k.ttl/4 - rand.N(k.ttl/8+1))
+		// At most half a lease before the told end: a batch every half
+		// lease brings the next lease end by then, so the spread never
+		// tells a client the lease it has.
+		due := told.Add(-k.ttl/4 - rand.N(k.ttl/4+1))
 		if !e.After(told) {
 			due = told.Add(-k.ttl / 8)
 		}
@@ -439,10 +445,13 @@ func (k *keeper) sweep() {
 
 // holdFor is how long the master may hold a batch sent now: to the next
 // half-lease tick of the proxy's clock, so batches sent at different
-// times come back together and go out again as few.
+// times come back together and go out again as few. Each proxy's ticks
+// have a phase of its own (tickPhase): proxies ticking together would
+// bring the master all their batches, and their clients all their
+// answers, in the same instants.
 func (k *keeper) holdFor(now time.Time, ttl time.Duration) time.Duration {
 	period := ttl / 2
-	hold := period - time.Duration(now.UnixNano()%int64(period))
+	hold := period - time.Duration((now.UnixNano()+k.tickPhase)%int64(period))
 	if hold < period/4 {
 		hold += period
 	}
