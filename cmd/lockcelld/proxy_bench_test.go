@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,11 +166,6 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// The load generators run in this process: 100,000 sessions, a
-	// goroutine and a stream each, on a heap over a GiB. At the default
-	// GOGC its collector took the CPU its connections' readers needed,
-	// and a client port that pinged it unanswered for 5 s closed them.
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	// The idle cell's own cost (Raft heartbeats, the proof loop, the
 	// runtime), measured over half the hold before any session exists,
 	// is taken off the hold window's: what is left is the sessions'.
@@ -184,17 +178,21 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 	idle1, _ := fixtures.ProcCPU(pid)
 	idleRate := (idle1 - idle0).Seconds() / time.Since(it0).Seconds()
 	rssBefore, _ := fixtures.ProcRSS(pid)
-	// A load generator per target, started together (the proxies' clients
-	// arrive at once, as a fleet's would); a line on stderr every 10 s
-	// shows each one's progress, which a run of minutes needs.
-	var lgs []*fixtures.LoadGen
+	// A load generator process per target (loadgen_proc_test.go), started
+	// together (the proxies' clients arrive at once, as a fleet's would); a
+	// line on stderr every 10 s shows each one's progress, which a run of
+	// minutes needs.
+	var lgs []*loadGenProc
 	for i, addrs := range targets {
 		share := n / len(targets)
 		if i < n%len(targets) {
 			share++
 		}
-		lg := fixtures.NewLoadGen(fixtures.LoadGenConfig{Addrs: addrs, Sessions: share, Proxied: proxies > 0,
+		lg, err := startLoadGenProc(fixtures.LoadGenConfig{Addrs: addrs, Sessions: share, Proxied: proxies > 0,
 			Conns: max(1, (share+benchSessionsPerConn-1)/benchSessionsPerConn), DialTimeout: 20 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
 		defer lg.Stop()
 		lgs = append(lgs, lg)
 	}
