@@ -21,9 +21,8 @@ type keepAliveArgs struct {
 	// eventBytes bounds the reply's events (0: wire.MaxReplyEventBytes); a
 	// BatchKeepAlive gives each of its sessions a share of one frame.
 	eventBytes int
-	// batched: a BatchKeepAlive's entry, parked with no timer of its
-	// own: the batch holds one for all of them (parkedCall.until) and
-	// answers them together (proxy.go).
+	// batched: a BatchKeepAlive's entry, held with the others of its
+	// batch as one record (heldbatch.go), never parked on its own.
 	batched bool
 	// silent is how long before the call the session's client was last
 	// heard (a batched entry's SilentMillis; 0 for a client's own call):
@@ -102,12 +101,8 @@ func (ss *sessions) keepAliveAsync(a keepAliveArgs, conn uint64, done func(*wire
 			done(nil, errStopped)
 			return nil
 		}
-		p := &parkedCall{ss: ss, l: l, a: a, arrived: arrived, conn: conn, stale: sig, ctx: ctx, done: done, until: holdUntil}
-		if a.batched {
-			p.timer = noTimer{}
-		} else {
-			p.timer = ss.clock.AfterFunc(d, p.holdOver)
-		}
+		p := &parkedCall{ss: ss, l: l, a: a, arrived: arrived, conn: conn, stale: sig, ctx: ctx, done: done}
+		p.timer = ss.clock.AfterFunc(d, p.holdOver)
 		ss.parkLocked(p)
 		ss.mu.Unlock()
 		select { // the stale watch looks at the signal this call was parked under

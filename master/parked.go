@@ -37,17 +37,11 @@ type parkedCall struct {
 	stale   <-chan struct{} // the stale signal it was parked under
 	ctx     context.Context // the term's
 	timer   Timer
-	until   time.Time // when its hold ends (its timer's, or its batch's)
 	done    func(*wire.KeepAliveResponse, error)
 	// prev and next link the connection's parked calls.
 	prev, next *parkedCall
 	parked     bool
 }
-
-// noTimer is a batched call's timer: its batch holds the one timer.
-type noTimer struct{}
-
-func (noTimer) Stop() bool { return true }
 
 // maxAnswerers bounds the goroutines that answer parked calls all at
 // once (stop, the stale signal): each answer is a small write, but a
@@ -215,6 +209,7 @@ func (ss *sessions) staleWatch(done <-chan struct{}) {
 		}
 		ss.mu.Lock()
 		ps := ss.unparkAllLocked(sig)
+		ss.wakeHeldLocked(sig, errStopped)
 		ss.mu.Unlock()
 		answerAll(ps, errStopped)
 		select {
@@ -243,13 +238,13 @@ func (ss *sessions) connClosed(conn uint64) {
 	}
 }
 
-// parkedCount returns how many KeepAlives are parked, and over how many
-// connections.
+// parkedCount returns how many KeepAlives are parked (a held batch's
+// sessions counted one each), and over how many connections.
 func (ss *sessions) parkedCount() (calls, conns int) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for _, l := range ss.leases {
 		calls += len(l.parked)
 	}
-	return calls, len(ss.connParked)
+	return calls + ss.heldCountLocked(), len(ss.connParked)
 }

@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	"lockcell/acl"
@@ -80,13 +79,14 @@ type proxyEndpoint struct{ p *parts }
 
 // batchKeepAlive serves the KeepAlives of many sessions in one call. Each
 // entry is admitted as its own KeepAlive would be (the session's owner,
-// its incarnation) and served by the same lease table path
-// (keepAliveAsync): the lease extended on arrival, the acknowledgement
-// recorded, and the reply's lease proven and bounded per session exactly
-// as a KeepAlive's. The call is held until the first of its sessions is
-// answered (an event for it, a quarter of its lease left, its end), the
-// request's HoldMillis, the term's end or the proxy leaving; then every
-// session still held is answered at once, as an event would answer it.
+// its incarnation) and served by the same lease table path (arriveLocked,
+// reply): the lease extended on arrival, the acknowledgement recorded,
+// and the reply's lease proven and bounded per session exactly as a
+// KeepAlive's. The sessions are held together as one record
+// (heldbatch.go) until the first of them is to be answered (an event for
+// it, a quarter of its lease left, its end), the request's HoldMillis,
+// the term's end or the proxy leaving; then every session is answered at
+// once, as an event would answer it.
 func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.BatchKeepAliveRequest) (*wire.BatchKeepAliveResponse, error) {
 	p := e.p
 	if !p.trustedProxy(c.caller.Principal) {
@@ -102,9 +102,21 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 		out.TTLMillis = p.sess.grantTTL().Milliseconds()
 		return out, nil
 	}
-	b := &kaBatch{out: out.Results, left: n, room: wire.MaxBatchEventBytes, first: make(chan struct{}), all: make(chan struct{})}
-	parked := make([]*parkedCall, n)
+	b := &kaBatch{out: out.Results, room: wire.MaxBatchEventBytes}
 	share := max(wire.MaxBatchEventBytes/n, 1)
+	// finish records entry i's answer; a KeepAlive's audit line is for
+	// its refusals alone, and the entry's call is made for it then
+	// rather than held: a batch holds up to 1,024 sessions for half a
+	// lease, and a proxy's 100,000 would hold as many calls.
+	finish := func(i int, resp *wire.KeepAliveResponse, err error) {
+		if err != nil {
+			err = toWire(err)
+			p.audit(entryCall(p, c, &req.Entries[i]), err)
+		}
+		b.finish(i, resp, err)
+	}
+	args := make([]keepAliveArgs, 0, n)
+	entries := make([]int, 0, n)
 	for i := range req.Entries {
 		en := &req.Entries[i]
 		out.Results[i].Session = en.Session
@@ -112,65 +124,55 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 			b.finish(i, nil, err)
 			continue
 		}
-		ec := entryCall(p, c, en)
 		if en.Session == 0 {
 			b.finish(i, nil, wire.Errorf(wire.CodeBadRequest, "a BatchKeepAlive entry names no session"))
 			continue
 		}
-		if err := p.checkSessionOwner(ec, route{}); err != nil {
-			p.audit(ec, err)
-			b.finish(i, nil, err)
+		if err := p.checkSessionOwner(entryCall(p, c, en), route{}); err != nil {
+			finish(i, nil, err)
 			continue
 		}
-		args := keepAliveArgs{session: en.Session, epoch: c.epoch, clientEpoch: en.Epoch, ack: en.AckEvent,
+		args = append(args, keepAliveArgs{session: en.Session, epoch: c.epoch, clientEpoch: en.Epoch, ack: en.AckEvent,
 			prompt: en.Prompt, incarnation: en.Incarnation, eventBytes: share, batched: true,
-			silent: time.Duration(min(max(en.SilentMillis, 0), maxSilentMillis)) * time.Millisecond}
-		// The answer makes the entry's call again for its audit line
-		// rather than hold it: a batch parks up to 1,024 sessions for
-		// half a lease, and a proxy's 100,000 would hold as many calls.
-		parked[i] = p.sess.keepAliveAsync(args, 0, func(resp *wire.KeepAliveResponse, err error) {
-			err = toWire(err)
-			if err != nil { // a KeepAlive's audit line is for its refusals alone
-				p.audit(entryCall(p, c, en), err)
+			silent: time.Duration(min(max(en.SilentMillis, 0), maxSilentMillis)) * time.Millisecond})
+		entries = append(entries, i)
+	}
+	held, until, refused := p.sess.holdBatch(args, entries)
+	for _, r := range refused {
+		finish(r.entry, nil, r.err)
+	}
+	if held != nil {
+		// One timer for the batch: the first of its sessions' holds (a
+		// quarter of its lease left) or the request's HoldMillis. A
+		// refused entry is an answer (its session ended, or is not the
+		// caller's): the batch is answered at once, so the proxy tells
+		// that client without waiting out the others' hold.
+		now := p.cfg.Clock.Now()
+		if len(entries) < n || len(refused) > 0 {
+			until = time.Time{}
+		} else if h := now.Add(time.Duration(req.HoldMillis) * time.Millisecond); req.HoldMillis > 0 && h.Before(until) {
+			until = h
+		}
+		var cancel error
+		if !until.IsZero() {
+			hold := make(chan struct{})
+			t := p.cfg.Clock.AfterFunc(max(until.Sub(now), 0), func() { close(hold) })
+			select {
+			case <-held.woken:
+			case <-hold:
+			case <-c.stop:
+			case <-ctx.Done():
+				cancel = errClientLeft // the proxy left the call: nobody reads the answers
 			}
-			b.finish(i, resp, err)
-		})
-	}
-	// One timer for the batch: the first of its sessions' holds (a
-	// quarter of its lease left) or the request's HoldMillis.
-	now := p.cfg.Clock.Now()
-	until := time.Time{}
-	if req.HoldMillis > 0 {
-		until = now.Add(time.Duration(req.HoldMillis) * time.Millisecond)
-	}
-	for _, pc := range parked {
-		if pc != nil && (until.IsZero() || pc.until.Before(until)) {
-			until = pc.until
+			t.Stop()
+		}
+		for _, a := range p.sess.endBatch(held, cancel) {
+			finish(a.entry, a.resp, a.err)
+		}
+		if cancel != nil {
+			return nil, wire.Errorf(wire.CodeCanceled, "the proxy left the call")
 		}
 	}
-	hold := make(chan struct{})
-	if !until.IsZero() {
-		t := p.cfg.Clock.AfterFunc(max(until.Sub(now), 0), func() { close(hold) })
-		defer t.Stop()
-	}
-	select {
-	case <-b.first:
-	case <-hold:
-	case <-c.stop:
-	case <-ctx.Done():
-		// The proxy left the call: nobody reads the answers.
-		for _, pc := range parked {
-			if pc != nil {
-				p.sess.cancelParked(pc, errClientLeft)
-			}
-		}
-		<-b.all
-		return nil, wire.Errorf(wire.CodeCanceled, "the proxy left the call")
-	}
-	// Answer everyone still held now, as an event would, under one proof
-	// of leadership (answerBatch).
-	p.sess.answerBatch(parked)
-	<-b.all
 	out.TTLMillis = p.sess.grantTTL().Milliseconds()
 	for i := range out.Results {
 		if out.Results[i].Code != wire.CodeNotMaster {
@@ -182,19 +184,12 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 
 // kaBatch gathers a BatchKeepAlive's answers.
 type kaBatch struct {
-	mu    sync.Mutex
-	out   []wire.BatchKeepAliveResult
-	left  int
-	room  int // event bytes the reply may still carry
-	fired bool
-	first chan struct{} // closed at the first answer
-	all   chan struct{} // closed at the last
+	out  []wire.BatchKeepAliveResult
+	room int // event bytes the reply may still carry
 }
 
 // finish records entry i's answer (a reply or a *wire.Error).
 func (b *kaBatch) finish(i int, resp *wire.KeepAliveResponse, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	r := &b.out[i]
 	if err == nil {
 		if size := batchEventBytes(resp.Events); size > b.room {
@@ -212,13 +207,6 @@ func (b *kaBatch) finish(i int, resp *wire.KeepAliveResponse, err error) {
 	} else {
 		r.HeldMillis, r.LeaseMillis, r.Events = resp.HeldMillis, resp.LeaseMillis, resp.Events
 	}
-	if !b.fired {
-		b.fired = true
-		close(b.first)
-	}
-	if b.left--; b.left == 0 {
-		close(b.all)
-	}
 }
 
 // batchEventBytes over-estimates the encoding of evs (wire.EventSize).
@@ -228,49 +216,4 @@ func batchEventBytes(evs []wire.Event) int {
 		n += wire.EventSize(&evs[i])
 	}
 	return n
-}
-
-// answerBatch ends the hold of every call of ps still parked and answers
-// them in this goroutine, as finish answers one: leadership proven by one
-// quorum round begun within a tenth of a lease (shared, as every
-// KeepAlive's is), then each session's reply bounded by that round's
-// start plus a lease (reply). nil entries are passed over.
-func (ss *sessions) answerBatch(ps []*parkedCall) {
-	ss.mu.Lock()
-	mine := make([]*parkedCall, 0, len(ps))
-	for _, pc := range ps {
-		if pc != nil && ss.unparkLocked(pc) {
-			mine = append(mine, pc)
-		}
-	}
-	if len(mine) > 0 {
-		ss.wg.Add(1) // as finish: the replies are made before the term's end is waited out
-	}
-	ss.mu.Unlock()
-	if len(mine) == 0 {
-		return
-	}
-	var proven time.Time
-	err := error(nil)
-	if !ss.auth.leads() {
-		err = errStopped // never extend a lease once deposed
-	} else if proven, err = ss.auth.provenSince(mine[0].ctx, ss.clock.Now().Add(-ss.ttl/10), ss.ttl/8); err != nil {
-		err = errStopped
-	}
-	type answer struct {
-		resp *wire.KeepAliveResponse
-		err  error
-	}
-	out := make([]answer, len(mine))
-	for i, pc := range mine {
-		if err != nil {
-			out[i].err = err
-			continue
-		}
-		out[i].resp, out[i].err = ss.reply(pc.l, pc.a, pc.arrived, proven)
-	}
-	ss.wg.Done()
-	for i, pc := range mine {
-		pc.done(out[i].resp, out[i].err)
-	}
 }

@@ -217,3 +217,82 @@ func TestBatchKeepAliveLeaseStopsAfterItsClientWentSilent(t *testing.T) {
 		t.Fatalf("just heard: lease %v, want %v", got, testLease)
 	}
 }
+
+// A held batch is one record for its sessions: a session's end (an
+// event alike) answers the whole batch at once, the others with their
+// leases; a session sent again in a newer batch has the older answered
+// at once; the term's end answers a held batch NotMaster; and while
+// held, each of its sessions counts as a parked KeepAlive.
+func TestHeldBatchEndsTogether(t *testing.T) {
+	m := newProxiedMaster(t)
+	ids := map[string]uint64{}
+	for _, who := range []string{"alice", "bob"} {
+		resp, err := m.callAs("p", who, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[who] = resp.(*wire.CreateSessionResponse).Session
+	}
+	type result struct {
+		resp *wire.BatchKeepAliveResponse
+		err  error
+	}
+	hold := func(who ...string) chan result {
+		req := &wire.BatchKeepAliveRequest{HoldMillis: testLease.Milliseconds()}
+		for _, w := range who {
+			req.Entries = append(req.Entries, wire.BatchKeepAliveEntry{Session: ids[w], Principal: w, Epoch: m.epoch})
+		}
+		done := make(chan result, 1)
+		go func() {
+			resp, err := m.callAs("p", "", 0, wire.MethodBatchKeepAlive, req)
+			r, _ := resp.(*wire.BatchKeepAliveResponse)
+			done <- result{r, err}
+		}()
+		return done
+	}
+	parked := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for calls, _ := m.ParkedKeepAlives(); calls != want; calls, _ = m.ParkedKeepAlives() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d KeepAlives parked, want %d", what, calls, want)
+			}
+			time.Sleep(time.Millisecond) // polling the count, not ordering anything
+		}
+	}
+	wait := func(done chan result, what string) result {
+		t.Helper()
+		select {
+		case r := <-done:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the batch was not answered", what)
+		}
+		return result{}
+	}
+
+	both := hold("alice", "bob")
+	parked(2, "a batch of two held")
+	if _, err := m.callAs("p", "bob", ids["bob"], wire.MethodCloseSession, &wire.CloseSessionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	r := wait(both, "bob's session closed")
+	if r.err != nil || r.resp.Results[0].Code != wire.CodeOK || r.resp.Results[0].LeaseMillis <= 0 ||
+		r.resp.Results[1].Code != wire.CodeSessionExpired {
+		t.Fatalf("bob's session closed: %+v %v, want alice's lease and bob's end together", r.resp, r.err)
+	}
+	parked(0, "the batch answered")
+
+	older := hold("alice")
+	parked(1, "alice held")
+	newer := hold("alice")
+	if r := wait(older, "alice sent again"); r.err != nil || r.resp.Results[0].Code != wire.CodeOK {
+		t.Fatalf("the older batch: %+v %v, want alice's lease", r.resp, r.err)
+	}
+	parked(1, "the newer batch holds alice")
+
+	m.Stop()
+	if r := wait(newer, "the term ended"); codeOf(r.err) != wire.CodeNotMaster {
+		t.Fatalf("a batch held at the term's end: %+v %v, want NotMaster", r.resp, r.err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 type lease struct {
 	end    time.Time
 	parked []*parkedCall // KeepAlives of the session held at the master (parked.go)
+	batch  *heldBatch    // the proxy's batch holding the session's KeepAlive (heldbatch.go)
 	closed bool
 	// moved: closed because another process resumed the session; the
 	// KeepAlives parked on it are told so (wire.SessionMovedMsg).
@@ -144,6 +145,9 @@ func (l *lease) wakeLocked() {
 		p := l.parked[len(l.parked)-1]
 		p.ss.holdEndedLocked(p)
 	}
+	if l.batch != nil {
+		l.batch.wakeLocked(nil)
+	}
 }
 
 // sessions is the sessions-and-leases part: the lease table, each
@@ -211,11 +215,13 @@ type sessions struct {
 	// ended and whose reply is being made; kick wakes the stale watch
 	// when a call parks.
 	connParked map[uint64]*parkedCall
-	termCtx    context.Context
-	termEnd    context.CancelFunc
-	termDone   chan struct{}
-	kick       chan struct{}
-	wg         sync.WaitGroup
+	// held are the proxies' batches held now (heldbatch.go).
+	held     map[*heldBatch]struct{}
+	termCtx  context.Context
+	termEnd  context.CancelFunc
+	termDone chan struct{}
+	kick     chan struct{}
+	wg       sync.WaitGroup
 }
 
 // leaseAuthority is what granting a lease needs of leadership: Raft still
@@ -249,7 +255,7 @@ func newSessions(clock Clock, ttl time.Duration, auth leaseAuthority, stats *mas
 	return &sessions{clock: clock, ttl: ttl, maxTTL: ttl, target: DefaultKeepAliveTarget, auth: auth, stats: stats, log: log,
 		leases: map[uint64]*lease{}, byConn: map[uint64]int{}, overflowing: map[uint64]struct{}{}, idleGone: map[uint64]time.Time{},
 		budget:     newEventBudget(DefaultLimits.EventBytes, DefaultLimits.EventBytesPerPrincipal),
-		watchEvery: expiryPeriod(ttl), connParked: map[uint64]*parkedCall{},
+		watchEvery: expiryPeriod(ttl), connParked: map[uint64]*parkedCall{}, held: map[*heldBatch]struct{}{},
 		termCtx: context.Background(), kick: make(chan struct{}, 1), known: knownNone{}}
 }
 
@@ -352,6 +358,7 @@ func (ss *sessions) start(epoch uint64, ids []uint64) bool {
 func (ss *sessions) stop() {
 	ss.mu.Lock()
 	ps := ss.unparkAllLocked(nil)
+	ss.wakeHeldLocked(nil, errStopped)
 	if ss.termDone != nil {
 		ss.termEnd()
 		close(ss.termDone)

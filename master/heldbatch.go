@@ -1,0 +1,200 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"lockcell/wire"
+)
+
+// heldBatch is a proxy's BatchKeepAlive held at the master (proxy.go):
+// one record for all of its sessions, where a KeepAlive of a client's own
+// is a parkedCall each. A proxy keeps every one of its sessions in a held
+// batch for most of every lease, so at a hundred thousand sessions a
+// parkedCall and an answer closure each were a fifth of the master's
+// heap. Each session's lease points at the batch holding it
+// (lease.batch); what ends one session's hold ends the batch's, and every
+// session of it is answered together, as the wire method promises:
+//
+//   - an event queued for one of its sessions, or a session's end
+//     (lease.wakeLocked);
+//   - the stale signal (staleWatch) and the end of the term (stop): every
+//     session is answered NotMaster (err);
+//   - its own timer, the proxy leaving, the connection ending: the
+//     handler's (proxyEndpoint.batchKeepAlive), which then ends it
+//     (endBatch).
+//
+// All of its fields but slots are under sessions.mu.
+type heldBatch struct {
+	slots   []heldSlot
+	arrived time.Time
+	stale   <-chan struct{} // the stale signal it was held under
+	ctx     context.Context // the term's: bounds the proof at its end
+	held    bool            // in sessions.held, its sessions' leases pointing at it
+	woken   chan struct{}   // closed when something but its handler ends the hold
+	isWoken bool            // woken is closed
+	err     error           // set before woken closes: every session's answer
+}
+
+// heldSlot is one session of a held batch: the entry it answers (the
+// index the caller gave), its lease and its KeepAlive as it arrived.
+type heldSlot struct {
+	entry int
+	l     *lease
+	a     keepAliveArgs
+}
+
+// wakeLocked ends b's hold early, with err (nil: answer as at its end).
+// ss.mu is held.
+func (b *heldBatch) wakeLocked(err error) {
+	if b.isWoken {
+		return
+	}
+	b.isWoken = true
+	if err != nil {
+		b.err = err
+	}
+	close(b.woken)
+}
+
+// BatchEntryAnswer is a held batch's answer to one of its entries: the
+// index its caller gave it, and the reply or the error.
+type batchEntryAnswer struct {
+	entry int
+	resp  *wire.KeepAliveResponse
+	err   error
+}
+
+// holdBatch admits the entries of a BatchKeepAlive (each arg batched),
+// under one lock, each as its own KeepAlive arrives (arriveLocked: the
+// lease extended, within its ceiling, and the acknowledgement recorded).
+// It returns the entries refused on arrival, the batch holding the rest,
+// and until when it may be held: zero when it is to be answered at once
+// (one of its sessions has something to send, or its lease is too short
+// to hold), else the earliest of its sessions' hold ends. A batch with
+// no session left (every one refused) is nil. The caller waits on
+// b.woken, its own timer and its call's end, then calls endBatch.
+func (ss *sessions) holdBatch(args []keepAliveArgs, entries []int) (b *heldBatch, until time.Time, refused []batchEntryAnswer) {
+	arrived := ss.clock.Now()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if !ss.active || (len(args) > 0 && args[0].epoch != ss.epoch) {
+		// The term the call was admitted in has ended.
+		for i := range args {
+			refused = append(refused, batchEntryAnswer{entry: entries[i], err: errStopped})
+		}
+		return nil, time.Time{}, refused
+	}
+	b = &heldBatch{arrived: arrived, ctx: ss.termCtx, woken: make(chan struct{})}
+	now := false
+	for i, a := range args {
+		l, holdUntil, pending, err := ss.arriveLocked(a, arrived)
+		if err != nil {
+			refused = append(refused, batchEntryAnswer{entry: entries[i], err: err})
+			continue
+		}
+		b.slots = append(b.slots, heldSlot{entry: entries[i], l: l, a: a})
+		if pending || !holdUntil.After(arrived) {
+			now = true
+		}
+		if until.IsZero() || holdUntil.Before(until) {
+			until = holdUntil
+		}
+	}
+	if len(b.slots) == 0 {
+		return nil, time.Time{}, refused
+	}
+	if now {
+		return b, time.Time{}, refused
+	}
+	b.stale = ss.auth.stale()
+	if isClosed(b.stale) {
+		// No proof for half a lease: NotMaster now, while the clients
+		// still trust their leases (keepAliveAsync says why).
+		b.err = errStopped
+		return b, time.Time{}, refused
+	}
+	b.held = true
+	ss.held[b] = struct{}{}
+	for _, s := range b.slots {
+		if o := s.l.batch; o != nil && o != b {
+			// The session is in an older batch still held (a proxy's
+			// retry, or the session moved between proxies): that one
+			// is answered now, this one holds it.
+			o.wakeLocked(nil)
+		}
+		s.l.batch = b
+	}
+	select { // the stale watch looks at the signal this batch was held under
+	case ss.kick <- struct{}{}:
+	default:
+	}
+	return b, until, refused
+}
+
+// endBatch ends b's hold and answers each of its sessions: with cancel
+// when not nil (the proxy left the call), with the error b was woken
+// with (NotMaster: the stale signal, the term's end), or as a KeepAlive
+// whose hold ended: leadership proven by one quorum round begun within a
+// tenth of a lease (shared, as every KeepAlive's is), then each session's
+// reply bounded by that round's start plus a lease (reply).
+func (ss *sessions) endBatch(b *heldBatch, cancel error) []batchEntryAnswer {
+	out := make([]batchEntryAnswer, len(b.slots))
+	ss.mu.Lock()
+	if b.held {
+		b.held = false
+		delete(ss.held, b)
+		for _, s := range b.slots {
+			if s.l.batch == b {
+				s.l.batch = nil
+			}
+		}
+	}
+	err := b.err
+	if cancel != nil {
+		err = cancel
+	}
+	if err == nil {
+		ss.wg.Add(1) // as finish: the replies are made before the term's end is waited out
+	}
+	ss.mu.Unlock()
+	if err == nil {
+		if !ss.auth.leads() {
+			err = errStopped // never extend a lease once deposed
+		} else if proven, perr := ss.auth.provenSince(b.ctx, ss.clock.Now().Add(-ss.ttl/10), ss.ttl/8); perr != nil {
+			err = errStopped
+		} else {
+			for i, s := range b.slots {
+				out[i].entry = s.entry
+				out[i].resp, out[i].err = ss.reply(s.l, s.a, b.arrived, proven)
+			}
+		}
+		ss.wg.Done()
+	}
+	if err != nil {
+		for i, s := range b.slots {
+			out[i] = batchEntryAnswer{entry: s.entry, err: err}
+		}
+	}
+	return out
+}
+
+// wakeHeldLocked ends the hold of every held batch (those held under the
+// stale signal sig, if sig is not nil) with err. ss.mu is held.
+func (ss *sessions) wakeHeldLocked(sig <-chan struct{}, err error) {
+	for b := range ss.held {
+		if sig == nil || b.stale == sig {
+			b.wakeLocked(err)
+		}
+	}
+}
+
+// heldCount returns how many sessions' KeepAlives are held in batches.
+// ss.mu is held.
+func (ss *sessions) heldCountLocked() int {
+	n := 0
+	for b := range ss.held {
+		n += len(b.slots)
+	}
+	return n
+}
