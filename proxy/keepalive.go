@@ -49,10 +49,11 @@ type kaSession struct {
 	clientAck       uint64 // the highest event the client acknowledged
 	delivered       uint64 // the highest event the master gave the proxy
 	events          []wire.Event
-	sentToClient    uint64    // the highest event handed to the client
-	redelivered     bool      // events were sent again at once, once
-	told            bool      // a client call was answered with a lease here
-	toldEnd         time.Time // the lease end the client was last told
+	sentToClient    uint64        // the highest event handed to the client
+	redelivered     bool          // events were sent again at once, once
+	told            bool          // a client call was answered with a lease here
+	toldEnd         time.Time     // the lease end the client was last told
+	toldFor         time.Duration // how long that lease was, when told
 	leaseEnd        time.Time
 	epoch           uint64 // the master's epoch of leaseEnd
 	parked          *clientCall
@@ -232,10 +233,15 @@ func (k *keeper) freshLocked(s *kaSession, now time.Time) bool {
 // client port's caps on streams answered and not yet closed). A client
 // already told the lease end the proxy has gains nothing from hearing
 // it again: its call waits for the next batch (send re-arms it) until
-// an eighth of a lease before the end, where holdOver tells it
+// an eighth of its lease before the end, where holdOver tells it
 // NotMaster; answering it at once would have it call again at once, in
 // a loop, until the batch came back.
 func (k *keeper) armLocked(c *clientCall, now time.Time) {
+	c.timer = time.AfterFunc(max(k.holdEndLocked(c).Sub(now), 0), func() { k.holdOver(c) })
+}
+
+// holdEndLocked is when c's hold ends (armLocked says why).
+func (k *keeper) holdEndLocked(c *clientCall) time.Time {
 	until := c.arrived.Add(k.ttl - k.ttl/4)
 	if c.prompt {
 		until = c.arrived.Add(k.ttl / 8)
@@ -246,13 +252,17 @@ func (k *keeper) armLocked(c *clientCall, now time.Time) {
 		// tells a client the lease it has.
 		due := told.Add(-k.ttl/4 - rand.N(k.ttl/4+1))
 		if !e.After(told) {
-			due = told.Add(-k.ttl / 8)
+			// An eighth of the lease the client was told, which may be
+			// shorter than the master's now: a session created with the
+			// cell's base lease while leases lengthen under load would
+			// otherwise be told NotMaster most of its lease early.
+			due = told.Add(-min(k.ttl, c.s.toldFor) / 8)
 		}
 		if due.Before(until) {
 			until = due
 		}
 	}
-	c.timer = time.AfterFunc(max(until.Sub(now), 0), func() { k.holdOver(c) })
+	return until
 }
 
 // rearmLocked sets c's hold again after its session's lease grew: a call
@@ -339,7 +349,7 @@ func (k *keeper) replyLocked(c *clientCall, now time.Time) answer {
 	resp := &wire.KeepAliveResponse{Epoch: s.epoch, HeldMillis: now.Sub(c.arrived).Milliseconds()}
 	if left := s.leaseEnd.Sub(now); left > 0 {
 		resp.LeaseMillis = left.Milliseconds() // rounded down: never longer
-		s.toldEnd = s.leaseEnd
+		s.toldEnd, s.toldFor = s.leaseEnd, left
 	}
 	if len(s.events) > 0 {
 		resp.Events = wire.ReplyEvents(s.events, wire.MaxReplyEventBytes)
@@ -668,7 +678,7 @@ func (k *keeper) created(principal string, id, epoch uint64, arrived time.Time, 
 		k.ttl = lease
 	}
 	k.sess[id] = &kaSession{id: id, principal: principal, epoch: epoch, clientEpoch: epoch, told: true,
-		toldEnd: arrived.Add(lease), leaseEnd: arrived.Add(lease - driftMargin(lease)), lastHeard: arrived, lastCall: arrived}
+		toldEnd: arrived.Add(lease), toldFor: lease, leaseEnd: arrived.Add(lease - driftMargin(lease)), lastHeard: arrived, lastCall: arrived}
 }
 
 // ended forgets a session its client closed, or that another process
