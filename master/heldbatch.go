@@ -28,6 +28,7 @@ import (
 type heldBatch struct {
 	slots   []heldSlot
 	arrived time.Time
+	shared  keepAliveArgs   // what its sessions' KeepAlives share (epoch, event share)
 	stale   <-chan struct{} // the stale signal it was held under
 	ctx     context.Context // the term's: bounds the proof at its end
 	held    bool            // in sessions.held, its sessions' leases pointing at it
@@ -37,11 +38,22 @@ type heldBatch struct {
 }
 
 // heldSlot is one session of a held batch: the entry it answers (the
-// index the caller gave), its lease and its KeepAlive as it arrived.
+// index the caller gave), its lease, and what of its KeepAlive its reply
+// needs that the batch's others do not share (args). Kept small: a
+// proxy's sessions are each in a held batch most of the time.
 type heldSlot struct {
-	entry int
-	l     *lease
-	a     keepAliveArgs
+	entry       int
+	l           *lease
+	session     uint64
+	incarnation uint64
+	silent      time.Duration
+}
+
+// args is s's KeepAlive as it arrived, for its reply.
+func (s *heldSlot) args(shared keepAliveArgs) keepAliveArgs {
+	a := shared
+	a.session, a.incarnation, a.silent = s.session, s.incarnation, s.silent
+	return a
 }
 
 // wakeLocked ends b's hold early, with err (nil: answer as at its end).
@@ -65,7 +77,8 @@ type batchEntryAnswer struct {
 	err   error
 }
 
-// holdBatch admits the entries of a BatchKeepAlive (each arg batched),
+// holdBatch admits the entries of a BatchKeepAlive (each arg batched,
+// with the same epoch and event share),
 // under one lock, each as its own KeepAlive arrives (arriveLocked: the
 // lease extended, within its ceiling, and the acknowledgement recorded).
 // It returns the entries refused on arrival, the batch holding the rest,
@@ -85,7 +98,10 @@ func (ss *sessions) holdBatch(args []keepAliveArgs, entries []int) (b *heldBatch
 		}
 		return nil, time.Time{}, refused
 	}
-	b = &heldBatch{arrived: arrived, ctx: ss.termCtx, woken: make(chan struct{})}
+	b = &heldBatch{arrived: arrived, ctx: ss.termCtx, woken: make(chan struct{}), slots: make([]heldSlot, 0, len(args))}
+	if len(args) > 0 {
+		b.shared = keepAliveArgs{epoch: args[0].epoch, eventBytes: args[0].eventBytes, batched: true}
+	}
 	now := false
 	for i, a := range args {
 		l, holdUntil, pending, err := ss.arriveLocked(a, arrived)
@@ -93,7 +109,7 @@ func (ss *sessions) holdBatch(args []keepAliveArgs, entries []int) (b *heldBatch
 			refused = append(refused, batchEntryAnswer{entry: entries[i], err: err})
 			continue
 		}
-		b.slots = append(b.slots, heldSlot{entry: entries[i], l: l, a: a})
+		b.slots = append(b.slots, heldSlot{entry: entries[i], l: l, session: a.session, incarnation: a.incarnation, silent: a.silent})
 		if pending || !holdUntil.After(arrived) {
 			now = true
 		}
@@ -166,7 +182,7 @@ func (ss *sessions) endBatch(b *heldBatch, cancel error) []batchEntryAnswer {
 		} else {
 			for i, s := range b.slots {
 				out[i].entry = s.entry
-				out[i].resp, out[i].err = ss.reply(s.l, s.a, b.arrived, proven)
+				out[i].resp, out[i].err = ss.reply(s.l, s.args(b.shared), b.arrived, proven)
 			}
 		}
 		ss.wg.Done()

@@ -97,39 +97,36 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 	if n > wire.MaxBatchKeepAlive {
 		return nil, wire.Errorf(wire.CodeBadRequest, "a BatchKeepAlive of %d sessions exceeds %d", n, wire.MaxBatchKeepAlive)
 	}
-	out := &wire.BatchKeepAliveResponse{Epoch: c.epoch, Results: make([]wire.BatchKeepAliveResult, n)}
+	out := &wire.BatchKeepAliveResponse{Epoch: c.epoch}
 	if n == 0 {
 		out.TTLMillis = p.sess.grantTTL().Milliseconds()
 		return out, nil
 	}
-	b := &kaBatch{out: out.Results, room: wire.MaxBatchEventBytes}
 	share := max(wire.MaxBatchEventBytes/n, 1)
-	// finish records entry i's answer; a KeepAlive's audit line is for
-	// its refusals alone, and the entry's call is made for it then
-	// rather than held: a batch holds up to 1,024 sessions for half a
-	// lease, and a proxy's 100,000 would hold as many calls.
-	finish := func(i int, resp *wire.KeepAliveResponse, err error) {
-		if err != nil {
-			err = toWire(err)
-			p.audit(entryCall(p, c, &req.Entries[i]), err)
+	// The entries refused before the hold, answered after it with the
+	// others: the reply's results are made only then, not held for half
+	// a lease with every session of a proxy's batches.
+	var early []batchEntryAnswer
+	refuse := func(i int, err error, audited bool) {
+		if audited { // a KeepAlive's audit line is for its refusals
+			p.audit(entryCall(p, c, &req.Entries[i]), toWire(err))
 		}
-		b.finish(i, resp, err)
+		early = append(early, batchEntryAnswer{entry: i, err: err})
 	}
 	args := make([]keepAliveArgs, 0, n)
 	entries := make([]int, 0, n)
 	for i := range req.Entries {
 		en := &req.Entries[i]
-		out.Results[i].Session = en.Session
 		if err := assertable(en.Principal); err != nil {
-			b.finish(i, nil, err)
+			refuse(i, err, false)
 			continue
 		}
 		if en.Session == 0 {
-			b.finish(i, nil, wire.Errorf(wire.CodeBadRequest, "a BatchKeepAlive entry names no session"))
+			refuse(i, wire.Errorf(wire.CodeBadRequest, "a BatchKeepAlive entry names no session"), false)
 			continue
 		}
 		if err := p.checkSessionOwner(entryCall(p, c, en), route{}); err != nil {
-			finish(i, nil, err)
+			refuse(i, err, true)
 			continue
 		}
 		args = append(args, keepAliveArgs{session: en.Session, epoch: c.epoch, clientEpoch: en.Epoch, ack: en.AckEvent,
@@ -139,8 +136,9 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 	}
 	held, until, refused := p.sess.holdBatch(args, entries)
 	for _, r := range refused {
-		finish(r.entry, nil, r.err)
+		refuse(r.entry, r.err, true)
 	}
+	var answers []batchEntryAnswer
 	if held != nil {
 		// One timer for the batch: the first of its sessions' holds (a
 		// quarter of its lease left) or the request's HoldMillis. A
@@ -166,12 +164,30 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 			}
 			t.Stop()
 		}
-		for _, a := range p.sess.endBatch(held, cancel) {
-			finish(a.entry, a.resp, a.err)
-		}
+		answers = p.sess.endBatch(held, cancel)
 		if cancel != nil {
+			for _, a := range answers {
+				p.audit(entryCall(p, c, &req.Entries[a.entry]), toWire(a.err))
+			}
 			return nil, wire.Errorf(wire.CodeCanceled, "the proxy left the call")
 		}
+	}
+	// The reply, each entry's result in the request's order: the
+	// refusals, then the answers (each reply's events within what is
+	// left of the frame's room).
+	out.Results = make([]wire.BatchKeepAliveResult, n)
+	for i := range req.Entries {
+		out.Results[i].Session = req.Entries[i].Session
+	}
+	b := &kaBatch{out: out.Results, room: wire.MaxBatchEventBytes}
+	for _, a := range early {
+		b.finish(a.entry, nil, a.err)
+	}
+	for _, a := range answers {
+		if a.err != nil {
+			p.audit(entryCall(p, c, &req.Entries[a.entry]), toWire(a.err))
+		}
+		b.finish(a.entry, a.resp, a.err)
 	}
 	out.TTLMillis = p.sess.grantTTL().Milliseconds()
 	for i := range out.Results {
