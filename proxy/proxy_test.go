@@ -373,20 +373,8 @@ func TestProxyKeepAliveAnswersInTimeNeverInALoop(t *testing.T) {
 	cut := fixtures.NewCutter()
 	p := fixtures.StartProxyWith(t, c, func(cfg *proxy.Config) { cfg.Dialer = cut.Dial })
 	ctx := ctxT(t, 60*time.Second)
-	conn, err := net.Dial("tcp", p.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux, err := fixtures.NewWireMux(conn, p.Addr().String(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mux.Close()
-	var cs wire.CreateSessionResponse
 	sent := time.Now()
-	if st, err := mux.Call(ctx, wire.Header{Method: wire.MethodCreateSession}, &wire.CreateSessionRequest{ClientName: "eager"}, &cs); err != nil || st.Code != wire.CodeOK {
-		t.Fatalf("create session through the proxy: %v %v", st, err)
-	}
+	mux, cs := rawProxySession(t, ctx, p, "eager")
 	epoch := cs.Epoch
 	leaseEnd := sent.Add(time.Duration(cs.LeaseMillis) * time.Millisecond) // as the client reckons it: from the send
 	var answers []time.Time
@@ -455,6 +443,27 @@ func TestProxyKeepAliveAnswersInTimeNeverInALoop(t *testing.T) {
 	}
 }
 
+// rawProxySession dials p in the wire protocol directly (no client
+// library: the test makes every KeepAlive itself) and creates a session
+// named name; the connection closes with the test.
+func rawProxySession(t *testing.T, ctx context.Context, p *proxy.Proxy, name string) (*fixtures.WireMux, wire.CreateSessionResponse) {
+	t.Helper()
+	conn, err := net.Dial("tcp", p.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux, err := fixtures.NewWireMux(conn, p.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mux.Close)
+	var cs wire.CreateSessionResponse
+	if st, err := mux.Call(ctx, wire.Header{Method: wire.MethodCreateSession}, &wire.CreateSessionRequest{ClientName: name}, &cs); err != nil || st.Code != wire.CodeOK {
+		t.Fatalf("create session through the proxy: %v %v", st, err)
+	}
+	return mux, cs
+}
+
 // A client that falls silent behind a proxy (paused, or cut off with
 // its connection left open) keeps its session no longer than one
 // talking to the master directly: seven quarters of a lease after its
@@ -469,19 +478,7 @@ func TestProxySilentClientLosesItsSessionInTime(t *testing.T) {
 	p := fixtures.StartProxy(t, c)
 	ad := admin.New(c.Client(t))
 	ctx := ctxT(t, 60*time.Second)
-	conn, err := net.Dial("tcp", p.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux, err := fixtures.NewWireMux(conn, p.Addr().String(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mux.Close()
-	var cs wire.CreateSessionResponse
-	if st, err := mux.Call(ctx, wire.Header{Method: wire.MethodCreateSession}, &wire.CreateSessionRequest{ClientName: "silent"}, &cs); err != nil || st.Code != wire.CodeOK {
-		t.Fatalf("create session through the proxy: %v %v", st, err)
-	}
+	mux, cs := rawProxySession(t, ctx, p, "silent")
 	epoch := cs.Epoch
 	keepAlive := func() (wire.KeepAliveResponse, error) {
 		var ka wire.KeepAliveResponse
