@@ -24,7 +24,8 @@ import (
 //     handler's (proxyEndpoint.batchKeepAlive), which then ends it
 //     (endBatch).
 //
-// All of its fields but slots are under sessions.mu.
+// slots, arrived, shared, stale and ctx are set when it is made and never
+// change; held, isWoken and err are under sessions.mu.
 type heldBatch struct {
 	slots   []heldSlot
 	arrived time.Time
@@ -69,7 +70,7 @@ func (b *heldBatch) wakeLocked(err error) {
 	close(b.woken)
 }
 
-// BatchEntryAnswer is a held batch's answer to one of its entries: the
+// batchEntryAnswer is a held batch's answer to one of its entries: the
 // index its caller gave it, and the reply or the error.
 type batchEntryAnswer struct {
 	entry int
@@ -205,7 +206,8 @@ func (ss *sessions) wakeHeldLocked(sig <-chan struct{}, err error) {
 	}
 }
 
-// heldCount returns how many sessions' KeepAlives are held in batches.
+// heldCountLocked returns how many sessions' KeepAlives are held in
+// batches.
 // ss.mu is held.
 func (ss *sessions) heldCountLocked() int {
 	n := 0
