@@ -142,9 +142,12 @@ func exitCode(err error) int {
 	return -1
 }
 
+// scrape fetches addr's /metrics (the error's text if it fails), within
+// 10 s: a benchmark's progress line must not hang on a starved process.
 func scrape(t testing.TB, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	hc := http.Client{Timeout: 10 * time.Second}
+	resp, err := hc.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return err.Error()
 	}
