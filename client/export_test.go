@@ -1,6 +1,10 @@
 package client
 
-import "time"
+import (
+	"time"
+
+	"lockcell/wire"
+)
 
 // Exports for the external tests of this package (package client_test),
 // which run against a real cell from fixtures.
@@ -13,8 +17,8 @@ func (c *Client) LeaseEnd() (time.Time, bool) {
 	return c.sess.leaseEnd, c.sess.jeopardy
 }
 
-// DriftMargin is driftMargin.
-var DriftMargin = driftMargin
+// DriftMargin is the margin the client takes off every lease.
+var DriftMargin = wire.LeaseDriftMargin
 
 // Bounds of the waits between tries.
 const (

@@ -215,12 +215,6 @@ func (c *Client) emit(e Event) {
 	}
 }
 
-// driftMargin is subtracted from every lease the master grants: the
-// client's clock may run up to 1% slower than the master's (a slow clock
-// would otherwise see the lease end after the master has expired it),
-// plus a fixed allowance for scheduling delay. See Config.Clock.
-func driftMargin(d time.Duration) time.Duration { return d/100 + 20*time.Millisecond }
-
 // sessionState is the session as the client knows it: its id and the
 // master's epoch, where it stands in its life (expired, closing, closed)
 // and its lease. Its lock is a leaf: no other lock is taken while it is
@@ -292,7 +286,7 @@ func (s *sessionState) sureContext() context.Context {
 
 func (s *sessionState) setLeaseLocked(end time.Time, ttlMillis int64) {
 	ttl := time.Duration(ttlMillis) * time.Millisecond
-	s.leaseEnd, s.leaseTTL = end.Add(-driftMargin(ttl)), ttl
+	s.leaseEnd, s.leaseTTL = end.Add(-wire.LeaseDriftMargin(ttl)), ttl
 }
 
 // start records the session the master created: its id, the epoch, and
@@ -575,7 +569,7 @@ func (c *Client) keepAliveLoop() {
 			c.noteEpoch(resp.Epoch)
 			lease := time.Duration(resp.HeldMillis+resp.LeaseMillis) * time.Millisecond
 			s.mu.Lock()
-			s.leaseEnd = sent.Add(lease - driftMargin(lease))
+			s.leaseEnd = sent.Add(lease - wire.LeaseDriftMargin(lease))
 			wasJeopardy := s.jeopardy
 			s.jeopardy = false
 			if wasJeopardy && !s.expired && !s.closing {

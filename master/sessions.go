@@ -442,7 +442,7 @@ func (ss *sessions) ackedLocked(session uint64) {
 // expirySlack is how long after a lease ends the master still waits
 // before expiring the session: a quarter of a lease, at most a second
 // (the delays it absorbs are a busy machine's, not the lease's). A client stops
-// trusting its lease before the master's ends (driftMargin), so waiting
+// trusting its lease before the master's ends (wire.LeaseDriftMargin), so waiting
 // longer can never let a client act on a lease the master has given up;
 // it only lets the master serve a KeepAlive that a starved process (its
 // network goroutines behind a crowd of others, while its timers still

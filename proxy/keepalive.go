@@ -126,10 +126,6 @@ func newKeeper(ctx context.Context, up *upstream, m *metrics, log *slog.Logger) 
 		ttl: defaultTTL, kick: make(chan struct{}, 1), tickPhase: rand.Int64N(int64(time.Hour))}
 }
 
-// driftMargin is what the client takes off every lease (client.driftMargin):
-// the proxy takes it off the master's too, for its own clock.
-func driftMargin(d time.Duration) time.Duration { return d/100 + 20*time.Millisecond }
-
 // keepAlive serves a client's KeepAlive: answered at once when it has
 // something to say, else parked until an event, a quarter of its lease
 // left, or its client leaving.
@@ -589,7 +585,7 @@ func (k *keeper) send(ss []*kaSession) {
 		}
 		lease := time.Duration(r.HeldMillis+r.LeaseMillis) * time.Millisecond
 		grew := false
-		if end := sent.Add(lease - driftMargin(lease)); end.After(s.leaseEnd) {
+		if end := sent.Add(lease - wire.LeaseDriftMargin(lease)); end.After(s.leaseEnd) {
 			s.leaseEnd, grew = end, true
 		}
 		s.epoch = resp.Epoch
@@ -678,7 +674,7 @@ func (k *keeper) created(principal string, id, epoch uint64, arrived time.Time, 
 		k.ttl = lease
 	}
 	k.sess[id] = &kaSession{id: id, principal: principal, epoch: epoch, clientEpoch: epoch, told: true,
-		toldEnd: arrived.Add(lease), toldFor: lease, leaseEnd: arrived.Add(lease - driftMargin(lease)), lastHeard: arrived, lastCall: arrived}
+		toldEnd: arrived.Add(lease), toldFor: lease, leaseEnd: arrived.Add(lease - wire.LeaseDriftMargin(lease)), lastHeard: arrived, lastCall: arrived}
 }
 
 // ended forgets a session its client closed, or that another process

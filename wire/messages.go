@@ -331,10 +331,17 @@ type KeepAliveRequest struct {
 	Prompt bool `msgpack:"p,omitempty"`
 }
 
+// LeaseDriftMargin is what a lease's holder takes off every lease d it
+// is granted (the client library, and a proxy for its own clock): its
+// clock may run up to 1 % slower than the master's, which would otherwise
+// see the lease end after the master has expired it, plus a fixed
+// allowance for scheduling delay.
+func LeaseDriftMargin(d time.Duration) time.Duration { return d/100 + 20*time.Millisecond }
+
 // KeepAliveResponse grants the lease. The master held the call for
 // HeldMillis and, when it replied, the lease had LeaseMillis to run; a
 // client that sent the call at local time T may assume its lease runs until
-// T + HeldMillis + LeaseMillis, less its drift margin.
+// T + HeldMillis + LeaseMillis, less its drift margin (LeaseDriftMargin).
 type KeepAliveResponse struct {
 	Epoch       uint64  `msgpack:"e"`
 	HeldMillis  int64   `msgpack:"h"`
