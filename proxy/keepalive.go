@@ -271,9 +271,10 @@ func (k *keeper) rearmLocked(c *clientCall, now time.Time) {
 }
 
 // holdOver ends c's hold: the client gets its lease if the proxy has a
-// fresh one, and NotMaster otherwise (the proxy lost the master: the
-// client searches elsewhere, as from a master that cannot prove it
-// leads, and goes into jeopardy when it finds none).
+// fresh one or one longer than the client's, and NotMaster otherwise
+// (the proxy lost the master: the client searches elsewhere, as from a
+// master that cannot prove it leads, and goes into jeopardy when it
+// finds none).
 func (k *keeper) holdOver(c *clientCall) {
 	now := time.Now()
 	k.mu.Lock()
@@ -282,11 +283,18 @@ func (k *keeper) holdOver(c *clientCall) {
 		return
 	}
 	var a answer
-	if k.freshLocked(c.s, now) {
+	if k.freshLocked(c.s, now) || c.s.leaseEnd.After(c.s.toldEnd) {
+		// Fresh, or at least longer than the lease its client has: a
+		// lease lengthening under load raises the quarter lease while
+		// the batch bringing the next is on its way, and NotMaster
+		// would send a client in good standing searching. A client
+		// told it waits for a newer one (armLocked): no loop.
 		a = k.replyLocked(c, now)
 	} else {
 		k.stale++
 		k.m.kaNoLease.Inc()
+		k.log.Debug("proxy: KeepAlive answered NotMaster: no fresh lease", "session", c.s.id, "lease_left", c.s.leaseEnd.Sub(now),
+			"told_left", c.s.toldEnd.Sub(now), "told_for", c.s.toldFor, "ttl", k.ttl, "held", now.Sub(c.arrived), "at_master", c.s.atMaster)
 		a = k.unparkLocked(c, nil, 0, wire.Errorf(wire.CodeNotMaster, "proxy: no lease from the master for session %d", c.s.id))
 	}
 	k.mu.Unlock()

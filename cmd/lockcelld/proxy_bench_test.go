@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -147,7 +148,7 @@ func holdSessions(b *testing.B, bin string, n int, hold time.Duration, proxies i
 		dir := pdir
 		px = fixtures.NewProcs(fixtures.ProcsConfig{Bin: bin, N: proxies,
 			Args: func(i int) []string {
-				return []string{"--log-level", "info", "proxy", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(pc.Addrs(), ","),
+				return []string{"--log-level", cmp.Or(os.Getenv("LOCKCELL_BENCH_PROXY_LOG"), "info"), "proxy", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--peers", strings.Join(pc.Addrs(), ","),
 					"--insecure", "--max-streams-per-conn", strconv.Itoa(max(8192, room)),
 					"--max-streams-per-ip", streams, "--max-streams-per-principal", streams, "--max-streams", streams,
 					// The load generator is a crowd of clients from one address.
