@@ -25,16 +25,15 @@ import (
 //     (endBatch).
 //
 // slots, arrived, shared, stale and ctx are set when it is made and never
-// change; held, isWoken and err are under sessions.mu.
+// change; err, and the closing of woken, are under sessions.mu. While it
+// is held it is in sessions.held and its sessions' leases point at it.
 type heldBatch struct {
 	slots   []heldSlot
 	arrived time.Time
 	shared  keepAliveArgs   // what its sessions' KeepAlives share (epoch, event share)
 	stale   <-chan struct{} // the stale signal it was held under
 	ctx     context.Context // the term's: bounds the proof at its end
-	held    bool            // in sessions.held, its sessions' leases pointing at it
 	woken   chan struct{}   // closed when something but its handler ends the hold
-	isWoken bool            // woken is closed
 	err     error           // set before woken closes: every session's answer
 }
 
@@ -60,10 +59,9 @@ func (s *heldSlot) args(shared keepAliveArgs) keepAliveArgs {
 // wakeLocked ends b's hold early, with err (nil: answer as at its end).
 // ss.mu is held.
 func (b *heldBatch) wakeLocked(err error) {
-	if b.isWoken {
+	if isClosed(b.woken) {
 		return
 	}
-	b.isWoken = true
 	if err != nil {
 		b.err = err
 	}
@@ -131,7 +129,6 @@ func (ss *sessions) holdBatch(args []keepAliveArgs, entries []int) (b *heldBatch
 		b.err = errStopped
 		return b, time.Time{}, refused
 	}
-	b.held = true
 	ss.held[b] = struct{}{}
 	for _, s := range b.slots {
 		if o := s.l.batch; o != nil && o != b {
@@ -158,8 +155,7 @@ func (ss *sessions) holdBatch(args []keepAliveArgs, entries []int) (b *heldBatch
 func (ss *sessions) endBatch(b *heldBatch, cancel error) []batchEntryAnswer {
 	out := make([]batchEntryAnswer, len(b.slots))
 	ss.mu.Lock()
-	if b.held {
-		b.held = false
+	if _, held := ss.held[b]; held {
 		delete(ss.held, b)
 		for _, s := range b.slots {
 			if s.l.batch == b {
@@ -176,11 +172,8 @@ func (ss *sessions) endBatch(b *heldBatch, cancel error) []batchEntryAnswer {
 	}
 	ss.mu.Unlock()
 	if err == nil {
-		if !ss.auth.leads() {
-			err = errStopped // never extend a lease once deposed
-		} else if proven, perr := ss.auth.provenSince(b.ctx, ss.clock.Now().Add(-ss.ttl/10), ss.ttl/8); perr != nil {
-			err = errStopped
-		} else {
+		var proven time.Time
+		if proven, err = ss.proveForLease(b.ctx); err == nil {
 			for i, s := range b.slots {
 				out[i].entry = s.entry
 				out[i].resp, out[i].err = ss.reply(s.l, s.args(b.shared), b.arrived, proven)

@@ -119,23 +119,36 @@ func (ss *sessions) keepAliveAsync(a keepAliveArgs, conn uint64, done func(*wire
 // answer is a KeepAlive's reply once its hold is over. ctx is the term's:
 // the proof is not waited for past stop.
 func (ss *sessions) answer(ctx context.Context, l *lease, a keepAliveArgs, arrived time.Time) (*wire.KeepAliveResponse, error) {
-	if !ss.auth.leads() {
-		return nil, errStopped // never extend a lease once deposed
-	}
-	// Belief is not enough (leadership.go): the lease granted ends by the
-	// start of a round of contact with a quorum plus one lease. A master
-	// that gets no such round within an eighth of a lease (its Raft is
-	// stuck or deposed; a healthy round takes milliseconds) answers
-	// NotMaster while the client still has an eighth of its lease to
-	// spare: it searches elsewhere without doubting its session (no
-	// jeopardy), and abandons the calls it left at this master.
-	// (Bounded by a pooled timer, not a context.WithTimeout, which would
-	// cost a context, a timer and a channel on every KeepAlive.)
-	proven, err := ss.auth.provenSince(ctx, ss.clock.Now().Add(-ss.ttl/10), ss.ttl/8)
+	proven, err := ss.proveForLease(ctx)
 	if err != nil {
-		return nil, errStopped
+		return nil, err
 	}
 	return ss.reply(l, a, arrived, proven)
+}
+
+// proveForLease is the proof a lease grant rests on, for one KeepAlive's
+// reply or a held batch's: the start of a round of contact with a quorum,
+// or errStopped. ctx is the term's: the proof is not waited for past
+// stop.
+//
+// Belief is not enough (leadership.go): the lease granted ends by the
+// start of a round of contact with a quorum plus one lease. A master
+// that gets no such round within an eighth of a lease (its Raft is
+// stuck or deposed; a healthy round takes milliseconds) answers
+// NotMaster while the client still has an eighth of its lease to
+// spare: it searches elsewhere without doubting its session (no
+// jeopardy), and abandons the calls it left at this master.
+// (Bounded by a pooled timer, not a context.WithTimeout, which would
+// cost a context, a timer and a channel on every KeepAlive.)
+func (ss *sessions) proveForLease(ctx context.Context) (time.Time, error) {
+	if !ss.auth.leads() {
+		return time.Time{}, errStopped // never extend a lease once deposed
+	}
+	proven, err := ss.auth.provenSince(ctx, ss.clock.Now().Add(-ss.ttl/10), ss.ttl/8)
+	if err != nil {
+		return time.Time{}, errStopped
+	}
+	return proven, nil
 }
 
 // arriveLocked is a KeepAlive's arrival: the lease is extended and the

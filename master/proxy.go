@@ -146,7 +146,7 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 		// caller's): the batch is answered at once, so the proxy tells
 		// that client without waiting out the others' hold.
 		now := p.cfg.Clock.Now()
-		if len(entries) < n || len(refused) > 0 {
+		if len(early) > 0 {
 			until = time.Time{}
 		} else if h := now.Add(time.Duration(req.HoldMillis) * time.Millisecond); req.HoldMillis > 0 && h.Before(until) {
 			until = h
@@ -165,10 +165,12 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 			t.Stop()
 		}
 		answers = p.sess.endBatch(held, cancel)
-		if cancel != nil {
-			for _, a := range answers {
+		for _, a := range answers {
+			if a.err != nil { // a KeepAlive's audit line is for its refusals
 				p.audit(entryCall(p, c, &req.Entries[a.entry]), toWire(a.err))
 			}
+		}
+		if cancel != nil {
 			return nil, wire.Errorf(wire.CodeCanceled, "the proxy left the call")
 		}
 	}
@@ -184,9 +186,6 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 		b.finish(a.entry, nil, a.err)
 	}
 	for _, a := range answers {
-		if a.err != nil {
-			p.audit(entryCall(p, c, &req.Entries[a.entry]), toWire(a.err))
-		}
 		b.finish(a.entry, a.resp, a.err)
 	}
 	out.TTLMillis = p.sess.grantTTL().Milliseconds()
