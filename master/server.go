@@ -441,10 +441,14 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 			ration = s.writes
 		}
 	}
-	if ration != nil {
-		if err := ration.wait(ctx, caller.Principal); err != nil {
-			return nil, epoch, toWire(err)
-		}
+	switch ration {
+	case s.reads:
+		err = ration.wait(ctx, caller.Principal)
+	case s.writes:
+		err = ration.take(ctx, caller.Principal, len(body)+writeCallCost)
+	}
+	if err != nil {
+		return nil, epoch, toWire(err)
 	}
 	var resp any
 	switch {
@@ -456,11 +460,8 @@ func (s *Server) Dispatch(ctx context.Context, caller Caller, h *wire.Header, bo
 	if err == nil {
 		resp, err = r.serve(ctx, c, body)
 	}
-	switch ration {
-	case s.reads:
+	if ration == s.reads {
 		ration.charge(caller.Principal, replyBytes(resp))
-	case s.writes:
-		ration.charge(caller.Principal, len(body)+writeCallCost)
 	}
 	err = s.asIdleClosed(h.Session, toWire(err))
 	s.audit(c, err)
