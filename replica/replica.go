@@ -275,12 +275,13 @@ func Open(cfg Config) (*Replica, error) {
 	rc.NotifyCh = notify
 
 	st := &replicaStats{}
-	logs, closeLogs, err := openLogStore(cfg.LogStore, cfg.Dir, store, &st.logStore, hlog)
+	stored, closeLogs, err := openLogStore(cfg.LogStore, cfg.Dir, store, &st.logStore, hlog)
 	if err != nil {
 		store.Close()
 		closeTransport(trans)
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
+	logs := newLogCache(stored)
 	closeStores := func() {
 		if closeLogs != nil {
 			closeLogs()
