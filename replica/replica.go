@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,7 +204,8 @@ func Open(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("replica %s: %w", cfg.ID, err)
 	}
 	waitStartGate()
-	store, err := OpenStore(filepath.Join(cfg.Dir, "raft"), log)
+	slot := slices.IndexFunc(cfg.Peers, func(p Peer) bool { return p.ID == cfg.ID })
+	store, err := openReplicaStore(filepath.Join(cfg.Dir, "raft"), cfg.ID, slot, len(cfg.Peers), log)
 	if err != nil {
 		return nil, fmt.Errorf("replica %s: open store: %w", cfg.ID, err)
 	}

@@ -840,3 +840,43 @@ func BenchmarkStoreLogs(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "batches/s")
 }
+
+// Replicas of one cell get memtables of different sizes, evenly spread
+// from 12 to 20 MiB by their place among the members, so that storing the
+// same entries they do not flush them at the same moment; a joiner's
+// size comes from its id, within the same range; and a replica's store
+// is opened with its size.
+func TestMemTablesAreStaggeredAcrossReplicas(t *testing.T) {
+	const lo, hi = 12 << 20, 20 << 20
+	for _, n := range []int{3, 5, 7} {
+		seen := map[int64]bool{}
+		for slot := range n {
+			size := memTableSize("r", slot, n)
+			if size < lo || size >= hi {
+				t.Fatalf("slot %d of %d: memtable of %d bytes, outside [%d, %d)", slot, n, size, lo, hi)
+			}
+			if seen[size] {
+				t.Fatalf("slot %d of %d: memtable of %d bytes, as another slot's", slot, n, size)
+			}
+			seen[size] = true
+			if slot > 0 {
+				if gap := size - memTableSize("r", slot-1, n); gap < (hi-lo)/int64(n)-(64<<10) {
+					t.Fatalf("slots %d and %d of %d: memtables %d bytes apart; want about %d", slot-1, slot, n, gap, (hi-lo)/n)
+				}
+			}
+		}
+	}
+	for _, id := range []string{"6", "joiner", "replica-9"} {
+		if size := memTableSize(id, -1, 5); size < lo || size >= hi {
+			t.Fatalf("joiner %q: memtable of %d bytes, outside [%d, %d)", id, size, lo, hi)
+		}
+	}
+	s, err := openReplicaStore(t.TempDir(), "3", 2, 5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, want := s.db.Opts().MemTableSize, memTableSize("3", 2, 5); got != want {
+		t.Fatalf("the replica's store has memtables of %d bytes; want %d", got, want)
+	}
+}
