@@ -79,10 +79,10 @@ func OpenStore(dir string, logger *slog.Logger) (*Store, error) {
 // one into a table of its LSM tree): from 12 MiB up to 20 MiB, spread
 // evenly by the replica's place among the cell's n members (slot; a
 // replica that is not among them, a joiner, by a hash of its id). Every
-// replica stores the same entries, so with one
-// size their memtables fill, and flush, at the same moment, and so do
-// the compactions that follow; on machines the replicas share (a dev
-// cell, containers, tests) the flushes then take every core at once.
+// replica stores the same entries, so with one size their memtables
+// fill, and flush, at the same moment, and so do the compactions that
+// follow; on machines the replicas share (a dev cell, containers, tests)
+// the flushes then take every core at once.
 // Profiled with five replica processes on two cores taking 256 KiB
 // entries back to back, all five built their tables in the same 0.8 s,
 // every 3-4 s, and another client's calls stalled through it. Staggered,
