@@ -569,7 +569,7 @@ func (c *Client) keepAliveLoop() {
 			c.noteEpoch(resp.Epoch)
 			lease := time.Duration(resp.HeldMillis+resp.LeaseMillis) * time.Millisecond
 			s.mu.Lock()
-			s.leaseEnd = sent.Add(lease - wire.LeaseDriftMargin(lease))
+			s.leaseEnd = wire.TrustedLeaseEnd(sent, lease)
 			wasJeopardy := s.jeopardy
 			s.jeopardy = false
 			if wasJeopardy && !s.expired && !s.closing {

@@ -593,7 +593,7 @@ func (k *keeper) send(ss []*kaSession) {
 		}
 		lease := time.Duration(r.HeldMillis+r.LeaseMillis) * time.Millisecond
 		grew := false
-		if end := sent.Add(lease - wire.LeaseDriftMargin(lease)); end.After(s.leaseEnd) {
+		if end := wire.TrustedLeaseEnd(sent, lease); end.After(s.leaseEnd) {
 			s.leaseEnd, grew = end, true
 		}
 		s.epoch = resp.Epoch
@@ -682,7 +682,7 @@ func (k *keeper) created(principal string, id, epoch uint64, arrived time.Time, 
 		k.ttl = lease
 	}
 	k.sess[id] = &kaSession{id: id, principal: principal, epoch: epoch, clientEpoch: epoch, told: true,
-		toldEnd: arrived.Add(lease), toldFor: lease, leaseEnd: arrived.Add(lease - wire.LeaseDriftMargin(lease)), lastHeard: arrived, lastCall: arrived}
+		toldEnd: arrived.Add(lease), toldFor: lease, leaseEnd: wire.TrustedLeaseEnd(arrived, lease), lastHeard: arrived, lastCall: arrived}
 }
 
 // ended forgets a session its client closed, or that another process

@@ -338,6 +338,13 @@ type KeepAliveRequest struct {
 // allowance for scheduling delay.
 func LeaseDriftMargin(d time.Duration) time.Duration { return d/100 + 20*time.Millisecond }
 
+// TrustedLeaseEnd is when a lease of length lease, counted from start on
+// the holder's own clock (when it sent the call that earned it), ends for
+// the holder: its drift margin before the master's end.
+func TrustedLeaseEnd(start time.Time, lease time.Duration) time.Time {
+	return start.Add(lease - LeaseDriftMargin(lease))
+}
+
 // KeepAliveResponse grants the lease. The master held the call for
 // HeldMillis and, when it replied, the lease had LeaseMillis to run; a
 // client that sent the call at local time T may assume its lease runs until
