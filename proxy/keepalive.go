@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -189,7 +190,7 @@ func (k *keeper) keepAlive(principal string, conn uint64, h *wire.Header, body [
 	case s.gone != nil:
 		out = k.forgetLocked(s, out, s.gone)
 		answered = true
-	case len(s.events) > 0 && (s.events[len(s.events)-1].Seq > s.sentToClient || !s.redelivered):
+	case len(s.events) > 0 && (s.events[len(s.events)-1].Seq > s.sentToClient || !s.redelivered) && k.tellableLocked(s, now):
 		if s.events[len(s.events)-1].Seq <= s.sentToClient {
 			s.redelivered = true
 		}
@@ -213,6 +214,43 @@ func (k *keeper) keepAlive(principal string, conn uint64, h *wire.Header, body [
 // quarter lease to run: enough to tell a client.
 func (k *keeper) freshLocked(s *kaSession, now time.Time) bool {
 	return !s.leaseEnd.IsZero() && s.leaseEnd.Sub(now) >= k.ttl/4
+}
+
+// tellableLocked reports whether s's lease from the master has at least
+// an eighth of a lease to run: any shorter, and the client, which counts
+// its lease from when it sent its call less a drift margin, would hold
+// one that has ended, and call again at once. Every answer with a lease
+// tells at least this much; with less the call waits for a batch or
+// hears NotMaster (holdOver), as from a master that cannot prove it
+// leads.
+func (k *keeper) tellableLocked(s *kaSession, now time.Time) bool {
+	return !s.leaseEnd.IsZero() && s.leaseEnd.Sub(now) >= k.ttl/8
+}
+
+// batchDue is when a batch of ss built at now must have been answered:
+// the earliest lease end the master gave any of them, as a client's
+// KeepAlive must be answered within its lease, but never sooner than a
+// search's try (searchTry), so one session near its end does not cut
+// the others' batch short. With no lease running among them (the
+// master lost, or sessions the proxy has not renewed yet), a try.
+func batchDue(ss []*kaSession, now time.Time, ttl time.Duration) time.Time {
+	var due time.Time
+	for _, s := range ss {
+		if s.leaseEnd.After(now) && (due.IsZero() || s.leaseEnd.Before(due)) {
+			due = s.leaseEnd
+		}
+	}
+	if try := now.Add(searchTry(ttl)); due.Before(try) {
+		due = try
+	}
+	return due
+}
+
+// searchTry is how long a batch may wait on a replica when its sessions'
+// leases have run out or are about to: a third of the lease, within
+// 200 ms..2 s, as a client in jeopardy tries each replica.
+func searchTry(ttl time.Duration) time.Duration {
+	return min(max(ttl/3, 200*time.Millisecond), 2*time.Second)
 }
 
 // armLocked sets c's hold: three quarters of a lease after it arrived (a
@@ -283,7 +321,7 @@ func (k *keeper) holdOver(c *clientCall) {
 		return
 	}
 	var a answer
-	if k.freshLocked(c.s, now) || c.s.leaseEnd.After(c.s.toldEnd) {
+	if k.freshLocked(c.s, now) || (c.s.leaseEnd.After(c.s.toldEnd) && k.tellableLocked(c.s, now)) {
 		// Fresh, or at least longer than the lease its client has: a
 		// lease lengthening under load raises the quarter lease while
 		// the batch bringing the next is on its way, and NotMaster
@@ -525,21 +563,31 @@ func (k *keeper) send(ss []*kaSession) {
 		}
 	}
 	ttl := k.ttl
+	due := batchDue(ss, built, ttl)
 	k.batches++
 	k.mu.Unlock()
 	k.m.batches.Inc()
 	k.m.batchSessions.Observe(float64(len(ss)))
 	sent := time.Now()
-	req.HoldMillis = k.holdUntilNeeded(sent, ttl, toldFirst).Milliseconds()
+	// Held for less than the time to its deadline, with an eighth of a
+	// lease to spare for the way back.
+	req.HoldMillis = max(min(k.holdUntilNeeded(sent, ttl, toldFirst), due.Sub(sent)-ttl/8), time.Millisecond).Milliseconds()
 	var resp wire.BatchKeepAliveResponse
-	err := k.up.callDecoded(k.ctx, &wire.Header{Method: wire.MethodBatchKeepAlive}, req, &resp)
+	ctx, cancel := context.WithDeadline(k.ctx, due)
+	err := k.up.callDecoded(ctx, &wire.Header{Method: wire.MethodBatchKeepAlive}, req, &resp)
+	cancel()
 	now := time.Now()
 	var out []answer
 	k.mu.Lock()
 	if err != nil || len(resp.Results) != len(ss) {
 		k.failed++
 		k.m.batchFailures.Inc()
-		k.log.Info("proxy: batch KeepAlive failed", "sessions", len(ss), "err", err, "results", len(resp.Results))
+		if errors.Is(err, context.DeadlineExceeded) && k.ctx.Err() == nil {
+			k.log.Info("proxy: no answer to a batch KeepAlive by its sessions' lease end: the master is frozen or cut off; searching the peers afresh",
+				"sessions", len(ss), "waited", now.Sub(sent))
+		} else {
+			k.log.Info("proxy: batch KeepAlive failed", "sessions", len(ss), "err", err, "results", len(resp.Results))
+		}
 		for _, s := range ss {
 			s.atMaster--
 		}
@@ -605,7 +653,7 @@ func (k *keeper) send(ss []*kaSession) {
 				fresh = true
 			}
 		}
-		if c := s.parked; c != nil && (fresh || !s.told) {
+		if c := s.parked; c != nil && (fresh || !s.told) && k.tellableLocked(s, now) {
 			out = append(out, k.replyLocked(c, now))
 		} else if c != nil && grew {
 			k.rearmLocked(c, now)

@@ -1,8 +1,14 @@
 package proxy
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"lockcell/wire"
 )
 
 // A batch is held to the next half-lease tick unless a client that has
@@ -61,5 +67,46 @@ func TestHoldEndsByTheLeaseTheClientWasTold(t *testing.T) {
 	s.toldEnd = now.Add(2 * ttl)
 	if got := k.holdEndLocked(c); !got.Equal(now.Add(ttl * 3 / 4)) {
 		t.Fatalf("told far ahead: hold ends at +%v, want three quarters of a lease", got.Sub(now))
+	}
+}
+
+// A client is never answered with a lease that has ended: it counts its
+// lease from when it sent the call, so it would hold an ended one and
+// call again at once, in a loop, flapping between jeopardy and safe for
+// as long as the proxy has nothing newer. Here the proxy's lease for the
+// session, though longer than the one its client was told, has ended
+// (a batch answered before the master was lost): the client's call, with
+// or without events waiting for it, hears NotMaster, as from a master
+// that cannot prove it leads.
+func TestNoAnswerWithAnEndedLease(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		k := newKeeper(context.Background(), nil, newMetrics(), slog.New(slog.DiscardHandler))
+		k.ttl = 3 * time.Second
+		now := time.Now()
+		s := &kaSession{id: 7, principal: "p", told: true, toldEnd: now.Add(-time.Second), toldFor: k.ttl,
+			leaseEnd: now.Add(-100 * time.Millisecond), epoch: 2, atMaster: 1}
+		if events {
+			s.delivered, s.events = 5, []wire.Event{{Seq: 5, Kind: wire.EventMasterFailover}}
+		}
+		k.sess[s.id] = s
+		body, err := msgpack.Marshal(&wire.KeepAliveRequest{Prompt: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type reply struct {
+			resp any
+			err  error
+		}
+		got := make(chan reply, 1)
+		k.keepAlive("p", 0, &wire.Header{Method: wire.MethodKeepAlive, Session: s.id}, body,
+			func(resp any, _ uint64, err error) { got <- reply{resp, err} })
+		select {
+		case r := <-got:
+			if wire.CodeOf(r.err) != wire.CodeNotMaster {
+				t.Fatalf("events %v: answered %+v, %v; want NotMaster", events, r.resp, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("events %v: no answer within 10 s (want NotMaster an eighth of a lease before the told end, long past)", events)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,7 +150,9 @@ func (u *upstream) dial(ctx context.Context, addr string) (*upConn, error) {
 	return &upConn{addr: addr, mux: mux}, nil
 }
 
-// drop forgets cn (it failed) and the master with it.
+// drop forgets cn (it failed) and the master with it; the search for
+// a master starts at the peer after cn's, so a frozen replica, whose
+// kernel still accepts connections, is not the first one asked again.
 func (u *upstream) drop(cn *upConn) {
 	u.mu.Lock()
 	if u.conn == cn {
@@ -157,6 +160,9 @@ func (u *upstream) drop(cn *upConn) {
 	}
 	if u.master == cn.addr {
 		u.master = ""
+		if i := slices.Index(u.peers, cn.addr); i >= 0 {
+			u.next = i + 1
+		}
 	}
 	u.mu.Unlock()
 	cn.mux.Close()
@@ -203,6 +209,26 @@ func (u *upstream) masterAddr() string {
 // (a mutating call carries its request id). An answer other than
 // NotMaster, whatever its code, is returned as is.
 func (u *upstream) call(ctx context.Context, h *wire.Header, body []byte) (wire.Status, []byte, error) {
+	return u.callWithin(ctx, h, body, false)
+}
+
+// callDue is call for a call that a serving master answers before ctx's
+// deadline: the keeper's batches, which ask to be held for less. When
+// the deadline passes first, the replica waited on is frozen or cut off
+// though its connection is open (a stopped process's kernel keeps it
+// so, and yamux's pings take seconds to notice), so the connection is
+// dropped and the next call searches the peers afresh, as a client
+// whose KeepAlive went unanswered for its lease does.
+func (u *upstream) callDue(ctx context.Context, h *wire.Header, body []byte) (wire.Status, []byte, error) {
+	return u.callWithin(ctx, h, body, true)
+}
+
+// vouchTimeout bounds the first call on a new connection, an empty
+// batch that a serving master answers at once: a frozen replica accepts
+// the connection and never answers, and the search must move on.
+const vouchTimeout = 2 * time.Second
+
+func (u *upstream) callWithin(ctx context.Context, h *wire.Header, body []byte, due bool) (wire.Status, []byte, error) {
 	var last error = errNoMaster
 	for try := 0; try < 2*len(u.peers)+1; try++ {
 		if err := ctx.Err(); err != nil {
@@ -216,12 +242,20 @@ func (u *upstream) call(ctx context.Context, h *wire.Header, body []byte) (wire.
 			last = err
 			continue
 		}
-		st, resp, err := cn.vouch(ctx)
+		vctx, vcancel := ctx, context.CancelFunc(func() {})
+		if !cn.vouched.Load() {
+			vctx, vcancel = context.WithTimeout(ctx, min(u.timeout, vouchTimeout))
+		}
+		st, resp, err := cn.vouch(vctx)
+		vcancel()
 		if err == nil && st.Code == wire.CodeOK {
 			st, resp, err = cn.roundTrip(ctx, h, body)
 		}
 		switch {
 		case err != nil && ctx.Err() != nil:
+			if due && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				u.drop(cn)
+			}
 			return wire.Status{}, nil, ctx.Err()
 		case errors.Is(err, errOldMaster):
 			return wire.Status{}, nil, err
@@ -350,14 +384,14 @@ func (cn *upConn) roundTrip(ctx context.Context, h *wire.Header, body []byte) (w
 	return status, resp, nil
 }
 
-// callDecoded is call with req encoded and the reply decoded into resp;
-// an answer other than OK is its *wire.Error.
+// callDecoded is callDue with req encoded and the reply decoded into
+// resp; an answer other than OK is its *wire.Error.
 func (u *upstream) callDecoded(ctx context.Context, h *wire.Header, req, resp any) error {
 	body, err := msgpack.Marshal(req)
 	if err != nil {
 		return err
 	}
-	st, b, err := u.call(ctx, h, body)
+	st, b, err := u.callDue(ctx, h, body)
 	if err != nil {
 		return err
 	}
