@@ -424,9 +424,19 @@ func (k *keeper) aliveLocked(s *kaSession, now time.Time) bool {
 
 // queueIfDueLocked puts s in the next batch when its lease is to be
 // extended: it is alive, not ended, not already on its way, and its
-// client has acknowledged every event the master sent it.
+// client has acknowledged every event the master sent it, or cannot
+// have them yet: they go to a client only with a lease it can use
+// (tellableLocked), so a session whose lease has run out with events
+// unacknowledged is sent with the acknowledgement its client gave. The
+// master sends the unacknowledged events again with the new lease, and
+// the client gets them with it, applying them before adopting it.
+// Waiting for an acknowledgement that cannot come would lose the
+// session at the next fail-over.
 func (k *keeper) queueIfDueLocked(s *kaSession) {
-	if s.queued || s.atMaster > 0 || s.gone != nil || s.clientAck < s.delivered || k.sess[s.id] != s {
+	if s.queued || s.atMaster > 0 || s.gone != nil || k.sess[s.id] != s {
+		return
+	}
+	if s.clientAck < s.delivered && k.tellableLocked(s, time.Now()) {
 		return
 	}
 	s.queued = true

@@ -110,3 +110,31 @@ func TestNoAnswerWithAnEndedLease(t *testing.T) {
 		}
 	}
 }
+
+// A session whose lease ran out with events its client has not
+// acknowledged is still sent to the master: its client gets events only
+// with a lease it can use, so waiting for its acknowledgement first would
+// wait for ever, and lose the session at a fail-over (it did, through a
+// master's isolation, while a contender's conflict events kept coming).
+// With a lease to tell, the proxy waits for the acknowledgement, as
+// before.
+func TestUnacknowledgedEventsDoNotStallAnEndedLease(t *testing.T) {
+	k := newKeeper(context.Background(), nil, newMetrics(), slog.New(slog.DiscardHandler))
+	k.ttl = 3 * time.Second
+	now := time.Now()
+	s := &kaSession{id: 7, principal: "p", told: true, toldEnd: now.Add(-time.Second), toldFor: k.ttl,
+		leaseEnd: now.Add(-100 * time.Millisecond), epoch: 2, clientAck: 3, delivered: 5,
+		events: []wire.Event{{Seq: 4, Kind: wire.EventLockConflict}, {Seq: 5, Kind: wire.EventLockConflict}}}
+	k.sess[s.id] = s
+	k.queueIfDueLocked(s)
+	if !s.queued {
+		t.Fatal("a session with an ended lease and unacknowledged events was not queued for the master")
+	}
+	s2 := &kaSession{id: 8, principal: "p", told: true, toldEnd: now.Add(k.ttl), toldFor: k.ttl,
+		leaseEnd: now.Add(k.ttl), epoch: 2, clientAck: 3, delivered: 5}
+	k.sess[s2.id] = s2
+	k.queueIfDueLocked(s2)
+	if s2.queued {
+		t.Fatal("a session with a lease to tell was queued before its client acknowledged its events")
+	}
+}
