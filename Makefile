@@ -202,7 +202,8 @@ clean:
 # nft: make netns-deps); LOCKCELL_SAFETY_SEED,
 # LOCKCELL_SAFETY_DURATION for the safety tests; LOCKCELL_HOSTILE_DURATION
 # (each attack window, default 60s), LOCKCELL_HOSTILE_NODES for step 3;
-# SEEDS, BUGS for step 4.
+# SEEDS, BUGS for step 4. LOCKCELL_VIA_PROXY=1 runs steps 1 and 2 with the
+# clients under test behind lockcell proxies (docs/fault-campaign.md).
 TORTURE_RUN   ?= ^Test(LinearizableFiles|StaleReadProbe|CacheNeverStale)$$
 TORTUREFLAGS  ?= -count=1 -timeout 100m
 torture:
