@@ -228,6 +228,7 @@ func (u *upstream) callDue(ctx context.Context, h *wire.Header, body []byte) (wi
 // the connection and never answers, and the search must move on.
 const vouchTimeout = 2 * time.Second
 
+// callWithin is call, or callDue when due.
 func (u *upstream) callWithin(ctx context.Context, h *wire.Header, body []byte, due bool) (wire.Status, []byte, error) {
 	var last error = errNoMaster
 	for try := 0; try < 2*len(u.peers)+1; try++ {
