@@ -9,7 +9,6 @@ import (
 
 	"lockcell/client"
 	"lockcell/fixtures"
-	"lockcell/proxy"
 )
 
 // freezer dials the replicas for a proxy. A frozen address behaves as a
@@ -101,21 +100,9 @@ func (c *frozenConn) Close() error {
 func TestProxyLeavesAFrozenMaster(t *testing.T) {
 	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: 2 * time.Second})
 	fz := &freezer{}
-	p := fixtures.StartProxyWith(t, c, func(cfg *proxy.Config) { cfg.Dialer = fz.dial })
 	ctx := ctxT(t, 90*time.Second)
-	cfg := fixtures.ProxiedConfig(c.ClientConfig(), p)
-	cfg.GracePeriod, cfg.RetryTimeout = 20*time.Second, 20*time.Second
-	a := c.ClientWith(t, cfg)
-	ev := watch(a)
+	a, ev, la, st0 := holdBehindProxy(t, ctx, c, fz.dial)
 	session := a.Session()
-	la := mustOpen(t, ctx, a, c.Name("lock"), rw)
-	if ok, err := la.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
-		t.Fatalf("a acquires: %v %v", ok, err)
-	}
-	st0, err := la.GetStat(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := c.WaitForMaster(10 * time.Second)
 	fz.freeze(c.Addrs()[m])
 	c.Stop(m) // deposed while frozen: the others elect a successor

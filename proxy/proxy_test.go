@@ -236,21 +236,9 @@ func TestProxyInvalidationBeforeWriteReturns(t *testing.T) {
 func TestProxyCutFromMasterMeansJeopardy(t *testing.T) {
 	c := fixtures.NewCell(t, 5, fixtures.Options{LeaseTTL: time.Second})
 	cut := fixtures.NewCutter()
-	p := fixtures.StartProxyWith(t, c, func(cfg *proxy.Config) { cfg.Dialer = cut.Dial })
 	ctx := ctxT(t, 60*time.Second)
-	cfg := fixtures.ProxiedConfig(c.ClientConfig(), p)
-	cfg.GracePeriod, cfg.RetryTimeout = 20*time.Second, 20*time.Second
-	a := c.ClientWith(t, cfg)
-	ev := watch(a)
+	a, ev, la, st0 := holdBehindProxy(t, ctx, c, cut.Dial)
 	session := a.Session()
-	la := mustOpen(t, ctx, a, c.Name("lock"), rw)
-	if ok, err := la.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
-		t.Fatalf("a acquires: %v %v", ok, err)
-	}
-	st0, err := la.GetStat(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cut.Cut()
 	cutAt := time.Now()
 	ev.waitFor(t, client.Jeopardy, 10*time.Second)
@@ -267,6 +255,28 @@ func TestProxyCutFromMasterMeansJeopardy(t *testing.T) {
 	if err != nil || st.LockGen != st0.LockGen || st.LockHolders != 1 {
 		t.Fatalf("lock after jeopardy: %+v %v; before %+v", st, err, st0)
 	}
+}
+
+// holdBehindProxy starts a proxy in front of c that reaches the replicas
+// with dial, and a client behind it (grace period 20 s) that takes an
+// exclusive lock: the client, its events, the lock's handle and its stat.
+func holdBehindProxy(t *testing.T, ctx context.Context, c *fixtures.Cell,
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*client.Client, *events, *client.Handle, client.Stat) {
+	t.Helper()
+	p := fixtures.StartProxyWith(t, c, func(cfg *proxy.Config) { cfg.Dialer = dial })
+	cfg := fixtures.ProxiedConfig(c.ClientConfig(), p)
+	cfg.GracePeriod, cfg.RetryTimeout = 20*time.Second, 20*time.Second
+	a := c.ClientWith(t, cfg)
+	ev := watch(a)
+	la := mustOpen(t, ctx, a, c.Name("lock"), rw)
+	if ok, err := la.TryAcquire(ctx, client.Exclusive); !ok || err != nil {
+		t.Fatalf("a acquires: %v %v", ok, err)
+	}
+	st0, err := la.GetStat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, ev, la, st0
 }
 
 // A client whose proxy dies carries on, same session, same lock, through
