@@ -515,7 +515,7 @@ func (c *Client) keepAliveLoop() {
 		// (lease end, then grace end) bounds the search, not RetryTimeout.
 		try := time.Duration(0)
 		if inJeopardy {
-			try = jeopardyTry(s.leaseTTL)
+			try = wire.SearchTry(s.leaseTTL)
 		}
 		sent, err := c.roundTrip(ctx, callSpec{method: wire.MethodKeepAlive,
 			req: &wire.KeepAliveRequest{AckEvent: ack, Prompt: inJeopardy}, resp: &resp, try: try})
@@ -629,10 +629,4 @@ func (c *Client) keepAliveLoop() {
 			}
 		}
 	}
-}
-
-// jeopardyTry is how long one KeepAlive try may take while the session is
-// in jeopardy: a third of the lease, within 200 ms..2 s.
-func jeopardyTry(lease time.Duration) time.Duration {
-	return min(max(lease/3, 200*time.Millisecond), 2*time.Second)
 }

@@ -230,7 +230,7 @@ func (k *keeper) tellableLocked(s *kaSession, now time.Time) bool {
 // batchDue is when a batch of ss built at now must have been answered:
 // the earliest lease end the master gave any of them, as a client's
 // KeepAlive must be answered within its lease, but never sooner than a
-// search's try (searchTry), so one session near its end does not cut
+// search's try (wire.SearchTry), so one session near its end does not cut
 // the others' batch short. With no lease running among them (the
 // master lost, or sessions the proxy has not renewed yet), a try.
 func batchDue(ss []*kaSession, now time.Time, ttl time.Duration) time.Time {
@@ -240,17 +240,10 @@ func batchDue(ss []*kaSession, now time.Time, ttl time.Duration) time.Time {
 			due = s.leaseEnd
 		}
 	}
-	if try := now.Add(searchTry(ttl)); due.Before(try) {
+	if try := now.Add(wire.SearchTry(ttl)); due.Before(try) {
 		due = try
 	}
 	return due
-}
-
-// searchTry is how long a batch may wait on a replica when its sessions'
-// leases have run out or are about to: a third of the lease, within
-// 200 ms..2 s, as a client in jeopardy tries each replica.
-func searchTry(ttl time.Duration) time.Duration {
-	return min(max(ttl/3, 200*time.Millisecond), 2*time.Second)
 }
 
 // armLocked sets c's hold: three quarters of a lease after it arrived (a

@@ -34,8 +34,9 @@ const logEntryOverhead = 96
 // of the log: entries stored right after it extend it (dropping the
 // oldest past the bounds), any other store starts it afresh, a delete of
 // the log's head trims it and any other delete empties it, so it never
-// holds an entry the store does not hold at the same index. Entries are shared, not copied: raft neither
-// changes an entry once stored nor one GetLog returned.
+// holds an entry the store does not hold at the same index. Entries are
+// shared, not copied: raft neither changes an entry once stored nor one
+// GetLog returned.
 type logCache struct {
 	raft.LogStore
 

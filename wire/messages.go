@@ -345,6 +345,17 @@ func TrustedLeaseEnd(start time.Time, lease time.Duration) time.Time {
 	return start.Add(lease - LeaseDriftMargin(lease))
 }
 
+// SearchTry is how long one KeepAlive may wait on a replica while its
+// lease has run out or is about to and the holder searches the replicas
+// for the master: a third of the lease, within 200 ms..2 s. The master
+// it knew may be frozen with its connection open, and a new master waits
+// only about one lease for the session to be heard, so the holder
+// cannot wait on one replica for long. The client library in jeopardy
+// and a proxy's batch for its clients both try this long.
+func SearchTry(lease time.Duration) time.Duration {
+	return min(max(lease/3, 200*time.Millisecond), 2*time.Second)
+}
+
 // KeepAliveResponse grants the lease. The master held the call for
 // HeldMillis and, when it replied, the lease had LeaseMillis to run; a
 // client that sent the call at local time T may assume its lease runs until
