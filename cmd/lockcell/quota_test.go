@@ -29,6 +29,9 @@ func TestBinaryQuotaFullCellAdminRepairs(t *testing.T) {
 	set := fixtures.TestCerts(t, "alice")
 	pc := fixtures.NewProcCellWith(t, fixtures.BuildLockcelld(t), "q", 3, 3*time.Second, fixtures.ProcOptions{TLS: set,
 		ExtraArgs: []string{"--max-content-bytes", "8KiB", "--admin-reserve-content-bytes", "2KiB"}})
+	// The CLI reports a cell whose every replica refuses connections as
+	// dead at once, as it should: wait until the processes serve.
+	pc.MasterIndex(30 * time.Second)
 	base := []string{"--cell", "q", "--replicas", strings.Join(pc.Addrs(), ","), "--timeout", "20s"}
 	as := func(user string) []string {
 		cert, key := set.UserFiles(t, user)
