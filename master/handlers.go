@@ -182,7 +182,7 @@ func (e *fileEndpoint) delete(ctx context.Context, c *call, req *wire.HandleRequ
 
 // getContentsAndStat answers a file's contents and Stat.
 func (e *fileEndpoint) getContentsAndStat(ctx context.Context, c *call, req *wire.HandleRequest) (*wire.ContentsResponse, error) {
-	fence, cacheable, err := e.readable(ctx, c, req)
+	fence, cacheable, proxyCacheable, err := e.readable(ctx, c, req)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (e *fileEndpoint) getContentsAndStat(ctx context.Context, c *call, req *wir
 		if hv.Stat.Dir {
 			return wire.Errorf(wire.CodeIsDir, "%s is a directory", hv.Handle.Path)
 		}
-		resp = &wire.ContentsResponse{Contents: hv.Contents, Stat: readStat(v, hv), Cacheable: cacheable}
+		resp = &wire.ContentsResponse{Contents: hv.Contents, Stat: readStat(v, hv), Cacheable: cacheable, ProxyCacheable: proxyCacheable}
 		return nil
 	})
 	if err != nil {
@@ -209,7 +209,7 @@ func (e *fileEndpoint) getContentsAndStat(ctx context.Context, c *call, req *wir
 
 // getStat answers a node's Stat.
 func (e *fileEndpoint) getStat(ctx context.Context, c *call, req *wire.HandleRequest) (*wire.StatResponse, error) {
-	fence, cacheable, err := e.readable(ctx, c, req)
+	fence, cacheable, proxyCacheable, err := e.readable(ctx, c, req)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +222,7 @@ func (e *fileEndpoint) getStat(ctx context.Context, c *call, req *wire.HandleReq
 		if err != nil {
 			return err
 		}
-		resp = &wire.StatResponse{Stat: readStat(v, hv), Cacheable: cacheable}
+		resp = &wire.StatResponse{Stat: readStat(v, hv), Cacheable: cacheable, ProxyCacheable: proxyCacheable}
 		return nil
 	})
 	if err != nil {
@@ -237,7 +237,7 @@ func (e *fileEndpoint) getStat(ctx context.Context, c *call, req *wire.HandleReq
 // wire.MaxDirPage entries and wire.DirPageBytes of names, so the reply
 // always fits a frame however large the directory.
 func (e *fileEndpoint) readDir(ctx context.Context, c *call, req *wire.HandleRequest) (*wire.ReadDirResponse, error) {
-	fence, cacheable, err := e.readable(ctx, c, req)
+	fence, cacheable, _, err := e.readable(ctx, c, req)
 	if err != nil {
 		return nil, err
 	}
@@ -261,14 +261,19 @@ func (e *fileEndpoint) readDir(ctx context.Context, c *call, req *wire.HandleReq
 // before registering too, so a caller that may not read the node is never
 // sent its invalidations; registering comes before the read, so a write
 // that starts after this point invalidates what the read returns.
-func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRequest) (fence *fsm.Fence, cacheable bool, err error) {
+//
+// A proxy filling its cache names its cache session (proxycache.go): it
+// is registered for the name likewise, before the read, whether or not
+// the client asked to cache.
+func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRequest) (fence *fsm.Fence, cacheable, proxyCacheable bool, err error) {
 	if fence, err = e.r.fence(req.Sequencer); err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	var name, principal string
 	var named bool
+	fill := c.h.ProxyCache != 0 && len(req.Sequencer) == 0 && c.h.Method != wire.MethodReadDir
 	err = e.r.view(func(v fsm.View) error {
-		if err := c.checkRead(v, req.Handle); err != nil || !req.Cache {
+		if err := c.checkRead(v, req.Handle); err != nil || (!req.Cache && !fill) {
 			return err
 		}
 		name, named = v.HandlePath(c.h.Session, req.Handle)
@@ -276,15 +281,18 @@ func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRe
 		return nil
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
-	if named {
+	if named && req.Cache {
 		cacheable = e.inv.register(c.h.Session, principal, name)
 	}
-	if err := e.r.verifyRead(ctx, c); err != nil {
-		return nil, false, err
+	if named && fill {
+		proxyCacheable = e.fillRegister(c, name)
 	}
-	return fence, cacheable, nil
+	if err := e.r.verifyRead(ctx, c); err != nil {
+		return nil, false, false, err
+	}
+	return fence, cacheable, proxyCacheable, nil
 }
 
 // stillReadable is a read's check again in the view that answers it, after

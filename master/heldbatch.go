@@ -99,7 +99,7 @@ func (ss *sessions) holdBatch(args []keepAliveArgs, entries []int) (b *heldBatch
 	}
 	b = &heldBatch{arrived: arrived, ctx: ss.termCtx, woken: make(chan struct{}), slots: make([]heldSlot, 0, len(args))}
 	if len(args) > 0 {
-		b.shared = keepAliveArgs{epoch: args[0].epoch, eventBytes: args[0].eventBytes, batched: true}
+		b.shared = keepAliveArgs{epoch: args[0].epoch, eventBytes: args[0].eventBytes, batched: true, cacheSession: args[0].cacheSession}
 	}
 	now := false
 	for i, a := range args {

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -344,6 +345,12 @@ type pendingInval struct {
 	deadline  time.Time
 	counted   bool          // counted as late (under invalidator.mu)
 	charged   time.Duration // hold past the grace charged so far (under invalidator.mu)
+	// then, for an invalidation of a proxy's cache session, are the
+	// invalidations of the same name to the clients its cache served
+	// it to, which the proxy reported with its acknowledgement
+	// (transfer): a change waiting on this one waits on them next.
+	// Under invalidator.mu.
+	then []*pendingInval
 }
 
 // invalidate marks names busy, sends invalidations to every session that
@@ -387,12 +394,84 @@ func (inv *invalidator) invalidate(ctx context.Context, stop <-chan struct{}, na
 		delete(inv.cachers, name)
 	}
 	inv.mu.Unlock()
-	for _, w := range waits {
+	for i := 0; i < len(waits); i++ {
+		w := waits[i]
 		if err := inv.awaitAck(ctx, stop, w); err != nil {
 			return err
 		}
+		inv.mu.Lock()
+		// A proxy's cache session reports the clients it served the
+		// name to before its acknowledgement counts (transfer): they
+		// are in w.then by the time the wait on w ends with it.
+		waits = append(waits, w.then...)
+		inv.mu.Unlock()
 	}
 	return nil
+}
+
+// transfer invalidates name to the sessions a proxy's cache served it to
+// as cacheable (they are the proxy's cachers, of which the master knew
+// nothing), as it would its own cachers: an Invalidate event on each
+// session's queue, which its next lease carries, and, while a change of
+// the name waits on the invalidation of the proxy's cache session
+// cache, a wait on each that the change takes up next (pendingInval.then)
+// and that later changes of the name share (inflight). The proxy
+// reports them with its acknowledgement, so no change waiting on that
+// acknowledgement misses one. With no change in flight (the proxy
+// acknowledged after its deadline, or reports again after a lost reply)
+// the events still go: each client drops the entry before it adopts a
+// newer lease. principal gives each session's principal; those barred
+// from caching are returned (the proxy serves them nothing cacheable),
+// as is how long their bars last at most.
+func (inv *invalidator) transfer(cache uint64, name string, sessions []uint64, principal func(uint64) string) (barred []string, until time.Time) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	now := inv.clock.Now()
+	var from []*pendingInval
+	for _, w := range inv.inflight[name] {
+		if w.session == cache {
+			from = append(from, w)
+		}
+	}
+	for _, session := range sessions {
+		if session == cache {
+			continue
+		}
+		l, seq, end, ok := inv.sessions.queueInvalidation(session, name)
+		if !ok {
+			continue // ended: nothing of it to invalidate
+		}
+		p := principal(session)
+		cs := inv.bySess[session]
+		if cs == nil {
+			cs = &cacher{principal: p}
+			inv.bySess[session] = cs
+		}
+		cs.lastInval = seq // it caches nothing more until it acknowledges
+		if b, ok := inv.barred[p]; ok && now.Before(b) && p != "" {
+			if !slices.Contains(barred, p) {
+				barred = append(barred, p)
+			}
+			until = maxTime(until, b)
+		}
+		if len(from) == 0 {
+			continue
+		}
+		w := &pendingInval{l: l, session: session, principal: p, name: name, seq: seq, queued: now, deadline: end}
+		for _, f := range from {
+			f.then = append(f.then, w)
+		}
+		inv.inflight[name] = append(inv.inflight[name], w)
+		inv.sent++
+	}
+	return barred, until
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // release ends invalidate(names): the names are no longer busy with this

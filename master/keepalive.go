@@ -28,6 +28,9 @@ type keepAliveArgs struct {
 	// heard (a batched entry's SilentMillis; 0 for a client's own call):
 	// the lease is extended no further than leaseCeiling.
 	silent time.Duration
+	// cacheSession is the batch's proxy cache session (0: none), whose
+	// lease the reply's lease extends (sessions.noteRelayedLocked).
+	cacheSession uint64
 }
 
 // afterHeardQuarters is, in quarters of a lease, the furthest a lease is
@@ -203,6 +206,11 @@ func (ss *sessions) arriveLocked(a keepAliveArgs, arrived time.Time) (l *lease, 
 		holdUntil = h
 	}
 	extendLocked(l, arrived.Add(ttl), leaseCeiling(a, arrived, ttl))
+	if a.cacheSession != 0 && a.cacheSession != a.session {
+		// The reply may come after the cache session's own lease
+		// would end: it outlives the lease it was extended to here.
+		ss.noteRelayedLocked(a.cacheSession, l.end)
+	}
 	ss.stats.noteAcked(l.events, a.ack)
 	ss.dropAckedLocked(l, a.ack)
 	if a.ack > l.acked {
@@ -260,6 +268,9 @@ func (ss *sessions) reply(l *lease, a keepAliveArgs, arrived, proven time.Time) 
 	granted := l.end
 	if e := proven.Add(ttl); e.Before(granted) {
 		granted = e
+	}
+	if a.cacheSession != 0 && a.cacheSession != a.session {
+		ss.noteRelayedLocked(a.cacheSession, granted)
 	}
 	// The reply carries the oldest unacknowledged events, as many as fit a
 	// bounded reply; acknowledgements are cumulative, so the rest follow

@@ -98,6 +98,12 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 		return nil, wire.Errorf(wire.CodeBadRequest, "a BatchKeepAlive of %d sessions exceeds %d", n, wire.MaxBatchKeepAlive)
 	}
 	out := &wire.BatchKeepAliveResponse{Epoch: c.epoch}
+	if req.CacheSession != 0 || len(req.Served) > 0 {
+		if err := e.takeServed(c, req, out); err != nil {
+			return nil, err
+		}
+		defer func() { out.CacheSeq = p.sess.pendingEventSeq(req.CacheSession) }() // after every lease below
+	}
 	if n == 0 {
 		out.TTLMillis = p.sess.grantTTL().Milliseconds()
 		return out, nil
@@ -130,7 +136,7 @@ func (e *proxyEndpoint) batchKeepAlive(ctx context.Context, c *call, req *wire.B
 			continue
 		}
 		args = append(args, keepAliveArgs{session: en.Session, epoch: c.epoch, clientEpoch: en.Epoch, ack: en.AckEvent,
-			prompt: en.Prompt, incarnation: en.Incarnation, eventBytes: share, batched: true,
+			prompt: en.Prompt, incarnation: en.Incarnation, eventBytes: share, batched: true, cacheSession: req.CacheSession,
 			silent: time.Duration(min(max(en.SilentMillis, 0), maxSilentMillis)) * time.Millisecond})
 		entries = append(entries, i)
 	}

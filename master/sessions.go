@@ -658,6 +658,34 @@ func (ss *sessions) queueInvalidation(session uint64, name string) (*lease, uint
 	return l, seq, l.end, true
 }
 
+// noteRelayedLocked records that a batch naming the proxy cache session
+// cache told a client a lease to end: the cache session's lease is made
+// to end no sooner (proxycache.go says why). ss.mu is held.
+func (ss *sessions) noteRelayedLocked(cache uint64, end time.Time) {
+	if l := ss.leases[cache]; l != nil && !l.closed && end.After(l.end) {
+		l.end = end
+	}
+}
+
+// live reports whether session holds a lease that has not ended.
+func (ss *sessions) live(session uint64) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	l := ss.leases[session]
+	return l != nil && !l.closed && !l.idle
+}
+
+// pendingEventSeq is the newest event queued for session and not
+// acknowledged (0: none).
+func (ss *sessions) pendingEventSeq(session uint64) uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if l := ss.leases[session]; l != nil && len(l.events) > 0 {
+		return l.events[len(l.events)-1].Seq
+	}
+	return 0
+}
+
 func (ss *sessions) ackState(l *lease, seq uint64) (bool, bool, <-chan struct{}) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

@@ -642,7 +642,8 @@ func FuzzRoundTrip(f *testing.F) {
 				Handles: u32, Locks: []string{s3, s1}[:i%3], Host: s2, PID: i1, Program: s3})
 		}
 		vals := []any{
-			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3, Incarnation: u2 ^ u3, OnBehalfOf: s3},
+			&wire.Header{Method: wire.Method(u32), Session: u1, Epoch: u2, Seq: u3, Ack: u1 ^ u3, Incarnation: u2 ^ u3, OnBehalfOf: s3,
+				ProxyCache: map[bool]uint64{true: u2}[bit(0)]},
 			&wire.CreateSessionRequest{ClientName: s1, Host: s2, PID: i1, Program: s3},
 			&wire.KeepAliveRequest{AckEvent: u1},
 			&wire.CloseSessionRequest{},
@@ -658,13 +659,13 @@ func FuzzRoundTrip(f *testing.F) {
 			&wire.SetACLRequest{Handle: u1, Read: s1, Write: s2, ChangeACL: s3},
 			&wire.Status{Code: wire.Code(u32), Msg: s1, Leader: s2, Epoch: u1},
 			&wire.CreateSessionResponse{Session: u1, Epoch: u2, LeaseMillis: i1, ResumeSecret: b2},
-			&wire.KeepAliveResponse{Epoch: u1, HeldMillis: i1, LeaseMillis: -i1, Events: events},
+			&wire.KeepAliveResponse{Epoch: u1, HeldMillis: i1, LeaseMillis: -i1, Events: events, Proxy: map[bool]uint64{true: u3}[bit(1)]},
 			&wire.OpenResponse{Handle: u1, Created: bit(6), Stat: st, Cacheable: bit(7), Missing: bit(5), Name: s2},
 			&wire.SequencerResponse{Sequencer: b1},
 			&wire.CheckSequencerResponse{Valid: bit(0), Reason: s1},
 			&wire.Empty{},
-			&wire.ContentsResponse{Contents: b1, Stat: st, Cacheable: bit(1)},
-			&wire.StatResponse{Stat: st, Cacheable: bit(2)},
+			&wire.ContentsResponse{Contents: b1, Stat: st, Cacheable: bit(1), ProxyCacheable: bit(3), Proxy: map[bool]uint64{true: u1}[bit(2)]},
+			&wire.StatResponse{Stat: st, Cacheable: bit(2), ProxyCacheable: bit(1), Proxy: map[bool]uint64{true: u2}[bit(3)]},
 			&wire.ReadDirResponse{Entries: entries, Cacheable: bit(3)},
 			&wire.AcquireResponse{LockGen: u1, Sequencer: b1},
 			&wire.CellStatusResponse{Cell: s1, Self: s2, State: s3, Master: s1, Epoch: u1, Term: u2, CommitIndex: u3,

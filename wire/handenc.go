@@ -30,20 +30,20 @@ import (
 // encoded by hand, as its encoder writes them.
 var handTags = map[reflect.Type]string{
 	reflect.TypeFor[Header](): "Method:m Session:s,omitempty Epoch:e,omitempty Seq:q,omitempty Ack:a,omitempty " +
-		"KeepStream:k,omitempty Incarnation:in,omitempty OnBehalfOf:ob,omitempty",
+		"KeepStream:k,omitempty Incarnation:in,omitempty OnBehalfOf:ob,omitempty ProxyCache:pc,omitempty",
 	reflect.TypeFor[Status](): "Code:c Msg:g,omitempty Leader:l,omitempty Epoch:e,omitempty",
 	reflect.TypeFor[HandleRequest](): "Handle:h Sequencer:sq,omitempty Cache:c,omitempty After:a,omitempty " +
 		"Limit:l,omitempty",
 	reflect.TypeFor[SetContentsRequest](): "Handle:h Contents:c IfGeneration:g,omitempty HasIfGeneration:i,omitempty " +
 		"Sequencer:sq,omitempty",
 	reflect.TypeFor[KeepAliveRequest]():  "AckEvent:a,omitempty Prompt:p,omitempty",
-	reflect.TypeFor[KeepAliveResponse](): "Epoch:e HeldMillis:h LeaseMillis:l Events:v,omitempty",
+	reflect.TypeFor[KeepAliveResponse](): "Epoch:e HeldMillis:h LeaseMillis:l Events:v,omitempty Proxy:px,omitempty",
 	reflect.TypeFor[Stat](): "Instance:i ContentGen:cg LockGen:lg ACLGen:ag Checksum:ck Size:sz CTime:ct MTime:mt " +
 		"Dir:d,omitempty Ephemeral:ep,omitempty ReadACL:ra,omitempty WriteACL:wa,omitempty ChangeACL:ca,omitempty " +
 		"LockMode:lm,omitempty LockHolders:lh,omitempty LockWaiters:lw,omitempty LockDelayUntil:ld,omitempty " +
 		"Holders:ho,omitempty Waiters:wt,omitempty LockDelayBy:lb,omitempty TTLMillis:tl,omitempty Container:cn,omitempty SemLimit:sl,omitempty",
-	reflect.TypeFor[ContentsResponse](): "Contents:c Stat:s Cacheable:k,omitempty",
-	reflect.TypeFor[StatResponse]():     "Stat:s Cacheable:k,omitempty",
+	reflect.TypeFor[ContentsResponse](): "Contents:c Stat:s Cacheable:k,omitempty ProxyCacheable:pk,omitempty Proxy:px,omitempty",
+	reflect.TypeFor[StatResponse]():     "Stat:s Cacheable:k,omitempty ProxyCacheable:pk,omitempty Proxy:px,omitempty",
 }
 
 // byHand says, per type, whether its fields are still those its encoder
@@ -74,7 +74,8 @@ func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 		if !headerByHand || m == nil {
 			return false, nil
 		}
-		w.MapLen(1, m.Session != 0, m.Epoch != 0, m.Seq != 0, m.Ack != 0, m.KeepStream, m.Incarnation != 0, m.OnBehalfOf != "")
+		w.MapLen(1, m.Session != 0, m.Epoch != 0, m.Seq != 0, m.Ack != 0, m.KeepStream, m.Incarnation != 0, m.OnBehalfOf != "",
+			m.ProxyCache != 0)
 		w.Uint("m", uint64(m.Method), true)
 		w.Uint("s", m.Session, false)
 		w.Uint("e", m.Epoch, false)
@@ -83,6 +84,7 @@ func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 		w.Bool("k", m.KeepStream)
 		w.Uint("in", m.Incarnation, false)
 		w.Str("ob", m.OnBehalfOf, false)
+		w.Uint("pc", m.ProxyCache, false)
 	case *Status:
 		if !statusByHand || m == nil {
 			return false, nil
@@ -123,7 +125,7 @@ func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 		if !keepAliveByHand || m == nil {
 			return false, nil
 		}
-		w.MapLen(3, len(m.Events) != 0)
+		w.MapLen(3, len(m.Events) != 0, m.Proxy != 0)
 		w.Uint("e", m.Epoch, true)
 		w.Int("h", m.HeldMillis, true)
 		w.Int("l", m.LeaseMillis, true)
@@ -131,23 +133,28 @@ func encodeByHand(e *msgpack.Encoder, v any) (bool, error) {
 			w.Key("v")
 			w.Check(e.Encode(m.Events))
 		}
+		w.Uint("px", m.Proxy, false)
 	case *ContentsResponse:
 		if !contentsByHand || m == nil {
 			return false, nil
 		}
-		w.MapLen(2, m.Cacheable)
+		w.MapLen(2, m.Cacheable, m.ProxyCacheable, m.Proxy != 0)
 		w.Bytes("c", m.Contents, true)
 		w.Key("s")
 		writeStat(&w, &m.Stat)
 		w.Bool("k", m.Cacheable)
+		w.Bool("pk", m.ProxyCacheable)
+		w.Uint("px", m.Proxy, false)
 	case *StatResponse:
 		if !statRespByHand || m == nil {
 			return false, nil
 		}
-		w.MapLen(1, m.Cacheable)
+		w.MapLen(1, m.Cacheable, m.ProxyCacheable, m.Proxy != 0)
 		w.Key("s")
 		writeStat(&w, &m.Stat)
 		w.Bool("k", m.Cacheable)
+		w.Bool("pk", m.ProxyCacheable)
+		w.Uint("px", m.Proxy, false)
 	default:
 		return false, nil
 	}

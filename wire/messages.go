@@ -96,6 +96,13 @@ type Header struct {
 	// from a principal it trusts as a proxy (CodePermission otherwise);
 	// ACLs, rations, quotas and the audit then apply to that principal.
 	OnBehalfOf string `msgpack:"ob,omitempty"`
+	// ProxyCache, set by a proxy that caches reads (docs/subsystems.md,
+	// "Proxies"), names its own cache session on a read it forwards to
+	// fill its cache: the master then registers that session as a cacher
+	// of the name too (ContentsResponse.ProxyCacheable says whether it
+	// did), so that every write of the name reaches the proxy first.
+	// Honoured only from a trusted proxy naming a session of its own.
+	ProxyCache uint64 `msgpack:"pc,omitempty"`
 }
 
 // Status opens every response. Leader is the client address of the current
@@ -365,6 +372,11 @@ type KeepAliveResponse struct {
 	HeldMillis  int64   `msgpack:"h"`
 	LeaseMillis int64   `msgpack:"l"`
 	Events      []Event `msgpack:"v,omitempty"`
+	// Proxy names the proxy that answered (its instance, drawn when it
+	// starts; 0: a master). A client trusts what a proxy's cache served
+	// it only under leases from that same proxy instance
+	// (ContentsResponse.Proxy).
+	Proxy uint64 `msgpack:"px,omitempty"`
 }
 
 // MaxReplyEvents and MaxReplyEventBytes bound the events of one
@@ -517,12 +529,24 @@ type ContentsResponse struct {
 	// Cacheable: the caller may cache the answer (it asked to, and no
 	// write of the node was in progress).
 	Cacheable bool `msgpack:"k,omitempty"`
+	// ProxyCacheable: the read named a proxy's cache session
+	// (Header.ProxyCache), and the master registered it as a cacher of
+	// the node: the proxy may serve the answer from its cache.
+	ProxyCacheable bool `msgpack:"pk,omitempty"`
+	// Proxy, when not 0, says a proxy's cache served the answer (the
+	// proxy's instance, as KeepAliveResponse.Proxy): a client caches it
+	// only while its leases come from that instance, and drops it when
+	// they stop (the proxy alone knows it handed the entry out).
+	Proxy uint64 `msgpack:"px,omitempty"`
 }
 
-// StatResponse carries a node's stat.
+// StatResponse carries a node's stat; ProxyCacheable and Proxy as in
+// ContentsResponse.
 type StatResponse struct {
-	Stat      Stat `msgpack:"s"`
-	Cacheable bool `msgpack:"k,omitempty"`
+	Stat           Stat   `msgpack:"s"`
+	Cacheable      bool   `msgpack:"k,omitempty"`
+	ProxyCacheable bool   `msgpack:"pk,omitempty"`
+	Proxy          uint64 `msgpack:"px,omitempty"`
 }
 
 // DirEntry is one child in a listing.

@@ -62,7 +62,40 @@ type BatchKeepAliveEntry struct {
 type BatchKeepAliveRequest struct {
 	Entries    []BatchKeepAliveEntry `msgpack:"v"`
 	HoldMillis int64                 `msgpack:"h,omitempty"`
+	// CacheSession, from a proxy that caches reads, names its cache
+	// session (a session of the proxy's own principal). Every batch of
+	// such a proxy names it: the leases the batch relays are then what
+	// that session's invalidations wait out when the proxy does not
+	// acknowledge them (the proxy handed its cache's entries to those
+	// clients), and the reply says how far that session's events go
+	// (BatchKeepAliveResponse.CacheSeq).
+	CacheSession uint64 `msgpack:"cs,omitempty"`
+	// Served, in a batch whose entries include CacheSession, lists for
+	// each name the proxy's cache session was told to invalidate the
+	// sessions the proxy's cache had served that name as cacheable.
+	// The master invalidates the name to each of them as to its own
+	// cachers (a write in flight waits for them) before it takes the
+	// cache session's acknowledgement.
+	Served []ServedName `msgpack:"sv,omitempty"`
 }
+
+// ServedName is one name a proxy's cache served as cacheable to
+// Sessions, since the master registered the proxy's cache for it.
+type ServedName struct {
+	Name     string   `msgpack:"n"`
+	Sessions []uint64 `msgpack:"s"`
+}
+
+// CacheSessionGoneMsg opens the message of a BatchKeepAlive refused
+// because its CacheSession has ended: the proxy drops its cache and
+// starts another cache session before it sends the batch again.
+const CacheSessionGoneMsg = "cache session gone"
+
+// MaxServedSessions bounds the session ids of one request's Served, all
+// names together: a proxy with more to report sends them over several
+// batches, acknowledging its cache session's events only up to what it
+// has reported.
+const MaxServedSessions = 16384
 
 // BatchKeepAliveResult is one session's answer: Code and Msg as a
 // KeepAlive's Status would carry them, and when Code is CodeOK the
@@ -84,4 +117,16 @@ type BatchKeepAliveResponse struct {
 	Epoch     uint64                 `msgpack:"e"`
 	TTLMillis int64                  `msgpack:"t"`
 	Results   []BatchKeepAliveResult `msgpack:"v"`
+	// CacheSeq, when the request named a CacheSession, is the newest
+	// event queued for that session and not yet acknowledged, read after
+	// every lease of this reply was granted (0: none). A proxy that has
+	// not taken in its cache session's events up to it relays none of
+	// these leases to a client its cache served until it has: one of
+	// those events may be an invalidation it must report first.
+	CacheSeq uint64 `msgpack:"cq,omitempty"`
+	// NoCache lists the principals among Served's sessions' that may
+	// not cache now (barred, see docs/flows.md): the proxy serves them
+	// nothing cacheable for NoCacheMillis.
+	NoCache       []string `msgpack:"nc,omitempty"`
+	NoCacheMillis int64    `msgpack:"nm,omitempty"`
 }
