@@ -227,6 +227,8 @@ type Client struct {
 	// cache holds what reads returned, kept fresh by invalidations on
 	// KeepAlive replies; nil with Config.DisableCache.
 	cache *cache.Cache[cached]
+	// proxied tracks the entries a proxy's read cache served (proxied.go).
+	proxied proxiedEntries
 
 	events    chan Event
 	streams   handleStreams // each handle's own events (events.go)
@@ -397,6 +399,7 @@ func (c *Client) purgeCache() {
 		c.cache.Purge()
 		c.dropPooled("")
 	}
+	c.proxied.purged()
 }
 
 // cacheStats reports the client cache's hits, misses, invalidations,

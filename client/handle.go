@@ -500,7 +500,7 @@ func (h *Handle) GetContentsAndStat(ctx context.Context, opts ...ReadOption) ([]
 			resp wire.ContentsResponse
 		}{req: wire.HandleRequest{Handle: h.id.Load(), Sequencer: h.sequencer(), Cache: fill}}
 		err := h.do(ctx, "read", wire.MethodGetContentsAndStat, &rr.req, &rr.resp)
-		return cached{contents: rr.resp.Contents, stat: rr.resp.Stat}, rr.resp.Cacheable, err
+		return cached{contents: rr.resp.Contents, stat: rr.resp.Stat, proxy: rr.resp.Proxy}, rr.resp.Cacheable, err
 	})
 	if err != nil {
 		return nil, Stat{}, err
@@ -524,7 +524,7 @@ func (h *Handle) GetStat(ctx context.Context, opts ...ReadOption) (Stat, error) 
 			resp wire.StatResponse
 		}{req: wire.HandleRequest{Handle: h.id.Load(), Sequencer: h.sequencer(), Cache: fill}}
 		err := h.do(ctx, "stat", wire.MethodGetStat, &rr.req, &rr.resp)
-		return cached{stat: rr.resp.Stat}, rr.resp.Cacheable, err
+		return cached{stat: rr.resp.Stat, proxy: rr.resp.Proxy}, rr.resp.Cacheable, err
 	})
 	if err != nil {
 		return Stat{}, err
@@ -916,6 +916,9 @@ type cached struct {
 	contents []byte
 	stat     wire.Stat
 	entries  []wire.DirEntry
+	// proxy is the proxy instance whose read cache served it (0: the
+	// master did): see proxied.go.
+	proxy uint64
 }
 
 func cachedSize(v cached) int64 {
@@ -996,7 +999,13 @@ func (h *Handle) cachedRead(ctx context.Context, op string, kind uint8, mayFill 
 		return readResult{}, err
 	}
 	if fill && cacheable {
-		h.c.cache.PutIf(key, v, tok)
+		if v.proxy != 0 {
+			if !h.c.proxied.put(h.c.cache, key, v, tok, v.proxy) {
+				return readResult{v: v}, nil
+			}
+		} else {
+			h.c.cache.PutIf(key, v, tok)
+		}
 		return readResult{v: v, kept: true}, nil
 	}
 	return readResult{v: v}, nil

@@ -85,7 +85,7 @@ func (h *Handle) readCaching(ctx context.Context) ([]byte, Stat, bool, error) {
 		req.Cache = fill
 		var resp wire.ContentsResponse
 		err := h.do(ctx, "read", wire.MethodGetContentsAndStat, req, &resp)
-		return cached{contents: resp.Contents, stat: resp.Stat}, resp.Cacheable, err
+		return cached{contents: resp.Contents, stat: resp.Stat, proxy: resp.Proxy}, resp.Cacheable, err
 	})
 	if err != nil {
 		return nil, Stat{}, false, err

@@ -539,6 +539,7 @@ func (c *Client) keepAliveLoop() {
 						c.cache.Invalidate(ev.Path)
 						c.dropPooled(ev.Path)
 					}
+					c.proxied.forget(ev.Path)
 					c.streams.invalidated(ev.Path)
 				case wire.EventMasterFailover:
 					c.purgeCache()
@@ -566,6 +567,9 @@ func (c *Client) keepAliveLoop() {
 					}
 				}
 			}
+			// What another proxy instance's cache served goes before this
+			// lease is adopted (proxied.go).
+			c.proxied.adopt(c, resp.Proxy)
 			c.noteEpoch(resp.Epoch)
 			lease := time.Duration(resp.HeldMillis+resp.LeaseMillis) * time.Millisecond
 			s.mu.Lock()

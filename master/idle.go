@@ -251,7 +251,7 @@ func (ss *sessions) markIdle(session uint64, ic *idleCalls, now time.Time, timeo
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	l := ss.leases[session]
-	if l == nil || l.closed || l.idle || l.end.Before(now) || !ic.drain(session, now, timeout) {
+	if l == nil || l.closed || l.idle || l.proxyCache || l.end.Before(now) || !ic.drain(session, now, timeout) {
 		return false
 	}
 	l.idle = true

@@ -62,7 +62,7 @@ func (e *proxyEndpoint) takeServed(c *call, req *wire.BatchKeepAliveRequest, out
 	if ok && owner != c.caller.Principal {
 		return wire.Errorf(wire.CodePermission, "cache session %d belongs to another principal", cache)
 	}
-	if !ok || !p.sess.live(cache) {
+	if !ok || !p.sess.cacheSession(cache) {
 		// No lease of the batch may be relayed under a cache session
 		// that no longer holds back the writes its clients' caches
 		// depend on: the proxy starts a new one (a new instance, whose

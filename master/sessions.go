@@ -59,6 +59,9 @@ type lease struct {
 	// (eventoverflow.go).
 	overflowSeq uint64
 	overflowing bool
+	// proxyCache: a proxy's cache session (sessions.cacheSession), never
+	// closed for idleness.
+	proxyCache bool
 }
 
 // Bounds on a session's queue of unacknowledged events. Invalidations are
@@ -667,12 +670,19 @@ func (ss *sessions) noteRelayedLocked(cache uint64, end time.Time) {
 	}
 }
 
-// live reports whether session holds a lease that has not ended.
-func (ss *sessions) live(session uint64) bool {
+// cacheSession reports whether session holds a lease that has not ended
+// nor is draining, and marks it a proxy's cache session (proxycache.go),
+// which is never closed for idleness: it makes no calls of its own, and
+// its proxy's clients depend on it.
+func (ss *sessions) cacheSession(session uint64) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	l := ss.leases[session]
-	return l != nil && !l.closed && !l.idle
+	if l == nil || l.closed || l.idle {
+		return false
+	}
+	l.proxyCache = true
+	return true
 }
 
 // pendingEventSeq is the newest event queued for session and not

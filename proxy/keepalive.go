@@ -63,6 +63,21 @@ type kaSession struct {
 	queued          bool
 	atMaster        int         // batches carrying it now
 	gone            *wire.Error // the session ended: what its client is told
+	// The read cache's hold on the session (readcache.go). cached counts
+	// the names the cache served it as cacheable that are not yet
+	// reported to the master with their invalidation and accepted;
+	// reporting, those of them in a report not yet accepted. gatedEnd is
+	// a lease a batch brought that waits to be relayed until the cache
+	// session's events up to gatedSeq are taken in and no report of the
+	// session is outstanding (batch answers' CacheSeq). fromCache: the
+	// lease end came from a batch naming the current cache session;
+	// covered: so did the lease the client was last told, which the
+	// master's cache session then outlives.
+	cached, reporting int
+	gatedEnd          time.Time
+	gatedSeq          uint64
+	fromCache         bool
+	covered           bool
 }
 
 // clientCall is a client's KeepAlive parked at the proxy.
@@ -117,6 +132,10 @@ type keeper struct {
 	// tickPhase shifts this proxy's half-lease ticks (holdFor), drawn at
 	// start.
 	tickPhase int64
+	// rc is the proxy's read cache (nil: it caches nothing); gated holds
+	// the sessions with a lease waiting for it (kaSession.gatedEnd).
+	rc    *readCache
+	gated map[*kaSession]struct{}
 }
 
 // defaultTTL is the lease the proxy assumes until the master tells it.
@@ -124,7 +143,7 @@ const defaultTTL = 12 * time.Second
 
 func newKeeper(ctx context.Context, up *upstream, m *metrics, log *slog.Logger) *keeper {
 	return &keeper{up: up, m: m, log: log, ctx: ctx, sess: map[uint64]*kaSession{}, byConn: map[uint64]map[*clientCall]struct{}{},
-		ttl: defaultTTL, kick: make(chan struct{}, 1), tickPhase: rand.Int64N(int64(time.Hour))}
+		ttl: defaultTTL, kick: make(chan struct{}, 1), tickPhase: rand.Int64N(int64(time.Hour)), gated: map[*kaSession]struct{}{}}
 }
 
 // keepAlive serves a client's KeepAlive: answered at once when it has
@@ -382,9 +401,15 @@ func (k *keeper) replyLocked(c *clientCall, now time.Time) answer {
 	s.told = true
 	k.m.kaLease.Inc()
 	resp := &wire.KeepAliveResponse{Epoch: s.epoch, HeldMillis: now.Sub(c.arrived).Milliseconds()}
+	if k.rc != nil {
+		// The client drops what another instance's cache served it
+		// before it adopts this lease (wire.KeepAliveResponse.Proxy).
+		resp.Proxy = k.rc.instance.Load()
+	}
 	if left := s.leaseEnd.Sub(now); left > 0 {
 		resp.LeaseMillis = left.Milliseconds() // rounded down: never longer
 		s.toldEnd, s.toldFor = s.leaseEnd, left
+		s.covered = s.fromCache
 	}
 	if len(s.events) > 0 {
 		resp.Events = wire.ReplyEvents(s.events, wire.MaxReplyEventBytes)
@@ -569,6 +594,9 @@ func (k *keeper) send(ss []*kaSession) {
 	due := batchDue(ss, built, ttl)
 	k.batches++
 	k.mu.Unlock()
+	if k.rc != nil {
+		req.CacheSession = k.rc.sessionID.Load()
+	}
 	k.m.batches.Inc()
 	k.m.batchSessions.Observe(float64(len(ss)))
 	sent := time.Now()
@@ -579,6 +607,11 @@ func (k *keeper) send(ss []*kaSession) {
 	ctx, cancel := context.WithDeadline(k.ctx, due)
 	err := k.up.callDecoded(ctx, &wire.Header{Method: wire.MethodBatchKeepAlive}, req, &resp)
 	cancel()
+	if err != nil && req.CacheSession != 0 && isCacheSessionGone(err) {
+		// The cache session is gone (readcache.go): a new one, and
+		// this batch again without it.
+		k.rc.lost(req.CacheSession)
+	}
 	now := time.Now()
 	var out []answer
 	k.mu.Lock()
@@ -644,8 +677,12 @@ func (k *keeper) send(ss []*kaSession) {
 		}
 		lease := time.Duration(r.HeldMillis+r.LeaseMillis) * time.Millisecond
 		grew := false
-		if end := wire.TrustedLeaseEnd(sent, lease); end.After(s.leaseEnd) {
+		if end := wire.TrustedLeaseEnd(sent, lease); k.gateLocked(s, end, resp.CacheSeq) {
+			// Relayed once the cache has taken in what may concern it
+			// (cacheProgress).
+		} else if end.After(s.leaseEnd) {
 			s.leaseEnd, grew = end, true
+			s.fromCache = req.CacheSession != 0 && req.CacheSession == k.rc.sessionID.Load()
 		}
 		s.epoch = resp.Epoch
 		fresh := false

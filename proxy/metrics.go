@@ -25,6 +25,11 @@ type metrics struct {
 	kaLease, kaNoLease, kaEnded prometheus.Counter
 	masterChanges               prometheus.Counter
 	calls                       *prometheus.CounterVec
+	// cacheReads counts the read cache's doings (readcache.go): hit
+	// (a read answered from it), fill (an answer stored), invalidated (a
+	// name the master invalidated), reported (a client served a name
+	// as cacheable, reported with its invalidation and accepted).
+	cacheReads *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -56,6 +61,10 @@ func newMetrics() *metrics {
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockcell_proxy_calls_total",
 			Help: "Client calls the proxy forwarded to the master, by method and the code its client got " +
 				"(unavailable: no master reachable; canceled: the client left)."}, []string{"method", "code"}),
+		cacheReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockcell_proxy_cache_total",
+			Help: "The read cache (--cache-reads), by what happened: hit (a read answered from it), fill (a master's answer stored), " +
+				"invalidated (a name the master invalidated to it), reported (a client it served a name as cacheable, " +
+				"reported to the master with the name's invalidation)."}, []string{"what"}),
 	}
 }
 
@@ -63,7 +72,7 @@ func newMetrics() *metrics {
 // gauges read at each scrape.
 func (m *metrics) register(reg prometheus.Registerer, p *Proxy) error {
 	for _, c := range []prometheus.Collector{m.batches, m.batchFailures, m.batchSeconds, m.batchSessions,
-		m.keepAlives, m.masterChanges, m.calls, metricsCollector{p}} {
+		m.keepAlives, m.masterChanges, m.calls, m.cacheReads, metricsCollector{p}} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -60,6 +60,12 @@ type Config struct {
 	DialTimeout time.Duration
 	// Logger receives the proxy's logs (default slog.Default()).
 	Logger *slog.Logger
+	// CacheReads turns the read cache on (readcache.go): the proxy
+	// answers its clients' file reads from a cache it keeps consistent
+	// through a cache session of its own, as Chubby's proxies do.
+	CacheReads bool
+	// CacheBytes bounds the read cache (default DefaultCacheBytes).
+	CacheBytes int64
 	// Metrics, when set, is where New registers the proxy's metrics
 	// (lockcell_proxy_*, docs/operations.md "Proxies"); HTTPHandler
 	// serves them with /healthz and /readyz. Unset, they are kept and
@@ -74,6 +80,7 @@ type Proxy struct {
 	port   *clientport.Port
 	up     *upstream
 	ka     *keeper
+	rc     *readCache // nil unless Config.CacheReads
 	m      *metrics
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -103,6 +110,10 @@ func New(ln net.Listener, cfg Config) (*Proxy, error) {
 	p.up = newUpstream(cfg.Peers, cfg.Upstream, cfg.DialTimeout, p.m)
 	p.up.dialer = cfg.Dialer
 	p.ka = newKeeper(ctx, p.up, p.m, cfg.Logger)
+	if cfg.CacheReads {
+		p.rc = newReadCache(ctx, p.ka, p.up, p.m, cfg.Logger, ownPrincipal(cfg.Upstream), cfg.CacheBytes)
+		p.ka.rc = p.rc
+	}
 	p.port = clientport.New(ln, clientport.Config{Limits: cfg.Limits, TLS: cfg.TLS, Anonymous: Anonymous, Logger: cfg.Logger},
 		handler{p})
 	if cfg.Metrics != nil {
@@ -123,6 +134,13 @@ func (p *Proxy) Serve() {
 		defer p.loops.Done()
 		p.ka.run()
 	}()
+	if p.rc != nil {
+		p.loops.Add(1)
+		go func() {
+			defer p.loops.Done()
+			p.rc.run()
+		}()
+	}
 	go func() {
 		defer p.loops.Done()
 		p.probeLoop()
@@ -245,8 +263,27 @@ func (h handler) Call(ctx context.Context, caller clientport.Caller, hd *wire.He
 	fwd := *hd
 	fwd.OnBehalfOf = caller.Principal
 	fwd.KeepStream = false
+	fwd.ProxyCache = 0 // the proxy's to name, never its client's
+	var fill *fillToken
+	if rc := h.p.rc; rc != nil && (hd.Method == wire.MethodGetContentsAndStat || hd.Method == wire.MethodGetStat) {
+		var req wire.HandleRequest
+		if wire.Decode(body, &req) == nil {
+			if resp, epoch, ok := rc.serve(caller.Principal, hd, &req); ok {
+				return resp, epoch, nil
+			}
+			h.p.m.cacheReads.WithLabelValues("miss").Inc()
+			fill, fwd.ProxyCache = rc.fillStart(hd, &req)
+		}
+	}
 	arrived := time.Now()
 	st, resp, err := h.p.up.call(ctx, &fwd, body)
+	if fill != nil {
+		if err != nil {
+			h.p.rc.fillDone(fill, caller.Principal, hd.Method, nil, nil)
+		} else {
+			h.p.rc.fillDone(fill, caller.Principal, hd.Method, &st, resp)
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			h.p.m.call(hd.Method, wire.CodeCanceled)
@@ -258,6 +295,9 @@ func (h handler) Call(ctx context.Context, caller clientport.Caller, hd *wire.He
 	h.p.m.call(hd.Method, st.Code)
 	if st.Code != wire.CodeOK {
 		return nil, st.Epoch, st.Err()
+	}
+	if h.p.rc != nil {
+		h.p.rc.noteCall(hd.Session, hd.Method, body, resp)
 	}
 	switch hd.Method {
 	case wire.MethodCreateSession:

@@ -42,6 +42,8 @@ func proxyCommand() *cli.Command {
 			&cli.StringFlag{Name: "upstream-key", Usage: "its private key (PEM)"},
 			&cli.StringFlag{Name: "connect-to", Usage: "ADDR=ADDR,...: dial the replica the cell names by the first address at the second (NAT, a container network)"},
 			&cli.StringFlag{Name: "http", Usage: "serve /metrics, /healthz and /readyz at ADDR (off when empty)"},
+			&cli.BoolFlag{Name: "cache-reads", Usage: "answer clients' file reads from a cache the proxy keeps consistent through a cache session of its own (the master invalidates it, and the clients it served, before every write)"},
+			&cli.GenericFlag{Name: "cache-bytes", Value: newByteSize(proxy.DefaultCacheBytes), Usage: "with --cache-reads, the most the cache holds (contents, names and a little more per entry)"},
 			&cli.BoolFlag{Name: "insecure", Usage: "run without TLS, for a plain cell: every client is anonymous, the admin; listens on loopback only"},
 			&cli.BoolFlag{Name: "insecure-bind-any", Usage: "with --insecure, allow a --listen address other than loopback"},
 			&cli.IntFlag{Name: "max-conns-per-ip", Value: d.MaxConnsPerIP, Usage: "client connections one IP address may hold"},
@@ -105,7 +107,15 @@ func proxyConfig(c *cli.Context) (proxy.Config, error) {
 	// share of file descriptors to lower its connection cap to.
 	lim := limits(c)
 	lim.MaxConns = c.Int("max-conns")
-	cfg := proxy.Config{Peers: splitList(c.String("peers")), Logger: logger(c), DialTimeout: 5 * time.Second, Limits: lim}
+	cfg := proxy.Config{Peers: splitList(c.String("peers")), Logger: logger(c), DialTimeout: 5 * time.Second, Limits: lim,
+		CacheReads: c.Bool("cache-reads")}
+	if cfg.CacheReads {
+		n := int64(*c.Generic("cache-bytes").(*byteSize))
+		if n < 1<<20 {
+			return proxy.Config{}, cli.Exit(fmt.Sprintf("--cache-bytes %s: below the minimum 1MiB", cell.FormatBytes(n)), 2)
+		}
+		cfg.CacheBytes = n
+	}
 	if ct := c.String("connect-to"); ct != "" {
 		m := map[string]string{}
 		for _, r := range splitList(ct) {
