@@ -240,12 +240,14 @@ type Stats struct {
 	Master string
 	// Conns are the client port's connection figures.
 	Conns clientport.Stats
+	// Cache is the read cache's (zero without Config.CacheReads).
+	Cache CacheStats
 }
 
 // Stats reports the proxy's figures now.
 func (p *Proxy) Stats() Stats {
 	n, b, f, st := p.ka.stats()
-	return Stats{Sessions: n, Batches: b, Failed: f, Stale: st, Master: p.up.masterAddr(), Conns: p.port.Stats()}
+	return Stats{Sessions: n, Batches: b, Failed: f, Stale: st, Master: p.up.masterAddr(), Conns: p.port.Stats(), Cache: p.rc.stats()}
 }
 
 // handler is the proxy's side of its client port.

@@ -595,9 +595,11 @@ func (rc *readCache) keepOnce() {
 	}
 	hold := max(min(ttl/2, due.Sub(sent)-ttl/8), time.Millisecond)
 	req := &wire.BatchKeepAliveRequest{
-		Entries: []wire.BatchKeepAliveEntry{{Session: cache, Epoch: epoch, AckEvent: ack, Prompt: len(served) > 0, Principal: rc.principal}},
 		// A report is answered at once, so the clients it names get
-		// their held leases.
+		// their held leases; so is a new session's first KeepAlive, so
+		// the cache serves as soon as it can.
+		Entries: []wire.BatchKeepAliveEntry{{Session: cache, Epoch: epoch, AckEvent: ack, Prompt: len(served) > 0 || leaseEnd.IsZero(),
+			Principal: rc.principal}},
 		HoldMillis: hold.Milliseconds(), CacheSession: cache, Served: served}
 	var resp wire.BatchKeepAliveResponse
 	ctx, cancel := context.WithDeadline(rc.ctx, due)
@@ -617,6 +619,7 @@ func (rc *readCache) keepOnce() {
 		}
 	}
 	if err != nil {
+		rc.log.Debug("proxy: the read cache session's KeepAlive failed", "session", cache, "err", err)
 		if isCacheSessionGone(err) {
 			rc.lost(cache)
 			return
@@ -668,19 +671,27 @@ func (rc *readCache) taken(cache uint64, resp *wire.BatchKeepAliveResponse, sent
 	rc.k.cacheProgress()
 }
 
-// cacheStats are the read cache's figures.
-type cacheStats struct {
+// CacheStats are a proxy's read-cache figures: the entries and their
+// bytes now; reads answered from the cache (Hits), answers stored
+// (Fills), names the master invalidated, clients reported with their
+// invalidation and accepted; the cache session (0: none now).
+type CacheStats struct {
 	Entries                              int
 	Bytes                                int64
 	Hits, Fills, Invalidations, Reported uint64
 	Session                              uint64
+	// Serving: the cache session holds a lease; the cache may answer.
+	Serving bool
 }
 
-func (rc *readCache) stats() cacheStats {
+func (rc *readCache) stats() CacheStats {
+	if rc == nil {
+		return CacheStats{}
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return cacheStats{Entries: len(rc.entries), Bytes: rc.bytes, Hits: rc.hits, Fills: rc.fills2, Invalidations: rc.invalidations,
-		Reported: rc.reported, Session: rc.session}
+	return CacheStats{Entries: len(rc.entries), Bytes: rc.bytes, Hits: rc.hits, Fills: rc.fills2, Invalidations: rc.invalidations,
+		Reported: rc.reported, Session: rc.session, Serving: rc.usableLocked(time.Now())}
 }
 
 // ownPrincipal is the principal the proxy calls the master as: its
