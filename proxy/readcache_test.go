@@ -2,14 +2,19 @@ package proxy_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"lockcell/cell"
+	"lockcell/cell/certs"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/fixtures"
 	"lockcell/proxy"
+	"lockcell/wire"
 )
 
 // cachingProxy starts a proxy with its read cache on in front of c, and
@@ -151,4 +156,171 @@ func TestProxyCacheDiesItsClientsDropWhatItServed(t *testing.T) {
 	evs.mu.Lock()
 	t.Logf("the reader's events: %v", evs.got)
 	evs.mu.Unlock()
+}
+
+// rawCacher is a hostile client behind a proxy, on the wire: it keeps its
+// session alive but never acknowledges an event, and reads one file
+// asking to cache it.
+type rawCacher struct {
+	mux     *fixtures.WireMux
+	session uint64
+	epoch   uint64
+	handle  uint64
+	replies atomic.Int64 // KeepAlive answers with a lease
+}
+
+// newRawCacher makes a session through p as the principal of tlsCfg,
+// keeps it alive without acknowledging anything until the test ends, and
+// opens name for reading.
+func newRawCacher(t *testing.T, ctx context.Context, p *proxy.Proxy, tlsCfg *tls.Config, name string) *rawCacher {
+	t.Helper()
+	addr := p.Addr().String()
+	cfg, err := certs.ForAddr(tlsCfg, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux, err := fixtures.NewWireMux(conn, addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mux.Close)
+	var cs wire.CreateSessionResponse
+	if st, err := mux.Call(ctx, wire.Header{Method: wire.MethodCreateSession}, &wire.CreateSessionRequest{ClientName: "never-acks"}, &cs); err != nil || st.Code != wire.CodeOK {
+		t.Fatalf("create session through the proxy: %v %v", st, err)
+	}
+	r := &rawCacher{mux: mux, session: cs.Session, epoch: cs.Epoch}
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for kctx.Err() == nil {
+			var ka wire.KeepAliveResponse
+			// AckEvent 0, always: it hears every invalidation and
+			// acknowledges none.
+			st, err := mux.Call(kctx, wire.Header{Method: wire.MethodKeepAlive, Session: r.session, Epoch: r.epoch},
+				&wire.KeepAliveRequest{}, &ka)
+			if err != nil {
+				return
+			}
+			if st.Code == wire.CodeOK && ka.LeaseMillis > 0 {
+				r.replies.Add(1)
+			}
+		}
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	var or wire.OpenResponse
+	if st, err := mux.Call(ctx, wire.Header{Method: wire.MethodOpen, Session: r.session, Epoch: r.epoch, Seq: 1},
+		&wire.OpenRequest{Path: name, Flags: wire.OpenRead}, &or); err != nil || st.Code != wire.CodeOK {
+		t.Fatalf("open %s through the proxy: %v %v", name, st, err)
+	}
+	r.handle = or.Handle
+	return r
+}
+
+// read reads the file asking to cache it: whether the proxy's cache
+// served it (Proxy set) and as cacheable.
+func (r *rawCacher) read(t *testing.T, ctx context.Context) (fromProxy, cacheable bool) {
+	t.Helper()
+	var cr wire.ContentsResponse
+	st, err := r.mux.Call(ctx, wire.Header{Method: wire.MethodGetContentsAndStat, Session: r.session, Epoch: r.epoch},
+		&wire.HandleRequest{Handle: r.handle, Cache: true}, &cr)
+	if err != nil || st.Code != wire.CodeOK {
+		t.Fatalf("read through the proxy: %v %v", st, err)
+	}
+	return cr.Proxy != 0, cr.Cacheable
+}
+
+// A principal whose sessions behind a caching proxy are served a name as
+// cacheable and never acknowledge its invalidation holds a write of it at
+// most the lease those sessions held, as any cacher; its holds are
+// charged to it, it is barred, and the proxy, told with its next report,
+// serves it nothing cacheable: writes then go on without waiting for it.
+// A session with an invalidation it has not acknowledged is served
+// nothing cacheable either, as the master registers it for nothing more.
+func TestProxyCacheNonAckingPrincipalIsBounded(t *testing.T) {
+	set := fixtures.TestCerts(t, fixtures.ProxyPrincipal, "mallory")
+	const lease = time.Second
+	c := fixtures.NewCell(t, 3, fixtures.Options{LeaseTTL: lease, TLS: set,
+		Configure: func(cfg *cell.Config) { cfg.ProxyPrincipals = []string{fixtures.ProxyPrincipal} }})
+	p := cachingProxy(t, c)
+	ctx := ctxT(t, 120*time.Second)
+	adm := c.Client(t)
+	mustOpen(t, ctx, adm, c.Name("acl"), rw|client.Directory)
+	mustOpen(t, ctx, adm, c.Name("acl/readers"), rw, client.WithContents([]byte("mallory\n")))
+	hw := mustOpen(t, ctx, adm, c.Name("f"), rw, client.WithContents([]byte("v0")))
+	if _, err := hw.SetACL(ctx, client.ACL{Read: "readers"}); err != nil {
+		t.Fatal(err)
+	}
+	// The admin's reads through the proxy fill its cache.
+	filler := c.ClientWith(t, fixtures.ProxiedConfig(c.ClientConfig(), p))
+	hf := mustOpen(t, ctx, filler, c.Name("f"), client.Read, client.WithoutCache())
+	mallory := set.ClientTLS(t, "mallory")
+	m := c.WaitForMaster(30 * time.Second)
+	inv := func() (late, bars uint64) {
+		s := c.Server(m).Master().InvalidationStats()
+		return s.Late, s.Bars
+	}
+	barredAt := 0
+	for round := 1; round <= 8; round++ {
+		cur := fmt.Sprintf("v%d", round-1)
+		readAs(t, ctx, "the filler", hf, cur)
+		// Fresh sessions of mallory's, each served the name by the
+		// proxy's cache: cacheable once its lease came from a batch
+		// naming the cache session (by its second KeepAlive answer),
+		// until the proxy hears of a bar.
+		var rs []*rawCacher
+		for range 3 {
+			rs = append(rs, newRawCacher(t, ctx, p, mallory, c.Name("f")))
+		}
+		pollUntil(t, 20*time.Second, "mallory's sessions answered twice", func() bool {
+			for _, r := range rs {
+				if r.replies.Load() < 2 {
+					return false
+				}
+			}
+			return true
+		})
+		var served, cacheable int
+		for _, r := range rs {
+			readAs(t, ctx, "the filler", hf, cur)
+			fromProxy, ok := r.read(t, ctx)
+			if fromProxy {
+				served++
+			}
+			if fromProxy && ok {
+				cacheable++
+			}
+		}
+		late0, _ := inv()
+		began := time.Now()
+		if err := hw.SetContents(ctx, []byte(fmt.Sprintf("v%d", round))); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(began)
+		late, bars := inv()
+		t.Logf("round %d: %d of mallory's sessions served, %d cacheable; the write took %v, %d invalidations ran late, %d bars",
+			round, served, cacheable, took.Round(time.Millisecond), late-late0, bars)
+		if took > lease+time.Second {
+			t.Fatalf("round %d: the write took %v, over the lease its cachers held (%v) + 1 s", round, took, lease)
+		}
+		if bars > 0 && barredAt == 0 {
+			barredAt = round
+		}
+		if barredAt == 0 && cacheable == 0 {
+			t.Fatalf("round %d: no read of mallory's served cacheable before any bar: the test proves nothing", round)
+		}
+		if barredAt > 0 && round >= barredAt+2 {
+			// The proxy heard of the bar with the report after it.
+			if served == 0 || cacheable != 0 || late != late0 {
+				t.Fatalf("round %d, barred since round %d: %d of %d reads from the proxy's cache served cacheable, %d invalidations late",
+					round, barredAt, cacheable, served, late-late0)
+			}
+			return
+		}
+	}
+	t.Fatalf("mallory was barred at round %d (0: never), and the proxy went on serving it cacheable", barredAt)
 }
