@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,6 +87,8 @@ type Proxy struct {
 	cancel context.CancelFunc
 	// loops are the keeper's batch loop and the master probe (Serve's).
 	loops sync.WaitGroup
+	// forwardedReads counts the reads forwarded (Stats.ForwardedReads).
+	forwardedReads atomic.Uint64
 }
 
 // New returns a Proxy serving ln once Serve is called; it owns ln from now
@@ -242,12 +245,16 @@ type Stats struct {
 	Conns clientport.Stats
 	// Cache is the read cache's (zero without Config.CacheReads).
 	Cache CacheStats
+	// ForwardedReads counts the contents and stat reads forwarded to the
+	// master (every one without the read cache).
+	ForwardedReads uint64
 }
 
 // Stats reports the proxy's figures now.
 func (p *Proxy) Stats() Stats {
 	n, b, f, st := p.ka.stats()
-	return Stats{Sessions: n, Batches: b, Failed: f, Stale: st, Master: p.up.masterAddr(), Conns: p.port.Stats(), Cache: p.rc.stats()}
+	return Stats{Sessions: n, Batches: b, Failed: f, Stale: st, Master: p.up.masterAddr(), Conns: p.port.Stats(), Cache: p.rc.stats(),
+		ForwardedReads: p.forwardedReads.Load()}
 }
 
 // handler is the proxy's side of its client port.
@@ -273,9 +280,22 @@ func (h handler) Call(ctx context.Context, caller clientport.Caller, hd *wire.He
 			if resp, epoch, ok := rc.serve(caller.Principal, hd, &req); ok {
 				return resp, epoch, nil
 			}
+			if wait := rc.filling(hd, &req); wait != nil {
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					return nil, 0, wire.Errorf(wire.CodeCanceled, "the client left the call")
+				}
+				if resp, epoch, ok := rc.serve(caller.Principal, hd, &req); ok {
+					return resp, epoch, nil
+				}
+			}
 			h.p.m.cacheReads.WithLabelValues("miss").Inc()
 			fill, fwd.ProxyCache = rc.fillStart(hd, &req)
 		}
+	}
+	if hd.Method == wire.MethodGetContentsAndStat || hd.Method == wire.MethodGetStat {
+		h.p.forwardedReads.Add(1)
 	}
 	arrived := time.Now()
 	st, resp, err := h.p.up.call(ctx, &fwd, body)

@@ -112,6 +112,7 @@ type fillToken struct {
 	name    string
 	session uint64 // the cache session it was registered under
 	stale   bool
+	done    chan struct{} // closed when the fill ends, stored or not
 }
 
 // servedReport is a piece of what the proxy reports with its cache
@@ -280,9 +281,32 @@ func (rc *readCache) fillStart(h *wire.Header, req *wire.HandleRequest) (*fillTo
 	if !known {
 		return nil, 0
 	}
-	t := &fillToken{name: oh.name, session: rc.session}
+	t := &fillToken{name: oh.name, session: rc.session, done: make(chan struct{})}
 	rc.fills[oh.name] = append(rc.fills[oh.name], t)
 	return t, rc.session
+}
+
+// filling returns, for a read the cache could not answer, a channel
+// closed when a fill of the same name already in flight ends (nil: none).
+// The read waits for it and asks the cache again: the reads that follow
+// a write of a name many clients read arrive together, and without this
+// each would go to the master before the first answer is stored.
+func (rc *readCache) filling(h *wire.Header, req *wire.HandleRequest) <-chan struct{} {
+	if len(req.Sequencer) != 0 || h.Session == 0 {
+		return nil
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	oh, known := rc.handles[handleKey{h.Session, req.Handle}]
+	if !known {
+		return nil
+	}
+	for _, t := range rc.fills[oh.name] {
+		if !t.stale && t.session == rc.session {
+			return t.done
+		}
+	}
+	return nil
 }
 
 // fillDone ends a fill: the master's answer (body, when st is OK) is
@@ -305,6 +329,7 @@ func (rc *readCache) fillDone(t *fillToken, principal string, method wire.Method
 			}
 		}
 	}
+	defer close(t.done)
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	ts := rc.fills[t.name]
