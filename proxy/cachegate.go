@@ -48,12 +48,12 @@ func (k *keeper) cacheProgress() {
 			continue
 		}
 		delete(k.gated, s)
-		end := s.gatedEnd
+		end, seq := s.gatedEnd, s.gatedSeq
 		s.gatedEnd, s.gatedSeq = time.Time{}, 0
 		if !end.After(s.leaseEnd) {
 			continue
 		}
-		s.leaseEnd = end
+		s.leaseEnd, s.leaseSeq = end, seq
 		s.fromCache = k.rc.sessionID.Load() != 0
 		if c := s.parked; c != nil && (len(s.events) > 0 || !s.told) && k.tellableLocked(s, now) {
 			out = append(out, k.replyLocked(c, now))
@@ -70,7 +70,9 @@ func (k *keeper) cacheProgress() {
 // the proxy keeps, with a lease it may tell. cacheable, asked for by
 // wantCache, says whether the answer may let the client cache it: its
 // last lease came from a batch naming the current cache session (which
-// the master then keeps alive past it), it has acknowledged every event,
+// the master then keeps alive past it), granted when every invalidation
+// queued for the cache session before it had been taken in here (so
+// any later one waits that lease out), it has acknowledged every event,
 // and no report of it is outstanding. With count, a cacheable answer is
 // counted (kaSession.cached) before it is given.
 func (k *keeper) serveCheck(id, incarnation uint64, principal string, wantCache, count bool, now time.Time) (live, cacheable bool) {
@@ -80,7 +82,8 @@ func (k *keeper) serveCheck(id, incarnation uint64, principal string, wantCache,
 	if s == nil || s.gone != nil || s.principal != principal || s.incarnation != incarnation || !k.tellableLocked(s, now) {
 		return false, false
 	}
-	if wantCache && s.told && s.covered && s.fromCache && s.clientAck >= s.delivered && len(s.events) == 0 && s.reporting == 0 {
+	if wantCache && s.told && s.covered && s.fromCache && s.toldSeq <= k.rc.seen.Load() &&
+		s.clientAck >= s.delivered && len(s.events) == 0 && s.reporting == 0 {
 		if count {
 			s.cached++
 		}

@@ -78,6 +78,12 @@ type kaSession struct {
 	gatedSeq          uint64
 	fromCache         bool
 	covered           bool
+	// leaseSeq is the CacheSeq of the batch answer leaseEnd came from;
+	// toldSeq, that of the lease the client was last told. The client
+	// may be served cacheable only once the cache has taken in its
+	// session's events up to toldSeq: an invalidation queued before that
+	// lease was granted does not wait it out.
+	leaseSeq, toldSeq uint64
 }
 
 // clientCall is a client's KeepAlive parked at the proxy.
@@ -409,7 +415,7 @@ func (k *keeper) replyLocked(c *clientCall, now time.Time) answer {
 	if left := s.leaseEnd.Sub(now); left > 0 {
 		resp.LeaseMillis = left.Milliseconds() // rounded down: never longer
 		s.toldEnd, s.toldFor = s.leaseEnd, left
-		s.covered = s.fromCache
+		s.covered, s.toldSeq = s.fromCache, s.leaseSeq
 	}
 	if len(s.events) > 0 {
 		resp.Events = wire.ReplyEvents(s.events, wire.MaxReplyEventBytes)
@@ -683,6 +689,7 @@ func (k *keeper) send(ss []*kaSession) {
 		} else if end.After(s.leaseEnd) {
 			s.leaseEnd, grew = end, true
 			s.fromCache = req.CacheSession != 0 && req.CacheSession == k.rc.sessionID.Load()
+			s.leaseSeq = resp.CacheSeq
 		}
 		s.epoch = resp.Epoch
 		fresh := false
