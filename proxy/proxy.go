@@ -2,7 +2,9 @@
 // exactly as they dial a replica, and it forwards their calls to the
 // master, answering their KeepAlives itself from leases it keeps for all
 // of their sessions with a few BatchKeepAlive calls (keepalive.go), so the
-// master sees one KeepAlive stream per proxy instead of one per session.
+// master sees one KeepAlive stream per proxy instead of one per session;
+// with Config.CacheReads it answers their file reads from a cache kept
+// consistent as a cacher of the master's (readcache.go, cachegate.go).
 //
 // Identity: the proxy terminates its clients' TLS (a clientport.Port, the
 // replicas' own client port, with its caps and budgets) and learns each

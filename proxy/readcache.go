@@ -47,8 +47,12 @@ import (
 //     (wire.BatchKeepAliveRequest.Served); the master invalidates the
 //     name to each before the acknowledgement counts. Until the master
 //     has accepted the report, no newer lease reaches those clients
-//     (keeper.gateLocked), nor does any lease granted after an event of
-//     the cache session the proxy has not yet taken in.
+//     (keeper.gateLocked), nor does a lease from a batch whose answer
+//     names a cache-session event the proxy has not yet taken in
+//     (wire.BatchKeepAliveResponse.CacheSeq); and a client is served
+//     cacheable only under a lease told once every such event was taken
+//     in (keeper.serveCheck): an invalidation queued before a lease was
+//     granted does not wait that lease out.
 //   - Every client answer names the proxy's instance (a random number
 //     drawn with each cache session): a client keeps what the cache
 //     served it only under leases from the same instance.
@@ -140,8 +144,6 @@ type readCache struct {
 	seen      atomic.Uint64
 	instance  atomic.Uint64
 	sessionID atomic.Uint64
-	// wake asks the loop to send its batch now (a report is waiting).
-	wake chan struct{}
 
 	mu         sync.Mutex
 	session    uint64
@@ -164,7 +166,7 @@ type readCache struct {
 	// hits counts answers from the cache, fills the entries stored,
 	// invalidations the names invalidated, reported the sessions
 	// reported with them (and accepted).
-	hits, fills2, invalidations, reported uint64
+	hits, filled, invalidations, reported uint64
 }
 
 func newReadCache(ctx context.Context, k *keeper, up *upstream, m *metrics, log *slog.Logger, principal string, maxBytes int64) *readCache {
@@ -172,7 +174,7 @@ func newReadCache(ctx context.Context, k *keeper, up *upstream, m *metrics, log 
 		maxBytes = DefaultCacheBytes
 	}
 	rc := &readCache{k: k, up: up, m: m, log: log, ctx: ctx, principal: principal, maxBytes: maxBytes,
-		wake: make(chan struct{}, 1), ttl: defaultTTL}
+		ttl: defaultTTL}
 	rc.resetLocked()
 	rc.handles, rc.perSession = map[handleKey]openHandle{}, map[uint64]int{}
 	return rc
@@ -365,7 +367,7 @@ func (rc *readCache) fillDone(t *fillToken, principal string, method wire.Method
 		filler: principal, size: size}
 	rc.bytes += size
 	rc.filledBy[principal] += size
-	rc.fills2++
+	rc.filled++
 	rc.m.cacheReads.WithLabelValues("fill").Inc()
 	for name := range rc.entries { // over the budget: any others go (a map's order is as good as any)
 		if rc.bytes <= rc.maxBytes {
@@ -488,10 +490,6 @@ func (rc *readCache) takeInLocked(events []wire.Event) (dropped bool) {
 					rc.k.reporting(ids[:n:n])
 					ids = ids[n:]
 				}
-				select {
-				case rc.wake <- struct{}{}:
-				default:
-				}
 			}
 		case wire.EventMasterFailover:
 			rc.resetLocked()
@@ -540,15 +538,13 @@ func (rc *readCache) lost(cache uint64) {
 	rc.resetLocked()
 	rc.mu.Unlock()
 	rc.k.dropServed()
-	select {
-	case rc.wake <- struct{}{}:
-	default:
-	}
 }
 
 // run keeps the cache session until the proxy closes: it makes one when
 // there is none, and sends its KeepAlive in a batch of its own, with the
-// acknowledgement of its events and the reports that go with it.
+// acknowledgement of its events and the reports that go with it. The
+// events come only in that batch's answers, so a report made of them
+// goes in the very next batch.
 func (rc *readCache) run() {
 	sweep := time.NewTicker(sweepHandlesEvery)
 	defer sweep.Stop()
@@ -715,7 +711,7 @@ func (rc *readCache) stats() CacheStats {
 	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return CacheStats{Entries: len(rc.entries), Bytes: rc.bytes, Hits: rc.hits, Fills: rc.fills2, Invalidations: rc.invalidations,
+	return CacheStats{Entries: len(rc.entries), Bytes: rc.bytes, Hits: rc.hits, Fills: rc.filled, Invalidations: rc.invalidations,
 		Reported: rc.reported, Session: rc.session, Serving: rc.usableLocked(time.Now())}
 }
 
