@@ -40,6 +40,13 @@ func newMetrics() *metrics {
 		Help: "Client KeepAlives the proxy answered, by result: lease (the lease it keeps, with any events), " +
 			"no_lease (NotMaster: it had no fresh lease from the master for the session), " +
 			"ended (the session expired, was closed or resumed elsewhere)."}, []string{"result"})
+	cache := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockcell_proxy_cache_total",
+		Help: "The read cache (--cache-reads), by what happened: hit (a read answered from it), miss (a read forwarded), " +
+			"fill (a master's answer stored), invalidated (a name the master invalidated to it), reported (a client it served " +
+			"a name as cacheable, reported to the master with the name's invalidation)."}, []string{"what"})
+	for _, w := range []string{"hit", "miss", "fill", "invalidated", "reported"} {
+		cache.WithLabelValues(w) // exported from the start, at 0
+	}
 	return &metrics{
 		batches: counter("lockcell_proxy_batches_total",
 			"BatchKeepAlive calls the proxy sent to the master (each carries up to 1,024 sessions' KeepAlives)."),
@@ -61,10 +68,7 @@ func newMetrics() *metrics {
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockcell_proxy_calls_total",
 			Help: "Client calls the proxy forwarded to the master, by method and the code its client got " +
 				"(unavailable: no master reachable; canceled: the client left)."}, []string{"method", "code"}),
-		cacheReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockcell_proxy_cache_total",
-			Help: "The read cache (--cache-reads), by what happened: hit (a read answered from it), fill (a master's answer stored), " +
-				"invalidated (a name the master invalidated to it), reported (a client it served a name as cacheable, " +
-				"reported to the master with the name's invalidation)."}, []string{"what"}),
+		cacheReads: cache,
 	}
 }
 
