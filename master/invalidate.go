@@ -452,7 +452,9 @@ func (inv *invalidator) transfer(cache uint64, name string, sessions []uint64, p
 			if !slices.Contains(barred, p) {
 				barred = append(barred, p)
 			}
-			until = maxTime(until, b)
+			if b.After(until) {
+				until = b
+			}
 		}
 		if len(from) == 0 {
 			continue
@@ -467,12 +469,6 @@ func (inv *invalidator) transfer(cache uint64, name string, sessions []uint64, p
 	return barred, until
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
 
 // release ends invalidate(names): the names are no longer busy with this
 // change.

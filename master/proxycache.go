@@ -1,6 +1,8 @@
 package master
 
 import (
+	"slices"
+
 	"lockcell/fsm"
 	"lockcell/wire"
 )
@@ -103,7 +105,7 @@ func (e *proxyEndpoint) takeServed(c *call, req *wire.BatchKeepAliveRequest, out
 	for _, sv := range req.Served {
 		barred, until := p.inv.transfer(cache, sv.Name, sv.Sessions, principal)
 		for _, b := range barred {
-			if !containsString(out.NoCache, b) {
+			if !slices.Contains(out.NoCache, b) {
 				out.NoCache = append(out.NoCache, b)
 			}
 		}
@@ -112,13 +114,4 @@ func (e *proxyEndpoint) takeServed(c *call, req *wire.BatchKeepAliveRequest, out
 		}
 	}
 	return nil
-}
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
