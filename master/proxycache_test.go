@@ -7,21 +7,23 @@ import (
 	"lockcell/wire"
 )
 
+// makeSession creates a session as caller, for behalf (may be "").
+func makeSession(t *testing.T, m *testMaster, caller, behalf string) uint64 {
+	t.Helper()
+	resp, err := m.callAs(caller, behalf, 0, wire.MethodCreateSession, &wire.CreateSessionRequest{ClientName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.(*wire.CreateSessionResponse).Session
+}
+
 // A batch naming a cache session is checked before anything is taken in:
 // the session must be the proxy's own and live, a report must travel with
 // the cache session's KeepAlive, name valid names and stay within its
 // bound. Each refusal is a typed error and changes nothing.
 func TestBatchCacheSessionRefusals(t *testing.T) {
 	m := newProxiedMaster(t)
-	create := &wire.CreateSessionRequest{ClientName: "t"}
-	mk := func(caller, behalf string) uint64 {
-		t.Helper()
-		resp, err := m.callAs(caller, behalf, 0, wire.MethodCreateSession, create)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.(*wire.CreateSessionResponse).Session
-	}
+	mk := func(caller, behalf string) uint64 { return makeSession(t, m, caller, behalf) }
 	cache, alice := mk("p", ""), mk("p", "alice")
 	entry := func(s uint64, who string) wire.BatchKeepAliveEntry {
 		return wire.BatchKeepAliveEntry{Session: s, Principal: who, Epoch: m.epoch, Prompt: true}
@@ -86,15 +88,7 @@ func TestBatchCacheSessionRefusals(t *testing.T) {
 // another's session, the read is answered as it would be without it.
 func TestFillRegistersOnlyTheProxysOwnCacheSession(t *testing.T) {
 	m := newProxiedMaster(t)
-	create := &wire.CreateSessionRequest{ClientName: "t"}
-	mk := func(caller, behalf string) uint64 {
-		t.Helper()
-		resp, err := m.callAs(caller, behalf, 0, wire.MethodCreateSession, create)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.(*wire.CreateSessionResponse).Session
-	}
+	mk := func(caller, behalf string) uint64 { return makeSession(t, m, caller, behalf) }
 	cache, admin := mk("p", ""), mk("p", "admin")
 	// Both heard on a KeepAlive: until then neither may cache.
 	if _, err := m.callAs("p", "", 0, wire.MethodBatchKeepAlive, &wire.BatchKeepAliveRequest{CacheSession: cache,
