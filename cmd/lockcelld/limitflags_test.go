@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"lockcell/cell"
+	"lockcell/proxy"
 )
 
 // flagDefault is a limit flag's default as README writes it.
@@ -136,5 +138,38 @@ func TestProxyLimitFlags(t *testing.T) {
 	}
 	if d := cell.DefaultConnLimits; got.MaxConnBuffer != d.MaxConnBuffer || got.BufferReserve != d.BufferReserve {
 		t.Fatalf("proxy limits left unset: %+v, want the defaults %+v", got, d)
+	}
+}
+
+// `lockcelld proxy --cache-reads` turns the read cache on with
+// --cache-bytes (64MiB by default); a size under 1MiB is refused with
+// exit 2 before anything starts, and without --cache-reads nothing is
+// cached whatever --cache-bytes says.
+func TestProxyCacheFlags(t *testing.T) {
+	run := func(args ...string) (proxy.Config, error) {
+		var got proxy.Config
+		cmd := proxyCommand()
+		cmd.Action = func(c *cli.Context) error {
+			cfg, err := proxyConfig(c)
+			got = cfg
+			return err
+		}
+		app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+		err := app.Run(append([]string{"lockcelld", "proxy", "--listen", "127.0.0.1:0", "--peers", "127.0.0.1:1", "--insecure"}, args...))
+		return got, err
+	}
+	if cfg, err := run("--cache-reads"); err != nil || !cfg.CacheReads || cfg.CacheBytes != proxy.DefaultCacheBytes {
+		t.Fatalf("--cache-reads: %+v %v", cfg, err)
+	}
+	if cfg, err := run("--cache-reads", "--cache-bytes", "256MiB"); err != nil || cfg.CacheBytes != 256<<20 {
+		t.Fatalf("--cache-bytes 256MiB: %d %v", cfg.CacheBytes, err)
+	}
+	if cfg, err := run("--cache-bytes", "256MiB"); err != nil || cfg.CacheReads {
+		t.Fatalf("--cache-bytes alone: %+v %v", cfg, err)
+	}
+	_, err := run("--cache-reads", "--cache-bytes", "512KiB")
+	var ec cli.ExitCoder
+	if !errors.As(err, &ec) || ec.ExitCode() != 2 || !strings.Contains(err.Error(), "below the minimum 1MiB") {
+		t.Fatalf("--cache-bytes 512KiB: %v, want exit 2 below the minimum", err)
 	}
 }
