@@ -87,7 +87,8 @@ type Proxy struct {
 	m      *metrics
 	ctx    context.Context
 	cancel context.CancelFunc
-	// loops are the keeper's batch loop and the master probe (Serve's).
+	// loops are the keeper's batch loop, the master probe and the read
+	// cache's loop (Serve's).
 	loops sync.WaitGroup
 	// forwardedReads counts the reads forwarded (Stats.ForwardedReads).
 	forwardedReads atomic.Uint64
