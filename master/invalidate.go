@@ -469,7 +469,6 @@ func (inv *invalidator) transfer(cache uint64, name string, sessions []uint64, p
 	return barred, until
 }
 
-
 // release ends invalidate(names): the names are no longer busy with this
 // change.
 func (inv *invalidator) release(names []string) {
