@@ -18,10 +18,16 @@ import (
 // cache session's events up to cacheSeq (one may be an invalidation of a
 // name s holds, granted before the lease was) or has reported s with an
 // invalidation the master has not yet accepted. Held back, the lease is
-// kept in s.gatedEnd for cacheProgress. k.mu is held.
-func (k *keeper) gateLocked(s *kaSession, end time.Time, cacheSeq uint64) bool {
+// kept in s.gatedEnd for cacheProgress, with the cache session the batch
+// named (cache; 0 once two held back named different ones). k.mu is held.
+func (k *keeper) gateLocked(s *kaSession, end time.Time, cacheSeq, cache uint64) bool {
 	if k.rc == nil || s.cached == 0 || (cacheSeq <= k.rc.seen.Load() && s.reporting == 0) {
 		return false
+	}
+	if s.gatedEnd.IsZero() {
+		s.gatedFrom = cache
+	} else if s.gatedFrom != cache {
+		s.gatedFrom = 0
 	}
 	if end.After(s.gatedEnd) {
 		s.gatedEnd = end
@@ -44,17 +50,17 @@ func (k *keeper) cacheProgress() {
 			delete(k.gated, s)
 			continue
 		}
-		if (s.cached > 0 && s.reporting > 0) || (s.cached > 0 && s.gatedSeq > seen) {
+		if s.cached > 0 && (s.reporting > 0 || s.gatedSeq > seen) {
 			continue
 		}
 		delete(k.gated, s)
-		end, seq := s.gatedEnd, s.gatedSeq
-		s.gatedEnd, s.gatedSeq = time.Time{}, 0
+		end, seq, from := s.gatedEnd, s.gatedSeq, s.gatedFrom
+		s.gatedEnd, s.gatedSeq, s.gatedFrom = time.Time{}, 0, 0
 		if !end.After(s.leaseEnd) {
 			continue
 		}
 		s.leaseEnd, s.leaseSeq = end, seq
-		s.fromCache = k.rc.sessionID.Load() != 0
+		s.fromCache = from != 0 && from == k.rc.sessionID.Load()
 		if c := s.parked; c != nil && (len(s.events) > 0 || !s.told) && k.tellableLocked(s, now) {
 			out = append(out, k.replyLocked(c, now))
 		} else if c != nil {

@@ -76,6 +76,7 @@ type kaSession struct {
 	cached, reporting int
 	gatedEnd          time.Time
 	gatedSeq          uint64
+	gatedFrom         uint64 // the cache session the held-back lease's batch named
 	fromCache         bool
 	covered           bool
 	// leaseSeq is the CacheSeq of the batch answer leaseEnd came from;
@@ -683,7 +684,7 @@ func (k *keeper) send(ss []*kaSession) {
 		}
 		lease := time.Duration(r.HeldMillis+r.LeaseMillis) * time.Millisecond
 		grew := false
-		if end := wire.TrustedLeaseEnd(sent, lease); k.gateLocked(s, end, resp.CacheSeq) {
+		if end := wire.TrustedLeaseEnd(sent, lease); k.gateLocked(s, end, resp.CacheSeq, req.CacheSession) {
 			// Relayed once the cache has taken in what may concern it
 			// (cacheProgress).
 		} else if end.After(s.leaseEnd) {
