@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"lockcell/cell"
+	"lockcell/cell/certs"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/fixtures"
@@ -384,7 +386,7 @@ func TestProxyKeepAliveAnswersInTimeNeverInALoop(t *testing.T) {
 	p := fixtures.StartProxyWith(t, c, func(cfg *proxy.Config) { cfg.Dialer = cut.Dial })
 	ctx := ctxT(t, 60*time.Second)
 	sent := time.Now()
-	mux, cs := rawProxySession(t, ctx, p, "eager")
+	mux, cs := rawProxySession(t, ctx, p, nil, "eager")
 	epoch := cs.Epoch
 	leaseEnd := sent.Add(time.Duration(cs.LeaseMillis) * time.Millisecond) // as the client reckons it: from the send
 	var answers []time.Time
@@ -455,14 +457,26 @@ func TestProxyKeepAliveAnswersInTimeNeverInALoop(t *testing.T) {
 
 // rawProxySession dials p in the wire protocol directly (no client
 // library: the test makes every KeepAlive itself) and creates a session
-// named name; the connection closes with the test.
-func rawProxySession(t *testing.T, ctx context.Context, p *proxy.Proxy, name string) (*fixtures.WireMux, wire.CreateSessionResponse) {
+// named name, over TLS as tlsCfg's principal when it is set; the
+// connection closes with the test.
+func rawProxySession(t *testing.T, ctx context.Context, p *proxy.Proxy, tlsCfg *tls.Config, name string) (*fixtures.WireMux, wire.CreateSessionResponse) {
 	t.Helper()
-	conn, err := net.Dial("tcp", p.Addr().String())
+	addr := p.Addr().String()
+	var conn net.Conn
+	var err error
+	if tlsCfg != nil {
+		var cfg *tls.Config
+		if cfg, err = certs.ForAddr(tlsCfg, addr); err != nil {
+			t.Fatal(err)
+		}
+		conn, err = tls.Dial("tcp", addr, cfg)
+	} else {
+		conn, err = net.Dial("tcp", addr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux, err := fixtures.NewWireMux(conn, p.Addr().String(), nil)
+	mux, err := fixtures.NewWireMux(conn, addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +502,7 @@ func TestProxySilentClientLosesItsSessionInTime(t *testing.T) {
 	p := fixtures.StartProxy(t, c)
 	ad := admin.New(c.Client(t))
 	ctx := ctxT(t, 60*time.Second)
-	mux, cs := rawProxySession(t, ctx, p, "silent")
+	mux, cs := rawProxySession(t, ctx, p, nil, "silent")
 	epoch := cs.Epoch
 	keepAlive := func() (wire.KeepAliveResponse, error) {
 		var ka wire.KeepAliveResponse

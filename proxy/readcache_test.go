@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"lockcell/cell"
-	"lockcell/cell/certs"
 	"lockcell/client"
 	"lockcell/client/admin"
 	"lockcell/fixtures"
@@ -174,24 +173,7 @@ type rawCacher struct {
 // opens name for reading.
 func newRawCacher(t *testing.T, ctx context.Context, p *proxy.Proxy, tlsCfg *tls.Config, name string) *rawCacher {
 	t.Helper()
-	addr := p.Addr().String()
-	cfg, err := certs.ForAddr(tlsCfg, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := tls.Dial("tcp", addr, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux, err := fixtures.NewWireMux(conn, addr, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mux.Close)
-	var cs wire.CreateSessionResponse
-	if st, err := mux.Call(ctx, wire.Header{Method: wire.MethodCreateSession}, &wire.CreateSessionRequest{ClientName: "never-acks"}, &cs); err != nil || st.Code != wire.CodeOK {
-		t.Fatalf("create session through the proxy: %v %v", st, err)
-	}
+	mux, cs := rawProxySession(t, ctx, p, tlsCfg, "never-acks")
 	r := &rawCacher{mux: mux, session: cs.Session, epoch: cs.Epoch}
 	kctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
