@@ -435,20 +435,25 @@ func (rc *readCache) forgetHandleLocked(key handleKey) {
 	}
 }
 
-// sweepHandles forgets the handles of sessions the proxy no longer keeps.
+// sweepHandles forgets the handles of sessions the proxy no longer keeps:
+// one walk of the handles, however many sessions went.
 func (rc *readCache) sweepHandles() {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
+	gone := map[uint64]bool{}
 	for session := range rc.perSession {
-		if rc.k.keeps(session) {
-			continue
+		if !rc.k.keeps(session) {
+			gone[session] = true
+			delete(rc.perSession, session)
 		}
-		for key := range rc.handles {
-			if key.session == session {
-				delete(rc.handles, key)
-			}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	for key := range rc.handles {
+		if gone[key.session] {
+			delete(rc.handles, key)
 		}
-		delete(rc.perSession, session)
 	}
 }
 
