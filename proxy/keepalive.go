@@ -260,16 +260,22 @@ func (k *keeper) tellableLocked(s *kaSession, now time.Time) bool {
 // the others' batch short. With no lease running among them (the
 // master lost, or sessions the proxy has not renewed yet), a try.
 func batchDue(ss []*kaSession, now time.Time, ttl time.Duration) time.Time {
-	var due time.Time
+	var earliest time.Time
 	for _, s := range ss {
-		if s.leaseEnd.After(now) && (due.IsZero() || s.leaseEnd.Before(due)) {
-			due = s.leaseEnd
+		if s.leaseEnd.After(now) && (earliest.IsZero() || s.leaseEnd.Before(earliest)) {
+			earliest = s.leaseEnd
 		}
 	}
-	if try := now.Add(wire.SearchTry(ttl)); due.Before(try) {
-		due = try
+	return dueBy(earliest, now, ttl)
+}
+
+// dueBy is when a batch sent at now for a lease ending at end (zero: none)
+// must have been answered: that end, but never sooner than a search's try.
+func dueBy(end, now time.Time, ttl time.Duration) time.Time {
+	if try := now.Add(wire.SearchTry(ttl)); end.Before(try) {
+		return try
 	}
-	return due
+	return end
 }
 
 // armLocked sets c's hold: three quarters of a lease after it arrived (a

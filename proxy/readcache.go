@@ -615,10 +615,7 @@ func (rc *readCache) keepOnce() {
 		return
 	}
 	sent := time.Now()
-	due := sent.Add(wire.SearchTry(ttl))
-	if leaseEnd.After(due) {
-		due = leaseEnd
-	}
+	due := dueBy(leaseEnd, sent, ttl) // as a client batch's (batchDue)
 	hold := max(min(ttl/2, due.Sub(sent)-ttl/8), time.Millisecond)
 	req := &wire.BatchKeepAliveRequest{
 		// A report is answered at once, so the clients it names get
