@@ -269,7 +269,7 @@ func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRe
 	if fence, err = e.r.fence(req.Sequencer); err != nil {
 		return nil, false, false, err
 	}
-	var name, principal string
+	var name, principal, cacheOwner string
 	var named bool
 	fill := c.h.ProxyCache != 0 && len(req.Sequencer) == 0 && c.h.Method != wire.MethodReadDir
 	err = e.r.view(func(v fsm.View) error {
@@ -278,6 +278,9 @@ func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRe
 		}
 		name, named = v.HandlePath(c.h.Session, req.Handle)
 		principal, _ = v.SessionPrincipal(c.h.Session)
+		if fill {
+			cacheOwner, _ = v.SessionPrincipal(c.h.ProxyCache)
+		}
 		return nil
 	})
 	if err != nil {
@@ -287,7 +290,7 @@ func (e *fileEndpoint) readable(ctx context.Context, c *call, req *wire.HandleRe
 		cacheable = e.inv.register(c.h.Session, principal, name)
 	}
 	if named && fill {
-		proxyCacheable = e.fillRegister(c, name)
+		proxyCacheable = e.fillRegister(c, cacheOwner, name)
 	}
 	if err := e.r.verifyRead(ctx, c); err != nil {
 		return nil, false, false, err

@@ -37,14 +37,12 @@ import (
 // fillRegister registers a trusted proxy's cache session as a cacher of
 // name, for a read it forwards to fill its cache (wire.Header.ProxyCache):
 // only a session of the proxy's own principal, under the same rules as
-// any cacher (invalidator.register). It reports whether it did.
-func (e *fileEndpoint) fillRegister(c *call, name string) bool {
+// any cacher (invalidator.register). owner is the cache session's
+// principal, read in the read's own view ("" if it has none). It reports
+// whether it did.
+func (e *fileEndpoint) fillRegister(c *call, owner, name string) bool {
 	cache := c.h.ProxyCache
-	if cache == 0 || c.caller.Proxy == "" { // Proxy is set only for a trusted one (Server.Behalf)
-		return false
-	}
-	owner, ok := e.r.state.SessionPrincipal(cache)
-	if !ok || owner != c.caller.Proxy {
+	if cache == 0 || c.caller.Proxy == "" || owner != c.caller.Proxy { // Proxy is set only for a trusted one (Server.Behalf)
 		return false
 	}
 	return e.inv.register(cache, owner, name)
